@@ -1,0 +1,26 @@
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench venv
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+venv: $(BIN)/python
+	$(BIN)/pip install -q -e .
+
+demo: venv
+	$(BIN)/python -m istos.demo
+
+test: $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(BIN)/python
+	$(BIN)/ruff check .
+
+bench: venv
+	$(BIN)/python -m bench.run_all

@@ -1,0 +1,42 @@
+"""The Clock port: where the engine reads time and waits.
+
+The engine never calls ``time.time()`` or ``asyncio.sleep`` for its own timers; it asks the node's
+clock. The simulator supplies a clock with skew and drift on virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Clock(Protocol):
+    def now(self) -> float:
+        """Wall-clock seconds since the epoch, as this node reads them."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never jumps (for measuring durations)."""
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` as this node measures them."""
+
+    def to_loop_seconds(self, seconds: float) -> float:
+        """Convert a duration on this clock to seconds of the event loop's timeline."""
+
+
+class SystemClock:
+    """The live clock: system time, asyncio sleeps."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+    def to_loop_seconds(self, seconds: float) -> float:
+        return seconds

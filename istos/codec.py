@@ -1,0 +1,58 @@
+"""msgpack encoding of job bodies and wire messages.
+
+Job bodies are encoded once by the producer and travel as opaque bytes through the owner and
+storage; only the worker decodes them. That keeps the owner's cost per job independent of the
+body's shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from .errors import InvalidJob, ProtocolError
+
+PROTOCOL_VERSION = 1
+MAX_BODY_BYTES = 1 << 20  # 1 MiB: larger payloads belong in object storage, referenced by key
+MAX_MESSAGE_BYTES = MAX_BODY_BYTES + (64 << 10)
+
+
+def encode_body(data: Any, *, queue: str = "?") -> bytes:
+    """Encode a job body; raise :class:`InvalidJob` before anything is sent if it cannot be."""
+    try:
+        raw = msgpack.packb(data, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidJob(
+            f"job body for queue {queue!r} cannot be encoded with msgpack: {exc}; "
+            "use dicts, lists, str, bytes, numbers, bools and None"
+        ) from exc
+    if len(raw) > MAX_BODY_BYTES:
+        raise InvalidJob(
+            f"job body for queue {queue!r} is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}"
+        )
+    return raw
+
+
+def decode_body(raw: bytes) -> Any:
+    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+
+
+def encode_message(msg: dict[str, Any]) -> bytes:
+    return msgpack.packb(msg, use_bin_type=True)
+
+
+def decode_message(raw: bytes) -> dict[str, Any]:
+    """Decode a wire message; raise :class:`ProtocolError` if it is not one of ours."""
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message of {len(raw)} bytes exceeds {MAX_MESSAGE_BYTES}")
+    try:
+        msg = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise ProtocolError(f"undecodable message: {exc}") from exc
+    if not isinstance(msg, dict):
+        raise ProtocolError("message is not a map")
+    version = msg.get("v")
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(f"unsupported protocol version {version!r} (this node speaks 1)")
+    return msg

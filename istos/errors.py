@@ -1,0 +1,61 @@
+"""Typed errors. Every error Istos raises derives from :class:`IstosError`.
+
+The tree::
+
+    IstosError
+    ├── ConfigError (also ValueError)        bad option at declaration time
+    │   ├── CronError                         invalid cron expression (names the field)
+    │   └── HAConfigError                     ha=True without shared storage
+    ├── InvalidJob (also ValueError)          body cannot be encoded, or is too large
+    ├── QueueNotFound                         the owner does not serve that queue
+    ├── OwnerUnavailable                      no owner answered within the timeout
+    ├── StorageUnavailable                    durable storage refused a write; nothing was accepted
+    ├── ProtocolError                         malformed or unsupported wire message
+    └── AdminDisabled                         admin action on a queue declared without admin=True
+"""
+
+from __future__ import annotations
+
+
+class IstosError(Exception):
+    """Root of every error Istos raises."""
+
+
+class ConfigError(IstosError, ValueError):
+    """An option passed at declaration time is invalid; the message names it."""
+
+
+class CronError(ConfigError):
+    """A cron expression is invalid; the message names the bad field."""
+
+
+class HAConfigError(ConfigError):
+    """``ha=True`` needs storage shared between replicas (Redis or SQLAlchemy)."""
+
+
+class InvalidJob(IstosError, ValueError):
+    """A job body could not be encoded, or exceeds the size limit. Nothing was sent."""
+
+
+class QueueNotFound(IstosError):
+    """The owner reached does not serve the named queue."""
+
+
+class OwnerUnavailable(IstosError):
+    """No owner of the queue answered within the timeout."""
+
+
+class StorageUnavailable(IstosError):
+    """The storage backend failed; the operation was not accepted."""
+
+
+class ProtocolError(IstosError):
+    """A wire message was malformed, oversized or of an unsupported version."""
+
+
+class AdminDisabled(IstosError):
+    """An admin action reached a queue declared without ``admin=True``."""
+
+
+class RemoteError(IstosError):
+    """The owner answered a request with an error it could not map to a typed one."""

@@ -1,0 +1,105 @@
+"""The JobEvent schema: one record per state change, the same in simulation and live.
+
+The event stream is the seam between the engine and the notebook side (``istos_nb.frames``
+and everything above it never know which world the events came from).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Kinds an owner emits. The simulator adds "crashed" and "restarted" for nodes.
+ENQUEUED = "enqueued"
+DUPLICATE_ENQUEUE = "duplicate_enqueue"
+CLAIMED = "claimed"
+ACKED = "acked"
+NACKED = "nacked"
+LEASE_EXPIRED = "lease_expired"
+RETRY_SCHEDULED = "retry_scheduled"
+DEAD_LETTERED = "dead_lettered"
+RESULT_EXPIRED = "result_expired"
+PURGED = "purged"
+OWNER_UP = "owner_up"
+OWNER_DOWN = "owner_down"
+CRASHED = "crashed"
+RESTARTED = "restarted"
+
+EVENT_KINDS = (
+    ENQUEUED, DUPLICATE_ENQUEUE, CLAIMED, ACKED, NACKED, LEASE_EXPIRED, RETRY_SCHEDULED,
+    DEAD_LETTERED, RESULT_EXPIRED, PURGED, OWNER_UP, OWNER_DOWN, CRASHED, RESTARTED,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """One state change.
+
+    ``t`` is the emitting node's wall clock (seconds since the epoch). ``attempt`` is the
+    job's attempt number the event belongs to (0 before the first claim). ``detail`` carries
+    kind-specific fields: ``priority``/``delay_s``/``ready_at`` on enqueued, ``deadline`` and
+    ``lease_s`` on claimed, ``error`` on nacked/dead_lettered, ``delay_s``/``ready_at`` on
+    retry_scheduled.
+    """
+
+    t: float
+    node: str
+    queue: str
+    job_id: str
+    kind: str
+    attempt: int = 0
+    worker: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> JobEvent:
+        return cls(
+            t=float(d["t"]), node=d["node"], queue=d["queue"], job_id=d["job_id"],
+            kind=d["kind"], attempt=int(d.get("attempt", 0)), worker=d.get("worker"),
+            detail=dict(d.get("detail") or {}),
+        )
+
+
+Listener = Callable[[JobEvent], None]
+
+
+class EventLog:
+    """A bounded ring buffer of recent events plus synchronous listeners.
+
+    Emitting costs one append when nobody listens; listeners (the simulator's recorder, the live
+    publisher) are called inline and must not block.
+    """
+
+    def __init__(self, maxlen: int = 10_000) -> None:
+        self._ring: deque[JobEvent] = deque(maxlen=maxlen)
+        self._listeners: list[Listener] = []
+        self.emitted = 0
+
+    def emit(self, event: JobEvent) -> None:
+        self._ring.append(event)
+        self.emitted += 1
+        for listener in self._listeners:
+            listener(event)
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    @property
+    def has_listeners(self) -> bool:
+        return bool(self._listeners)
+
+    def recent(self, limit: int | None = None) -> list[JobEvent]:
+        items: Iterable[JobEvent] = self._ring
+        out = list(items)
+        return out if limit is None else out[-limit:]

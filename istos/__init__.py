@@ -1,0 +1,65 @@
+"""Istos: work queues over Eclipse Zenoh. See the README and docs/protocol.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .app import Istos
+from .clock import Clock, SystemClock
+from .context import JobContext
+from .di import Depends
+from .errors import (
+    AdminDisabled,
+    ConfigError,
+    CronError,
+    HAConfigError,
+    InvalidJob,
+    IstosError,
+    OwnerUnavailable,
+    ProtocolError,
+    QueueNotFound,
+    RemoteError,
+    StorageUnavailable,
+)
+from .events import JobEvent
+from .storage.memory import MemoryStorage
+
+__all__ = [
+    # the app and what workers receive
+    "Istos",
+    "JobContext",
+    "Depends",
+    # storage plugins
+    "MemoryStorage",
+    "RedisStoragePlugin",
+    "SQLAlchemyStoragePlugin",
+    # ports and events
+    "Clock",
+    "SystemClock",
+    "JobEvent",
+    # errors
+    "IstosError",
+    "ConfigError",
+    "CronError",
+    "HAConfigError",
+    "InvalidJob",
+    "QueueNotFound",
+    "OwnerUnavailable",
+    "StorageUnavailable",
+    "ProtocolError",
+    "AdminDisabled",
+    "RemoteError",
+]
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # The durable plugins import optional packages: load them only when asked for.
+    if name == "RedisStoragePlugin":
+        from .storage.redis import RedisStoragePlugin
+        return RedisStoragePlugin
+    if name == "SQLAlchemyStoragePlugin":
+        from .storage.sqlalchemy import SQLAlchemyStoragePlugin
+        return SQLAlchemyStoragePlugin
+    raise AttributeError(f"module 'istos' has no attribute {name!r}")

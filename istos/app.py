@@ -1,0 +1,262 @@
+"""Istos: declare queues and workers, serve them, and put jobs on queues.
+
+Declarations (``queue``, ``worker``, ``schedule``) only record intent; ``serving()`` (inside an
+existing event loop) or ``run()`` (blocking) brings them up on the node's transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+from . import codec
+from .clock import Clock, SystemClock
+from .errors import ConfigError, IstosError
+from .events import EventLog
+from .ids import IdSource
+from .node import Node
+from .queue.client import OwnerClient
+from .queue.config import QueueConfig, WorkerConfig, check_delay, check_priority, \
+    check_queue_name
+from .queue.owner import QueueOwner
+from .queue.worker import WorkerRunner
+from .storage.base import Storage
+from .storage.memory import MemoryStorage
+from .transport.base import Transport
+
+log = logging.getLogger("istos")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Istos:
+    """One node of an Istos mesh.
+
+    ``storage``: where owners write their jobs through (default: in memory, volatile).
+    ``zenoh``: a ``zenoh.Config``, a path to a JSON5 config file, or a dict; None uses Zenoh's
+    defaults (peer mode with multicast scouting: nodes on one host find each other).
+    The keyword-only arguments inject the other ports (the simulator and tests use them).
+    """
+
+    def __init__(
+        self, storage: Storage | None = None, zenoh: Any = None, *,
+        transport: Transport | None = None, clock: Clock | None = None,
+        rng: random.Random | None = None, node_id: str | None = None, prefix: str = "istos",
+        request_timeout_s: float = 5.0, shutdown_grace_s: float = 10.0,
+        sync_inline: bool = False, event_buffer: int = 10_000,
+    ) -> None:
+        if request_timeout_s <= 0:
+            raise ConfigError(f"request_timeout_s must be > 0, got {request_timeout_s!r}")
+        rng = rng if rng is not None else random.Random(os.urandom(16))
+        if node_id is None and transport is not None:
+            node_id = transport.node_id
+        node_id = node_id or f"{socket.gethostname()}-{os.getpid()}-{rng.getrandbits(24):06x}"
+        self.node = Node(node_id=node_id, clock=clock or SystemClock(), rng=rng,
+                         ids=IdSource(random.Random(rng.getrandbits(64))),
+                         storage=storage if storage is not None else MemoryStorage(),
+                         transport=transport, prefix=prefix,
+                         request_timeout_s=request_timeout_s, sync_inline=sync_inline,
+                         events=EventLog(event_buffer))
+        self._zenoh_config = zenoh
+        self._own_transport = transport is None
+        self.shutdown_grace_s = shutdown_grace_s
+        self.queues: dict[str, QueueConfig] = {}
+        self.workers: list[tuple[WorkerConfig, Callable[..., Any]]] = []
+        self.owners: dict[str, QueueOwner] = {}
+        self.runners: list[WorkerRunner] = []
+        self._clients: dict[str, OwnerClient] = {}
+        self._serving = False
+        self._plugins: list[Any] = []  # components with async start()/stop() (schedules, HA)
+
+    @property
+    def node_id(self) -> str:
+        return self.node.node_id
+
+    @property
+    def events(self) -> EventLog:
+        """This node's recent JobEvents (from the queues it owns) and their listeners."""
+        return self.node.events
+
+    # -- declarations ---------------------------------------------------------------------------
+    def queue(self, name: str, **options: Any) -> QueueConfig:
+        """Own queue ``name`` on this node. Options as in the spec (``lease_s``, ``max_attempts``,
+        ``retry_backoff_s``, ``retry_backoff_max_s``, ``retry_jitter``, ``keep_results``,
+        ``result_ttl_s``, ``sweep_interval_s``, ``ha``, ``admin``); invalid ones raise
+        :class:`ConfigError` (a ``ValueError``) naming the option.
+        """
+        config = QueueConfig.build(name, **options)
+        if name in self.queues:
+            raise ConfigError(f"queue {name!r} is already declared on this app")
+        self.queues[name] = config
+        return config
+
+    def worker(self, name: str, *, concurrency: int = 1,
+               poll_interval_s: float = 1.0) -> Callable[[F], F]:
+        """Decorate an async (or plain, run in a thread) function to work queue ``name``.
+
+        The function receives the decoded job body first; returning acks, raising nacks.
+        """
+        config = WorkerConfig.build(name, concurrency=concurrency,
+                                    poll_interval_s=poll_interval_s)
+
+        def register(fn: F) -> F:
+            if not callable(fn):
+                raise ConfigError(f"@app.worker({name!r}) must decorate a function")
+            self.workers.append((config, fn))
+            return fn
+
+        return register
+
+    def add_plugin(self, plugin: Any) -> None:
+        """Register a component started after the queues and stopped before them."""
+        self._plugins.append(plugin)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[Istos]:
+        """Run this node inside the current event loop until the block exits."""
+        await self.start()
+        try:
+            yield self
+        finally:
+            await self.stop()
+
+    async def start(self) -> None:
+        if self._serving:
+            raise IstosError(f"app {self.node_id!r} is already serving")
+        node = self.node
+        if node.transport is None:
+            from .transport.zenoh import ZenohTransport
+            node.transport = ZenohTransport(self._zenoh_config, node_id=node.node_id)
+        await node.storage.open()
+        await node.transport.start()
+        self._serving = True
+        try:
+            for config in self.queues.values():
+                if config.ha:
+                    continue  # started by the election plugin when this replica leads
+                owner = QueueOwner(config, node)
+                self.owners[config.name] = owner
+                await owner.start()
+            for config, fn in self.workers:
+                runner = WorkerRunner(config, fn, node, self.client(config.queue),
+                                      continue_hook=self._continue_hook,
+                                      shutdown_grace_s=self.shutdown_grace_s)
+                self.runners.append(runner)
+                self._attach_runner(runner)
+                await runner.start()
+            for plugin in self._plugins:
+                await plugin.start(self)
+        except BaseException:
+            await self.stop()
+            raise
+
+    def _attach_runner(self, runner: WorkerRunner) -> None:
+        owner = self.owners.get(runner.config.queue)
+        if owner is not None:
+            owner.nudge_listeners.append(runner.on_nudge)
+
+    async def stop(self) -> None:
+        """Stop claiming, let in-flight jobs finish (up to ``shutdown_grace_s``), unbind."""
+        if not self._serving:
+            return
+        for plugin in reversed(self._plugins):
+            await plugin.stop(self)
+        await asyncio.gather(*(r.stop() for r in self.runners), return_exceptions=True)
+        self.runners.clear()
+        for owner in self.owners.values():
+            await owner.stop()
+        self.owners.clear()
+        transport = self.node.transport
+        if transport is not None:
+            await transport.close()
+            if self._own_transport:
+                self.node.transport = None
+        await self.node.storage.close()
+        self._serving = False
+
+    def run(self) -> None:
+        """Serve until Ctrl-C or SIGTERM, then shut down cleanly (see :meth:`stop`)."""
+
+        async def main() -> None:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, stop.set)
+            async with self.serving():
+                await stop.wait()
+
+        asyncio.run(main())
+
+    # -- producer calls ---------------------------------------------------------------------------
+    def client(self, queue: str) -> OwnerClient:
+        client = self._clients.get(queue)
+        if client is None:
+            client = OwnerClient(self.node, queue, lambda: self.owners.get(queue))
+            self._clients[queue] = client
+        return client
+
+    def _require_serving(self) -> None:
+        if not self._serving:
+            raise IstosError(f"app {self.node_id!r} is not serving: call producer methods inside "
+                             "`async with app.serving():` (or from a worker)")
+
+    async def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
+                      job_id: str | None = None, timeout_s: float | None = None,
+                      _meta: dict[str, Any] | None = None) -> str:
+        """Put a job on queue ``name``; returns its id.
+
+        Idempotent by ``job_id``: if the queue still holds that id, nothing is added and the id is
+        returned. Raises :class:`InvalidJob` (before sending) for a body msgpack cannot encode and
+        :class:`OwnerUnavailable` if no owner answers within the request timeout.
+        """
+        check_queue_name(name)
+        body = codec.encode_body(data, queue=name)
+        delay, prio = check_delay(delay_s), check_priority(priority)
+        if job_id is not None and (not isinstance(job_id, str) or not job_id):
+            raise ConfigError(f"job_id must be a non-empty string, got {job_id!r}")
+        self._require_serving()
+        # The id is chosen here, not by the owner, so a retried request cannot create a twin.
+        jid = job_id or self.node.ids.new()
+        fields: dict[str, Any] = {"body": body, "job_id": jid, "delay_s": delay,
+                                  "priority": prio}
+        if _meta:
+            fields["meta"] = _meta
+        reply = await self.client(name).call("enqueue", timeout_s, **fields)
+        return str(reply["job_id"])
+
+    async def dead_letters(self, name: str) -> list[dict[str, Any]]:
+        """Dead jobs of ``name``: ``job_id``, ``data`` (decoded), ``attempts``, ``last_error``,
+        and ``history`` (one entry per attempt)."""
+        self._require_serving()
+        reply = await self.client(name).call("dead")
+        out = []
+        for d in reply["dead"]:
+            item = {"job_id": d["job_id"], "data": codec.decode_body(d["body"]),
+                    "attempts": d["attempts"], "last_error": d["last_error"],
+                    "history": d["history"]}
+            if d.get("meta"):
+                item["workflow"] = d["meta"]
+            out.append(item)
+        return out
+
+    async def result(self, name: str, job_id: str) -> dict[str, Any]:
+        """``{"state": ready|leased|done|dead|unknown, "result": ...}`` for a job."""
+        self._require_serving()
+        reply = await self.client(name).call("result", job_id=job_id)
+        raw = reply.get("result")
+        out = {"state": reply["state"], "result": None if raw is None else codec.decode_body(raw)}
+        if reply.get("error") is not None:
+            out["error"] = reply["error"]
+        return out
+
+    # -- workflows hook (filled in by istos.queue.workflow) -------------------------------------------
+    async def _continue_hook(self, meta: dict[str, Any], result: Any) -> None:
+        return None

@@ -1,0 +1,98 @@
+"""Declared options of a queue and a worker, validated once at declaration."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from .backoff import BackoffPolicy
+from .state import QueuePolicy
+
+_FORBIDDEN_IN_NAMES = set("*$?#[]{} \t\n")
+
+
+def check_queue_name(name: object) -> str:
+    """Queue names become Zenoh key expressions: ``/``-separated, no wildcards, no empty chunk."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"queue name must be a non-empty string, got {name!r}")
+    bad = _FORBIDDEN_IN_NAMES.intersection(name)
+    if bad:
+        raise ConfigError(f"queue name {name!r} contains {''.join(sorted(bad))!r}; "
+                          "use letters, digits, '-', '_', '.' and '/' separators")
+    if any(chunk == "" for chunk in name.split("/")):
+        raise ConfigError(f"queue name {name!r} has an empty '/' chunk")
+    return name
+
+
+def _positive(option: str, value: object, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) \
+            or math.isinf(value):
+        raise ConfigError(f"{option} must be a finite number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{option} must be {bound}, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    name: str
+    policy: QueuePolicy
+    sweep_interval_s: float = 1.0
+    ha: bool = False
+    admin: bool = False
+
+    @classmethod
+    def build(
+        cls, name: str, *, lease_s: float = 30.0, max_attempts: int = 5,
+        retry_backoff_s: float = 1.0, retry_backoff_max_s: float = 600.0,
+        retry_jitter: float = 0.1, keep_results: bool = False, result_ttl_s: float = 3600.0,
+        sweep_interval_s: float | None = None, ha: bool = False, admin: bool = False,
+    ) -> QueueConfig:
+        check_queue_name(name)
+        lease = _positive("lease_s", lease_s)
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ConfigError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+        base = _positive("retry_backoff_s", retry_backoff_s, allow_zero=True)
+        cap = _positive("retry_backoff_max_s", retry_backoff_max_s, allow_zero=True)
+        if cap < base:
+            raise ConfigError(f"retry_backoff_max_s ({cap}) must be >= retry_backoff_s ({base})")
+        jitter = _positive("retry_jitter", retry_jitter, allow_zero=True)
+        if jitter > 1:
+            raise ConfigError(f"retry_jitter must be between 0 and 1, got {retry_jitter!r}")
+        ttl = _positive("result_ttl_s", result_ttl_s)
+        # Sweeping at a quarter of the lease bounds how late an expired lease is noticed.
+        sweep = min(1.0, lease / 4) if sweep_interval_s is None else \
+            _positive("sweep_interval_s", sweep_interval_s)
+        policy = QueuePolicy(lease_s=lease, max_attempts=max_attempts,
+                             backoff=BackoffPolicy(base, cap, jitter),
+                             keep_results=bool(keep_results), result_ttl_s=ttl)
+        return cls(name=name, policy=policy, sweep_interval_s=sweep, ha=bool(ha),
+                   admin=bool(admin))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    queue: str
+    concurrency: int = 1
+    poll_interval_s: float = 1.0
+
+    @classmethod
+    def build(cls, queue: str, *, concurrency: int = 1,
+              poll_interval_s: float = 1.0) -> WorkerConfig:
+        check_queue_name(queue)
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+        poll = _positive("poll_interval_s", poll_interval_s)
+        return cls(queue=queue, concurrency=concurrency, poll_interval_s=poll)
+
+
+def check_delay(delay_s: object) -> float:
+    return _positive("delay_s", delay_s, allow_zero=True)
+
+
+def check_priority(priority: object) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ConfigError(f"priority must be an integer, got {priority!r}")
+    return priority

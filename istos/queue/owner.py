@@ -1,0 +1,321 @@
+"""The queue owner: binds a pure :class:`QueueState` to the node's transport, storage and clock.
+
+It serves one request/reply key per queue (``{prefix}/q/{queue}/rpc``; see docs/protocol.md),
+writes every change through to storage before replying (when the storage is durable), sweeps
+expired leases on a timer that sleeps until the next deadline, nudges idle workers when jobs
+become claimable, and emits one :class:`JobEvent` per state change into the node's event log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .. import codec
+from .. import events as ev
+from ..errors import (
+    AdminDisabled, IstosError, ProtocolError, StorageUnavailable,
+)
+from ..events import JobEvent
+from ..node import Node
+from .config import QueueConfig, check_delay, check_priority
+from .persist import Persister
+from .state import DEAD, DELAYED, DONE, READY, JobRecord, QueueState
+
+log = logging.getLogger("istos.owner")
+
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+AckHook = Callable[[JobRecord, "bytes | None"], Awaitable[None]]
+NudgeListener = Callable[[int], None]
+
+
+class QueueOwner:
+    def __init__(self, config: QueueConfig, node: Node) -> None:
+        self.config = config
+        self.node = node
+        self.name = config.name
+        self.state = QueueState(config.name, config.policy, node=node.node_id)
+        self.durable = bool(node.storage.durable)
+        self._persister = Persister(node.storage, f"jobs:{config.name}")
+        self._pending_ids: dict[str, asyncio.Future[str]] = {}
+        self._handle: Any = None
+        self._timer: asyncio.Task[None] | None = None
+        self._reschedule = asyncio.Event()
+        self._timer_target = float("inf")
+        self._nudge_count = 0
+        self._nudge_scheduled = False
+        self._remote_workers = False
+        self.nudge_listeners: list[NudgeListener] = []
+        self.ack_hooks: list[AckHook] = []
+        self.extra_ops: dict[str, Handler] = {}
+        self.running = False
+        self._ops: dict[str, Handler] = {
+            "enqueue": self._op_enqueue, "claim": self._op_claim, "ack": self._op_ack,
+            "nack": self._op_nack, "result": self._op_result, "dead": self._op_dead,
+            "ping": self._op_ping,
+        }
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Recover from durable storage, bind the rpc key, start the sweeper."""
+        now = self.node.clock.now()
+        if self.durable:
+            for rec in await self._persister.load():
+                self.state.restore(rec, now)
+        self.running = True
+        if self.node.transport is not None:
+            self._handle = await self.node.transport.declare_queryable(
+                self.node.key(self.name, "rpc"), self._on_request)
+        self._timer = asyncio.get_running_loop().create_task(self._sweep_loop())
+        self._emit_queue_event(ev.OWNER_UP, recovered=len(self.state.jobs))
+        self._after_change()
+
+    async def stop(self) -> None:
+        self.running = False
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+        if self._timer is not None:
+            self._timer.cancel()
+            await asyncio.gather(self._timer, return_exceptions=True)
+            self._timer = None
+        self._emit_queue_event(ev.OWNER_DOWN)
+
+    # -- the request path -----------------------------------------------------------------------
+    async def _on_request(self, key: str, payload: bytes) -> bytes:
+        try:
+            msg = codec.decode_message(payload)
+        except ProtocolError as exc:
+            log.warning("queue %s: rejected a malformed request: %s", self.name, exc)
+            return codec.encode_message(error_reply(exc))
+        if msg.get("op") == "claim":
+            self._remote_workers = True
+        return codec.encode_message(await self.dispatch(msg))
+
+    async def dispatch(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Run one request (already decoded) and build its reply; never raises."""
+        op = msg.get("op")
+        handler = self._ops.get(op) or self.extra_ops.get(op)  # type: ignore[arg-type]
+        if handler is None:
+            return error_reply(ProtocolError(f"unknown op {op!r} for queue {self.name!r}"))
+        try:
+            reply = await handler(msg)
+        except IstosError as exc:
+            return error_reply(exc)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("queue %s: bad %s request: %r", self.name, op, exc)
+            return error_reply(ProtocolError(f"bad {op} request: {exc!r}"))
+        reply.setdefault("ok", True)
+        reply["v"] = codec.PROTOCOL_VERSION
+        return reply
+
+    async def _op_ping(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return {"node": self.node.node_id, "queue": self.name}
+
+    async def _op_enqueue(self, msg: dict[str, Any]) -> dict[str, Any]:
+        body = msg["body"]
+        if not isinstance(body, bytes):
+            raise ProtocolError("enqueue body must be bytes")
+        job_id = msg.get("job_id") or self.node.ids.new()
+        created = await self.enqueue(
+            body, job_id=str(job_id), delay_s=check_delay(msg.get("delay_s", 0.0)),
+            priority=check_priority(msg.get("priority", 0)), meta=msg.get("meta"))
+        return {"job_id": job_id, "created": created}
+
+    async def enqueue(self, body: bytes, *, job_id: str, delay_s: float = 0.0,
+                      priority: int = 0, meta: dict[str, Any] | None = None) -> bool:
+        """Accept a job; returns False when the queue already holds ``job_id`` (idempotent)."""
+        state, now = self.state, self.node.clock.now()
+        if not self.durable:
+            created = state.enqueue(job_id, body, now, delay_s=delay_s, priority=priority,
+                                    meta=meta)
+            state.dirty.clear()
+            self._after_change()
+            return created
+        if state.holds(job_id):
+            state.enqueue(job_id, body, now)  # records the duplicate_enqueue event only
+            self._after_change()
+            return False
+        pending = self._pending_ids.get(job_id)
+        if pending is not None:
+            await pending
+            return False
+        # Durable: the record is stored before the queue accepts it, so a storage outage makes
+        # the producer's enqueue fail and nothing half-accepted remains in memory.
+        rec = state.new_record(job_id, body, now, delay_s=delay_s, priority=priority, meta=meta)
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._pending_ids[job_id] = fut
+        try:
+            await self._persister.write([rec])
+        except StorageUnavailable as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved: concurrent duplicates re-raise it themselves
+            raise
+        finally:
+            del self._pending_ids[job_id]
+        state.insert(rec, self.node.clock.now())
+        fut.set_result(job_id)
+        self._after_change()
+        return True
+
+    async def _op_claim(self, msg: dict[str, Any]) -> dict[str, Any]:
+        workers = [str(w) for w in msg["workers"]][:1024]
+        jobs = self.state.claim(workers, self.node.clock.now())
+        await self._commit()
+        pol = self.config.policy
+        return {"jobs": [
+            {"job_id": r.job_id, "body": r.body, "attempt": r.attempts, "token": r.lease_token,
+             "worker": r.lease_worker, "deadline": r.lease_deadline,
+             "last_error": r.last_error, "meta": r.meta}
+            for r in jobs], "max_attempts": pol.max_attempts, "keep_results": pol.keep_results,
+            "lease_s": pol.lease_s}
+
+    async def _op_ack(self, msg: dict[str, Any]) -> dict[str, Any]:
+        job_id, token = str(msg["job_id"]), str(msg["token"])
+        result = msg.get("result")
+        rec = self.state.jobs.get(job_id)
+        if rec is not None and rec.lease_token == token:
+            for hook in self.ack_hooks:  # workflow barriers, before the ack is recorded
+                await hook(rec, result)
+        status = self.state.ack(job_id, token, self.node.clock.now(), result)
+        await self._commit()
+        return {"status": status}
+
+    async def _op_nack(self, msg: dict[str, Any]) -> dict[str, Any]:
+        status = self.state.nack(str(msg["job_id"]), str(msg["token"]),
+                                 self.node.clock.now(), str(msg.get("error") or "error"),
+                                 self.node.rng)
+        await self._commit()
+        return {"status": status}
+
+    async def _op_result(self, msg: dict[str, Any]) -> dict[str, Any]:
+        rec = self.state.jobs.get(str(msg["job_id"]))
+        if rec is None:
+            return {"state": "unknown", "result": None}
+        result = rec.result if rec.state == DONE else None
+        out: dict[str, Any] = {"state": rec.state, "result": result}
+        if rec.state in (READY, DELAYED):
+            out["state"] = READY  # the spec reports in-flight jobs as ready or leased
+        if rec.state == DEAD:
+            out["error"] = rec.last_error
+        return out
+
+    async def _op_dead(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return {"dead": [dead_letter(r) for r in self.state.dead.values()]}
+
+    # -- admin helpers shared with inspection ---------------------------------------------------
+    def require_admin(self, action: str) -> None:
+        if not self.config.admin:
+            raise AdminDisabled(f"{action} refused: queue {self.name!r} was declared without "
+                                "admin=True")
+
+    # -- after every change -------------------------------------------------------------------
+    async def _commit(self) -> None:
+        """Emit the events of the last change and write its records through to storage."""
+        dirty, events = self.state.drain()
+        self._publish(events)
+        if self.durable and dirty:
+            await self._persister.write(dirty)
+        self._after_change()
+
+    def _after_change(self) -> None:
+        dirty, events = self.state.drain()
+        self._publish(events)
+        if self.durable and dirty:
+            # Changes from enqueue's duplicate path or the sweeper: write them in the background
+            # in order; recovery tolerates their loss (a lease falls back to ready).
+            asyncio.get_running_loop().create_task(self._persist_quietly(dirty))
+        deadline = self.state.next_deadline()
+        if deadline is not None and deadline < self._timer_target:
+            self._reschedule.set()
+
+    async def _persist_quietly(self, dirty: list[JobRecord | str]) -> None:
+        try:
+            await self._persister.write(dirty)
+        except StorageUnavailable as exc:
+            log.warning("queue %s: background write failed: %s", self.name, exc)
+
+    def _publish(self, events: list[JobEvent]) -> None:
+        emit = self.node.events.emit
+        claimable = 0
+        for event in events:
+            emit(event)
+            if event.kind == ev.ENQUEUED and event.detail.get("delay_s", 0) <= 0:
+                claimable += 1
+            elif event.kind == ev.RETRY_SCHEDULED and event.detail.get("delay_s", 0) <= 0:
+                claimable += 1
+        if claimable:
+            self.nudge(claimable)
+
+    def _emit_queue_event(self, kind: str, **detail: Any) -> None:
+        self.node.events.emit(JobEvent(self.node.clock.now(), self.node.node_id, self.name, "",
+                                       kind, 0, None, detail))
+
+    # -- nudges ---------------------------------------------------------------------------------
+    def nudge(self, count: int) -> None:
+        """Tell idle workers that ``count`` jobs became claimable; coalesced per loop turn."""
+        self._nudge_count += count
+        if not self._nudge_scheduled:
+            self._nudge_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_nudges)
+
+    def _flush_nudges(self) -> None:
+        count, self._nudge_count, self._nudge_scheduled = self._nudge_count, 0, False
+        if not self.running or count <= 0:
+            return
+        for listener in self.nudge_listeners:
+            listener(count)
+        if self._remote_workers and self.node.transport is not None:
+            payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "n": count})
+            asyncio.get_running_loop().create_task(
+                self.node.transport.put(self.node.key(self.name, "nudge"), payload))
+
+    # -- the sweeper --------------------------------------------------------------------------------
+    async def _sweep_loop(self) -> None:
+        clock, interval = self.node.clock, self.config.sweep_interval_s
+        while self.running:
+            now = clock.now()
+            deadline = self.state.next_deadline()
+            wait = interval if deadline is None else min(interval, max(0.0, deadline - now))
+            self._timer_target = now + wait
+            self._reschedule.clear()
+            if wait > 0:
+                try:
+                    await asyncio.wait_for(self._reschedule.wait(), clock.to_loop_seconds(wait))
+                except asyncio.TimeoutError:
+                    pass
+            self._timer_target = float("inf")
+            now = clock.now()
+            before = self.state.counts[READY]
+            self.state.sweep(now)
+            promoted = self.state.counts[READY] - before
+            dirty, events = self.state.drain()
+            self._publish(events)
+            if promoted > 0:
+                self.nudge(promoted)
+            if self.durable and dirty:
+                await self._persist_quietly(dirty)
+
+    # -- read-only views ----------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        counts = dict(self.state.counts)
+        oldest = self.state.oldest_ready_at()
+        now = self.node.clock.now()
+        return {"queue": self.name, "node": self.node.node_id, "counts": counts,
+                "oldest_ready_age_s": None if oldest is None else max(0.0, now - oldest),
+                "paused": self.state.paused}
+
+
+def dead_letter(rec: JobRecord) -> dict[str, Any]:
+    """The spec's dead-letter fields plus the attempt history (body still encoded)."""
+    return {"job_id": rec.job_id, "body": rec.body, "attempts": rec.attempts,
+            "last_error": rec.last_error, "history": [a.to_dict() for a in rec.history],
+            "meta": rec.meta, "finished_at": rec.finished_at}
+
+
+def error_reply(exc: Exception) -> dict[str, Any]:
+    return {"v": codec.PROTOCOL_VERSION, "ok": False, "error": type(exc).__name__,
+            "message": str(exc)}
+

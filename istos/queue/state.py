@@ -1,0 +1,404 @@
+"""PURE: one queue's jobs and the transitions between their states.
+
+Nothing here does I/O or reads a clock: every operation takes ``now`` (the owner's wall clock) and
+randomness comes in as an rng. The owner (``owner.py``) binds this to a transport and storage.
+
+States: ``ready`` (claimable), ``delayed`` (claimable from ``ready_at``), ``leased`` (a worker
+holds it until ``lease_deadline``), ``done`` (kept only with results, until ``expires_at``) and
+``dead``. Four heaps make every hot-path operation O(log n) with lazy deletion: an entry whose job
+has moved on is discarded when it surfaces (as in simpy's and trio's timer heaps). Ready jobs are
+ordered by (-priority, seq): higher priority first, FIFO within a priority, where ``seq`` is taken
+when a job *becomes* ready, so a delayed or retried job queues behind those already waiting.
+
+Every change is recorded twice for the owner to drain: the records to write through to storage
+(``dirty``) and the :class:`~istos.events.JobEvent` s to emit (``events``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import events as ev
+from ..events import JobEvent
+from .backoff import BackoffPolicy, backoff
+
+READY, DELAYED, LEASED, DONE, DEAD = "ready", "delayed", "leased", "done", "dead"
+STATES = (READY, DELAYED, LEASED, DONE, DEAD)
+LEASE_EXPIRED_ERROR = "lease expired"
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    lease_s: float = 30.0
+    max_attempts: int = 5
+    backoff: BackoffPolicy = BackoffPolicy()
+    keep_results: bool = False
+    result_ttl_s: float = 3600.0
+    history_limit: int = 20
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One delivery of a job: who held it, when, and how it ended."""
+
+    attempt: int
+    worker: str
+    claimed_at: float
+    finished_at: float | None = None
+    outcome: str | None = None  # "acked" | "nacked" | "lease_expired"
+    error: str | None = None
+    backoff_s: float | None = None  # the wait chosen before the next try
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt, "worker": self.worker, "claimed_at": self.claimed_at,
+            "finished_at": self.finished_at, "outcome": self.outcome, "error": self.error,
+            "backoff_s": self.backoff_s,
+        }
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job_id: str
+    queue: str
+    body: bytes
+    priority: int
+    enqueued_at: float
+    state: str = READY
+    ready_at: float = 0.0
+    seq: int = 0
+    attempts: int = 0
+    lease_token: str | None = None
+    lease_worker: str | None = None
+    lease_deadline: float | None = None
+    last_error: str | None = None
+    result: bytes | None = None
+    finished_at: float | None = None
+    expires_at: float | None = None
+    history: list[Attempt] = field(default_factory=list)
+    meta: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {name: getattr(self, name) for name in _SCALAR_FIELDS}
+        d["history"] = [a.to_dict() for a in self.history]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> JobRecord:
+        rec = cls(**{name: d.get(name) for name in _SCALAR_FIELDS})
+        rec.history = [Attempt(**a) for a in d.get("history") or []]
+        return rec
+
+
+_SCALAR_FIELDS = (
+    "job_id", "queue", "body", "priority", "enqueued_at", "state", "ready_at", "seq", "attempts",
+    "lease_token", "lease_worker", "lease_deadline", "last_error", "result", "finished_at",
+    "expires_at", "meta",
+)
+
+
+class QueueState:
+    """The jobs of one queue. Not thread-safe; the owner calls it from one event loop."""
+
+    def __init__(self, queue: str, policy: QueuePolicy, *, node: str = "") -> None:
+        self.queue = queue
+        self.policy = policy
+        self.node = node
+        self.jobs: dict[str, JobRecord] = {}
+        self.dead: dict[str, JobRecord] = {}  # insertion-ordered: oldest dead first
+        self.counts = dict.fromkeys(STATES, 0)
+        self.dirty: list[JobRecord | str] = []  # records to write, or ids to delete
+        self.events: list[JobEvent] = []
+        self.paused = False
+        self._seq = 0
+        self._ready: list[tuple[int, int, str]] = []
+        self._delayed: list[tuple[float, int, str]] = []
+        self._leases: list[tuple[float, str, str]] = []
+        self._expiry: list[tuple[float, str]] = []
+
+    # -- enqueue ---------------------------------------------------------------------------
+    def holds(self, job_id: str) -> bool:
+        return job_id in self.jobs
+
+    def new_record(
+        self, job_id: str, body: bytes, now: float, *, delay_s: float = 0.0, priority: int = 0,
+        meta: dict[str, Any] | None = None,
+    ) -> JobRecord:
+        """Build (but do not insert) a record, so the owner can persist it before accepting."""
+        rec = JobRecord(job_id=job_id, queue=self.queue, body=body, priority=int(priority),
+                        enqueued_at=now, meta=meta)
+        rec.ready_at = now + max(0.0, delay_s)
+        rec.state = DELAYED if delay_s > 0 else READY
+        return rec
+
+    def insert(self, rec: JobRecord, now: float) -> None:
+        """Accept a record built by :meth:`new_record`."""
+        self.jobs[rec.job_id] = rec
+        self.counts[rec.state] += 1
+        if rec.state == READY:
+            self._push_ready(rec)
+        else:
+            self._push_delayed(rec)
+        self._emit(now, rec, ev.ENQUEUED, priority=rec.priority,
+                   delay_s=max(0.0, rec.ready_at - now), ready_at=rec.ready_at)
+
+    def enqueue(self, job_id: str, body: bytes, now: float, *, delay_s: float = 0.0,
+                priority: int = 0, meta: dict[str, Any] | None = None) -> bool:
+        """Insert a job; False (and no change) if the queue already holds ``job_id``."""
+        if job_id in self.jobs:
+            self._emit(now, self.jobs[job_id], ev.DUPLICATE_ENQUEUE)
+            return False
+        rec = self.new_record(job_id, body, now, delay_s=delay_s, priority=priority, meta=meta)
+        self.insert(rec, now)
+        self.dirty.append(rec)
+        return True
+
+    # -- claim -----------------------------------------------------------------------------
+    def claim(self, workers: list[str], now: float) -> list[JobRecord]:
+        """Lease up to one job per entry of ``workers`` (worker slot ids), best first."""
+        if self.paused:
+            return []
+        self.promote_due(now)
+        out: list[JobRecord] = []
+        for worker in workers:
+            rec = self._pop_ready()
+            if rec is None:
+                break
+            self._lease(rec, worker, now)
+            out.append(rec)
+        return out
+
+    def _lease(self, rec: JobRecord, worker: str, now: float) -> None:
+        self._move(rec, LEASED)
+        rec.attempts += 1
+        rec.lease_token = f"{rec.job_id}.{rec.attempts}"
+        rec.lease_worker = worker
+        rec.lease_deadline = now + self.policy.lease_s
+        heapq.heappush(self._leases, (rec.lease_deadline, rec.lease_token, rec.job_id))
+        rec.history.append(Attempt(rec.attempts, worker, now))
+        if len(rec.history) > self.policy.history_limit:
+            # keep the first attempt: it says how the job's story started
+            del rec.history[1]
+        self.dirty.append(rec)
+        self._emit(now, rec, ev.CLAIMED, worker=worker,
+                   deadline=rec.lease_deadline, lease_s=self.policy.lease_s)
+
+    # -- ack / nack --------------------------------------------------------------------------
+    def _holder(self, job_id: str, token: str) -> JobRecord | None:
+        """The record if ``token`` is its latest lease and that delivery has not ended."""
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.lease_token != token:
+            return None
+        if rec.state == LEASED:
+            return rec
+        # The lease expired and the sweeper put the job back, but nobody claimed it again: the
+        # late answer is still the latest delivery's, so honour it rather than run it twice.
+        if rec.state in (READY, DELAYED) and rec.history and \
+                rec.history[-1].outcome == ev.LEASE_EXPIRED:
+            return rec
+        return None
+
+    def ack(self, job_id: str, token: str, now: float, result: bytes | None = None) -> str:
+        """Finish a delivery. Returns "ok", or "stale" if that lease is no longer the job's."""
+        rec = self._holder(job_id, token)
+        if rec is None:
+            return "stale"
+        self._finish_attempt(rec, now, ev.ACKED, None)
+        self._emit(now, rec, ev.ACKED, worker=rec.lease_worker)
+        if self.policy.keep_results:
+            self._move(rec, DONE)
+            rec.result = result
+            rec.finished_at = now
+            rec.expires_at = now + self.policy.result_ttl_s
+            heapq.heappush(self._expiry, (rec.expires_at, rec.job_id))
+            self.dirty.append(rec)
+        else:
+            self._forget(rec)
+        return "ok"
+
+    def nack(self, job_id: str, token: str, now: float, error: str, rng: random.Random) -> str:
+        """Fail a delivery: back off and retry, or dead-letter after ``max_attempts``."""
+        rec = self._holder(job_id, token)
+        if rec is None:
+            return "stale"
+        self._emit(now, rec, ev.NACKED, worker=rec.lease_worker, error=error)
+        self._fail(rec, now, ev.NACKED, error, rng)
+        return "ok"
+
+    def _fail(self, rec: JobRecord, now: float, outcome: str, error: str,
+              rng: random.Random | None) -> None:
+        rec.last_error = error
+        if rec.attempts >= self.policy.max_attempts:
+            self._finish_attempt(rec, now, outcome, error)
+            self._move(rec, DEAD)
+            rec.finished_at = now
+            self.dead[rec.job_id] = rec
+            self._emit(now, rec, ev.DEAD_LETTERED, error=error)
+        else:
+            delay = backoff(rec.attempts, self.policy.backoff, rng) if rng is not None else 0.0
+            self._finish_attempt(rec, now, outcome, error, backoff_s=delay)
+            rec.ready_at = now + delay
+            if delay > 0:
+                self._move(rec, DELAYED)
+                self._push_delayed(rec)
+            else:
+                self._move(rec, READY)
+                self._push_ready(rec)
+            self._emit(now, rec, ev.RETRY_SCHEDULED, delay_s=delay, ready_at=rec.ready_at,
+                       error=error)
+        self.dirty.append(rec)
+
+    def _finish_attempt(self, rec: JobRecord, now: float, outcome: str, error: str | None,
+                        backoff_s: float | None = None) -> None:
+        if rec.history and rec.history[-1].attempt == rec.attempts:
+            last = rec.history[-1]
+            last.finished_at, last.outcome, last.error = now, outcome, error
+            last.backoff_s = backoff_s
+
+    # -- time-driven transitions ---------------------------------------------------------------
+    def sweep(self, now: float) -> int:
+        """Reclaim expired leases (back to ready, or dead if out of attempts) and expire results.
+
+        Returns the number of leases reclaimed. A lease is expired once ``now >= deadline``.
+        """
+        reclaimed = 0
+        leases = self._leases
+        while leases and leases[0][0] <= now:
+            deadline, token, job_id = heapq.heappop(leases)
+            rec = self.jobs.get(job_id)
+            if rec is None or rec.state != LEASED or rec.lease_token != token:
+                continue
+            reclaimed += 1
+            self._emit(now, rec, ev.LEASE_EXPIRED, worker=rec.lease_worker, deadline=deadline)
+            self._fail(rec, now, ev.LEASE_EXPIRED, LEASE_EXPIRED_ERROR, None)
+        expiry = self._expiry
+        while expiry and expiry[0][0] <= now:
+            expires_at, job_id = heapq.heappop(expiry)
+            rec = self.jobs.get(job_id)
+            if rec is None or rec.state != DONE or rec.expires_at != expires_at:
+                continue
+            self._emit(now, rec, ev.RESULT_EXPIRED)
+            self._forget(rec)
+        self.promote_due(now)
+        return reclaimed
+
+    def promote_due(self, now: float) -> int:
+        """Move delayed jobs whose time has come onto the ready heap, in ``ready_at`` order."""
+        moved = 0
+        delayed = self._delayed
+        while delayed and delayed[0][0] <= now:
+            ready_at, seq, job_id = heapq.heappop(delayed)
+            rec = self.jobs.get(job_id)
+            if rec is None or rec.state != DELAYED or rec.seq != seq:
+                continue
+            self._move(rec, READY)
+            self._push_ready(rec)
+            moved += 1
+        return moved
+
+    def next_deadline(self) -> float | None:
+        """The earliest time at which :meth:`sweep` or :meth:`promote_due` has work to do."""
+        heads = [h[0][0] for h in (self._leases, self._delayed, self._expiry) if h]
+        return min(heads) if heads else None
+
+    # -- recovery and admin ----------------------------------------------------------------------
+    def restore(self, rec: JobRecord, now: float) -> None:
+        """Re-insert a record loaded from storage after a restart.
+
+        A leased job gets a fresh full lease on *this* owner's clock: the old deadline was read on
+        another clock (or before a pause), and honouring it could reclaim a live worker's job early.
+        """
+        if rec.job_id in self.jobs:
+            return
+        if rec.state == LEASED:
+            rec.lease_deadline = now + self.policy.lease_s
+        self.jobs[rec.job_id] = rec
+        self.counts[rec.state] += 1
+        if rec.state == READY:
+            self._push_ready(rec)
+        elif rec.state == DELAYED:
+            self._push_delayed(rec)
+        elif rec.state == LEASED:
+            heapq.heappush(self._leases, (rec.lease_deadline, rec.lease_token or "", rec.job_id))
+        elif rec.state == DONE:
+            if rec.expires_at is not None:
+                heapq.heappush(self._expiry, (rec.expires_at, rec.job_id))
+        elif rec.state == DEAD:
+            self.dead[rec.job_id] = rec
+
+    def purge_dead(self, now: float, job_ids: list[str] | None = None) -> int:
+        ids = list(self.dead) if job_ids is None else [j for j in job_ids if j in self.dead]
+        for job_id in ids:
+            rec = self.dead[job_id]
+            self._emit(now, rec, ev.PURGED)
+            self._forget(rec)
+        return len(ids)
+
+    def oldest_ready_at(self) -> float | None:
+        """The ``ready_at`` of the job at the head of the ready heap (lazily cleaned)."""
+        rec = self._peek_ready()
+        return None if rec is None else rec.ready_at
+
+    def ready_ahead_of(self, rec: JobRecord) -> int:
+        """How many ready jobs would be claimed before ``rec`` (O(n): inspection only)."""
+        key = (-rec.priority, rec.seq)
+        return sum(1 for r in self.jobs.values()
+                   if r.state == READY and r is not rec and (-r.priority, r.seq) < key)
+
+    def iter_state(self, state: str | None = None) -> Iterator[JobRecord]:
+        for rec in self.jobs.values():
+            if state is None or rec.state == state:
+                yield rec
+
+    # -- internals ---------------------------------------------------------------------------
+    def _push_ready(self, rec: JobRecord) -> None:
+        self._seq += 1
+        rec.seq = self._seq
+        heapq.heappush(self._ready, (-rec.priority, rec.seq, rec.job_id))
+
+    def _push_delayed(self, rec: JobRecord) -> None:
+        self._seq += 1
+        rec.seq = self._seq
+        heapq.heappush(self._delayed, (rec.ready_at, rec.seq, rec.job_id))
+
+    def _peek_ready(self) -> JobRecord | None:
+        ready = self._ready
+        while ready:
+            _, seq, job_id = ready[0]
+            rec = self.jobs.get(job_id)
+            if rec is not None and rec.state == READY and rec.seq == seq:
+                return rec
+            heapq.heappop(ready)
+        return None
+
+    def _pop_ready(self) -> JobRecord | None:
+        rec = self._peek_ready()
+        if rec is not None:
+            heapq.heappop(self._ready)
+        return rec
+
+    def _move(self, rec: JobRecord, state: str) -> None:
+        self.counts[rec.state] -= 1
+        self.counts[state] += 1
+        rec.state = state
+
+    def _forget(self, rec: JobRecord) -> None:
+        self.counts[rec.state] -= 1
+        del self.jobs[rec.job_id]
+        self.dead.pop(rec.job_id, None)
+        self.dirty.append(rec.job_id)
+
+    def _emit(self, now: float, rec: JobRecord, kind: str, worker: str | None = None,
+              **detail: Any) -> None:
+        self.events.append(JobEvent(now, self.node, self.queue, rec.job_id, kind,
+                                    rec.attempts, worker, detail))
+
+    def drain(self) -> tuple[list[JobRecord | str], list[JobEvent]]:
+        """Hand the owner what changed since the last drain."""
+        dirty, events = self.dirty, self.events
+        self.dirty, self.events = [], []
+        return dirty, events

@@ -1,0 +1,223 @@
+"""The worker side: claim jobs into free slots, run the user's function, ack or nack.
+
+One dispatcher per ``@app.worker`` claims as many jobs as it has free slots in a single request
+(a batch), so a busy worker pays one claim round trip per batch rather than per job. When the
+queue has nothing for it, the dispatcher sleeps until the owner's nudge (one wake-up for the whole
+worker, however many slots are idle: the reference package woke every idle loop per job) or the
+poll interval, a safety net for missed nudges and elapsed delays.
+
+Shutdown: the dispatcher stops claiming; jobs in flight get ``shutdown_grace_s`` to finish and
+ack; any still running after that are cancelled *without* a nack, so they come back when their
+lease expires (a nack would burn an attempt for a job that did nothing wrong).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import codec, di
+from ..context import JobContext
+from ..errors import InvalidJob, IstosError, OwnerUnavailable
+from ..node import Node
+from .client import OwnerClient
+from .config import WorkerConfig
+
+log = logging.getLogger("istos.worker")
+
+ContinueHook = Callable[[dict[str, Any], Any], Awaitable[None]]
+
+
+@dataclass
+class ClaimedJob:
+    job_id: str
+    body: bytes
+    attempt: int
+    token: str
+    worker: str
+    deadline: float | None
+    last_error: str | None
+    meta: dict[str, Any] | None
+    max_attempts: int
+    keep_results: bool
+
+
+@dataclass
+class WorkerStats:
+    claims: int = 0
+    empty_claims: int = 0
+    acked: int = 0
+    nacked: int = 0
+    failed_replies: int = 0
+    slot_ids: list[str] = field(default_factory=list)
+
+
+class WorkerRunner:
+    def __init__(self, config: WorkerConfig, fn: Callable[..., Any], node: Node,
+                 client: OwnerClient, *, continue_hook: ContinueHook | None = None,
+                 shutdown_grace_s: float = 10.0) -> None:
+        self.config = config
+        self.fn = fn
+        self.node = node
+        self.client = client
+        self.continue_hook = continue_hook
+        self.shutdown_grace_s = shutdown_grace_s
+        self._deps, self._wants_ctx = di.plan(fn)
+        self._is_async = inspect.iscoroutinefunction(fn)
+        name = getattr(fn, "__name__", "worker")
+        self.slot_ids = [f"{node.node_id}:{name}#{i}" for i in range(config.concurrency)]
+        self._free = list(reversed(self.slot_ids))  # pop() hands out #0 first
+        self._wake = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._nudge_handle: Any = None
+        self._stopping = False
+        self.stats = WorkerStats(slot_ids=list(self.slot_ids))
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    async def start(self) -> None:
+        transport = self.node.transport
+        if transport is not None:
+            self._nudge_handle = await transport.declare_subscriber(
+                self.node.key(self.config.queue, "nudge"), self._on_remote_nudge)
+        self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch_loop())
+
+    def on_nudge(self, count: int) -> None:
+        """Jobs became claimable: wake the dispatcher if it has a free slot."""
+        if self._free:
+            self._wake.set()
+
+    def _on_remote_nudge(self, key: str, payload: bytes) -> None:
+        self.on_nudge(1)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._nudge_handle is not None:
+            self._nudge_handle.close()
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+            await asyncio.gather(self._dispatcher, return_exceptions=True)
+        if self._tasks:
+            _, pending = await asyncio.wait(
+                set(self._tasks), timeout=self.node.clock.to_loop_seconds(self.shutdown_grace_s))
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def kill(self) -> None:
+        """Stop at once with no ack, no nack (a simulated crash)."""
+        self._stopping = True
+        if self._nudge_handle is not None:
+            self._nudge_handle.close()
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+        for task in self._tasks:
+            task.cancel()
+
+    # -- claiming ---------------------------------------------------------------------------------
+    async def _dispatch_loop(self) -> None:
+        clock, poll = self.node.clock, self.config.poll_interval_s
+        while not self._stopping:
+            if not self._free:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            self._wake.clear()
+            slots = list(reversed(self._free))
+            try:
+                jobs = await self._claim(slots)
+            except (OwnerUnavailable, IstosError) as exc:
+                log.debug("worker %s: claim failed: %s", slots[0], exc)
+                jobs = []
+            if len(jobs) < len(slots):
+                # The queue had nothing more for us: sleep until a nudge or the poll interval.
+                try:
+                    await asyncio.wait_for(self._wake.wait(), clock.to_loop_seconds(poll))
+                except asyncio.TimeoutError:
+                    pass
+
+    async def _claim(self, slots: list[str]) -> list[ClaimedJob]:
+        reply = await self.client.call("claim", workers=slots)
+        self.stats.claims += 1
+        jobs = [ClaimedJob(j["job_id"], j["body"], j["attempt"], j["token"], j["worker"],
+                           j.get("deadline"), j.get("last_error"), j.get("meta"),
+                           reply["max_attempts"], reply["keep_results"])
+                for j in reply["jobs"]]
+        if not jobs:
+            self.stats.empty_claims += 1
+        for job in jobs:
+            self._free.remove(job.worker)
+            task = asyncio.get_running_loop().create_task(self._run(job))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return jobs
+
+    # -- running one job --------------------------------------------------------------------------
+    async def _run(self, job: ClaimedJob) -> None:
+        try:
+            await self._run_and_report(job)
+        finally:
+            self._free.append(job.worker)
+            self._slot_freed.set()
+
+    async def _run_and_report(self, job: ClaimedJob) -> None:
+        try:
+            data = codec.decode_body(job.body)
+            async with AsyncExitStack() as stack:
+                kwargs = await di.resolve(self._deps, stack, {})
+                if self._wants_ctx:
+                    kwargs["ctx"] = JobContext(job.job_id, self.config.queue, job.attempt,
+                                               job.max_attempts, job.last_error, job.worker,
+                                               job.deadline)
+                result = await self._call(data, kwargs)
+            if self.continue_hook is not None and job.meta:
+                await self.continue_hook(job.meta, result)
+            encoded = codec.encode_body(result, queue=self.config.queue) \
+                if job.keep_results else None
+        except asyncio.CancelledError:
+            raise  # crash or shutdown: no ack, no nack; the lease brings the job back
+        except InvalidJob as exc:
+            await self._report("nack", job, error=f"result not storable: {exc}")
+            return
+        except Exception as exc:
+            await self._report("nack", job, error=f"{type(exc).__name__}: {exc}")
+            return
+        await self._report("ack", job, result=encoded)
+
+    async def _call(self, data: Any, kwargs: dict[str, Any]) -> Any:
+        if self._is_async:
+            return await self.fn(data, **kwargs)
+        if self.node.sync_inline:
+            return self.fn(data, **kwargs)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.config.concurrency,
+                                                thread_name_prefix="istos-worker")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: self.fn(data, **kwargs))
+
+    async def _report(self, op: str, job: ClaimedJob, **fields: Any) -> None:
+        """Ack or nack; retried briefly because both are idempotent (keyed by the lease token)."""
+        for attempt in range(3):
+            try:
+                reply = await self.client.call(op, job_id=job.job_id, token=job.token, **fields)
+            except OwnerUnavailable as exc:
+                log.warning("worker %s: %s of %s failed (%s)", job.worker, op, job.job_id, exc)
+                await self.node.clock.sleep(0.05 * (attempt + 1))
+                continue
+            if reply.get("status") == "ok":
+                if op == "ack":
+                    self.stats.acked += 1
+                else:
+                    self.stats.nacked += 1
+            return
+        self.stats.failed_replies += 1

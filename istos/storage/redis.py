@@ -1,0 +1,265 @@
+"""Redis storage: one Redis hash per namespace, shared by every owner replica.
+
+Layout (``P`` is ``key_prefix``)::
+
+    P:{ns}        HASH  key -> value bytes          (what get/put/scan read and write)
+    P#exp:{ns}    HASH  key -> expires_at as text   (only keys written by put_if_absent with a TTL)
+
+The expiry hash uses ``#exp:`` rather than a ``:exp`` suffix so that no namespace name can ever
+alias another namespace's expiry hash (namespaces such as ``events:{key}`` contain colons).
+
+Expiry is judged by the *caller's* clock: ``put_if_absent`` passes ``now`` into a Lua script
+that compares it with the stored ``expires_at``. Redis key TTLs are deliberately not used, because
+they run on the server's clock and the simulator (and skewed replicas) must decide for themselves.
+Like :class:`~istos.storage.memory.MemoryStorage`, an expired entry stays readable by ``get`` and
+``scan`` until it is replaced or deleted; expiry only matters to ``put_if_absent``.
+
+Every operation is one round trip (``scan`` pages through ``HSCAN``). Any failure to reach the
+server, or a server refusal (OOM, read-only replica), raises
+:class:`~istos.errors.StorageUnavailable` naming the URL (password hidden) and the operation.
+The client reconnects on its own: the first call after the server is back succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from istos.errors import ConfigError, StorageUnavailable
+
+T = TypeVar("T")
+
+# KEYS[1] data hash, KEYS[2] expiry hash; ARGV: key, value, now, expires_at ('' = never).
+# Runs atomically on the server, so N racing callers see exactly one winner.
+_PUT_IF_ABSENT_LUA = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  local exp = redis.call('HGET', KEYS[2], ARGV[1])
+  if not exp or tonumber(exp) > tonumber(ARGV[3]) then
+    return 0
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if ARGV[4] == '' then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+else
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
+end
+return 1
+"""
+
+_SCAN_PAGE = 1000
+
+
+def _redact(url: str) -> str:
+    """``url`` with any password replaced by ``***`` so it is safe to put in an error message."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable redis url>"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    netloc = f"{user}:***@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _glob_escape(text: str) -> str:
+    """Escape Redis MATCH glob metacharacters so a prefix matches only itself."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+class RedisStoragePlugin:
+    """Durable, shared storage on a Redis server (``redis.asyncio``).
+
+    ``connect_timeout_s`` bounds establishing a connection, ``op_timeout_s`` bounds waiting for
+    a reply; a whole call is additionally capped at roughly twice their sum (one reconnect).
+    Raises :class:`~istos.errors.ConfigError` at construction if ``redis`` is not installed.
+    """
+
+    durable: bool = True
+    shared: bool = True
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        key_prefix: str = "istos",
+        connect_timeout_s: float = 2.0,
+        op_timeout_s: float = 2.0,
+    ) -> None:
+        # Imported here, not at module top, so `import istos` never needs redis installed.
+        try:
+            import redis.asyncio  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(
+                "RedisStoragePlugin needs the redis package: pip install istos-nb[redis]"
+            ) from exc
+        if not key_prefix:
+            raise ConfigError("RedisStoragePlugin key_prefix must be a non-empty string")
+        if connect_timeout_s <= 0 or op_timeout_s <= 0:
+            raise ConfigError("RedisStoragePlugin timeouts must be > 0 seconds")
+        self.url = url
+        self.key_prefix = key_prefix
+        self.connect_timeout_s = connect_timeout_s
+        self.op_timeout_s = op_timeout_s
+        self._safe_url = _redact(url)
+        # One reconnect attempt may be needed, hence the factor of two.
+        self._deadline_s = 2 * (connect_timeout_s + op_timeout_s) + 0.5
+        self._client: Any = None
+        self._script: Any = None
+
+    # -- keys ---------------------------------------------------------------------------------
+
+    def _data_key(self, ns: str) -> str:
+        return f"{self.key_prefix}:{ns}"
+
+    def _exp_key(self, ns: str) -> str:
+        return f"{self.key_prefix}#exp:{ns}"
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _ensure_client(self) -> Any:
+        if self._client is None:
+            from redis.asyncio import Redis
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+
+            # Retry once, immediately: after a server restart every pooled socket is dead and
+            # the first command on each must reconnect. redis-py's default (3 retries with
+            # exponential backoff) would stretch an outage report to many seconds.
+            self._client = Redis.from_url(
+                self.url,
+                socket_connect_timeout=self.connect_timeout_s,
+                socket_timeout=self.op_timeout_s,
+                retry=Retry(NoBackoff(), 1),
+            )
+            # register_script uses EVALSHA and reloads the script after a server restart
+            # (NOSCRIPT), so recovery needs no extra handling here.
+            self._script = self._client.register_script(_PUT_IF_ABSENT_LUA)
+        return self._client
+
+    async def _call(self, op: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+        """Run ``fn(client)`` under the deadline, translating backend failures."""
+        from redis.exceptions import RedisError
+
+        client = self._ensure_client()
+        try:
+            return await asyncio.wait_for(fn(client), self._deadline_s)
+        except (RedisError, OSError, asyncio.TimeoutError) as exc:
+            raise StorageUnavailable(
+                f"Redis at {self._safe_url} failed during {op}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    # -- Storage protocol ---------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect and check the server answers; raises StorageUnavailable if it does not."""
+        await self._call("open", lambda c: c.ping())
+
+    async def close(self) -> None:
+        """Release the connection pool. The instance may be opened again afterwards."""
+        client, self._client, self._script = self._client, None, None
+        if client is not None:
+            await client.aclose()
+
+    async def put(self, ns: str, key: str, value: bytes) -> None:
+        """Store ``value``; a plain put clears any expiry set by ``put_if_absent``."""
+
+        async def run(c: Any) -> None:
+            # MULTI/EXEC: both hashes change together, in one round trip.
+            async with c.pipeline(transaction=True) as pipe:
+                pipe.hset(self._data_key(ns), key, value)
+                pipe.hdel(self._exp_key(ns), key)
+                await pipe.execute()
+
+        await self._call("put", run)
+
+    async def put_many(self, ns: str, items: list[tuple[str, bytes]]) -> None:
+        """Store every item with one HSET; later duplicates of a key win."""
+        if not items:
+            return
+        mapping = dict(items)
+
+        async def run(c: Any) -> None:
+            async with c.pipeline(transaction=True) as pipe:
+                pipe.hset(self._data_key(ns), mapping=mapping)
+                pipe.hdel(self._exp_key(ns), *mapping.keys())
+                await pipe.execute()
+
+        await self._call("put_many", run)
+
+    async def get(self, ns: str, key: str) -> bytes | None:
+        return await self._call("get", lambda c: c.hget(self._data_key(ns), key))
+
+    async def delete(self, ns: str, key: str) -> None:
+        async def run(c: Any) -> None:
+            async with c.pipeline(transaction=True) as pipe:
+                pipe.hdel(self._data_key(ns), key)
+                pipe.hdel(self._exp_key(ns), key)
+                await pipe.execute()
+
+        await self._call("delete", run)
+
+    async def scan(self, ns: str) -> list[tuple[str, bytes]]:
+        """Every entry of ``ns``, paged with HSCAN so a large hash never blocks the server.
+
+        Each page gets its own deadline; HSCAN may repeat a field while the hash is being
+        rehashed, so results are collected in a dict.
+        """
+        name = self._data_key(ns)
+        found: dict[str, bytes] = {}
+        cursor = 0
+        while True:
+            cursor, page = await self._call(
+                "scan", lambda c, cur=cursor: c.hscan(name, cur, count=_SCAN_PAGE)
+            )
+            for field, value in page.items():
+                found[field.decode("utf-8")] = value
+            if cursor == 0:
+                break
+        return list(found.items())
+
+    async def put_if_absent(
+        self, ns: str, key: str, value: bytes, *, now: float, expires_at: float | None = None
+    ) -> bool:
+        """Atomically store ``value`` unless a live entry exists (a Lua script; see module doc).
+
+        An entry counts as live when it has no expiry or its ``expires_at`` > ``now``.
+        Caveat: if the connection drops after the server ran the script but before the reply
+        arrived, the automatic retry may report False for a write that did happen.
+        """
+        exp_arg = "" if expires_at is None else repr(float(expires_at))
+
+        async def run(c: Any) -> Any:
+            return await self._script(
+                keys=[self._data_key(ns), self._exp_key(ns)],
+                args=[key, value, repr(float(now)), exp_arg],
+                client=c,
+            )
+
+        return bool(await self._call("put_if_absent", run))
+
+    # -- helpers (admin and tests) ------------------------------------------------------------
+
+    async def clear_namespace(self, ns: str) -> None:
+        """Delete every entry of ``ns`` (both hashes) in one round trip."""
+        keys = (self._data_key(ns), self._exp_key(ns))
+        await self._call("clear_namespace", lambda c: c.delete(*keys))
+
+    async def wipe(self) -> None:
+        """Delete every key this plugin's prefix owns. Meant for tests; uses SCAN, not KEYS."""
+        prefix = _glob_escape(self.key_prefix)
+        for pattern in (f"{prefix}:*", f"{prefix}#exp:*"):
+            keys: list[bytes] = await self._call("wipe", lambda c, p=pattern: self._collect(c, p))
+            for start in range(0, len(keys), 500):
+                batch = keys[start : start + 500]
+                await self._call("wipe", lambda c, b=batch: c.delete(*b))
+
+    @staticmethod
+    async def _collect(client: Any, pattern: str) -> list[bytes]:
+        return [key async for key in client.scan_iter(match=pattern, count=1000)]

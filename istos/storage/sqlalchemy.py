@@ -1,0 +1,277 @@
+"""SQL storage on SQLAlchemy 2 asyncio: PostgreSQL (asyncpg) or SQLite (aiosqlite).
+
+Schema (one table, default name ``istos_kv``; created by :meth:`SQLAlchemyStoragePlugin.open`
+with ``CREATE TABLE IF NOT EXISTS``)::
+
+    ns          VARCHAR(255)      NOT NULL   -- namespace, e.g. "jobs:emails"
+    key         VARCHAR(255)      NOT NULL   -- key within the namespace
+    value       BYTEA / BLOB      NOT NULL   -- opaque bytes
+    expires_at  DOUBLE PRECISION  NULL       -- caller-clock epoch seconds; NULL = never expires
+    PRIMARY KEY (ns, key)
+
+``expires_at`` is only set by ``put_if_absent``; a plain ``put`` resets it to NULL. Expiry is
+judged by the ``now`` the caller passes in, never by the database clock, so the simulator's and
+skewed replicas' clocks apply. Like the in-memory adapter, an expired row stays readable by
+``get``/``scan`` until replaced or deleted.
+
+Writes are upserts (``INSERT .. ON CONFLICT (ns, key) DO UPDATE``), so each call is one statement
+in one transaction. ``put_if_absent`` is the same statement with ``WHERE expires_at IS NOT NULL
+AND expires_at <= :now`` on the update branch and ``RETURNING``: a returned row means this call
+wrote. The database serialises racing inserts on the primary key, so exactly one of N racers wins.
+
+Failures to reach the database, timeouts and refused writes raise
+:class:`~istos.errors.StorageUnavailable` naming the URL (password hidden) and the operation.
+``pool_pre_ping`` discards dead pooled connections, so the first call after the database is
+back succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from istos.errors import ConfigError, StorageUnavailable
+
+T = TypeVar("T")
+
+# Rows per multi-row INSERT: 4 bound parameters each keeps a statement far below the
+# parameter limits of asyncpg (32767) and SQLite (32766).
+_CHUNK_ROWS = 1000
+
+
+class SQLAlchemyStoragePlugin:
+    """Durable storage in one SQL table; see the module docstring for the schema.
+
+    ``url`` is an SQLAlchemy async URL: ``postgresql+asyncpg://user@host:5432/db``,
+    ``sqlite+aiosqlite:///path/file.db`` or ``sqlite+aiosqlite:///:memory:``. In-memory SQLite
+    lives and dies with this object, so it reports ``durable=False`` and ``shared=False``.
+    ``op_timeout_s`` bounds each call, connecting included.
+
+    Raises :class:`~istos.errors.ConfigError` at construction if SQLAlchemy is not installed, or
+    the URL is malformed or names a dialect other than PostgreSQL or SQLite.
+    """
+
+    def __init__(self, url: str, *, table: str = "istos_kv", op_timeout_s: float = 5.0) -> None:
+        # Imported here, not at module top, so `import istos` never needs SQLAlchemy installed.
+        try:
+            from sqlalchemy import Column, Double, LargeBinary, MetaData, String, Table
+            from sqlalchemy.engine import make_url
+            from sqlalchemy.exc import ArgumentError
+        except ImportError as exc:
+            raise ConfigError(
+                "SQLAlchemyStoragePlugin needs SQLAlchemy: pip install istos-nb[sqlalchemy]"
+            ) from exc
+        if op_timeout_s <= 0:
+            raise ConfigError("SQLAlchemyStoragePlugin op_timeout_s must be > 0 seconds")
+        try:
+            parsed = make_url(url)
+        except ArgumentError as exc:
+            raise ConfigError(f"SQLAlchemyStoragePlugin: malformed database URL: {exc}") from exc
+        backend = parsed.get_backend_name()
+        if backend not in ("postgresql", "sqlite"):
+            raise ConfigError(
+                f"SQLAlchemyStoragePlugin supports postgresql and sqlite URLs, not {backend!r}"
+            )
+        self.url = url
+        self.table_name = table
+        self.op_timeout_s = op_timeout_s
+        self._backend = backend
+        self._safe_url = parsed.render_as_string(hide_password=True)
+        self._memory = backend == "sqlite" and (
+            parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory"
+        )
+        self.durable = not self._memory
+        self.shared = not self._memory
+        # StaticPool hands one connection to every caller and rolls it back when each returns
+        # it, which would undo a concurrent caller's uncommitted write: serialise instead.
+        self._serial = asyncio.Lock() if self._memory else None
+        self._engine: Any = None
+        self._created = False
+        self._table: Any = Table(
+            table,
+            MetaData(),
+            Column("ns", String(255), primary_key=True),
+            Column("key", String(255), primary_key=True),
+            Column("value", LargeBinary, nullable=False),
+            Column("expires_at", Double, nullable=True),
+        )
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _ensure_engine(self) -> Any:
+        if self._engine is not None:
+            return self._engine
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        kwargs: dict[str, Any] = {"pool_pre_ping": True}
+        if self._backend == "postgresql":
+            # asyncpg: `timeout` bounds connecting, `command_timeout` each statement.
+            kwargs["connect_args"] = {
+                "timeout": self.op_timeout_s,
+                "command_timeout": self.op_timeout_s,
+            }
+            kwargs["pool_timeout"] = self.op_timeout_s
+        elif self._memory:
+            from sqlalchemy.pool import StaticPool
+
+            # Every new :memory: connection is a new, empty database: keep exactly one.
+            kwargs["poolclass"] = StaticPool
+            kwargs["connect_args"] = {"check_same_thread": False}
+        else:
+            # sqlite3's `timeout` is how long a writer waits for the file lock held by another.
+            kwargs["connect_args"] = {"timeout": self.op_timeout_s}
+            kwargs["pool_timeout"] = self.op_timeout_s
+        self._engine = create_async_engine(self.url, **kwargs)
+        return self._engine
+
+    def _insert(self) -> Any:
+        """The dialect's INSERT construct, which offers ``on_conflict_do_update``."""
+        if self._backend == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        return insert(self._table)
+
+    async def _call(self, op: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+        """Run ``fn(connection)`` in one transaction under the deadline, translating failures."""
+        from sqlalchemy.exc import DBAPIError, DisconnectionError
+        from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+        engine = self._ensure_engine()
+
+        async def run() -> T:
+            if not self._created:
+                async with engine.begin() as conn:
+                    await conn.run_sync(self._table.metadata.create_all, checkfirst=True)
+                self._created = True
+            async with engine.begin() as conn:
+                return await fn(conn)
+
+        async def guarded() -> T:
+            if self._serial is None:
+                return await run()
+            async with self._serial:
+                return await run()
+
+        try:
+            return await asyncio.wait_for(guarded(), self.op_timeout_s)
+        except (asyncio.TimeoutError, PoolTimeout) as exc:
+            raise StorageUnavailable(
+                f"database at {self._safe_url} did not answer {op} within {self.op_timeout_s}s"
+            ) from exc
+        except (OSError, DBAPIError, DisconnectionError) as exc:
+            # DBAPIError covers both lost connections (OperationalError, InterfaceError,
+            # connection_invalidated) and refused writes (e.g. a key longer than 255 on
+            # PostgreSQL): either way nothing was accepted and the caller must refuse.
+            raise StorageUnavailable(
+                f"database at {self._safe_url} failed during {op}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    # -- Storage protocol ---------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect and create the table if missing; raises StorageUnavailable if unreachable."""
+        from sqlalchemy import select
+
+        await self._call("open", lambda conn: conn.execute(select(1)))
+
+    async def close(self) -> None:
+        """Dispose of the pool. An in-memory SQLite database is gone after this."""
+        engine, self._engine = self._engine, None
+        self._created = False
+        if engine is not None:
+            await engine.dispose()
+
+    def _upsert(self, rows: list[dict[str, Any]]) -> Any:
+        stmt = self._insert().values(rows)
+        return stmt.on_conflict_do_update(
+            index_elements=["ns", "key"],
+            set_={"value": stmt.excluded.value, "expires_at": None},
+        )
+
+    async def put(self, ns: str, key: str, value: bytes) -> None:
+        """Upsert ``value``; clears any expiry set by ``put_if_absent``."""
+        row = {"ns": ns, "key": key, "value": value, "expires_at": None}
+        await self._call("put", lambda conn: conn.execute(self._upsert([row])))
+
+    async def put_many(self, ns: str, items: list[tuple[str, bytes]]) -> None:
+        """Upsert all items in one transaction, as multi-row statements of up to 1000 rows.
+
+        Later duplicates of a key win (PostgreSQL rejects a statement that would upsert the same
+        row twice, so duplicates are folded first).
+        """
+        if not items:
+            return
+        rows = [
+            {"ns": ns, "key": key, "value": value, "expires_at": None}
+            for key, value in dict(items).items()
+        ]
+
+        async def run(conn: Any) -> None:
+            for start in range(0, len(rows), _CHUNK_ROWS):
+                await conn.execute(self._upsert(rows[start : start + _CHUNK_ROWS]))
+
+        await self._call("put_many", run)
+
+    async def get(self, ns: str, key: str) -> bytes | None:
+        from sqlalchemy import select
+
+        t = self._table
+
+        async def run(conn: Any) -> bytes | None:
+            result = await conn.execute(select(t.c.value).where(t.c.ns == ns, t.c.key == key))
+            value = result.scalar_one_or_none()
+            return None if value is None else bytes(value)
+
+        return await self._call("get", run)
+
+    async def delete(self, ns: str, key: str) -> None:
+        from sqlalchemy import delete
+
+        t = self._table
+        await self._call(
+            "delete", lambda conn: conn.execute(delete(t).where(t.c.ns == ns, t.c.key == key))
+        )
+
+    async def scan(self, ns: str) -> list[tuple[str, bytes]]:
+        from sqlalchemy import select
+
+        t = self._table
+
+        async def run(conn: Any) -> list[tuple[str, bytes]]:
+            result = await conn.execute(select(t.c.key, t.c.value).where(t.c.ns == ns))
+            return [(key, bytes(value)) for key, value in result.all()]
+
+        return await self._call("scan", run)
+
+    async def put_if_absent(
+        self, ns: str, key: str, value: bytes, *, now: float, expires_at: float | None = None
+    ) -> bool:
+        """Atomically store ``value`` unless a live row exists; True if this call wrote it.
+
+        A row is live when its ``expires_at`` is NULL or > ``now``. One statement: the insert
+        wins outright, or the conflict branch replaces an expired row, or nothing happens.
+        """
+        t = self._table
+        stmt = self._insert().values(ns=ns, key=key, value=value, expires_at=expires_at)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["ns", "key"],
+            set_={"value": stmt.excluded.value, "expires_at": stmt.excluded.expires_at},
+            where=t.c.expires_at.is_not(None) & (t.c.expires_at <= float(now)),
+        ).returning(t.c.ns)
+
+        async def run(conn: Any) -> bool:
+            result = await conn.execute(stmt)
+            return result.first() is not None
+
+        return await self._call("put_if_absent", run)
+
+    # -- helpers (tests) ----------------------------------------------------------------------
+
+    async def wipe(self) -> None:
+        """Delete every row of the table (the table itself stays). Meant for tests."""
+        from sqlalchemy import delete
+
+        t = self._table
+        await self._call("wipe", lambda conn: conn.execute(delete(t)))

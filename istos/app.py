@@ -23,8 +23,7 @@ from .events import EventLog
 from .ids import IdSource
 from .node import Node
 from .queue.client import OwnerClient
-from .queue.config import QueueConfig, WorkerConfig, check_delay, check_priority, \
-    check_queue_name
+from .queue.config import QueueConfig, WorkerConfig, check_delay, check_priority, check_queue_name
 from .queue.owner import QueueOwner
 from .queue.worker import WorkerRunner
 from .storage.base import Storage
@@ -83,7 +82,7 @@ class Istos:
         """This node's recent JobEvents (from the queues it owns) and their listeners."""
         return self.node.events
 
-    # -- declarations ---------------------------------------------------------------------------
+    # -- declarations --
     def queue(self, name: str, **options: Any) -> QueueConfig:
         """Own queue ``name`` on this node. Options as in the spec (``lease_s``, ``max_attempts``,
         ``retry_backoff_s``, ``retry_backoff_max_s``, ``retry_jitter``, ``keep_results``,
@@ -117,7 +116,7 @@ class Istos:
         """Register a component started after the queues and stopped before them."""
         self._plugins.append(plugin)
 
-    # -- lifecycle ------------------------------------------------------------------------------
+    # -- lifecycle --
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[Istos]:
         """Run this node inside the current event loop until the block exits."""
@@ -195,7 +194,7 @@ class Istos:
 
         asyncio.run(main())
 
-    # -- producer calls ---------------------------------------------------------------------------
+    # -- producer calls --
     def client(self, queue: str) -> OwnerClient:
         client = self._clients.get(queue)
         if client is None:
@@ -257,6 +256,6 @@ class Istos:
             out["error"] = reply["error"]
         return out
 
-    # -- workflows hook (filled in by istos.queue.workflow) -------------------------------------------
+    # -- workflows hook (filled in by istos.queue.workflow) --
     async def _continue_hook(self, meta: dict[str, Any], result: Any) -> None:
         return None

@@ -41,6 +41,7 @@ from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone, tzinfo
+from itertools import groupby
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from istos.errors import ConfigError, CronError
@@ -183,16 +184,9 @@ def parse(expr: str) -> CronSpec:
             f"cron expression '{expr}' has {len(parts)} fields; expected 5 fields ({names})"
         )
     sets = [_parse_field(part, fld, expr) for part, fld in zip(parts, _FIELDS, strict=True)]
-    return CronSpec(
-        minutes=sets[0],
-        hours=sets[1],
-        days=sets[2],
-        months=sets[3],
-        weekdays=frozenset(v % 7 for v in sets[4]),  # 7 is another spelling of Sunday
-        dom_restricted=not parts[2].startswith("*"),
-        dow_restricted=not parts[4].startswith("*"),
-        expr=expr,
-    )
+    weekdays = frozenset(v % 7 for v in sets[4])  # 7 is another spelling of Sunday
+    restricted = [not part.startswith("*") for part in parts]
+    return CronSpec(*sets[:4], weekdays, restricted[2], restricted[4], expr=expr)
 
 
 def next_fire(expr: str | CronSpec, after: datetime, tz: str | tzinfo | None = None) -> datetime:
@@ -265,7 +259,10 @@ def _parse_item(item: str, fld: _Field, expr: str) -> range:
     elif "-" in base:
         first, _, last = base.partition("-")
         start = _parse_value(first, fld, expr, item)
-        end = _parse_value(last, fld, expr, item, range_end=True)
+        end = _parse_value(last, fld, expr, item)
+        named_sunday = fld.hi_written > fld.hi and end == fld.lo and not last.isdigit()
+        if named_sunday and start > end:
+            end = fld.hi_written  # `FRI-SUN`: a Sunday closing a range is day 7, not day 0
         if start > end:
             msg = f"range {base!r} starts after it ends"
             raise CronError(_field_message(fld, expr, msg))
@@ -275,13 +272,11 @@ def _parse_item(item: str, fld: _Field, expr: str) -> range:
     return range(start, end + 1, step)
 
 
-def _parse_value(token: str, fld: _Field, expr: str, item: str, range_end: bool = False) -> int:
+def _parse_value(token: str, fld: _Field, expr: str, item: str) -> int:
     if token.isascii() and token.isdigit():
         value = int(token)
     elif token.upper() in fld.names:
         value = fld.names[token.upper()]
-        if range_end and fld.hi_written > fld.hi and value == fld.lo:
-            value = fld.hi_written  # `FRI-SUN`: Sunday closing a range is day 7, not day 0
     else:
         what = "value" if token else "empty value"
         msg = f"{what} {token!r} in {item!r} is not a number" + (
@@ -395,18 +390,11 @@ def _format_values(
     def show(v: int) -> str:
         return names[v - first] if names else str(v)
 
-    ordered = sorted(values)
     runs: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        if j - i >= 2:
-            runs.append(f"{show(ordered[i])}-{show(ordered[j])}")
-        else:
-            runs.extend(show(v) for v in ordered[i : j + 1])
-        i = j + 1
+    # Consecutive values share (value - position), so each group is one run.
+    for _, group in groupby(enumerate(sorted(values)), key=lambda pair: pair[1] - pair[0]):
+        run = [show(v) for _, v in group]
+        runs.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(run))
     return ",".join(runs)
 
 
@@ -425,10 +413,8 @@ def _describe_days(spec: CronSpec) -> str:
     if spec.union_days:
         return f"{dom} or {dow}"
     all_days, all_weekdays = len(spec.days) == 31, len(spec.weekdays) == 7
-    if all_days and all_weekdays:
-        return "every day"
     if all_weekdays:
-        return dom
+        return "every day" if all_days else dom
     if all_days:
         return dow
     return f"{dom} if it is {_format_values(spec.weekdays, _DAY_NAMES)}"

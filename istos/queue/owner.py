@@ -16,7 +16,10 @@ from typing import Any
 from .. import codec
 from .. import events as ev
 from ..errors import (
-    AdminDisabled, IstosError, ProtocolError, StorageUnavailable,
+    AdminDisabled,
+    IstosError,
+    ProtocolError,
+    StorageUnavailable,
 )
 from ..events import JobEvent
 from ..node import Node
@@ -57,7 +60,7 @@ class QueueOwner:
             "ping": self._op_ping,
         }
 
-    # -- lifecycle --------------------------------------------------------------------------
+    # -- lifecycle --
     async def start(self) -> None:
         """Recover from durable storage, bind the rpc key, start the sweeper."""
         now = self.node.clock.now()
@@ -83,7 +86,7 @@ class QueueOwner:
             self._timer = None
         self._emit_queue_event(ev.OWNER_DOWN)
 
-    # -- the request path -----------------------------------------------------------------------
+    # -- the request path --
     async def _on_request(self, key: str, payload: bytes) -> bytes:
         try:
             msg = codec.decode_message(payload)
@@ -205,13 +208,13 @@ class QueueOwner:
     async def _op_dead(self, msg: dict[str, Any]) -> dict[str, Any]:
         return {"dead": [dead_letter(r) for r in self.state.dead.values()]}
 
-    # -- admin helpers shared with inspection ---------------------------------------------------
+    # -- admin helpers shared with inspection --
     def require_admin(self, action: str) -> None:
         if not self.config.admin:
             raise AdminDisabled(f"{action} refused: queue {self.name!r} was declared without "
                                 "admin=True")
 
-    # -- after every change -------------------------------------------------------------------
+    # -- after every change --
     async def _commit(self) -> None:
         """Emit the events of the last change and write its records through to storage."""
         dirty, events = self.state.drain()
@@ -253,7 +256,7 @@ class QueueOwner:
         self.node.events.emit(JobEvent(self.node.clock.now(), self.node.node_id, self.name, "",
                                        kind, 0, None, detail))
 
-    # -- nudges ---------------------------------------------------------------------------------
+    # -- nudges --
     def nudge(self, count: int) -> None:
         """Tell idle workers that ``count`` jobs became claimable; coalesced per loop turn."""
         self._nudge_count += count
@@ -272,7 +275,7 @@ class QueueOwner:
             asyncio.get_running_loop().create_task(
                 self.node.transport.put(self.node.key(self.name, "nudge"), payload))
 
-    # -- the sweeper --------------------------------------------------------------------------------
+    # -- the sweeper --
     async def _sweep_loop(self) -> None:
         clock, interval = self.node.clock, self.config.sweep_interval_s
         while self.running:
@@ -298,7 +301,7 @@ class QueueOwner:
             if self.durable and dirty:
                 await self._persist_quietly(dirty)
 
-    # -- read-only views ----------------------------------------------------------------------------
+    # -- read-only views --
     def stats(self) -> dict[str, Any]:
         counts = dict(self.state.counts)
         oldest = self.state.oldest_ready_at()

@@ -35,7 +35,7 @@ class Persister:
         self._flusher: asyncio.Task[None] | None = None
 
     async def write(self, changes: Iterable[JobRecord | str]) -> None:
-        """Store ``changes`` (records, or job ids to delete); raise StorageUnavailable on failure."""
+        """Store ``changes`` (records, or ids to delete); raise StorageUnavailable on failure."""
         any_change = False
         for change in changes:
             any_change = True

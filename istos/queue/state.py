@@ -7,8 +7,8 @@ States: ``ready`` (claimable), ``delayed`` (claimable from ``ready_at``), ``leas
 holds it until ``lease_deadline``), ``done`` (kept only with results, until ``expires_at``) and
 ``dead``. Four heaps make every hot-path operation O(log n) with lazy deletion: an entry whose job
 has moved on is discarded when it surfaces (as in simpy's and trio's timer heaps). Ready jobs are
-ordered by (-priority, seq): higher priority first, FIFO within a priority, where ``seq`` is taken
-when a job *becomes* ready, so a delayed or retried job queues behind those already waiting.
+ordered by (-priority, ready_at, seq): higher priority first, then FIFO by the time each job
+*became* ready, so a delayed or retried job queues behind those that were waiting before it.
 
 Every change is recorded twice for the owner to drain: the records to write through to storage
 (``dirty``) and the :class:`~istos.events.JobEvent` s to emit (``events``).
@@ -115,7 +115,7 @@ class QueueState:
         self.events: list[JobEvent] = []
         self.paused = False
         self._seq = 0
-        self._ready: list[tuple[int, int, str]] = []
+        self._ready: list[tuple[int, float, int, str]] = []
         self._delayed: list[tuple[float, int, str]] = []
         self._leases: list[tuple[float, str, str]] = []
         self._expiry: list[tuple[float, str]] = []
@@ -345,9 +345,9 @@ class QueueState:
 
     def ready_ahead_of(self, rec: JobRecord) -> int:
         """How many ready jobs would be claimed before ``rec`` (O(n): inspection only)."""
-        key = (-rec.priority, rec.seq)
-        return sum(1 for r in self.jobs.values()
-                   if r.state == READY and r is not rec and (-r.priority, r.seq) < key)
+        key = (-rec.priority, rec.ready_at, rec.seq)
+        return sum(1 for r in self.jobs.values() if r.state == READY and r is not rec
+                   and (-r.priority, r.ready_at, r.seq) < key)
 
     def iter_state(self, state: str | None = None) -> Iterator[JobRecord]:
         for rec in self.jobs.values():
@@ -358,7 +358,7 @@ class QueueState:
     def _push_ready(self, rec: JobRecord) -> None:
         self._seq += 1
         rec.seq = self._seq
-        heapq.heappush(self._ready, (-rec.priority, rec.seq, rec.job_id))
+        heapq.heappush(self._ready, (-rec.priority, rec.ready_at, rec.seq, rec.job_id))
 
     def _push_delayed(self, rec: JobRecord) -> None:
         self._seq += 1
@@ -368,7 +368,7 @@ class QueueState:
     def _peek_ready(self) -> JobRecord | None:
         ready = self._ready
         while ready:
-            _, seq, job_id = ready[0]
+            _, _, seq, job_id = ready[0]
             rec = self.jobs.get(job_id)
             if rec is not None and rec.state == READY and rec.seq == seq:
                 return rec

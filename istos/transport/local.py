@@ -19,8 +19,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .base import (
-    LivelinessHandler, NoResponder, QueryHandler, SampleHandler, TransportError,
-    TransportTimeout, key_matches,
+    LivelinessHandler,
+    NoResponder,
+    QueryHandler,
+    SampleHandler,
+    TransportError,
+    TransportTimeout,
+    key_matches,
 )
 
 
@@ -68,7 +73,7 @@ class LocalMesh:
     def transport(self, node_id: str) -> LocalTransport:
         return LocalTransport(self, node_id)
 
-    # -- registry -------------------------------------------------------------------------------
+    # -- registry --
     def _remove(self, entry: _Entry) -> None:
         for bucket in (self._queryables, self._subscribers, self._tokens, self._watchers):
             if entry in bucket:
@@ -136,7 +141,7 @@ class LocalTransport:
         self._entries.append(entry)
         return entry
 
-    # -- delivery helpers ---------------------------------------------------------------------------
+    # -- delivery helpers --
     def _loop_or_fail(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             raise TransportError(f"transport of node {self.node_id!r} is not started")
@@ -164,7 +169,7 @@ class LocalTransport:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    # -- Transport protocol ------------------------------------------------------------------------
+    # -- Transport protocol --
     async def declare_queryable(self, key: str, handler: QueryHandler) -> _Entry:
         return self._register(self.mesh._queryables, key, handler)
 

@@ -1,0 +1,35 @@
+"""Shared test helpers: waiting on owner events with a bound, never on wall-clock sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from istos import Istos, JobEvent
+
+
+async def wait_events(app: Istos, pred: Callable[[list[JobEvent]], bool],
+                      timeout_s: float = 5.0) -> list[JobEvent]:
+    """Wait until ``pred(all events so far)`` holds for the app's event log; return them."""
+    seen: list[JobEvent] = list(app.events.recent())
+    changed = asyncio.Event()
+
+    def listener(event: JobEvent) -> None:
+        seen.append(event)
+        changed.set()
+
+    async def until() -> None:
+        while not pred(seen):
+            changed.clear()
+            await changed.wait()
+
+    unsubscribe = app.events.subscribe(listener)
+    try:
+        await asyncio.wait_for(until(), timeout_s)
+    finally:
+        unsubscribe()
+    return seen
+
+
+def count(events: list[JobEvent], kind: str, job_id: str | None = None) -> int:
+    return sum(1 for e in events if e.kind == kind and (job_id is None or e.job_id == job_id))

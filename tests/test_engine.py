@@ -1,0 +1,316 @@
+"""The spec's promises, on the in-process mesh (the same engine code as over Zenoh)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from helpers import count, wait_events
+
+from istos import (
+    ConfigError,
+    Depends,
+    InvalidJob,
+    Istos,
+    JobContext,
+    OwnerUnavailable,
+    codec,
+)
+from istos.transport.local import LocalMesh
+
+
+@pytest.fixture
+def mesh() -> LocalMesh:
+    return LocalMesh()
+
+
+def app_on(mesh: LocalMesh, name: str, **kw) -> Istos:
+    return Istos(transport=mesh.transport(name), **kw)
+
+
+async def test_three_roles_ack_removes_the_job(mesh):
+    owner, worker = app_on(mesh, "owner"), app_on(mesh, "worker")
+    owner.queue("jobs/email", lease_s=30, max_attempts=5)
+    got = []
+
+    @worker.worker("jobs/email", concurrency=4)
+    async def send(job):
+        got.append(job)
+
+    async with owner.serving(), worker.serving():
+        jid = await owner.enqueue("jobs/email", {"to": "a@b.com", "body": "hi"})
+        events = await wait_events(owner, lambda ev: count(ev, "acked", jid) == 1)
+    assert got == [{"to": "a@b.com", "body": "hi"}]
+    assert [e.kind for e in events if e.job_id == jid] == ["enqueued", "claimed", "acked"]
+    assert owner.owners == {}  # stopped cleanly
+
+
+async def test_single_delivery_across_three_apps(mesh):
+    owner = app_on(mesh, "owner")
+    owner.queue("q", lease_s=30)
+    w1, w2 = app_on(mesh, "w1"), app_on(mesh, "w2")
+    deliveries: dict[int, list[str]] = {}
+
+    def make(name):
+        async def handle(job):
+            deliveries.setdefault(job["i"], []).append(name)
+            await asyncio.sleep(0)
+        return handle
+
+    w1.worker("q", concurrency=4)(make("w1"))
+    w2.worker("q", concurrency=4)(make("w2"))
+    async with owner.serving(), w1.serving(), w2.serving():
+        for i in range(300):
+            await owner.enqueue("q", {"i": i})
+        await wait_events(owner, lambda ev: count(ev, "acked") == 300)
+    assert sorted(deliveries) == list(range(300))
+    assert all(len(v) == 1 for v in deliveries.values())
+    assert {n for v in deliveries.values() for n in v} == {"w1", "w2"}
+
+
+async def test_hung_worker_job_redelivered_after_lease_with_attempt_2(mesh):
+    owner = app_on(mesh, "owner")
+    owner.queue("q", lease_s=0.3, sweep_interval_s=0.05)
+    stuck, rescuer = app_on(mesh, "stuck", shutdown_grace_s=0.01), app_on(mesh, "rescuer")
+    never = asyncio.Event()
+    attempts = []
+
+    @stuck.worker("q")
+    async def hang(job, ctx: JobContext):
+        attempts.append(("stuck", ctx.attempt))
+        await never.wait()
+
+    async with owner.serving(), stuck.serving():
+        jid = await owner.enqueue("q", {"x": 1})
+        await wait_events(owner, lambda ev: count(ev, "claimed", jid) == 1)
+
+        @rescuer.worker("q", poll_interval_s=0.05)
+        async def rescue(job, ctx: JobContext):
+            attempts.append(("rescuer", ctx.attempt, ctx.is_retry, ctx.last_error))
+
+        async with rescuer.serving():
+            events = await wait_events(owner, lambda ev: count(ev, "acked", jid) == 1)
+    assert attempts == [("stuck", 1), ("rescuer", 2, True, "lease expired")]
+    assert count(events, "lease_expired", jid) == 1
+
+
+async def test_backoff_spacing_and_ctx_predicates(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("q", max_attempts=3, retry_backoff_s=0.1, retry_jitter=0.0)
+    seen: list[tuple[int, bool, bool, str | None]] = []
+
+    @app.worker("q", poll_interval_s=5.0)
+    async def flaky(job, ctx: JobContext):
+        seen.append((ctx.attempt, ctx.is_retry, ctx.is_last_attempt, ctx.last_error))
+        if ctx.attempt < 3:
+            raise RuntimeError(f"fail {ctx.attempt}")
+
+    async with app.serving():
+        jid = await app.enqueue("q", {})
+        events = await wait_events(app, lambda ev: count(ev, "acked", jid) == 1)
+    assert seen == [(1, False, False, None), (2, True, False, "RuntimeError: fail 1"),
+                    (3, True, True, "RuntimeError: fail 2")]
+    claims = [e.t for e in events if e.kind == "claimed"]
+    retries = [e.detail["delay_s"] for e in events if e.kind == "retry_scheduled"]
+    assert retries == [0.1, 0.2]
+    assert claims[1] - claims[0] >= 0.1 and claims[2] - claims[1] >= 0.2
+
+
+async def test_dead_letters_carry_fields_and_history(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("q", max_attempts=2, retry_backoff_s=0.01)
+
+    @app.worker("q")
+    async def poison(job):
+        raise ValueError("bad input")
+
+    async with app.serving():
+        jid = await app.enqueue("q", {"n": 7})
+        await wait_events(app, lambda ev: count(ev, "dead_lettered", jid) == 1)
+        dead = await app.dead_letters("q")
+        assert (await app.result("q", jid))["state"] == "dead"
+        # re-enqueueing is a plain, deliberate enqueue of the data
+        again = await app.enqueue("q", dead[0]["data"])
+        assert again != jid
+    (d,) = dead
+    assert d["job_id"] == jid and d["data"] == {"n": 7} and d["attempts"] == 2
+    assert d["last_error"] == "ValueError: bad input"
+    assert [h["outcome"] for h in d["history"]] == ["nacked", "nacked"]
+    assert d["history"][0]["backoff_s"] > 0 and d["history"][1]["backoff_s"] is None
+
+
+async def test_priority_then_fifo_delivery_order(mesh):
+    owner, worker = app_on(mesh, "owner"), app_on(mesh, "worker")
+    owner.queue("q")
+    order = []
+
+    @worker.worker("q", concurrency=1)
+    async def record(job):
+        order.append(job["name"])
+
+    async with owner.serving():
+        for name, prio in [("a", 0), ("b", 10), ("c", 0), ("d", 10), ("e", 5)]:
+            await owner.enqueue("q", {"name": name}, priority=prio)
+        async with worker.serving():
+            await wait_events(owner, lambda ev: count(ev, "acked") == 5)
+    assert order == ["b", "d", "e", "a", "c"]
+
+
+async def test_delay_holds_job_back(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("q", sweep_interval_s=0.05)
+
+    @app.worker("q", poll_interval_s=5.0)
+    async def run(job):
+        return None
+
+    async with app.serving():
+        jid = await app.enqueue("q", {}, delay_s=0.3)
+        events = await wait_events(app, lambda ev: count(ev, "acked", jid) == 1)
+    enq = next(e for e in events if e.kind == "enqueued")
+    claim = next(e for e in events if e.kind == "claimed")
+    assert enq.detail["delay_s"] == pytest.approx(0.3)
+    assert claim.t - enq.t >= 0.3
+    assert claim.t - enq.t < 0.3 + 1.0  # the owner nudges on promotion: no 5 s poll wait
+
+
+async def test_result_in_every_state(mesh):
+    owner, worker = app_on(mesh, "owner"), app_on(mesh, "worker")
+    owner.queue("q", keep_results=True, result_ttl_s=0.3, max_attempts=1,
+                sweep_interval_s=0.05)
+    release = asyncio.Event()
+
+    @worker.worker("q", concurrency=2)
+    async def render(job):
+        if job.get("fail"):
+            raise RuntimeError("nope")
+        await release.wait()
+        return {"url": f"/r/{job['doc']}"}
+
+    async with owner.serving():
+        jid = await owner.enqueue("q", {"doc": 1})
+        assert await owner.result("q", jid) == {"state": "ready", "result": None}
+        async with worker.serving():
+            await wait_events(owner, lambda ev: count(ev, "claimed", jid) == 1)
+            assert (await worker.result("q", jid))["state"] == "leased"
+            release.set()
+            await wait_events(owner, lambda ev: count(ev, "acked", jid) == 1)
+            assert await worker.result("q", jid) == {"state": "done", "result": {"url": "/r/1"}}
+            bad = await owner.enqueue("q", {"fail": True})
+            await wait_events(owner, lambda ev: count(ev, "dead_lettered", bad) == 1)
+            assert (await owner.result("q", bad))["state"] == "dead"
+            await wait_events(owner, lambda ev: count(ev, "result_expired", jid) == 1)
+            assert await owner.result("q", jid) == {"state": "unknown", "result": None}
+            assert (await owner.result("q", "no-such-id"))["state"] == "unknown"
+
+
+async def test_idempotent_enqueue(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("q")
+    async with app.serving():
+        a = await app.enqueue("q", {"v": 1}, job_id="order-42")
+        b = await app.enqueue("q", {"v": 2}, job_id="order-42")
+        assert a == b == "order-42"
+        owner = app.owners["q"]
+        assert owner.state.counts["ready"] == 1
+        assert codec.decode_body(owner.state.jobs["order-42"].body) == {"v": 1}
+
+
+async def test_depends_resolved_before_ctx_and_cleaned_up(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("q")
+    log: list[str] = []
+
+    def config():
+        return {"dsn": "db://"}
+
+    async def session(cfg=Depends(config)):
+        log.append("open " + cfg["dsn"])
+        yield "SESSION"
+        log.append("close")
+
+    def ctx_provider():
+        return "not-a-context"
+
+    @app.worker("q")
+    async def handle(job, db=Depends(session), ctx=Depends(ctx_provider)):
+        log.append(f"run {db} {ctx}")
+
+    async with app.serving():
+        jid = await app.enqueue("q", {})
+        await wait_events(app, lambda ev: count(ev, "acked", jid) == 1)
+    assert log == ["open db://", "run SESSION not-a-context", "close"]
+
+
+async def test_plain_function_worker_runs_in_a_thread(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("q")
+    threads = []
+
+    @app.worker("q", concurrency=2)
+    def blocking(job, ctx: JobContext):
+        threads.append((threading.current_thread().name, ctx.attempt))
+
+    async with app.serving():
+        jid = await app.enqueue("q", {})
+        await wait_events(app, lambda ev: count(ev, "acked", jid) == 1)
+    assert threads[0][0].startswith("istos-worker") and threads[0][1] == 1
+
+
+@pytest.mark.parametrize("options,name", [
+    ({"lease_s": 0}, "lease_s"), ({"lease_s": -1}, "lease_s"),
+    ({"max_attempts": 0}, "max_attempts"), ({"retry_backoff_s": -1}, "retry_backoff_s"),
+    ({"retry_jitter": 2}, "retry_jitter"), ({"result_ttl_s": 0}, "result_ttl_s"),
+    ({"retry_backoff_s": 10, "retry_backoff_max_s": 1}, "retry_backoff_max_s"),
+])
+def test_invalid_queue_options_raise_value_error_naming_them(options, name):
+    app = Istos(transport=LocalMesh().transport("x"))
+    with pytest.raises(ValueError, match=name):
+        app.queue("q", **options)
+    with pytest.raises(ConfigError):
+        app.queue("bad*name")
+
+
+async def test_bad_enqueue_input_is_refused_before_sending(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("q")
+    async with app.serving():
+        with pytest.raises(InvalidJob, match="cannot be encoded"):
+            await app.enqueue("q", {"f": object()})
+        with pytest.raises(InvalidJob, match="limit"):
+            await app.enqueue("q", b"x" * (2 << 20))
+        with pytest.raises(ValueError, match="delay_s"):
+            await app.enqueue("q", {}, delay_s=-1)
+        with pytest.raises(ValueError, match="priority"):
+            await app.enqueue("q", {}, priority="high")
+        assert app.owners["q"].state.jobs == {}  # nothing reached the owner
+
+
+async def test_enqueue_to_unserved_queue_raises_owner_unavailable_in_bounded_time(mesh):
+    app = app_on(mesh, "lonely", request_timeout_s=0.3)
+    async with app.serving():
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(OwnerUnavailable, match="nobody"):
+            await app.enqueue("nobody", {})
+        assert loop.time() - start < 1.5
+
+
+async def test_malformed_message_gets_error_reply_and_owner_keeps_serving(mesh):
+    owner = app_on(mesh, "owner")
+    owner.queue("q")
+    probe = mesh.transport("probe")
+    await probe.start()
+    async with owner.serving():
+        for junk in (b"\xc1garbage", codec.encode_message({"v": 99, "op": "claim"}),
+                     codec.encode_message({"v": 1, "op": "explode"}),
+                     codec.encode_message({"v": 1, "op": "enqueue"})):
+            reply = codec.decode_message(await probe.query("istos/q/q/rpc", junk, 1.0)) \
+                if junk[:1] != b"\xc1" else None
+            if reply is not None:
+                assert reply["ok"] is False and reply["error"] == "ProtocolError"
+        raw = await probe.query("istos/q/q/rpc", b"\xc1garbage", 1.0)
+        assert codec.decode_message(raw)["error"] == "ProtocolError"
+        assert await owner.enqueue("q", {"still": "works"})
+    await probe.close()

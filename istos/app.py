@@ -22,10 +22,13 @@ from .errors import ConfigError, IstosError
 from .events import EventLog
 from .ids import IdSource
 from .node import Node
+from .pubsub import PubSubMixin
 from .queue.client import OwnerClient
 from .queue.config import QueueConfig, WorkerConfig, check_delay, check_priority, check_queue_name
 from .queue.owner import QueueOwner
+from .queue.schedule import ScheduleMixin
 from .queue.worker import WorkerRunner
+from .queue.workflow import WorkflowMixin
 from .storage.base import Storage
 from .storage.memory import MemoryStorage
 from .transport.base import Transport
@@ -34,7 +37,7 @@ log = logging.getLogger("istos")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Istos:
+class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
     """One node of an Istos mesh.
 
     ``storage``: where owners write their jobs through (default: in memory, volatile).
@@ -138,17 +141,13 @@ class Istos:
         self._serving = True
         try:
             for config in self.queues.values():
-                if config.ha:
-                    continue  # started by the election plugin when this replica leads
-                owner = QueueOwner(config, node)
-                self.owners[config.name] = owner
-                await owner.start()
+                if not config.ha:  # HA owners start when this replica wins the election
+                    await self._start_owner(config)
             for config, fn in self.workers:
                 runner = WorkerRunner(config, fn, node, self.client(config.queue),
                                       continue_hook=self._continue_hook,
                                       shutdown_grace_s=self.shutdown_grace_s)
                 self.runners.append(runner)
-                self._attach_runner(runner)
                 await runner.start()
             for plugin in self._plugins:
                 await plugin.start(self)
@@ -156,10 +155,34 @@ class Istos:
             await self.stop()
             raise
 
-    def _attach_runner(self, runner: WorkerRunner) -> None:
-        owner = self.owners.get(runner.config.queue)
+    async def _start_owner(self, config: QueueConfig) -> QueueOwner:
+        """Bind ``config``'s queue on this node (recovering it from storage if durable)."""
+        owner = QueueOwner(config, self.node)
+        self._setup_owner(owner)
+        self.owners[config.name] = owner
+        await owner.start()
+        return owner
+
+    async def _stop_owner(self, name: str) -> None:
+        owner = self.owners.pop(name, None)
         if owner is not None:
-            owner.nudge_listeners.append(runner.on_nudge)
+            await owner.stop()
+
+    def _setup_owner(self, owner: QueueOwner) -> None:
+        """Install hooks on a new owner; mixins extend this and call ``super()``."""
+        super()._setup_owner(owner)
+        # In-process workers are nudged directly; remote ones over the mesh.
+        owner.nudge_listeners.append(lambda n: self._nudge_local(owner.name, n))
+
+    def _nudge_local(self, queue: str, count: int) -> None:
+        for runner in self.runners:
+            if runner.config.queue == queue:
+                runner.on_nudge(count)
+
+    def is_active_owner(self, queue: str) -> bool:
+        """Whether this node currently serves ``queue`` (for HA: whether it leads)."""
+        owner = self.owners.get(queue)
+        return owner is not None and owner.running
 
     async def stop(self) -> None:
         """Stop claiming, let in-flight jobs finish (up to ``shutdown_grace_s``), unbind."""
@@ -169,9 +192,8 @@ class Istos:
             await plugin.stop(self)
         await asyncio.gather(*(r.stop() for r in self.runners), return_exceptions=True)
         self.runners.clear()
-        for owner in self.owners.values():
-            await owner.stop()
-        self.owners.clear()
+        for name in list(self.owners):
+            await self._stop_owner(name)
         transport = self.node.transport
         if transport is not None:
             await transport.close()
@@ -255,7 +277,3 @@ class Istos:
         if reply.get("error") is not None:
             out["error"] = reply["error"]
         return out
-
-    # -- workflows hook (filled in by istos.queue.workflow) --
-    async def _continue_hook(self, meta: dict[str, Any], result: Any) -> None:
-        return None

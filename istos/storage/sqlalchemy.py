@@ -88,6 +88,7 @@ class SQLAlchemyStoragePlugin:
         self._serial = asyncio.Lock() if self._memory else None
         self._engine: Any = None
         self._created = False
+        self._create_lock = asyncio.Lock()
         self._table: Any = Table(
             table,
             MetaData(),
@@ -142,9 +143,7 @@ class SQLAlchemyStoragePlugin:
 
         async def run() -> T:
             if not self._created:
-                async with engine.begin() as conn:
-                    await conn.run_sync(self._table.metadata.create_all, checkfirst=True)
-                self._created = True
+                await self._create_table(engine)
             async with engine.begin() as conn:
                 return await fn(conn)
 
@@ -167,6 +166,28 @@ class SQLAlchemyStoragePlugin:
             raise StorageUnavailable(
                 f"database at {self._safe_url} failed during {op}: {type(exc).__name__}: {exc}"
             ) from exc
+
+    async def _create_table(self, engine: Any) -> None:
+        """Create the table unless it exists, tolerating other replicas doing the same.
+
+        ``create_all(checkfirst=True)`` is check-then-CREATE, not atomic: a replica that loses
+        the race gets "already exists" (or a pg_type unique violation). Once it has lost, the
+        winner has committed, so checking again finds the table.
+        """
+        from sqlalchemy.exc import DBAPIError
+
+        async with self._create_lock:  # replicas race across processes; we need not race ourselves
+            if self._created:
+                return
+            for attempt in range(3):
+                try:
+                    async with engine.begin() as conn:
+                        await conn.run_sync(self._table.metadata.create_all, checkfirst=True)
+                    break
+                except DBAPIError as exc:
+                    if attempt == 2 or exc.connection_invalidated:
+                        raise
+            self._created = True
 
     # -- Storage protocol ---------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 
 Threading contract: Zenoh runs every callback on its own threads. Nothing here does engine work
 on those threads; each callback converts the Zenoh object to plain ``str``/``bytes`` and hops
-onto the asyncio loop that called :meth:`ZenohTransport.start` with ``call_soon_threadsafe``.
-Handlers the engine registers therefore always run on that loop.
+onto the asyncio loop that called :meth:`ZenohTransport.start` (``call_soon_threadsafe``, see
+``_post``). Handlers the engine registers therefore always run on that loop.
 
 Requests use the callback form of ``Session.get`` and resolve an asyncio future, so no thread is
 parked per request: hundreds of queries can be in flight from one process (a blocking ``recv``
@@ -19,7 +19,7 @@ import logging
 import os
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 import zenoh
 from zenoh.handlers import Callback
@@ -38,7 +38,7 @@ __all__ = ["ZenohTransport", "ZenohHandle", "ZenohConfigLike"]
 
 log = logging.getLogger(__name__)
 
-ZenohConfigLike = Union[zenoh.Config, dict[str, Any], str, "os.PathLike[str]", None]
+ZenohConfigLike: TypeAlias = "zenoh.Config | dict[str, Any] | str | os.PathLike[str] | None"
 """What ``ZenohTransport(config=...)`` accepts."""
 
 # Zenoh's own query timeout is set a little past ours, so the asyncio timer normally decides
@@ -48,7 +48,7 @@ _PUBLISHERS_MAX = 256
 _SEEN_KEYS_MAX = 4096
 
 
-def _to_zenoh_config(config: Any) -> zenoh.Config:
+def _to_zenoh_config(config: ZenohConfigLike) -> zenoh.Config:
     """Turn the accepted config forms into a ``zenoh.Config``; raise ConfigError otherwise."""
     if config is None:
         # Peer mode with multicast scouting: processes on one host find each other unaided.
@@ -78,30 +78,37 @@ def _to_zenoh_config(config: Any) -> zenoh.Config:
 
 
 class ZenohHandle:
-    """A declared queryable, subscriber or token. ``close()`` undeclares it (idempotent)."""
+    """A declared queryable, subscriber, watch or token.
 
-    def __init__(self, owner: ZenohTransport, entity: Any, what: str) -> None:
+    ``close()`` undeclares it and is idempotent. Once it returns, the handler registered with
+    the declaration is not called again, even for messages already on their way to the loop.
+    """
+
+    def __init__(self, owner: ZenohTransport, what: str) -> None:
         self._owner = owner
-        self._entity: Any = entity
+        self._entity: Any = None
+        self._closed = False
         self.what = what
 
     @property
     def closed(self) -> bool:
-        return self._entity is None
+        return self._closed
 
     def close(self) -> None:
-        entity, self._entity = self._entity, None
-        if entity is None:
+        if self._closed:
             return
+        self._closed = True
         self._owner._handles.discard(self)
+        entity, self._entity = self._entity, None
         try:
-            entity.undeclare()
+            if entity is not None:
+                entity.undeclare()
         except zenoh.ZError as exc:
             # Undeclaring after the session closed is harmless: the session took it down.
             log.debug("undeclare %s: %s", self.what, exc)
 
     def __repr__(self) -> str:
-        return f"<ZenohHandle {self.what}{' closed' if self.closed else ''}>"
+        return f"<ZenohHandle {self.what}{' closed' if self._closed else ''}>"
 
 
 class _PendingQuery:
@@ -224,7 +231,7 @@ class ZenohTransport:
     :meth:`start` when only opening the session reveals it (bad or busy endpoint).
     """
 
-    def __init__(self, config: Any = None, *, node_id: str) -> None:
+    def __init__(self, config: ZenohConfigLike = None, *, node_id: str) -> None:
         self.node_id = node_id
         self._config = _to_zenoh_config(config)
         self._session: zenoh.Session | None = None
@@ -275,11 +282,6 @@ class ZenohTransport:
         if session is not None:
             await asyncio.to_thread(session.close)
 
-    @property
-    def zid(self) -> str:
-        """This session's Zenoh id (hex)."""
-        return str(self._require_session().zid())
-
     def peer_ids(self) -> list[str]:
         """Zenoh ids of the peers this session is connected to (for diagnostics and tests)."""
         return sorted(str(z) for z in self._require_session().info.peers_zid())
@@ -293,14 +295,18 @@ class ZenohTransport:
         """
         session = self._require_session()
 
-        def on_query(query: zenoh.Query) -> None:  # Zenoh thread
-            self._post(self._serve, query, key, handler)
+        def declare(handle: ZenohHandle) -> Any:
+            def on_query(query: zenoh.Query) -> None:  # Zenoh thread
+                self._post(self._serve, handle, query, key, handler)
 
-        queryable = self._declare(lambda: session.declare_queryable(key, Callback(on_query)))
-        return self._register(queryable, f"queryable {key}")
+            return session.declare_queryable(key, Callback(on_query))
 
-    def _serve(self, query: zenoh.Query, declared: str, handler: QueryHandler) -> None:
-        if self._closed:
+        return self._open_handle(f"queryable {key}", declare)
+
+    def _serve(
+        self, handle: ZenohHandle, query: zenoh.Query, declared: str, handler: QueryHandler
+    ) -> None:
+        if handle.closed:
             _drop(query)
             return
         task = self._require_loop().create_task(self._answer(query, declared, handler))
@@ -365,33 +371,39 @@ class ZenohTransport:
         """Call ``handler(key, payload)`` on the loop for every sample matching ``key_expr``."""
         session = self._require_session()
 
-        def on_sample(sample: zenoh.Sample) -> None:  # Zenoh thread
-            self._post(self._deliver, handler, str(sample.key_expr), sample.payload.to_bytes())
+        def declare(handle: ZenohHandle) -> Any:
+            def on_sample(sample: zenoh.Sample) -> None:  # Zenoh thread
+                key, payload = str(sample.key_expr), sample.payload.to_bytes()
+                self._post(self._deliver, handle, handler, key, payload)
 
-        sub = self._declare(lambda: session.declare_subscriber(key_expr, Callback(on_sample)))
-        return self._register(sub, f"subscriber {key_expr}")
+            return session.declare_subscriber(key_expr, Callback(on_sample))
+
+        return self._open_handle(f"subscriber {key_expr}", declare)
 
     # ------------------------------------------------------------------ liveliness
     async def declare_liveliness_token(self, key: str) -> ZenohHandle:
         """Announce presence at ``key`` until the handle is closed or the session ends."""
         session = self._require_session()
-        token = self._declare(lambda: session.liveliness().declare_token(key))
-        return self._register(token, f"liveliness token {key}")
+        return self._open_handle(
+            f"liveliness token {key}", lambda _: session.liveliness().declare_token(key)
+        )
 
     async def watch_liveliness(self, key_expr: str, handler: LivelinessHandler) -> ZenohHandle:
-        """Call ``handler(key, alive)`` on the loop: tokens alive now first, then changes."""
+        """Call ``handler(key, alive)`` on the loop: tokens alive now first, then changes.
+
+        A token drops (alive=False) when its handle is closed or its session ends or is lost.
+        """
         session = self._require_session()
 
-        def on_sample(sample: zenoh.Sample) -> None:  # Zenoh thread
-            alive = sample.kind == zenoh.SampleKind.PUT
-            self._post(self._deliver, handler, str(sample.key_expr), alive)
+        def declare(handle: ZenohHandle) -> Any:
+            def on_sample(sample: zenoh.Sample) -> None:  # Zenoh thread
+                alive = sample.kind == zenoh.SampleKind.PUT
+                self._post(self._deliver, handle, handler, str(sample.key_expr), alive)
 
-        sub = self._declare(
-            lambda: session.liveliness().declare_subscriber(
-                key_expr, Callback(on_sample), history=True
-            )
-        )
-        return self._register(sub, f"liveliness watch {key_expr}")
+            liveliness = session.liveliness()
+            return liveliness.declare_subscriber(key_expr, Callback(on_sample), history=True)
+
+        return self._open_handle(f"liveliness watch {key_expr}", declare)
 
     async def liveliness_alive(self, key_expr: str, timeout_s: float = 1.0) -> list[str]:
         """Sorted keys of live tokens matching ``key_expr``: what answered within ``timeout_s``."""
@@ -454,22 +466,22 @@ class ZenohTransport:
             except Exception:
                 log.exception("transport callback %r failed", fn)
 
-    def _deliver(self, handler: Callable[[str, Any], None], key: str, value: Any) -> None:
-        if self._closed:
+    def _deliver(
+        self, handle: ZenohHandle, handler: Callable[[str, Any], None], key: str, value: Any
+    ) -> None:
+        if handle.closed:
             return
         try:
             handler(key, value)
         except Exception:
-            log.exception("handler for %r failed", key)
+            log.exception("%s: handler failed on %r", handle.what, key)
 
-    def _declare(self, declare: Callable[[], Any]) -> Any:
+    def _open_handle(self, what: str, declare: Callable[[ZenohHandle], Any]) -> ZenohHandle:
+        handle = ZenohHandle(self, what)
         try:
-            return declare()
+            handle._entity = declare(handle)
         except zenoh.ZError as exc:
-            raise TransportError(f"zenoh declaration failed: {exc}") from exc
-
-    def _register(self, entity: Any, what: str) -> ZenohHandle:
-        handle = ZenohHandle(self, entity, what)
+            raise TransportError(f"could not declare {what}: {exc}") from exc
         self._handles.add(handle)
         return handle
 

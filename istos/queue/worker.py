@@ -182,8 +182,10 @@ class WorkerRunner:
                 result = await self._call(data, kwargs)
             if self.continue_hook is not None and job.meta:
                 await self.continue_hook(job.meta, result)
+            # Chord members report their result to the barrier even without keep_results.
+            wants_result = job.keep_results or bool(job.meta and "chord" in job.meta)
             encoded = codec.encode_body(result, queue=self.config.queue) \
-                if job.keep_results else None
+                if wants_result else None
         except asyncio.CancelledError:
             raise  # crash or shutdown: no ack, no nack; the lease brings the job back
         except InvalidJob as exc:

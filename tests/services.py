@@ -1,0 +1,57 @@
+"""Find the external services some tests need, or skip (locally) / fail (in CI) with the fix.
+
+Locally a missing service is a skip whose message says how to start it; with ``CI=true`` it is a
+failure, because CI is where those tests must actually run.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
+POSTGRES_HOST, POSTGRES_PORT = "127.0.0.1", 5432
+
+# The local cluster trusts TCP connections from 127.0.0.1, and the `postgres` superuser exists
+# on any stock install (`root` works here too, but not on CI images).
+POSTGRES_URL = f"postgresql+asyncpg://postgres@{POSTGRES_HOST}:{POSTGRES_PORT}/test"
+
+
+def reachable(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """True if a TCP connection to ``host:port`` succeeds within ``timeout_s``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _missing(name: str, where: str, how: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{name} is required in CI but {where} is unreachable")
+    pytest.skip(f"{name} not reachable on {where}; start it with: {how}")
+
+
+def redis_url() -> str:
+    """URL of the local Redis; skips or fails the calling test if it is down."""
+    if not reachable(REDIS_HOST, REDIS_PORT):
+        _missing(
+            "Redis",
+            f"{REDIS_HOST}:{REDIS_PORT}",
+            f"redis-server --daemonize yes --port {REDIS_PORT}",
+        )
+    return f"redis://{REDIS_HOST}:{REDIS_PORT}/0"
+
+
+def postgres_url() -> str:
+    """SQLAlchemy URL of the local PostgreSQL ``test`` database; skips or fails if it is down."""
+    if not reachable(POSTGRES_HOST, POSTGRES_PORT):
+        _missing(
+            "PostgreSQL",
+            f"{POSTGRES_HOST}:{POSTGRES_PORT}",
+            "pg_ctlcluster <version> main start (database `test`, trust auth for 127.0.0.1, "
+            f"url {POSTGRES_URL})",
+        )
+    return POSTGRES_URL

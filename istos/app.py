@@ -18,13 +18,14 @@ from typing import Any, TypeVar
 
 from . import codec
 from .clock import Clock, SystemClock
-from .errors import ConfigError, IstosError
+from .errors import ConfigError, HAConfigError, IstosError
 from .events import EventLog
 from .ids import IdSource
 from .node import Node
 from .pubsub import PubSubMixin
 from .queue.client import OwnerClient
 from .queue.config import QueueConfig, WorkerConfig, check_delay, check_priority, check_queue_name
+from .queue.election import Election
 from .queue.owner import QueueOwner
 from .queue.schedule import ScheduleMixin
 from .queue.worker import WorkerRunner
@@ -74,7 +75,8 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         self.runners: list[WorkerRunner] = []
         self._clients: dict[str, OwnerClient] = {}
         self._serving = False
-        self._plugins: list[Any] = []  # components with async start()/stop() (schedules, HA)
+        self._plugins: list[Any] = []  # components with async start()/stop() (schedules...)
+        self.elections: dict[str, Election] = {}
 
     @property
     def node_id(self) -> str:
@@ -93,6 +95,11 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         :class:`ConfigError` (a ``ValueError``) naming the option.
         """
         config = QueueConfig.build(name, **options)
+        if config.ha and not getattr(self.node.storage, "shared", False):
+            raise HAConfigError(
+                f"queue {name!r}: ha=True needs storage shared by every replica "
+                "(RedisStoragePlugin or SQLAlchemyStoragePlugin); with in-memory storage each "
+                "replica would be an island and a failover would lose the queue")
         if name in self.queues:
             raise ConfigError(f"queue {name!r} is already declared on this app")
         self.queues[name] = config
@@ -149,6 +156,11 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
                                       shutdown_grace_s=self.shutdown_grace_s)
                 self.runners.append(runner)
                 await runner.start()
+            for config in self.queues.values():
+                if config.ha:
+                    election = Election(config)
+                    self.elections[config.name] = election
+                    await election.start(self)
             for plugin in self._plugins:
                 await plugin.start(self)
         except BaseException:
@@ -190,6 +202,9 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
             return
         for plugin in reversed(self._plugins):
             await plugin.stop(self)
+        for election in self.elections.values():
+            await election.stop(self)
+        self.elections.clear()
         await asyncio.gather(*(r.stop() for r in self.runners), return_exceptions=True)
         self.runners.clear()
         for name in list(self.owners):

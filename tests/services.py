@@ -7,6 +7,8 @@ failure, because CI is where those tests must actually run.
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 import socket
 
 import pytest
@@ -55,3 +57,38 @@ def postgres_url() -> str:
             f"url {POSTGRES_URL})",
         )
     return POSTGRES_URL
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def redis_server_binary() -> str:
+    """Path of redis-server for throwaway servers; skips locally / fails in CI when absent."""
+    import shutil
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("redis-server binary is required in CI")
+        pytest.skip("redis-server binary not on PATH")
+    return binary
+
+
+def start_throwaway_redis(port: int) -> subprocess.Popen[bytes]:
+    """Start a private redis-server on ``port`` (no persistence) and wait until it accepts."""
+    proc = subprocess.Popen(
+        [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--daemonize", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 5.0
+    while not reachable("127.0.0.1", port, timeout_s=0.2):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait(5)
+            pytest.fail(f"throwaway redis-server did not start on port {port}")
+        time.sleep(0.02)  # polling a TCP port: there is no event to wait on
+    return proc

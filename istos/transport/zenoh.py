@@ -62,7 +62,8 @@ def _to_zenoh_config(config: ZenohConfigLike) -> zenoh.Config:
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"zenoh config dict is not JSON-serialisable: {exc}") from exc
             return zenoh.Config.from_json5(text)
-        if isinstance(config, str) and config.lstrip().startswith("{"):
+        if isinstance(config, str) and "{" in config:
+            # A JSON5 document always holds an object; a file path practically never a brace.
             return zenoh.Config.from_json5(config)
         if isinstance(config, (str, os.PathLike)):
             path = os.fspath(config)
@@ -226,9 +227,10 @@ class ZenohTransport:
     """:class:`istos.transport.base.Transport` over one Zenoh session.
 
     ``config`` is None (Zenoh defaults: peer mode, multicast scouting), a ``zenoh.Config``, a
-    dict (Zenoh's JSON5 schema as Python data), a JSON5 string starting with ``{``, or a path to
-    a JSON5 file. A config Zenoh rejects raises :class:`~istos.errors.ConfigError` here, or from
-    :meth:`start` when only opening the session reveals it (bad or busy endpoint).
+    dict (Zenoh's JSON5 schema as Python data), a JSON5 document as a string (any string with a
+    ``{``), or a path to a JSON5 file. A config Zenoh rejects raises
+    :class:`~istos.errors.ConfigError` here, or from :meth:`start` when only opening the
+    session reveals it (bad or busy endpoint).
     """
 
     def __init__(self, config: ZenohConfigLike = None, *, node_id: str) -> None:

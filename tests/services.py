@@ -7,9 +7,9 @@ failure, because CI is where those tests must actually run.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
-import socket
 
 import pytest
 

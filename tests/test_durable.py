@@ -12,7 +12,11 @@ from helpers import count, wait_events
 from services import free_port, postgres_url, redis_url, start_throwaway_redis
 
 from istos import (
-    HAConfigError, Istos, MemoryStorage, RedisStoragePlugin, SQLAlchemyStoragePlugin,
+    HAConfigError,
+    Istos,
+    MemoryStorage,
+    RedisStoragePlugin,
+    SQLAlchemyStoragePlugin,
     StorageUnavailable,
 )
 from istos.storage.base import Storage

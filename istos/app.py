@@ -26,6 +26,7 @@ from .pubsub import PubSubMixin
 from .queue.client import OwnerClient
 from .queue.config import QueueConfig, WorkerConfig, check_delay, check_priority, check_queue_name
 from .queue.election import Election
+from .queue.inspect import Inspector
 from .queue.owner import QueueOwner
 from .queue.schedule import ScheduleMixin
 from .queue.worker import WorkerRunner
@@ -183,6 +184,7 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
     def _setup_owner(self, owner: QueueOwner) -> None:
         """Install hooks on a new owner; mixins extend this and call ``super()``."""
         super()._setup_owner(owner)
+        Inspector(owner)
         # In-process workers are nudged directly; remote ones over the mesh.
         owner.nudge_listeners.append(lambda n: self._nudge_local(owner.name, n))
 

@@ -53,6 +53,7 @@ class QueueOwner:
         self.nudge_listeners: list[NudgeListener] = []
         self.ack_hooks: list[AckHook] = []
         self.extra_ops: dict[str, Handler] = {}
+        self.stop_hooks: list[Callable[[], None]] = []
         self.running = False
         self._ops: dict[str, Handler] = {
             "enqueue": self._op_enqueue, "claim": self._op_claim, "ack": self._op_ack,
@@ -85,6 +86,8 @@ class QueueOwner:
             await asyncio.gather(self._timer, return_exceptions=True)
             self._timer = None
         self._emit_queue_event(ev.OWNER_DOWN)
+        for hook in self.stop_hooks:
+            hook()
 
     # -- the request path --
     async def _on_request(self, key: str, payload: bytes) -> bytes:

@@ -1,0 +1,212 @@
+"""Read-only inspection of an owner, plus admin actions that exist only with ``admin=True``.
+
+Installed on every owner as extra request ops (see docs/protocol.md):
+``stats``, ``jobs`` (paged, by state, by payload field), ``leases``, ``why`` (why a job is not
+running), ``events`` (recent events from the owner's ring) and ``follow`` (ask the owner to
+publish its live event stream for a while). Admin ops: ``requeue`` (a dead job back to ready under
+a new id), ``purge_dead``, ``pause``, ``resume`` — refused with ``AdminDisabled`` unless the queue
+was declared with ``admin=True``.
+
+Nothing here runs unless asked: the live stream is published only while a follower has renewed
+its interest within ``FOLLOW_TTL_S``, so an owner nobody inspects pays nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from .. import codec
+from .. import events as ev
+from ..events import JobEvent
+from .owner import QueueOwner, dead_letter
+from .state import DEAD, DELAYED, LEASED, READY, JobRecord
+
+FOLLOW_TTL_S = 30.0
+MAX_PAGE = 1000
+
+
+class Inspector:
+    """Counters, rates and the follower-gated event stream of one owner."""
+
+    def __init__(self, owner: QueueOwner) -> None:
+        self.owner = owner
+        self.totals = {ev.ENQUEUED: 0, ev.ACKED: 0, ev.NACKED: 0, ev.DEAD_LETTERED: 0,
+                       ev.LEASE_EXPIRED: 0}
+        self._buckets: deque[list[float]] = deque(maxlen=61)  # [second, enqueued, acked]
+        self._follow_until = 0.0
+        self._outbox: list[dict[str, Any]] = []
+        self._flush_scheduled = False
+        owner.stop_hooks.append(owner.node.events.subscribe(self._on_event))
+        for op, handler in (("stats", self.op_stats), ("jobs", self.op_jobs),
+                            ("leases", self.op_leases), ("why", self.op_why),
+                            ("events", self.op_events), ("follow", self.op_follow),
+                            ("requeue", self.op_requeue), ("purge_dead", self.op_purge),
+                            ("pause", self.op_pause), ("resume", self.op_resume)):
+            owner.extra_ops[op] = handler
+
+    # -- counting and streaming --
+    def _on_event(self, event: JobEvent) -> None:
+        if event.queue != self.owner.name:
+            return
+        kind = event.kind
+        if kind in self.totals:
+            self.totals[kind] += 1
+            if kind in (ev.ENQUEUED, ev.ACKED):
+                second = float(int(event.t))
+                if not self._buckets or self._buckets[-1][0] != second:
+                    self._buckets.append([second, 0.0, 0.0])
+                self._buckets[-1][1 if kind == ev.ENQUEUED else 2] += 1
+        if self._follow_until and event.t <= self._follow_until:
+            self._outbox.append(event.to_dict())
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        batch, self._outbox, self._flush_scheduled = self._outbox, [], False
+        transport = self.owner.node.transport
+        if batch and transport is not None and self.owner.running:
+            payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "events": batch})
+            asyncio.get_running_loop().create_task(
+                transport.put(self.owner.node.key(self.owner.name, "events"), payload))
+
+    def rates(self, now: float, window_s: float = 10.0) -> tuple[float, float]:
+        """Enqueues and acks per second over the last ``window_s`` whole seconds."""
+        start = now - window_s
+        enq = sum(b[1] for b in self._buckets if b[0] >= start)
+        ack = sum(b[2] for b in self._buckets if b[0] >= start)
+        return enq / window_s, ack / window_s
+
+    # -- read-only ops --
+    async def op_stats(self, msg: dict[str, Any]) -> dict[str, Any]:
+        out = self.owner.stats()
+        enq_rate, ack_rate = self.rates(self.owner.node.clock.now())
+        out.update(enqueue_rate=enq_rate, ack_rate=ack_rate, totals=dict(self.totals),
+                   admin=self.owner.config.admin, lease_s=self.owner.config.policy.lease_s,
+                   max_attempts=self.owner.config.policy.max_attempts)
+        return {"stats": out}
+
+    async def op_jobs(self, msg: dict[str, Any]) -> dict[str, Any]:
+        state = msg.get("state")
+        where = msg.get("where") or {}
+        offset = max(0, int(msg.get("offset", 0)))
+        limit = min(MAX_PAGE, max(1, int(msg.get("limit", 100))))
+        matched: list[JobRecord] = []
+        skipped = 0
+        for rec in self.owner.state.iter_state(state):
+            if where and not _payload_matches(rec.body, where):
+                continue
+            if skipped < offset:
+                skipped += 1
+                continue
+            matched.append(rec)
+            if len(matched) >= limit:
+                break
+        return {"jobs": [job_summary(r) for r in matched], "offset": offset, "limit": limit}
+
+    async def op_leases(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return {"leases": [{"job_id": r.job_id, "worker": r.lease_worker,
+                            "deadline": r.lease_deadline, "attempt": r.attempts}
+                           for r in self.owner.state.iter_state(LEASED)]}
+
+    async def op_why(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return {"why": explain(self.owner, str(msg["job_id"]))}
+
+    async def op_events(self, msg: dict[str, Any]) -> dict[str, Any]:
+        limit = min(10_000, max(1, int(msg.get("limit", 1000))))
+        mine = [e.to_dict() for e in self.owner.node.events.recent()
+                if e.queue == self.owner.name]
+        return {"events": mine[-limit:]}
+
+    async def op_follow(self, msg: dict[str, Any]) -> dict[str, Any]:
+        ttl = min(FOLLOW_TTL_S, max(1.0, float(msg.get("ttl_s", FOLLOW_TTL_S))))
+        self._follow_until = self.owner.node.clock.now() + ttl
+        return {"key": self.owner.node.key(self.owner.name, "events"), "ttl_s": ttl}
+
+    # -- admin ops --
+    async def op_requeue(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self.owner.require_admin("requeue")
+        rec = self.owner.state.dead.get(str(msg["job_id"]))
+        if rec is None:
+            return {"job_id": None}
+        new_id = self.owner.node.ids.new()
+        await self.owner.enqueue(rec.body, job_id=new_id, priority=rec.priority)
+        return {"job_id": new_id}
+
+    async def op_purge(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self.owner.require_admin("purge_dead")
+        ids = msg.get("job_ids")
+        purged = self.owner.state.purge_dead(self.owner.node.clock.now(), ids)
+        await self.owner._commit()
+        return {"purged": purged}
+
+    async def op_pause(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self.owner.require_admin("pause")
+        self.owner.state.paused = True
+        return {"paused": True}
+
+    async def op_resume(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self.owner.require_admin("resume")
+        self.owner.state.paused = False
+        self.owner.nudge(max(1, self.owner.state.counts[READY]))
+        return {"paused": False}
+
+
+def job_summary(rec: JobRecord) -> dict[str, Any]:
+    return {"job_id": rec.job_id, "state": rec.state, "priority": rec.priority,
+            "attempts": rec.attempts, "enqueued_at": rec.enqueued_at, "ready_at": rec.ready_at,
+            "worker": rec.lease_worker if rec.state == LEASED else None,
+            "deadline": rec.lease_deadline if rec.state == LEASED else None,
+            "last_error": rec.last_error, "body": rec.body}
+
+
+def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
+    """Why a job is (not) running, in words and fields."""
+    rec = owner.state.jobs.get(job_id)
+    now = owner.node.clock.now()
+    if rec is None:
+        return {"state": "unknown", "reason": "the queue does not hold this job (never "
+                "enqueued, acked without keep_results, expired or purged)"}
+    out: dict[str, Any] = {"state": rec.state, "attempts": rec.attempts,
+                           "last_error": rec.last_error}
+    if rec.state == LEASED:
+        out.update(worker=rec.lease_worker, until=rec.lease_deadline,
+                   reason=f"leased by {rec.lease_worker} until its lease ends in "
+                          f"{(rec.lease_deadline or now) - now:.1f} s")
+    elif rec.state == DELAYED:
+        wait = rec.ready_at - now
+        if rec.attempts and rec.last_error:
+            out["reason"] = (f"backing off after attempt {rec.attempts} failed with "
+                             f"{rec.last_error!r}; eligible again in {wait:.1f} s")
+        else:
+            out["reason"] = f"delayed by the producer; eligible in {wait:.1f} s"
+        out["until"] = rec.ready_at
+    elif rec.state == READY:
+        ahead = owner.state.ready_ahead_of(rec)
+        out["ahead"] = ahead
+        paused = " (claiming is paused)" if owner.state.paused else ""
+        out["reason"] = f"ready, waiting behind {ahead} ready job(s){paused}"
+    elif rec.state == DEAD:
+        out["reason"] = f"dead-lettered after {rec.attempts} attempts: {rec.last_error}"
+        out["dead_letter"] = dead_letter(rec)
+    else:
+        out["reason"] = "done; result kept until " + str(rec.expires_at)
+    return out
+
+
+def _payload_matches(body: bytes, where: dict[str, Any]) -> bool:
+    try:
+        data = codec.decode_body(body)
+    except Exception:
+        return False
+    for path, expected in where.items():
+        value: Any = data
+        for part in str(path).split("."):
+            if not isinstance(value, dict) or part not in value:
+                return False
+            value = value[part]
+        if value != expected:
+            return False
+    return True

@@ -219,6 +219,21 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         await self.node.storage.close()
         self._serving = False
 
+    def kill(self) -> None:
+        """Die at once, like a crashed process: no ack, no nack, no goodbye, nothing written.
+
+        The simulator's crash. Memory is simply abandoned; with durable storage a restarted
+        owner recovers from what was written through before the crash.
+        """
+        for runner in self.runners:
+            runner.kill()
+        for owner in self.owners.values():
+            owner.kill()
+        transport = self.node.transport
+        if transport is not None and hasattr(transport, "kill"):
+            transport.kill()
+        self._serving = False
+
     def run(self) -> None:
         """Serve until Ctrl-C or SIGTERM, then shut down cleanly (see :meth:`stop`)."""
 

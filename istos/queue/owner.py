@@ -89,6 +89,12 @@ class QueueOwner:
         for hook in self.stop_hooks:
             hook()
 
+    def kill(self) -> None:
+        """Stop at once without emitting or writing anything (a simulated crash)."""
+        self.running = False
+        if self._timer is not None:
+            self._timer.cancel()
+
     # -- the request path --
     async def _on_request(self, key: str, payload: bytes) -> bytes:
         try:

@@ -175,6 +175,8 @@ class LocalTransport:
 
     async def query(self, key: str, payload: bytes, timeout_s: float) -> bytes:
         loop = self._loop_or_fail()
+        if not self.alive:
+            raise TransportError(f"node {self.node_id!r} is down")
         targets = [q for q in self.mesh._queryables if key_matches(q.key, key) and q.node.alive]
         if not targets:
             raise NoResponder(f"no queryable serves {key!r}")
@@ -219,6 +221,8 @@ class LocalTransport:
         self._deliver_call(resolve, delay=back)
 
     async def put(self, key: str, payload: bytes) -> None:
+        if not self.alive:
+            return
         for sub in list(self.mesh._subscribers):
             if sub.node.alive and key_matches(sub.key, key):
                 delay = self.mesh.network.delay(self.node_id, sub.node.node_id)

@@ -1,0 +1,44 @@
+"""A worker OS process for integration tests.
+
+argv: config_json prefix queue mode [out_path]
+mode "record": append each job's data + attempt to out_path (one JSON line), ack.
+mode "die": os._exit(17) in the middle of the first job (no ack, no nack).
+mode "owner": own the queue (lease from env ISTOS_LEASE_S) and serve forever.
+Prints READY once serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+from istos import Istos, JobContext
+
+
+async def main() -> None:
+    config, prefix, queue, mode = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    out_path = sys.argv[5] if len(sys.argv) > 5 else None
+    app = Istos(zenoh=config, prefix=prefix, node_id=f"{mode}-{os.getpid()}")
+    if mode == "owner":
+        app.queue(queue, lease_s=float(os.environ.get("ISTOS_LEASE_S", "30")),
+                  sweep_interval_s=0.05)
+    else:
+        @app.worker(queue, concurrency=int(os.environ.get("ISTOS_CONCURRENCY", "4")),
+                    poll_interval_s=0.2)
+        async def work(job: dict, ctx: JobContext) -> None:
+            if mode == "die":
+                os._exit(17)  # a crash mid-job: nothing is acked or nacked
+            assert out_path is not None
+            with open(out_path, "a") as fh:
+                fh.write(json.dumps({"job": job, "attempt": ctx.attempt,
+                                     "pid": os.getpid()}) + "\n")
+
+    async with app.serving():
+        print("READY", flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

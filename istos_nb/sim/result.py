@@ -1,0 +1,104 @@
+"""What a simulation run produced: event and job tables, invariant checks, Jepsen counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import pandas as pd
+
+from istos.queue.config import QueueConfig
+
+from .checker import RunRecord, check, delivery_counts
+
+EVENT_COLUMNS = ["t", "t_node", "node", "queue", "job_id", "kind", "attempt", "worker",
+                 "error", "delay_s", "ready_at", "deadline", "priority"]
+DETAIL_FIELDS = ("error", "delay_s", "ready_at", "deadline", "priority")
+
+
+class InvariantViolation(AssertionError):
+    """``check(strict=True)`` found an invariant that does not hold."""
+
+
+@dataclass
+class SimResult:
+    events_raw: list[dict[str, Any]] = field(repr=False)
+    attempts: list[dict[str, Any]] = field(repr=False)
+    effects: list[dict[str, Any]] = field(repr=False)
+    queues: dict[str, QueueConfig] = field(repr=False)
+    held: set[str] = field(repr=False)
+    volatile: bool
+    owner_crashes: list[tuple[float, str]] = field(repr=False)
+    until: float
+    virtual_s: float
+    wall_s: float
+    interrupted: bool
+    seed: int
+
+    def __init__(self, *, events: list[dict[str, Any]], **kw: Any) -> None:
+        self.events_raw = events
+        for name, value in kw.items():
+            setattr(self, name, value)
+
+    @property
+    def speedup(self) -> float:
+        """Virtual seconds per wall second."""
+        return self.virtual_s / self.wall_s if self.wall_s > 0 else float("inf")
+
+    @cached_property
+    def events(self) -> pd.DataFrame:
+        """One row per event: owner JobEvents plus node events (crashed, restarted...).
+
+        ``t`` is true virtual seconds; ``t_node`` what the emitting node's clock read."""
+        rows = []
+        for e in self.events_raw:
+            detail = e.get("detail") or {}
+            row = {k: e.get(k) for k in EVENT_COLUMNS[:8]}
+            row.update({k: detail.get(k) for k in DETAIL_FIELDS})
+            rows.append(row)
+        df = pd.DataFrame(rows, columns=EVENT_COLUMNS)
+        return df.astype({"attempt": "int64"}) if len(df) else df
+
+    @cached_property
+    def jobs(self) -> pd.DataFrame:
+        """One row per job the owners saw (plus how many times its side effect ran)."""
+        from istos_nb.frames import jobs_frame
+
+        df = jobs_frame(self.job_events())
+        effects = pd.Series([e["job_id"] for e in self.effects], dtype="object")
+        counts = effects.value_counts() if len(effects) else pd.Series(dtype="int64")
+        df["effects"] = df["job_id"].map(counts).fillna(0).astype("int64")
+        return df
+
+    def job_events(self) -> list[dict[str, Any]]:
+        """The raw events in the form ``istos_nb.frames`` and ``istos_nb.charts`` take."""
+        return [{k: e.get(k) for k in ("t", "node", "queue", "job_id", "kind", "attempt",
+                                       "worker", "detail")} for e in self.events_raw]
+
+    @cached_property
+    def counts(self) -> dict[str, int]:
+        """Jepsen total-queue style counts: ok, lost, duplicated, unexpected, recovered..."""
+        return delivery_counts(self._record())
+
+    def check(self, strict: bool = False) -> pd.DataFrame:
+        """The invariant report (invariant, ok, detail); strict=True raises on a violation."""
+        findings = check(self._record())
+        df = pd.DataFrame([f.__dict__ for f in findings], columns=["invariant", "ok", "detail"])
+        if strict and not df["ok"].all():
+            bad = df[~df["ok"]]
+            raise InvariantViolation("; ".join(f"{r.invariant}: {r.detail}"
+                                               for r in bad.itertuples()))
+        return df
+
+    def _record(self) -> RunRecord:
+        return RunRecord(events=self.events_raw, attempts=self.attempts, effects=self.effects,
+                         queues=self.queues, held=self.held, volatile=self.volatile,
+                         owner_crashes=self.owner_crashes)
+
+    def summary(self) -> str:
+        c = self.counts
+        return (f"seed {self.seed}: {self.virtual_s:.0f} virtual s in {self.wall_s:.2f} wall s "
+                f"(x{self.speedup:,.0f}); {len(self.events_raw)} events; ok {c['ok']}, "
+                f"lost {c['lost']}, duplicated {c['duplicated']}, pending {c['pending']}"
+                + (" [interrupted]" if self.interrupted else ""))

@@ -1,0 +1,158 @@
+"""A simulated node: the user's declarations, replayed onto a real ``Istos`` at every (re)start."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from istos import Istos
+from istos.queue.config import QueueConfig
+from istos.storage.memory import MemoryStorage
+
+from .clock import SimClock
+
+if TYPE_CHECKING:
+    from .simulation import Simulation
+
+current_incarnation: contextvars.ContextVar[Incarnation | None] = contextvars.ContextVar(
+    "istos_sim_incarnation", default=None)
+
+
+@dataclass(eq=False)
+class Incarnation:
+    """One life of a node, from (re)start to crash: its app and every task it spawned."""
+
+    number: int
+    app: Istos
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    context: contextvars.Context | None = None
+
+
+class SimNode:
+    """Declare queues, workers, schedules and subscriptions exactly as on ``Istos``.
+
+    The declarations are recorded and applied to a fresh ``Istos`` each time the node starts,
+    so a restarted node comes back with them, and with nothing else from its previous life.
+    """
+
+    def __init__(self, sim: Simulation, name: str, *, clock_skew_s: float = 0.0,
+                 clock_drift_ppm: float = 0.0) -> None:
+        self.sim = sim
+        self.name = name
+        self.clock_skew_s = float(clock_skew_s)
+        self.clock_drift_ppm = float(clock_drift_ppm)
+        self.queues: dict[str, QueueConfig] = {}
+        self._declarations: list[Callable[[Istos], None]] = []
+        self.incarnation: Incarnation | None = None
+        self._lives = 0
+        self.clock: SimClock | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.incarnation is not None
+
+    @property
+    def app(self) -> Istos:
+        if self.incarnation is None:
+            raise RuntimeError(f"node {self.name!r} is down")
+        return self.incarnation.app
+
+    # -- declarations (validated now, applied at every start) ------------------------------------
+    def queue(self, name: str, **options: Any) -> QueueConfig:
+        config = QueueConfig.build(name, **options)
+        if config.ha and self.sim.storage_mode != "durable":
+            raise ValueError(f"queue {name!r}: ha=True needs Simulation(storage='durable') so "
+                             "replicas share their storage")
+        self.queues[name] = config
+        self._declarations.append(lambda app: app.queue(name, **options))
+        return config
+
+    def worker(self, name: str, **options: Any) -> Callable[[Any], Any]:
+        def register(fn: Any) -> Any:
+            wrapped = self.sim._instrument(self, name, fn)
+            self._declarations.append(lambda app: app.worker(name, **options)(wrapped))
+            return fn
+
+        return register
+
+    def schedule(self, queue: str, data: Any, **options: Any) -> None:
+        self._declarations.append(lambda app: app.schedule(queue, data, **options))
+
+    def subscribe(self, key: str, **options: Any) -> Callable[[Any], Any]:
+        def register(fn: Any) -> Any:
+            self._declarations.append(lambda app: app.subscribe(key, **options)(fn))
+            return fn
+
+        return register
+
+    # -- calls a scenario makes on the node -------------------------------------------------------
+    async def enqueue(self, queue: str, data: Any, **kwargs: Any) -> str | None:
+        """Enqueue through this node; recorded for the checker whatever the outcome."""
+        return await self.sim._enqueue_via(self, queue, data, **kwargs)
+
+    async def publish(self, key: str, data: Any, **kwargs: Any) -> Any:
+        return await self.app.publish(key, data, **kwargs)
+
+    async def result(self, queue: str, job_id: str) -> dict[str, Any]:
+        return await self.app.result(queue, job_id)
+
+    async def dead_letters(self, queue: str) -> list[dict[str, Any]]:
+        return await self.app.dead_letters(queue)
+
+    def __getattr__(self, attr: str) -> Any:
+        # chain / group / chord / requeue_dead and other producer calls of the live app
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return getattr(self.app, attr)
+
+    # -- life and death ------------------------------------------------------------------------------
+    def build(self, loop: asyncio.AbstractEventLoop) -> Incarnation:
+        self._lives += 1
+        self.clock = SimClock(loop, skew_s=self.clock_skew_s, drift_ppm=self.clock_drift_ppm)
+        sim = self.sim
+        storage = sim.shared_storage if sim.storage_mode == "durable" else MemoryStorage()
+        app = Istos(storage=storage, transport=sim.mesh.transport(self.name), clock=self.clock,
+                    rng=random.Random(f"{sim.seed}:{self.name}:{self._lives}"),
+                    node_id=self.name, sync_inline=True,
+                    request_timeout_s=sim.request_timeout_s, shutdown_grace_s=0.0)
+        for declare in self._declarations:
+            declare(app)
+        return Incarnation(self._lives, app)
+
+
+def instrument(fn: Callable[..., Any], on_done: Callable[[Any], bool]) -> Callable[..., Any]:
+    """Wrap a worker function so the simulator sees each completed side effect.
+
+    The wrapper always receives ``ctx`` (it adds the parameter if ``fn`` lacks it) and calls
+    ``on_done(ctx)`` after ``fn`` returns; if that returns True the ack is lost: the delivery
+    ends with neither ack nor nack, as when a process dies right after its side effect.
+    """
+    sig = inspect.signature(fn)
+    wants_ctx = "ctx" in sig.parameters
+    is_async = inspect.iscoroutinefunction(fn)
+
+    @functools.wraps(fn)
+    async def wrapped(job: Any, **kwargs: Any) -> Any:
+        ctx = kwargs["ctx"] if wants_ctx else kwargs.pop("ctx")
+        result = fn(job, **kwargs)
+        if is_async:
+            result = await result
+        if on_done(ctx):
+            raise asyncio.CancelledError("ack lost (simulated)")
+        return result
+
+    if not wants_ctx:
+        params = list(sig.parameters.values())
+        extra = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY)
+        if params and params[-1].kind == inspect.Parameter.VAR_KEYWORD:
+            params.insert(len(params) - 1, extra)
+        else:
+            params.append(extra)
+        wrapped.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    return wrapped

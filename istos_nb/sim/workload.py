@@ -1,0 +1,91 @@
+"""Workload helpers: arrivals (at once, at a rate, Poisson), service times, failures.
+
+All randomness comes from the simulation's workload rng, derived from its seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .simulation import Simulation
+
+ServiceSpec = float | tuple[Any, ...] | Callable[[random.Random], float]
+
+
+class HandlerFailure(Exception):
+    """The failure a workload handler raises with its configured probability."""
+
+
+def sampler(spec: ServiceSpec, rng: random.Random) -> Callable[[], float]:
+    """Turn a service-time spec into a function drawing seconds.
+
+    ``1.5`` (constant), ``("exp", mean)``, ``("uniform", lo, hi)``,
+    ``("lognormal", mu, sigma)``, or a callable taking the rng.
+    """
+    from .simulation import ScenarioError
+
+    if callable(spec):
+        return lambda: float(spec(rng))  # type: ignore[operator]
+    if isinstance(spec, (int, float)):
+        if spec < 0:
+            raise ScenarioError(f"service time must be >= 0, got {spec!r}")
+        value = float(spec)
+        return lambda: value
+    kind, *args = spec
+    if kind == "exp" and len(args) == 1 and args[0] > 0:
+        return lambda: rng.expovariate(1.0 / args[0])
+    if kind == "uniform" and len(args) == 2 and 0 <= args[0] <= args[1]:
+        return lambda: rng.uniform(args[0], args[1])
+    if kind == "lognormal" and len(args) == 2 and args[1] >= 0:
+        return lambda: rng.lognormvariate(args[0], args[1])
+    raise ScenarioError(f"unknown or invalid service time spec {spec!r}")
+
+
+class Workload:
+    def __init__(self, sim: Simulation, rng: random.Random) -> None:
+        self.sim = sim
+        self.rng = rng
+
+    def enqueue_jobs(self, node: str, queue: str, n: int, *, rate: float | None = None,
+                     poisson: bool = False, start: float = 0.0,
+                     data: Callable[[int], Any] | None = None, priority: int = 0) -> None:
+        """Enqueue ``n`` jobs through ``node`` from ``start``: all at once (``rate=None``), one
+        every ``1/rate`` s, or as a Poisson process of that rate (``poisson=True``)."""
+        from .simulation import ScenarioError
+
+        sim_node = self.sim._node(node)
+        if not isinstance(n, int) or n < 0:
+            raise ScenarioError(f"n must be an integer >= 0, got {n!r}")
+        if rate is not None and not rate > 0:
+            raise ScenarioError(f"rate must be > 0 jobs/s, got {rate!r}")
+        if poisson and rate is None:
+            raise ScenarioError("poisson=True needs a rate")
+        make = data or (lambda i: {"i": i})
+        t = float(start)
+        for i in range(n):
+            if rate is not None and i > 0:
+                t += self.rng.expovariate(rate) if poisson else 1.0 / rate
+            self.sim.at(t, sim_node.enqueue, queue, make(i), priority=priority)
+
+    def handler(self, *, service_s: ServiceSpec = 0.0, fail_p: float = 0.0,
+                effect: Callable[[Any], Any] | None = None) -> Callable[..., Any]:
+        """A worker function: waits a service time (virtual seconds), then fails with
+        probability ``fail_p`` or calls ``effect(job)`` and returns its value."""
+        from .simulation import ScenarioError
+
+        if not 0.0 <= fail_p <= 1.0:
+            raise ScenarioError(f"fail_p must be a probability, got {fail_p!r}")
+        draw = sampler(service_s, self.rng)
+        rng = self.rng
+
+        async def handle(job: Any) -> Any:
+            await asyncio.sleep(draw())
+            if fail_p and rng.random() < fail_p:
+                raise HandlerFailure("simulated handler failure")
+            return effect(job) if effect is not None else None
+
+        return handle

@@ -91,7 +91,7 @@ class SimNode:
 
         return register
 
-    # -- calls a scenario makes on the node -------------------------------------------------------
+    # -- calls a scenario makes on the node --
     async def enqueue(self, queue: str, data: Any, **kwargs: Any) -> str | None:
         """Enqueue through this node; recorded for the checker whatever the outcome."""
         return await self.sim._enqueue_via(self, queue, data, **kwargs)
@@ -111,7 +111,7 @@ class SimNode:
             raise AttributeError(attr)
         return getattr(self.app, attr)
 
-    # -- life and death ------------------------------------------------------------------------------
+    # -- life and death --
     def build(self, loop: asyncio.AbstractEventLoop) -> Incarnation:
         self._lives += 1
         self.clock = SimClock(loop, skew_s=self.clock_skew_s, drift_ppm=self.clock_drift_ppm)

@@ -59,7 +59,7 @@ class Simulation:
         self.effects: list[dict[str, Any]] = []
         self.owner_crashes: list[tuple[float, str]] = []
 
-    # -- building the scenario -----------------------------------------------------------------
+    # -- building the scenario --
     def node(self, name: str, *, clock_skew_s: float = 0.0,
              clock_drift_ppm: float = 0.0) -> SimNode:
         if name in self.nodes:
@@ -157,7 +157,7 @@ class Simulation:
     def handler(self, **kwargs: Any) -> Callable[..., Any]:
         return self.workload.handler(**kwargs)
 
-    # -- running ---------------------------------------------------------------------------------
+    # -- running --
     def run(self, until: float, *, progress: Callable[[float, float], None] | None = None
             ) -> SimResult:
         """Run to virtual time ``until`` and return the result. Inside a running event loop (a
@@ -251,7 +251,7 @@ class Simulation:
                          virtual_s=self._loop.time() if self._loop else 0.0,
                          wall_s=wall_s, interrupted=interrupted, seed=self.seed)
 
-    # -- the node lifecycle --------------------------------------------------------------------------
+    # -- the node lifecycle --
     def _task_factory(self, loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
         task = asyncio.Task(coro, loop=loop, **kwargs)
         context = kwargs.get("context")
@@ -319,7 +319,7 @@ class Simulation:
         self._node_event(",".join(sorted(a)), "partitioned" if cut else "healed",
                          other=",".join(sorted(b)))
 
-    # -- recording ---------------------------------------------------------------------------------
+    # -- recording --
     def _record(self, row: dict[str, Any], t_node: float) -> None:
         assert self._loop is not None
         row["t_node"] = t_node

@@ -1,0 +1,261 @@
+"""istos_nb.charts: artists match the stream (the one described in test_frames)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402  (only to prove charts never touch its state)
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.colors import to_rgba  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from test_frames import EVENTS, W0, W1, W2, claim, e, enq, retry, scenario  # noqa: E402
+
+from istos_nb.charts import (  # noqa: E402
+    attempts_histogram,
+    backoff_band,
+    backoff_curve,
+    depth_chart,
+    lease_gantt,
+    retry_timeline,
+    throughput_chart,
+)
+from istos_nb.frames import depth_frame, throughput_frame  # noqa: E402
+
+T_END = 13.5
+# Leases in claim order: (job, worker, start, end, outcome), from test_frames' leases table.
+LEASES = [
+    ("A", W0, 1.0, 2.0, "acked"), ("B", W1, 1.5, 2.5, "nacked"), ("C", W2, 2.0, 7.0, "expired"),
+    ("D", W0, 2.2, 2.4, "nacked"), ("B", W1, 4.0, 5.0, "acked"), ("D", W0, 4.5, 4.6, "nacked"),
+    ("C", W0, 7.5, 8.0, "acked"), ("G", W1, 9.5, T_END, "open"),
+    ("H", W2, 10.0, 12.0, "expired"), ("H", W0, 12.5, 13.5, "acked"),
+]
+
+CHARTS: dict[str, Callable[..., Figure]] = {
+    "lease_gantt": lease_gantt,
+    "retry_timeline": retry_timeline,
+    "backoff_curve": lambda events, **kw: backoff_curve(events, 1.0, 8.0, 0.25, **kw),
+    "depth_chart": depth_chart,
+    "attempts_histogram": attempts_histogram,
+    "throughput_chart": throughput_chart,
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_pyplot_figures() -> Any:
+    before = plt.get_fignums()
+    yield
+    assert plt.get_fignums() == before, "charts must not create pyplot-managed figures"
+
+
+def by_gid(ax: Axes, gid: str) -> Any:
+    found = [a for a in ax.get_children() if a.get_gid() == gid]
+    assert len(found) == 1, f"expected one artist with gid {gid!r}, found {len(found)}"
+    return found[0]
+
+
+def bar_extents(coll: Any) -> list[tuple[float, float, float]]:
+    """(x0, x1, y centre) of each rectangle path in a bar collection, in order."""
+    out = []
+    for path in coll.get_paths():
+        xs, ys = path.vertices[:4, 0], path.vertices[:4, 1]
+        out.append((float(xs.min()), float(xs.max()), float(ys.mean())))
+    return out
+
+
+# The fixed colour of each outcome, the same in every chart.
+COLORS = {"acked": "tab:green", "nacked": "tab:orange", "expired": "tab:red", "open": "tab:gray"}
+
+
+def rgba(outcomes: list[str]) -> np.ndarray:
+    return np.array([to_rgba(COLORS[o]) for o in outcomes])
+
+
+def render(fig: Figure) -> None:
+    fig.savefig(io.BytesIO(), format="png", dpi=40)
+
+
+# --- lease Gantt ------------------------------------------------------------------------------
+
+def test_gantt_one_bar_per_lease_coloured_by_outcome_on_its_lane() -> None:
+    fig = lease_gantt(EVENTS)
+    ax = fig.axes[0]
+    lanes = [t.get_text() for t in ax.get_yticklabels()]
+    assert lanes == [W0, W1, W2]  # one lane per worker slot, sorted
+    bars = by_gid(ax, "leases")
+    assert len(bars.get_paths()) == len(LEASES) == 10
+    np.testing.assert_allclose(bars.get_facecolor(), rgba([o for *_, o in LEASES]))
+    want = [(start, end, lanes.index(worker)) for _, worker, start, end, _ in LEASES]
+    np.testing.assert_allclose(bar_extents(bars), want)  # the open lease runs to the last event
+    render(fig)
+
+
+def test_gantt_marks_crash_and_restart_on_the_lanes_of_that_node() -> None:
+    ax = lease_gantt(EVENTS).axes[0]
+    np.testing.assert_allclose(by_gid(ax, "crash").get_offsets(), [(3.0, 2)])  # n2 -> lane 2
+    np.testing.assert_allclose(by_gid(ax, "restart").get_offsets(), [(8.5, 2)])
+    two_slots = EVENTS + [claim(13.5, "Z", 1, "n1:work#1"), e(13.5, "crashed", node="n1")]
+    ax = lease_gantt(two_slots).axes[0]
+    np.testing.assert_allclose(by_gid(ax, "crash").get_offsets(),
+                               [(3.0, 2), (13.5, 0), (13.5, 1)])
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[:4] == ["acked", "nacked", "expired", "open"] and "node crashed" in legend
+
+
+def test_gantt_time_is_relative_to_the_first_event() -> None:
+    bars = by_gid(lease_gantt(scenario(offset=1_700_000_000.0)).axes[0], "leases")
+    np.testing.assert_allclose(bar_extents(bars), bar_extents(
+        by_gid(lease_gantt(EVENTS).axes[0], "leases")), atol=1e-6)
+
+
+def test_chart_draws_into_a_given_axes_and_returns_its_figure() -> None:
+    fig = Figure()
+    left, right = fig.subplots(1, 2)
+    assert lease_gantt(EVENTS, ax=right, title="mine") is fig
+    assert right.get_title() == "mine" and not left.get_title()
+    assert len(by_gid(right, "leases").get_paths()) == 10
+    sub = Figure().subfigures(1, 2)[1]
+    sub_ax = sub.subplots()
+    assert depth_chart(EVENTS, ax=sub_ax) is sub_ax.figure.figure
+
+
+# --- retry timeline ---------------------------------------------------------------------------
+
+def test_retry_timeline_attempts_and_backoff_gaps() -> None:
+    ax = retry_timeline(EVENTS).axes[0]
+    lanes = [t.get_text() for t in ax.get_yticklabels()]
+    assert lanes == ["A", "B", "C", "D", "G", "H"]  # jobs with deliveries, first-claim order
+    attempts = by_gid(ax, "attempts")
+    np.testing.assert_allclose(attempts.get_facecolor(), rgba([o for *_, o in LEASES]))
+    np.testing.assert_allclose(bar_extents(attempts),
+                               [(s, t, lanes.index(j)) for j, _, s, t, _ in LEASES])
+    # The wait between a failed delivery and the next claim: B 2.5-4.0, D 2.4-4.5, C 7.0-7.5,
+    # H 12.0-12.5, in claim order of the retried delivery.
+    np.testing.assert_allclose(bar_extents(by_gid(ax, "backoff")),
+                               [(2.5, 4.0, 1), (2.4, 4.5, 3), (7.0, 7.5, 2), (12.0, 12.5, 5)])
+    np.testing.assert_allclose(by_gid(ax, "dead").get_offsets(), [(4.6, 3)])
+
+
+def test_retry_timeline_job_selection() -> None:
+    ax = retry_timeline(EVENTS, max_jobs=2).axes[0]
+    # Most deliveries first (B, C, D, H have two); ties keep first-claim order.
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["B", "C"]
+    ax = retry_timeline(EVENTS, job_ids=["H", "A"]).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["H", "A"]
+    assert len(by_gid(ax, "attempts").get_paths()) == 3
+
+
+# --- backoff curve ----------------------------------------------------------------------------
+
+def test_backoff_band_numbers() -> None:
+    nominal, low, high = backoff_band([1, 2, 3, 4, 5], 1.0, 8.0, 0.25)
+    np.testing.assert_allclose(nominal, [1, 2, 4, 8, 8])
+    np.testing.assert_allclose(low, [0.75, 1.5, 3, 6, 6])
+    np.testing.assert_allclose(high, [1.25, 2.5, 5, 8, 8])  # 8 * 1.25 capped at the max
+    nominal, low, high = backoff_band([1, 4], 0.5, 10.0, 0.5)
+    np.testing.assert_allclose(nominal, [0.5, 4.0])
+    np.testing.assert_allclose(low, [0.25, 2.0])
+    np.testing.assert_allclose(high, [0.75, 6.0])
+    with pytest.raises(ValueError):
+        backoff_band([1], 1.0, 8.0, -0.1)
+
+
+def test_backoff_curve_band_nominal_and_observed_points() -> None:
+    ax = backoff_curve(EVENTS, 1.0, 8.0, 0.25).axes[0]
+    band = {tuple(v) for v in np.round(by_gid(ax, "backoff_band").get_paths()[0].vertices, 9)}
+    # base 1 s doubling, capped at 8 s, +-25 % jitter (the high edge capped too); the curve
+    # runs one attempt past the cap.
+    lows = [(1, 0.75), (2, 1.5), (3, 3.0), (4, 6.0), (5, 6.0)]
+    highs = [(1, 1.25), (2, 2.5), (3, 5.0), (4, 8.0), (5, 8.0)]
+    assert band == set(lows) | set(highs)
+    nominal = by_gid(ax, "backoff_nominal")
+    np.testing.assert_allclose(nominal.get_xdata(), [1, 2, 3, 4, 5])
+    np.testing.assert_allclose(nominal.get_ydata(), [1, 2, 4, 8, 8])
+    np.testing.assert_allclose(by_gid(ax, "observed").get_offsets(), [(1, 1.2), (1, 1.0)])
+    # Lease-expiry retries (delay 0) are drawn apart from the backoff-driven ones.
+    np.testing.assert_allclose(by_gid(ax, "observed_immediate").get_offsets(), [(1, 0), (1, 0)])
+
+
+def test_backoff_curve_extends_to_the_highest_observed_attempt() -> None:
+    events = [retry(float(n), "j", n, 0.1, "x") for n in range(1, 10)]
+    ax = backoff_curve(events, 1.0, 2.0, 0.0).axes[0]
+    assert list(by_gid(ax, "backoff_nominal").get_xdata()) == list(range(1, 10))
+
+
+# --- depth, histogram, throughput -------------------------------------------------------------
+
+def test_depth_chart_steps_follow_depth_frame_to_the_last_event() -> None:
+    ax = depth_chart(EVENTS).axes[0]
+    depth = depth_frame(EVENTS)
+    for state in ("ready", "leased", "delayed", "dead"):
+        line = by_gid(ax, f"depth_{state}")
+        assert line.get_drawstyle() == "steps-post"
+        np.testing.assert_allclose(line.get_xdata(), [*depth["t"], T_END])
+        np.testing.assert_allclose(line.get_ydata(), [*depth[state], depth[state].iloc[-1]])
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "ready", "leased", "delayed", "dead"]
+
+
+def test_attempts_histogram_stacks_done_under_dead() -> None:
+    ax = attempts_histogram(EVENTS).axes[0]
+    done = [p for p in ax.patches if p.get_gid() == "done"]
+    dead = [p for p in ax.patches if p.get_gid() == "dead"]
+    # Finished: A (1 attempt, done); B, C, H (2, done); D (2, dead).
+    assert [p.get_x() + p.get_width() / 2 for p in done] == [1, 2]
+    assert [p.get_height() for p in done] == [1, 3]
+    assert [p.get_height() for p in dead] == [0, 1]
+    assert [p.get_y() for p in dead] == [1, 3]
+    assert to_rgba(done[0].get_facecolor()) == to_rgba("tab:green")
+    assert to_rgba(dead[0].get_facecolor()) == to_rgba("tab:red")
+
+
+@pytest.mark.parametrize("bin_s", [1.0, 0.5])
+def test_throughput_chart_rates_per_second(bin_s: float) -> None:
+    ax = throughput_chart(EVENTS, bin_s=bin_s).axes[0]
+    tp = throughput_frame(EVENTS, bin_s=bin_s)
+    for column in ("acked", "nacked", "expired", "dead_lettered", "enqueued"):
+        values, edges, _baseline = by_gid(ax, f"rate_{column}").get_data()
+        np.testing.assert_allclose(values, tp[column] / bin_s)
+        np.testing.assert_allclose(edges, [*tp["t"], tp["t"].iloc[-1] + bin_s])
+    assert ax.get_ylabel() == "events per second (1/s)"
+
+
+# --- every chart ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(CHARTS))
+def test_every_chart_is_titled_labelled_and_renders(name: str) -> None:
+    fig = CHARTS[name](EVENTS)
+    assert isinstance(fig, Figure)
+    ax = fig.axes[0]
+    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    assert "(s)" in ax.get_xlabel() or "(s)" in ax.get_ylabel() or "count" in ax.get_xlabel()
+    assert ax.get_legend() is not None
+    render(fig)
+
+
+@pytest.mark.parametrize("name", list(CHARTS))
+@pytest.mark.parametrize("events", [[], [e(1.0, "crashed", node="n1", queue="")],
+                                    [enq(0.0, "solo")]], ids=["empty", "node-only", "no-claims"])
+def test_every_chart_handles_streams_without_data(name: str, events: list[Any]) -> None:
+    fig = CHARTS[name](events, title="custom")
+    ax = fig.axes[0]
+    assert ax.get_title() == "custom" and ax.get_xlabel() and ax.get_ylabel()
+    notes = [t.get_text() for t in ax.texts]
+    if name not in ("throughput_chart", "depth_chart") or not events:
+        assert any("no events" in n for n in notes), notes
+    render(fig)
+
+
+def test_job_events_without_worker_or_priority_still_chart() -> None:
+    events = [enq(0.0, "a"), claim(0.5, "a", 1, W0)]
+    events.append(e(1.0, "claimed", "b", 1, None))  # a worker-less claim gets its own lane
+    ax = lease_gantt(events).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["(unknown)", W0]
+    np.testing.assert_allclose(by_gid(ax, "leases").get_facecolor(), rgba(["open", "open"]))

@@ -186,12 +186,14 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         super()._setup_owner(owner)
         Inspector(owner)
         # In-process workers are nudged directly; remote ones over the mesh.
-        owner.nudge_listeners.append(lambda n: self._nudge_local(owner.name, n))
+        owner.nudge_listeners.append(lambda n, to: self._nudge_local(owner.name, to))
 
-    def _nudge_local(self, queue: str, count: int) -> None:
+    def _nudge_local(self, queue: str, targets: set[str]) -> None:
+        if self.node.node_id not in targets:
+            return
         for runner in self.runners:
             if runner.config.queue == queue:
-                runner.on_nudge(count)
+                runner.on_nudge()
 
     def is_active_owner(self, queue: str) -> bool:
         """Whether this node currently serves ``queue`` (for HA: whether it leads)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 # Kinds an owner emits. The simulator adds "crashed" and "restarted" for nodes.
@@ -54,7 +54,10 @@ class JobEvent:
     detail: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # not dataclasses.asdict: it deep-copies, and this runs for every event recorded
+        return {"t": self.t, "node": self.node, "queue": self.queue, "job_id": self.job_id,
+                "kind": self.kind, "attempt": self.attempt, "worker": self.worker,
+                "detail": dict(self.detail)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JobEvent:

@@ -23,6 +23,7 @@ from ..errors import (
 )
 from ..events import JobEvent
 from ..node import Node
+from ..wakeup import Wakeup
 from .config import QueueConfig, check_delay, check_priority
 from .persist import Persister
 from .state import DEAD, DELAYED, DONE, READY, JobRecord, QueueState
@@ -31,7 +32,7 @@ log = logging.getLogger("istos.owner")
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 AckHook = Callable[[JobRecord, "bytes | None"], Awaitable[None]]
-NudgeListener = Callable[[int], None]
+NudgeListener = Callable[[int, "set[str]"], None]
 
 
 class QueueOwner:
@@ -45,11 +46,13 @@ class QueueOwner:
         self._pending_ids: dict[str, asyncio.Future[str]] = {}
         self._handle: Any = None
         self._timer: asyncio.Task[None] | None = None
-        self._reschedule = asyncio.Event()
+        self._reschedule = Wakeup()
         self._timer_target = float("inf")
         self._nudge_count = 0
         self._nudge_scheduled = False
-        self._remote_workers = False
+        # Worker nodes whose last claim left slots empty, and how many: a nudge wakes only
+        # as many of them as there are new jobs (the reference woke every idle loop per job).
+        self._hungry: dict[str, int] = {}
         self.nudge_listeners: list[NudgeListener] = []
         self.ack_hooks: list[AckHook] = []
         self.extra_ops: dict[str, Handler] = {}
@@ -102,8 +105,6 @@ class QueueOwner:
         except ProtocolError as exc:
             log.warning("queue %s: rejected a malformed request: %s", self.name, exc)
             return codec.encode_message(error_reply(exc))
-        if msg.get("op") == "claim":
-            self._remote_workers = True
         return codec.encode_message(await self.dispatch(msg))
 
     async def dispatch(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -175,6 +176,12 @@ class QueueOwner:
     async def _op_claim(self, msg: dict[str, Any]) -> dict[str, Any]:
         workers = [str(w) for w in msg["workers"]][:1024]
         jobs = self.state.claim(workers, self.node.clock.now())
+        node = str(msg.get("node") or "")
+        if len(jobs) < len(workers):
+            self._hungry.pop(node, None)
+            self._hungry[node] = len(workers) - len(jobs)  # re-inserted: oldest hungry first
+        else:
+            self._hungry.pop(node, None)
         await self._commit()
         pol = self.config.policy
         return {"jobs": [
@@ -239,8 +246,7 @@ class QueueOwner:
             # Changes from enqueue's duplicate path or the sweeper: write them in the background
             # in order; recovery tolerates their loss (a lease falls back to ready).
             asyncio.get_running_loop().create_task(self._persist_quietly(dirty))
-        deadline = self.state.next_deadline()
-        if deadline is not None and deadline < self._timer_target:
+        if self.state.next_deadline_hint() < self._timer_target:
             self._reschedule.set()
 
     async def _persist_quietly(self, dirty: list[JobRecord | str]) -> None:
@@ -275,12 +281,21 @@ class QueueOwner:
 
     def _flush_nudges(self) -> None:
         count, self._nudge_count, self._nudge_scheduled = self._nudge_count, 0, False
-        if not self.running or count <= 0:
+        if not self.running or count <= 0 or not self._hungry:
             return
+        targets: set[str] = set()
+        for node, free in list(self._hungry.items()):
+            if count <= 0:
+                break
+            targets.add(node)
+            count -= free
+            del self._hungry[node]  # it re-registers if its next claim comes back short
         for listener in self.nudge_listeners:
-            listener(count)
-        if self._remote_workers and self.node.transport is not None:
-            payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "n": count})
+            listener(len(targets), targets)
+        remote = targets - {self.node.node_id}
+        if remote and self.node.transport is not None:
+            payload = codec.encode_message({"v": codec.PROTOCOL_VERSION,
+                                            "to": sorted(remote)})
             asyncio.get_running_loop().create_task(
                 self.node.transport.put(self.node.key(self.name, "nudge"), payload))
 
@@ -290,14 +305,14 @@ class QueueOwner:
         while self.running:
             now = clock.now()
             deadline = self.state.next_deadline()
-            wait = interval if deadline is None else min(interval, max(0.0, deadline - now))
-            self._timer_target = now + wait
+            # Nothing timed to do: sleep until a change brings a deadline (no idle ticking).
+            # Otherwise wake at the deadline, but at least every sweep interval, so a wall
+            # clock that jumps cannot leave an expired lease unnoticed for long.
+            wait = None if deadline is None else min(interval, max(0.0, deadline - now))
+            self._timer_target = float("inf") if wait is None else now + wait
             self._reschedule.clear()
-            if wait > 0:
-                try:
-                    await asyncio.wait_for(self._reschedule.wait(), clock.to_loop_seconds(wait))
-                except asyncio.TimeoutError:
-                    pass
+            if wait is None or wait > 0:
+                await self._reschedule.wait(None if wait is None else clock.to_loop_seconds(wait))
             self._timer_target = float("inf")
             now = clock.now()
             before = self.state.counts[READY]

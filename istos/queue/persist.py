@@ -32,7 +32,7 @@ class Persister:
         self._ns = ns
         self._pending: dict[str, bytes | None] = {}
         self._waiters: list[asyncio.Future[None]] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._flushing = False
 
     async def write(self, changes: Iterable[JobRecord | str]) -> None:
         """Store ``changes`` (records, or ids to delete); raise StorageUnavailable on failure."""
@@ -48,8 +48,14 @@ class Persister:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        if not self._flushing:
+            # No write in flight: this caller flushes (no extra task). Callers arriving while
+            # it awaits storage queue up and are written by the same flush loop, in order.
+            self._flushing = True
+            try:
+                await self._flush()
+            finally:
+                self._flushing = False
         await fut
 
     async def _flush(self) -> None:

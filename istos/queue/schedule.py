@@ -1,9 +1,288 @@
-"""Interval and cron schedules (filled in by the schedules work)."""
+"""Interval and cron schedules: the "beat" that enqueues a job on a timetable.
+
+``app.schedule(queue, data, every_s=...)`` or ``app.schedule(queue, data, cron=...)`` declares a
+schedule; it ticks on the node that declares it, while that app serves (one task per schedule,
+started after the queues and workers, cancelled before them). Everything is timed on the
+declaring node's Clock, never the system's, so the simulator's skewed and drifting clocks apply.
+
+Slots:
+
+* **Interval**: the first slot is the clock's ``now()`` when the app starts serving plus
+  ``initial_delay_s``; then one slot every ``every_s`` seconds on that grid.
+* **Cron**: ``initial_delay_s`` is waited first; then each slot is
+  :func:`istos.queue.cron.next_fire` of the expression after the clock's current time, matched on
+  the wall clock of ``tz``. ``tz`` defaults to the node's local IANA zone (from ``$TZ`` or
+  ``/etc/localtime``); when that cannot be named, UTC. Pass ``tz`` to be explicit, and a real
+  zone name rather than a fixed offset, so that DST follows the zone's rules.
+
+Waiting: the beat sleeps towards the slot in naps of at most ``MAX_NAP_S`` and re-reads the clock
+after each, so a clock stepped forward is noticed within a nap and a clock stepped back (or one
+that drifts) never fires a slot early: until ``now() >= slot`` it sleeps again.
+
+Missed ticks are not replayed. A node that was paused, down or simply woke late fires once for
+the overdue slot it was waiting for, then moves to the first slot strictly after ``now()``;
+a clock jumping ahead by ten periods yields one tick, not a burst of ten.
+
+Each tick enqueues ``data`` with the deterministic job id ``f"sched:{name}:{slot}"`` where
+``slot`` is the slot's timestamp in whole seconds (with six decimals for intervals shorter than a
+second, whose slots would otherwise share a second). A repeated tick of one slot (a clock stepped
+back, a second replica) is therefore dropped by idempotent enqueue while the first is held.
+A failed enqueue (for example :class:`OwnerUnavailable`) is logged and the schedule carries on
+with its next slot; that slot's job is lost, not retried.
+
+High availability: when the schedule's queue is declared on this app with ``ha=True``, a slot is
+enqueued only while ``app.is_active_owner(queue)`` holds, so only the elected leader ticks and
+standbys stay quiet; slots that pass while this node does not lead are skipped.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone, tzinfo
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from .. import codec
+from ..clock import Clock
+from ..errors import ConfigError
 from ..hooks import AppHooks
+from . import cron as cronlib
+from .config import check_queue_name
+
+if TYPE_CHECKING:
+    from ..node import Node
+    from .config import QueueConfig
+
+log = logging.getLogger("istos.schedule")
+
+MAX_NAP_S = 60.0
+"""Longest single sleep (node clock) before the beat re-reads the clock."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One declared schedule (exactly one of ``every_s`` and ``cron`` is set)."""
+
+    name: str
+    queue: str
+    data: Any
+    every_s: float | None
+    cron: cronlib.CronSpec | None
+    tz: tzinfo
+    initial_delay_s: float
+
+    def job_id(self, slot: float) -> str:
+        """The deterministic id of this schedule's job for ``slot`` (a timestamp)."""
+        if self.every_s is not None and self.every_s < 1:
+            return f"sched:{self.name}:{slot:.6f}"
+        return f"sched:{self.name}:{int(slot)}"
+
+    def first_slot(self, now: float) -> float:
+        """The first slot of an interval schedule that starts at ``now``."""
+        return now + self.initial_delay_s
+
+    def next_slot(self, after: float, origin: float) -> float:
+        """The first slot strictly after ``after`` (``origin``: the interval grid's first slot)."""
+        if self.cron is not None:
+            instant = datetime.fromtimestamp(after, self.tz)
+            return cronlib.next_fire(self.cron, instant, self.tz).timestamp()
+        every = self.every_s or 0.0
+        k = max(0, math.floor((after - origin) / every) + 1)
+        slot = origin + k * every
+        while slot <= after:  # float rounding can land on `after` itself
+            k += 1
+            slot = origin + k * every
+        return slot
 
 
 class ScheduleMixin(AppHooks):
-    pass
+    """``schedule()`` for :class:`istos.Istos`."""
+
+    if TYPE_CHECKING:  # provided by Istos
+        node: Node
+        queues: dict[str, QueueConfig]
+
+        def add_plugin(self, plugin: Any) -> None: ...
+
+        def is_active_owner(self, queue: str) -> bool: ...
+
+        async def enqueue(self, name: str, data: Any, *, delay_s: float = 0,
+                          priority: int = 0, job_id: str | None = None,
+                          timeout_s: float | None = None,
+                          _meta: dict[str, Any] | None = None) -> str: ...
+
+    def schedule(self, queue: str, data: Any, *, every_s: float | None = None,
+                 cron: str | None = None, tz: str | None = None,
+                 initial_delay_s: float = 0.0, name: str | None = None) -> str:
+        """Enqueue ``data`` on ``queue`` every ``every_s`` seconds or on a ``cron`` expression.
+
+        Returns the schedule's name (default: ``f"{queue}@{every_s}s"`` or
+        ``f"{queue}@{cron}"``); names are unique per app and stable, since job ids derive from
+        them. Raises :class:`ConfigError` (naming the option) unless exactly one of ``every_s``
+        and ``cron`` is given, for ``every_s <= 0``, a negative ``initial_delay_s``, an unknown
+        ``tz`` or a duplicate name; :class:`CronError` naming the field for an invalid cron
+        expression; :class:`InvalidJob` for data msgpack cannot encode. All at declaration.
+        """
+        check_queue_name(queue)
+        if (every_s is None) == (cron is None):
+            got = "both" if every_s is not None else "neither"
+            raise ConfigError(f"schedule({queue!r}) needs exactly one of every_s= or cron=, "
+                              f"got {got}")
+        spec = None
+        if cron is not None:
+            spec = cronlib.parse(cron)  # CronError names the field
+        else:
+            every_s = _finite("every_s", every_s, allow_zero=False)
+        delay = _finite("initial_delay_s", initial_delay_s, allow_zero=True)
+        zone = _zone(tz)
+        codec.encode_body(data, queue=queue)
+        if name is None:
+            name = f"{queue}@{every_s:g}s" if spec is None else f"{queue}@{' '.join(cron.split())}"
+        elif not isinstance(name, str) or not name:
+            raise ConfigError(f"schedule name must be a non-empty string, got {name!r}")
+        beat = self._beat()
+        if name in beat.schedules:
+            raise ConfigError(f"a schedule named {name!r} is already declared on this app; "
+                              "pass a distinct name=")
+        beat.add(Schedule(name, queue, data, every_s, spec, zone, delay))
+        return name
+
+    def _beat(self) -> Beat:
+        beat: Beat | None = self.__dict__.get("_schedule_beat")
+        if beat is None:
+            beat = Beat(self)
+            self.__dict__["_schedule_beat"] = beat
+            self.add_plugin(beat)
+            if getattr(self, "_serving", False):
+                beat.running = True  # declared on a serving app: its schedules start at once
+        return beat
+
+
+class Beat:
+    """The plugin that runs an app's schedules: one task per schedule while the app serves."""
+
+    def __init__(self, app: ScheduleMixin) -> None:
+        self.app = app
+        self.schedules: dict[str, Schedule] = {}
+        self.running = False
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def add(self, sched: Schedule) -> None:
+        self.schedules[sched.name] = sched
+        if self.running:
+            self._spawn(sched)
+
+    async def start(self, app: Any) -> None:
+        self.running = True
+        for sched in self.schedules.values():
+            self._spawn(sched)
+
+    async def stop(self, app: Any) -> None:
+        self.running = False
+        tasks, self._tasks = list(self._tasks.values()), {}
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _spawn(self, sched: Schedule) -> None:
+        task = asyncio.get_running_loop().create_task(
+            run_schedule(sched, self.app.node.clock, self._tick, lambda: self.running))
+        self._tasks[sched.name] = task
+
+    async def _tick(self, sched: Schedule, slot: float) -> None:
+        app = self.app
+        config = app.queues.get(sched.queue)
+        if config is not None and config.ha and not app.is_active_owner(sched.queue):
+            log.debug("schedule %s: skipped slot %s (not the active owner of %s)",
+                      sched.name, slot, sched.queue)
+            return
+        try:
+            await app.enqueue(sched.queue, sched.data, job_id=sched.job_id(slot))
+        except Exception as exc:  # a beat outlives any one failed tick
+            log.warning("schedule %s: enqueue on %s for slot %s failed: %s",
+                        sched.name, sched.queue, slot, exc)
+
+
+async def run_schedule(sched: Schedule, clock: Clock, tick: Callable[[Schedule, float], Any],
+                       alive: Callable[[], bool] = lambda: True) -> None:
+    """Tick ``sched`` on ``clock`` with the module's missed-tick policy until cancelled or
+    ``alive()`` turns false.
+
+    ``tick(sched, slot)`` is awaited once per slot; while it runs, no other slot fires.
+    ``alive`` is checked after every wait because a cancellation can be lost: on Python < 3.12
+    ``asyncio.wait_for`` returns the inner result when it completes in the same loop turn as
+    the cancel, so a stopped beat would otherwise sleep on towards its next slot.
+    """
+    origin = 0.0
+    if sched.cron is None:
+        origin = target = sched.first_slot(clock.now())
+    else:
+        await sleep_until(clock, clock.now() + sched.initial_delay_s)
+        target = sched.next_slot(clock.now(), origin)
+    while alive():
+        await sleep_until(clock, target)
+        if not alive():
+            return
+        await tick(sched, target)
+        # Strictly after both: never the slot just fired again (a clock stepped back), and
+        # none of the slots a late wake-up overslept (no burst of catch-up ticks).
+        target = sched.next_slot(max(clock.now(), target), origin)
+
+
+async def sleep_until(clock: Clock, target: float) -> None:
+    """Return once ``clock.now() >= target``, re-reading the clock at least every nap."""
+    while True:
+        remaining = target - clock.now()
+        if remaining <= 0:
+            return
+        await clock.sleep(min(remaining, MAX_NAP_S))
+
+
+def _finite(option: str, value: object, *, allow_zero: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{option} must be a finite number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{option} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return float(value)
+
+
+def _zone(tz: str | None) -> tzinfo:
+    if tz is None:
+        return local_zone()
+    if not isinstance(tz, str):
+        raise ConfigError(f"tz must be an IANA zone name such as 'Europe/Paris', got {tz!r}")
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(f"tz {tz!r} is not a known IANA time zone") from exc
+
+
+def local_zone() -> tzinfo:
+    """This node's IANA zone from ``$TZ`` or ``/etc/localtime``; UTC when it cannot be named.
+
+    ``datetime.now().astimezone()`` only yields a fixed offset, which would get DST wrong.
+    """
+    candidates = []
+    env = os.environ.get("TZ", "").lstrip(":")
+    if env:
+        candidates.append(env.split("zoneinfo/", 1)[-1])
+    try:
+        link = os.path.realpath("/etc/localtime")
+    except OSError:
+        link = ""
+    if "zoneinfo/" in link:
+        candidates.append(link.split("zoneinfo/", 1)[1])
+    for key in candidates:
+        try:
+            return ZoneInfo(key)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            continue
+    try:
+        return ZoneInfo("UTC")
+    except ZoneInfoNotFoundError:
+        return timezone.utc

@@ -300,9 +300,35 @@ class QueueState:
             moved += 1
         return moved
 
-    def next_deadline(self) -> float | None:
-        """The earliest time at which :meth:`sweep` or :meth:`promote_due` has work to do."""
+    def next_deadline_hint(self) -> float:
+        """A lower bound of :meth:`next_deadline` in O(1) (stale heads not dropped)."""
         heads = [h[0][0] for h in (self._leases, self._delayed, self._expiry) if h]
+        return min(heads) if heads else float("inf")
+
+    def next_deadline(self) -> float | None:
+        """The earliest time at which :meth:`sweep` or :meth:`promote_due` has work to do.
+
+        Stale heap heads (leases already acked, delays already promoted) are dropped first, so
+        the owner's timer never wakes for work that is gone.
+        """
+        jobs = self.jobs
+        leases, delayed, expiry = self._leases, self._delayed, self._expiry
+        while leases:
+            rec = jobs.get(leases[0][2])
+            if rec is not None and rec.state == LEASED and rec.lease_token == leases[0][1]:
+                break
+            heapq.heappop(leases)
+        while delayed:
+            rec = jobs.get(delayed[0][2])
+            if rec is not None and rec.state == DELAYED and rec.seq == delayed[0][1]:
+                break
+            heapq.heappop(delayed)
+        while expiry:
+            rec = jobs.get(expiry[0][1])
+            if rec is not None and rec.state == DONE and rec.expires_at == expiry[0][0]:
+                break
+            heapq.heappop(expiry)
+        heads = [h[0][0] for h in (leases, delayed, expiry) if h]
         return min(heads) if heads else None
 
     # -- recovery and admin ----------------------------------------------------------------------

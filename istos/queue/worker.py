@@ -26,6 +26,7 @@ from .. import codec, di
 from ..context import JobContext
 from ..errors import InvalidJob, IstosError, OwnerUnavailable
 from ..node import Node
+from ..wakeup import Wakeup
 from .client import OwnerClient
 from .config import WorkerConfig
 
@@ -73,8 +74,8 @@ class WorkerRunner:
         name = getattr(fn, "__name__", "worker")
         self.slot_ids = [f"{node.node_id}:{name}#{i}" for i in range(config.concurrency)]
         self._free = list(reversed(self.slot_ids))  # pop() hands out #0 first
-        self._wake = asyncio.Event()
-        self._slot_freed = asyncio.Event()
+        self._wake = Wakeup()
+        self._slot_freed = Wakeup()
         self._tasks: set[asyncio.Task[None]] = set()
         self._dispatcher: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -90,13 +91,19 @@ class WorkerRunner:
                 self.node.key(self.config.queue, "nudge"), self._on_remote_nudge)
         self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch_loop())
 
-    def on_nudge(self, count: int) -> None:
+    def on_nudge(self) -> None:
         """Jobs became claimable: wake the dispatcher if it has a free slot."""
         if self._free:
             self._wake.set()
 
     def _on_remote_nudge(self, key: str, payload: bytes) -> None:
-        self.on_nudge(1)
+        try:
+            msg = codec.decode_message(payload)
+        except IstosError:
+            return
+        targets = msg.get("to")
+        if targets is None or self.node.node_id in targets:
+            self.on_nudge()
 
     async def stop(self) -> None:
         self._stopping = True
@@ -130,7 +137,7 @@ class WorkerRunner:
         while not self._stopping:
             if not self._free:
                 self._slot_freed.clear()
-                await self._slot_freed.wait()
+                await self._slot_freed.wait(None)
                 continue
             self._wake.clear()
             slots = list(reversed(self._free))
@@ -141,13 +148,10 @@ class WorkerRunner:
                 jobs = []
             if len(jobs) < len(slots):
                 # The queue had nothing more for us: sleep until a nudge or the poll interval.
-                try:
-                    await asyncio.wait_for(self._wake.wait(), clock.to_loop_seconds(poll))
-                except asyncio.TimeoutError:
-                    pass
+                await self._wake.wait(clock.to_loop_seconds(poll))
 
     async def _claim(self, slots: list[str]) -> list[ClaimedJob]:
-        reply = await self.client.call("claim", workers=slots)
+        reply = await self.client.call("claim", workers=slots, node=self.node.node_id)
         self.stats.claims += 1
         jobs = [ClaimedJob(j["job_id"], j["body"], j["attempt"], j["token"], j["worker"],
                            j.get("deadline"), j.get("last_error"), j.get("meta"),

@@ -7,6 +7,7 @@ import contextvars
 import functools
 import inspect
 import random
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,8 @@ class Incarnation:
 
     number: int
     app: Istos
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    # weak: the loop keeps pending tasks alive; we only need them to cancel them on a crash
+    tasks: weakref.WeakSet[asyncio.Task[Any]] = field(default_factory=weakref.WeakSet)
     context: contextvars.Context | None = None
 
 

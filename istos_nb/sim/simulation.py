@@ -259,7 +259,6 @@ class Simulation:
             else current_incarnation.get()
         if life is not None:
             life.tasks.add(task)
-            task.add_done_callback(life.tasks.discard)
         return task
 
     def _spawn(self, node: SimNode | None, coro: Any) -> None:

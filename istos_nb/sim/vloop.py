@@ -499,6 +499,7 @@ def run_in_thread(
     """
     event = stop_event if stop_event is not None else threading.Event()
     outcome: dict[str, Any] = {}
+    finished = threading.Event()
     context = contextvars.copy_context()
 
     def target() -> None:
@@ -507,17 +508,22 @@ def run_in_thread(
             outcome["value"] = context.run(fn, *args)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             outcome["error"] = exc
+        finally:
+            finished.set()
 
     thread = threading.Thread(target=target, name="istos-virtual-loop", daemon=True)
     thread.start()
+    # Wait on our own Event, in slices: a plain join() is not interruptible everywhere, and a
+    # KeyboardInterrupt landing inside Thread.join() can mark a live thread as stopped
+    # (CPython 3.11's bpo-45274 handling), after which join() no longer waits.
     try:
-        # Join in slices: a plain join() is not interruptible on every platform.
-        while thread.is_alive():
-            thread.join(0.1)
+        while not finished.wait(0.1):
+            pass
     except BaseException:
         event.set()
-        thread.join(_INTERRUPT_GRACE_S)
+        finished.wait(_INTERRUPT_GRACE_S)
         raise
+    thread.join()
     if "error" in outcome:
         error = outcome.pop("error")
         try:

@@ -72,18 +72,23 @@ class Workload:
             self.sim.at(t, sim_node.enqueue, queue, make(i), priority=priority)
 
     def handler(self, *, service_s: ServiceSpec = 0.0, fail_p: float = 0.0,
+                crash_p: float = 0.0,
                 effect: Callable[[Any], Any] | None = None) -> Callable[..., Any]:
-        """A worker function: waits a service time (virtual seconds), then fails with
-        probability ``fail_p`` or calls ``effect(job)`` and returns its value."""
+        """A worker function: waits a service time (virtual seconds); then, with probability
+        ``crash_p``, the delivery dies mid-job (no ack, no nack: the lease brings it back);
+        with probability ``fail_p`` it raises (a nack); otherwise it calls ``effect(job)``."""
         from .simulation import ScenarioError
 
-        if not 0.0 <= fail_p <= 1.0:
-            raise ScenarioError(f"fail_p must be a probability, got {fail_p!r}")
+        for name, p in (("fail_p", fail_p), ("crash_p", crash_p)):
+            if not 0.0 <= p <= 1.0:
+                raise ScenarioError(f"{name} must be a probability, got {p!r}")
         draw = sampler(service_s, self.rng)
         rng = self.rng
 
         async def handle(job: Any) -> Any:
             await asyncio.sleep(draw())
+            if crash_p and rng.random() < crash_p:
+                raise asyncio.CancelledError("delivery crashed (simulated)")
             if fail_p and rng.random() < fail_p:
                 raise HandlerFailure("simulated handler failure")
             return effect(job) if effect is not None else None

@@ -170,6 +170,7 @@ class Beat:
         self.app = app
         self.schedules: dict[str, Schedule] = {}
         self.running = False
+        self._generation = 0  # bumped by stop(): a beat whose cancel was lost still ends
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     def add(self, sched: Schedule) -> None:
@@ -184,15 +185,19 @@ class Beat:
 
     async def stop(self, app: Any) -> None:
         self.running = False
+        self._generation += 1
         tasks, self._tasks = list(self._tasks.values()), {}
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def _spawn(self, sched: Schedule) -> None:
-        task = asyncio.get_running_loop().create_task(
-            run_schedule(sched, self.app.node.clock, self._tick, lambda: self.running))
+        generation = self._generation
+        task = asyncio.get_running_loop().create_task(run_schedule(
+            sched, self.app.node.clock, self._tick,
+            lambda: self.running and self._generation == generation))
         self._tasks[sched.name] = task
+        task.add_done_callback(lambda t, name=sched.name: _report_death(name, t))
 
     async def _tick(self, sched: Schedule, slot: float) -> None:
         app = self.app
@@ -232,6 +237,12 @@ async def run_schedule(sched: Schedule, clock: Clock, tick: Callable[[Schedule, 
         # Strictly after both: never the slot just fired again (a clock stepped back), and
         # none of the slots a late wake-up overslept (no burst of catch-up ticks).
         target = sched.next_slot(max(clock.now(), target), origin)
+
+
+def _report_death(name: str, task: asyncio.Task[None]) -> None:
+    # A beat only ends by cancellation or stop; anything else must not vanish silently.
+    if not task.cancelled() and task.exception() is not None:
+        log.error("schedule %s stopped ticking", name, exc_info=task.exception())
 
 
 async def sleep_until(clock: Clock, target: float) -> None:

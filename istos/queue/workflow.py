@@ -295,7 +295,7 @@ class ChordBarriers:
     async def _load(self, chord_id: str, size: int) -> Barrier:
         barrier = self.cache.get(chord_id)
         if barrier is None:
-            raw = None
+            raw = await self.owner.node.storage.get(self.ns, chord_id)
             barrier = Barrier.decode(raw) if raw is not None else Barrier(size)
             if not barrier.fired:
                 self.cache[chord_id] = barrier

@@ -236,7 +236,9 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-ty
         timer._scheduled = True
         return timer
 
-    def create_task(self, coro: Any, *, name: str | None = None, **kwargs: Any) -> Any:
+    def create_task(
+        self, coro: Any, *, name: str | None = None, **kwargs: Any
+    ) -> asyncio.Task[Any]:
         """As asyncio's ``create_task``; unnamed tasks are numbered per loop."""
         if name is None:
             name = f"Task-{self._next_task_number()}"
@@ -248,7 +250,9 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-ty
             self._prune_at = max(1024, 2 * len(self._created))
         return task
 
-    def run_in_executor(self, executor: Any, func: Callable[..., T], *args: Any) -> Any:
+    def run_in_executor(
+        self, executor: Any, func: Callable[..., T], *args: Any
+    ) -> asyncio.Future[T]:
         """As asyncio's; virtual time stands still until the returned future is done."""
         fut = super().run_in_executor(executor, func, *args)
         self._real_pending += 1
@@ -350,15 +354,19 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-ty
             events = selector.real_select(slice_s)
         return events
 
-    def _pending_tasks(self) -> list[asyncio.Task[Any]]:
-        """Pending tasks of this loop in creation order (others after, by name)."""
+    def pending_tasks(self) -> list[asyncio.Task[Any]]:
+        """This loop's unfinished tasks, in creation order.
+
+        Iterate these rather than a set of tasks, whose order follows ``id()`` and so changes
+        from run to run. Tasks not made through ``create_task`` come last, ordered by name.
+        """
         ordered = [t for r in self._created if (t := r()) is not None and not t.done()]
         known = set(ordered)
         others = [t for t in asyncio.all_tasks(self) if t not in known]
         return ordered + sorted(others, key=lambda t: t.get_name())
 
     def _deadlock_message(self) -> str:
-        tasks = self._pending_tasks()
+        tasks = self.pending_tasks()
         shown = ", ".join(_describe_task(t) for t in tasks[:5])
         if len(tasks) > 5:
             shown += f", ... {len(tasks) - 5} more"
@@ -381,16 +389,20 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-ty
         on, so an interrupted run can still clean up. Exceptions other than cancellation raised
         by the tasks are reported through the exception handler, as ``asyncio.run`` does.
         """
+        if self.is_closed():
+            return
+        if self.is_running():
+            raise RuntimeError("shutdown() cannot be called while the loop is running")
         self._stop_event = None
         try:
-            tasks = self._pending_tasks()
+            tasks = self.pending_tasks()
             if tasks:
                 for task in tasks:
                     task.cancel()
                 gathered = asyncio.gather(*tasks, return_exceptions=True)
                 gathered.add_done_callback(lambda _f: self.stop())
                 self._run_bounded(self._now + cleanup_budget_s)
-                _report_shutdown(self, tasks, gathered, cleanup_budget_s)
+                _report_shutdown(self, tasks, cleanup_budget_s)
             self.run_until_complete(self.shutdown_asyncgens())
             self.run_until_complete(self.shutdown_default_executor())
         finally:
@@ -411,12 +423,10 @@ def _describe_task(task: asyncio.Task[Any]) -> str:
 def _report_shutdown(
     loop: VirtualEventLoop,
     tasks: list[asyncio.Task[Any]],
-    gathered: asyncio.Future[Any],
     budget_s: float,
 ) -> None:
     stuck = [t for t in tasks if not t.done()]
     if stuck:
-        gathered.cancel()
         names = ", ".join(_describe_task(t) for t in stuck[:5])
         loop.call_exception_handler(
             {
@@ -485,9 +495,7 @@ def run_virtual(
         loop.shutdown()
 
 
-def run_in_thread(
-    fn: Callable[..., T], *args: Any, stop_event: threading.Event | None = None
-) -> T:
+def run_in_thread(fn: Callable[..., T], *args: Any, stop_event: threading.Event | None = None) -> T:
     """Call ``fn(*args)`` in a fresh thread and return its result or re-raise its exception.
 
     Use it where the calling thread already runs an event loop (Jupyter): the call blocks the

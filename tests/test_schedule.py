@@ -1,0 +1,353 @@
+"""Interval and cron schedules on the in-process mesh, timed on injected clocks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+from helpers import count, wait_events
+
+from istos import ConfigError, CronError, Istos, JobEvent, MemoryStorage, codec
+from istos.queue import schedule as schedmod
+from istos.transport.local import LocalMesh
+
+
+@pytest.fixture
+def mesh() -> LocalMesh:
+    return LocalMesh()
+
+
+def app_on(mesh: LocalMesh, name: str, **kw) -> Istos:
+    return Istos(transport=mesh.transport(name), **kw)
+
+
+class FastClock:
+    """A Clock whose time runs ``speed`` times faster than the event loop's, from ``base``.
+
+    ``jump(seconds)`` steps it forward (or back, if negative) at once.
+    """
+
+    def __init__(self, base: float, speed: float) -> None:
+        self.base, self.speed, self.offset = base, speed, 0.0
+        self._start: float | None = None
+
+    def _elapsed(self) -> float:
+        loop = asyncio.get_running_loop()
+        if self._start is None:
+            self._start = loop.time()
+        return (loop.time() - self._start) * self.speed
+
+    def now(self) -> float:
+        return self.base + self.offset + self._elapsed()
+
+    def monotonic(self) -> float:
+        return self._elapsed()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds) / self.speed)
+
+    def to_loop_seconds(self, seconds: float) -> float:
+        return seconds / self.speed
+
+    def jump(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+class ManualClock:
+    """A Clock that moves only when the test sets it; sleepers wake when their time comes."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+        self._changed = asyncio.Event()
+        self._asleep = asyncio.Event()
+        self._sleepers = 0
+
+    def now(self) -> float:
+        return self.t
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def to_loop_seconds(self, seconds: float) -> float:
+        return seconds
+
+    async def sleep(self, seconds: float) -> None:
+        target = self.t + seconds
+        self._sleepers += 1
+        self._asleep.set()
+        try:
+            while self.t < target:
+                changed = self._changed
+                await changed.wait()
+        finally:
+            self._sleepers -= 1
+            if not self._sleepers:
+                self._asleep.clear()
+
+    def set(self, t: float) -> None:
+        self.t = t
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def asleep(self) -> None:
+        """Wait until someone sleeps on this clock (the beat has chosen its next slot)."""
+        await asyncio.wait_for(self._asleep.wait(), 5.0)
+
+
+def enqueued_ids(app: Istos, queue: str) -> list[str]:
+    return [e.job_id for e in app.events.recent() if e.kind == "enqueued" and e.queue == queue]
+
+
+# -- declaration errors --
+
+@pytest.mark.parametrize("kwargs", [{}, {"every_s": 5, "cron": "* * * * *"}])
+def test_exactly_one_of_every_s_and_cron(kwargs):
+    app = Istos(transport=LocalMesh().transport("x"))
+    with pytest.raises(ConfigError, match="every_s= or cron="):
+        app.schedule("q", {}, **kwargs)
+
+
+def test_invalid_declarations_raise_at_declaration_naming_the_problem():
+    app = Istos(transport=LocalMesh().transport("x"))
+    with pytest.raises(CronError, match="'hour'"):
+        app.schedule("q", {}, cron="0 25 * * *")
+    with pytest.raises(CronError, match="'minute'"):
+        app.schedule("q", {}, cron="*/0 * * * *")
+    with pytest.raises(ConfigError, match="every_s"):
+        app.schedule("q", {}, every_s=0)
+    with pytest.raises(ConfigError, match="initial_delay_s"):
+        app.schedule("q", {}, every_s=1, initial_delay_s=-1)
+    with pytest.raises(ConfigError, match="tz"):
+        app.schedule("q", {}, cron="0 2 * * *", tz="Mars/Olympus")
+    with pytest.raises(ValueError, match="cannot be encoded"):
+        app.schedule("q", object(), every_s=1)
+    assert app.schedule("q", {}, cron="0  2 * * *") == "q@0 2 * * *"
+    with pytest.raises(ConfigError, match="already declared"):
+        app.schedule("q", {"other": 1}, cron="0 2 * * *")
+    assert app.schedule("q", {"other": 1}, cron="0 2 * * *", name="nightly") == "nightly"
+
+
+def test_default_zone_is_the_nodes_iana_zone_or_utc(monkeypatch):
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    assert schedmod.local_zone() == ZoneInfo("Asia/Tokyo")
+    monkeypatch.setenv("TZ", ":Europe/Paris")
+    assert schedmod.local_zone() == ZoneInfo("Europe/Paris")
+    monkeypatch.setenv("TZ", "Not/AZone")
+    monkeypatch.setattr(schedmod.os.path, "realpath", lambda p: "/nowhere")
+    assert schedmod.local_zone() in (ZoneInfo("UTC"), timezone.utc)
+
+
+# -- intervals --
+
+async def test_interval_ticks_on_the_grid(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("beat")
+    app.schedule("beat", {"kind": "tick"}, every_s=0.05, name="fast")
+    async with app.serving():
+        events = await wait_events(app, lambda ev: count(ev, "enqueued") >= 4, timeout_s=3.0)
+        job = app.owners["beat"].state.jobs[enqueued_ids(app, "beat")[0]]
+    ticks = [e for e in events if e.kind == "enqueued"][:4]
+    slots = [float(e.job_id.rsplit(":", 1)[1]) for e in ticks]
+    assert all(e.job_id.startswith("sched:fast:") for e in ticks)
+    gaps = [b - a for a, b in zip(slots, slots[1:])]
+    assert gaps == pytest.approx([0.05, 0.05, 0.05], abs=2e-6)  # ids carry 6 decimals
+    assert all(e.t >= slot - 1e-3 for e, slot in zip(ticks, slots))  # never early
+    assert job.body == b"\x81\xa4kind\xa4tick"
+
+
+async def test_initial_delay_is_respected_and_ticks_are_deterministic_ids(mesh):
+    clock = ManualClock(1000.0)
+    beat, owner = app_on(mesh, "beat", clock=clock), app_on(mesh, "owner")
+    owner.queue("q")
+    beat.schedule("q", "x", every_s=10, initial_delay_s=30, name="late")
+    clock_at_enqueue: list[float] = []
+    owner.events.subscribe(
+        lambda e: clock_at_enqueue.append(clock.now()) if e.kind == "enqueued" else None)
+    async with owner.serving(), beat.serving():
+        await clock.asleep()
+        clock.set(1029.0)  # wakes the beat's nap, which must go back to sleep
+        await clock.asleep()
+        clock.set(1030.0)
+        await wait_events(owner, lambda ev: count(ev, "enqueued") == 1)
+        await clock.asleep()
+        clock.set(1040.0)
+        await wait_events(owner, lambda ev: count(ev, "enqueued") == 2)
+    assert enqueued_ids(owner, "q") == ["sched:late:1030", "sched:late:1040"]
+    assert clock_at_enqueue == [1030.0, 1040.0]  # not at 1029: the delay held
+
+
+async def test_missed_ticks_are_not_replayed(mesh):
+    clock = ManualClock(1000.0)
+    beat, owner = app_on(mesh, "beat", clock=clock), app_on(mesh, "owner")
+    owner.queue("q")
+    beat.schedule("q", {}, every_s=10, name="s")
+    async with owner.serving(), beat.serving():
+        await wait_events(owner, lambda ev: count(ev, "enqueued") == 1)
+        await clock.asleep()
+        clock.set(1010.0)
+        await wait_events(owner, lambda ev: count(ev, "enqueued") == 2)
+        await clock.asleep()
+        clock.set(1110.0)  # the node was paused for ten periods
+        await wait_events(owner, lambda ev: count(ev, "enqueued") == 3)
+        await clock.asleep()
+        assert len(enqueued_ids(owner, "q")) == 3  # no catch-up burst
+        clock.set(1120.0)
+        await wait_events(owner, lambda ev: count(ev, "enqueued") == 4)
+        await clock.asleep()
+    assert enqueued_ids(owner, "q") == ["sched:s:1000", "sched:s:1010", "sched:s:1020",
+                                        "sched:s:1120"]
+
+
+async def test_clock_stepped_back_never_fires_early_or_twice(mesh):
+    clock = FastClock(base=5000.0, speed=100.0)
+    beat, owner = app_on(mesh, "beat", clock=clock), app_on(mesh, "owner")
+    owner.queue("q")
+    beat.schedule("q", {}, every_s=10, name="s")
+    seen: list[tuple[float, float]] = []  # (slot, beat clock at enqueue)
+
+    def on_event(event: JobEvent) -> None:
+        if event.kind == "enqueued":
+            seen.append((float(event.job_id.rsplit(":", 1)[1]), clock.now()))
+            if len(seen) == 1:
+                clock.jump(-25.0)  # NTP steps the clock back 2.5 periods
+
+    owner.events.subscribe(on_event)
+    async with owner.serving(), beat.serving():
+        await wait_events(owner, lambda ev: count(ev, "enqueued") == 3, timeout_s=3.0)
+    slots = [s for s, _ in seen]
+    assert [s - slots[0] for s in slots[:3]] == [0, 10, 20]
+    assert all(now >= slot for slot, now in seen)
+    assert count(owner.events.recent(), "duplicate_enqueue") == 0
+
+
+async def test_failed_enqueue_is_logged_and_the_schedule_continues(mesh, caplog):
+    clock = ManualClock(1000.0)
+    beat = app_on(mesh, "beat", clock=clock, request_timeout_s=0.05)
+    owner = app_on(mesh, "owner")
+    owner.queue("q")
+    beat.schedule("q", {}, every_s=10, name="s")
+    with caplog.at_level(logging.WARNING, logger="istos.schedule"):
+        async with beat.serving():
+            await clock.asleep()  # the 1000 tick found no owner and was given up
+            async with owner.serving():
+                clock.set(1010.0)
+                await wait_events(owner, lambda ev: count(ev, "enqueued") == 1)
+    assert "sched:s:1010" in enqueued_ids(owner, "q")
+    assert any("slot 1000" in r.getMessage() for r in caplog.records)
+
+
+# -- cron --
+
+async def test_cron_ticks_land_on_the_slots_of_the_clock_and_zone(mesh):
+    base = datetime(2024, 3, 1, 10, 7, 30, tzinfo=timezone.utc).timestamp()
+    clock = FastClock(base, speed=3600.0)  # one real second is one hour
+    beat, owner = app_on(mesh, "beat", clock=clock), app_on(mesh, "owner")
+    owner.queue("reports")
+    beat.schedule("reports", {"kind": "q"}, cron="*/15 * * * *", tz="UTC", name="quarter")
+    beat.schedule("reports", {"kind": "h"}, cron="0 * * * *", tz="Asia/Kolkata", name="ist")
+    at_enqueue: dict[str, float] = {}
+    owner.events.subscribe(
+        lambda e: at_enqueue.setdefault(e.job_id, clock.now()) if e.kind == "enqueued" else None)
+    async with owner.serving(), beat.serving():
+        await wait_events(owner, lambda ev: count(ev, "enqueued") >= 4, timeout_s=3.0)
+    ids = enqueued_ids(owner, "reports")
+    quarter = [i for i in ids if i.startswith("sched:quarter:")][:3]
+    utc = datetime(2024, 3, 1, 10, 15, tzinfo=timezone.utc).timestamp()
+    assert quarter == [f"sched:quarter:{int(utc + k * 900)}" for k in range(3)]
+    # 16:00 in Kolkata (UTC+05:30) is 10:30 UTC
+    ist = datetime(2024, 3, 1, 16, 0, tzinfo=ZoneInfo("Asia/Kolkata")).timestamp()
+    assert [i for i in ids if i.startswith("sched:ist:")] == [f"sched:ist:{int(ist)}"]
+    for job_id, now in at_enqueue.items():
+        slot = int(job_id.rsplit(":", 1)[1])
+        assert slot <= now < slot + 900  # on its slot, not early, not a period late
+
+
+async def test_cron_initial_delay_comes_before_the_first_slot(mesh):
+    base = datetime(2024, 3, 1, 10, 7, 30, tzinfo=timezone.utc).timestamp()
+    clock = FastClock(base, speed=3600.0)
+    beat, owner = app_on(mesh, "beat", clock=clock), app_on(mesh, "owner")
+    owner.queue("reports")
+    # a 10-minute delay skips the 10:15 slot: the first is 10:30
+    beat.schedule("reports", {}, cron="*/15 * * * *", tz="UTC", initial_delay_s=600, name="d")
+    async with owner.serving(), beat.serving():
+        await wait_events(owner, lambda ev: count(ev, "enqueued") >= 1, timeout_s=3.0)
+    first = datetime(2024, 3, 1, 10, 30, tzinfo=timezone.utc).timestamp()
+    assert enqueued_ids(owner, "reports")[0] == f"sched:d:{int(first)}"
+
+
+# -- HA gating --
+
+def ha_replica(mesh: LocalMesh, name: str, storage: MemoryStorage) -> Istos:
+    app = app_on(mesh, name, storage=storage)
+    app.queue("beat", ha=True)
+    app.schedule("beat", {"from": name}, every_s=0.02, name="ha")
+    return app
+
+
+def senders(app: Istos) -> set[str]:
+    """Which replicas' ticks the queue holds (no worker consumes them)."""
+    return {codec.decode_body(r.body)["from"] for r in app.owners["beat"].state.jobs.values()}
+
+
+async def test_on_an_ha_queue_only_the_leader_ticks(mesh):
+    storage = MemoryStorage(durable=True, shared=True)
+    first, second = ha_replica(mesh, "first", storage), ha_replica(mesh, "second", storage)
+    await first.start()
+    try:
+        await second.start()
+        try:
+            # the replica that started first leads; the standby's beat stays quiet
+            await wait_events(first, lambda ev: count(ev, "enqueued") >= 5, timeout_s=3.0)
+            assert first.is_active_owner("beat") and not second.is_active_owner("beat")
+            assert "beat" not in second.owners
+            assert senders(first) == {"first"}
+        finally:
+            await first.stop()  # fail over: the standby takes the queue, and the beat
+            await wait_events(second, lambda ev: count(ev, "enqueued") >= 3, timeout_s=3.0)
+            assert senders(second) == {"first", "second"}
+    finally:
+        await second.stop()
+
+
+async def test_ha_gate_follows_is_active_owner(mesh, monkeypatch):
+    replica = app_on(mesh, "replica", storage=MemoryStorage(durable=True, shared=True))
+    replica.queue("beat", ha=True)
+    replica.schedule("beat", {}, every_s=0.02, name="ha")
+    leading = False
+    asked = asyncio.Event()
+    calls: list[str] = []
+
+    def is_active_owner(queue: str) -> bool:
+        calls.append(queue)
+        if len(calls) >= 3:
+            asked.set()
+        return leading
+
+    monkeypatch.setattr(replica, "is_active_owner", is_active_owner)
+    async with replica.serving():
+        # the lone replica wins its election and serves the queue here...
+        await wait_events(replica, lambda ev: count(ev, "owner_up") == 1)
+        calls.clear()
+        asked.clear()
+        await asyncio.wait_for(asked.wait(), 3.0)
+        assert enqueued_ids(replica, "beat") == []  # ...yet its beat, told no, did not tick
+        assert set(calls) == {"beat"}
+        leading = True
+        await wait_events(replica, lambda ev: count(ev, "enqueued") >= 1, timeout_s=3.0)
+    assert enqueued_ids(replica, "beat")[0].startswith("sched:ha:")
+
+
+async def test_schedule_declared_while_serving_starts_at_once(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("beat")
+    async with app.serving():
+        start = time.time()
+        app.schedule("beat", {}, every_s=30, name="late")
+        events = await wait_events(app, lambda ev: count(ev, "enqueued") == 1)
+    (tick,) = [e for e in events if e.kind == "enqueued"]
+    slot = int(tick.job_id.rsplit(":", 1)[1])
+    assert int(start) <= slot <= tick.t < start + 1.0  # the first slot is "now", not +30 s

@@ -1,0 +1,456 @@
+"""Chains, groups and chords on the in-process mesh: piping, retries, dead steps, barriers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from helpers import count, wait_events
+
+from istos import ConfigError, Istos, IstosError, JobContext, MemoryStorage, codec
+from istos.queue.workflow import Barrier
+from istos.transport.local import LocalMesh
+
+
+@pytest.fixture
+def mesh() -> LocalMesh:
+    return LocalMesh()
+
+
+def app_on(mesh: LocalMesh, name: str, **kw) -> Istos:
+    return Istos(transport=mesh.transport(name), **kw)
+
+
+async def wait_for(event: asyncio.Event, timeout_s: float = 5.0) -> None:
+    await asyncio.wait_for(event.wait(), timeout_s)
+
+
+# -- chain --
+
+async def test_chain_pipes_each_result_into_the_next_step(mesh):
+    owner, worker = app_on(mesh, "owner"), app_on(mesh, "worker")
+    for q in ("fetch", "parse", "store"):
+        owner.queue(q)
+    stored: list = []
+    done = asyncio.Event()
+
+    @worker.worker("fetch")
+    async def fetch(url):
+        return {"page": f"<{url}>"}
+
+    @worker.worker("parse")
+    async def parse(doc):
+        return {"words": len(doc["page"]), "page": doc["page"]}
+
+    @worker.worker("store")
+    async def store(parsed):
+        stored.append(parsed)
+        done.set()
+
+    async with owner.serving(), worker.serving():
+        first = await owner.chain(["fetch", "parse", "store"], "http://x")
+        await wait_for(done)
+        events = await wait_events(owner, lambda ev: count(ev, "acked") == 3)
+    chain_id = first.rsplit(".", 1)[0]
+    assert first == f"{chain_id}.0"
+    assert stored == [{"words": 10, "page": "<http://x>"}]
+    acked = [(e.queue, e.job_id) for e in events if e.kind == "acked"]
+    assert acked == [("fetch", f"{chain_id}.0"), ("parse", f"{chain_id}.1"),
+                     ("store", f"{chain_id}.2")]
+
+
+async def test_chain_step_failing_once_is_retried_and_chain_completes_once(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("a")
+    app.queue("b", retry_backoff_s=0.01, retry_jitter=0.0)
+    app.queue("c")
+    finals: list = []
+    tries: list[int] = []
+
+    @app.worker("a")
+    async def step_a(n):
+        return n + 1
+
+    @app.worker("b")
+    async def step_b(n, ctx: JobContext):
+        tries.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise RuntimeError("flaky")
+        return n * 10
+
+    @app.worker("c")
+    async def step_c(n):
+        finals.append(n)
+
+    async with app.serving():
+        await app.chain(["a", "b", "c"], 1, priority=3)
+        events = await wait_events(app, lambda ev: count(ev, "acked") == 3)
+    assert tries == [1, 2] and finals == [20]
+    assert sum(1 for e in events if e.queue == "c" and e.kind == "enqueued") == 1
+    # continuations keep the chain's priority
+    assert [e.detail["priority"] for e in events if e.kind == "enqueued"] == [3, 3, 3]
+
+
+async def test_dead_chain_step_ends_the_chain_and_its_dead_letter_names_it(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("a")
+    app.queue("b", max_attempts=2, retry_backoff_s=0.01)
+    app.queue("c")
+    reached_c = []
+
+    @app.worker("a")
+    async def step_a(n):
+        return {"n": n}
+
+    @app.worker("b")
+    async def step_b(doc):
+        raise ValueError("poison")
+
+    @app.worker("c")
+    async def step_c(doc):
+        reached_c.append(doc)
+
+    async with app.serving():
+        first = await app.chain(["a", "b", "c"], 5)
+        chain_id = first.rsplit(".", 1)[0]
+        await wait_events(app, lambda ev: count(ev, "dead_lettered", f"{chain_id}.1") == 1)
+        (dead,) = await app.dead_letters("b")
+        assert app.owners["c"].state.jobs == {}
+    assert reached_c == []
+    assert dead["job_id"] == f"{chain_id}.1" and dead["data"] == {"n": 5}
+    assert dead["workflow"]["chain"]["id"] == chain_id
+    assert dead["workflow"]["chain"]["step"] == 1
+    assert dead["workflow"]["chain"]["queues"] == ["a", "b", "c"]
+
+
+async def test_redelivered_step_does_not_duplicate_its_continuation(mesh):
+    """A step that enqueued its continuation but never acked is redelivered; the re-enqueue of
+    the continuation (same deterministic id) is dropped while the next step is held."""
+    owner = app_on(mesh, "owner")
+    owner.queue("a", lease_s=0.2, sweep_interval_s=0.02)
+    owner.queue("b")
+    worker = app_on(mesh, "worker", shutdown_grace_s=0.01)
+    hung = asyncio.Event()
+    never = asyncio.Event()
+    runs: list[int] = []
+
+    @worker.worker("a", concurrency=2, poll_interval_s=0.05)
+    async def step_a(n, ctx: JobContext):
+        runs.append(ctx.attempt)
+        return n + 1
+
+    original = worker._continue_hook
+
+    async def crash_after_continuation(meta, result):
+        await original(meta, result)
+        if not hung.is_set():
+            hung.set()
+            await never.wait()  # "crash" between the continuation and the ack
+
+    worker._continue_hook = crash_after_continuation  # type: ignore[method-assign]
+    async with owner.serving(), worker.serving():
+        first = await owner.chain(["a", "b"], 1)
+        chain_id = first.rsplit(".", 1)[0]
+        events = await wait_events(owner, lambda ev: count(ev, "acked", first) == 1)
+        b_jobs = owner.owners["b"].state.jobs
+        assert list(b_jobs) == [f"{chain_id}.1"]
+        assert codec.decode_body(b_jobs[f"{chain_id}.1"].body) == 2
+    assert runs == [1, 2]
+    assert count(events, "lease_expired", first) == 1
+    assert count(events, "duplicate_enqueue", f"{chain_id}.1") == 1
+
+
+async def test_chain_rejects_an_empty_list(mesh):
+    app = app_on(mesh, "solo")
+    async with app.serving():
+        with pytest.raises(ConfigError, match="non-empty list"):
+            await app.chain([], 1)
+        with pytest.raises(ConfigError):
+            await app.chain(["ok", "bad*"], 1)
+
+
+# -- group --
+
+async def test_group_fans_out_and_returns_ids_in_order(mesh):
+    owner, worker = app_on(mesh, "owner"), app_on(mesh, "worker")
+    owner.queue("thumb")
+    seen: dict[str, str] = {}
+
+    @worker.worker("thumb", concurrency=4)
+    async def thumb(img, ctx: JobContext):
+        seen[ctx.job_id] = img
+
+    async with owner.serving(), worker.serving():
+        ids = await owner.group("thumb", ["i1", "i2", "i3", "i4"])
+        await wait_events(owner, lambda ev: count(ev, "acked") == 4)
+    assert len(set(ids)) == 4
+    assert [seen[i] for i in ids] == ["i1", "i2", "i3", "i4"]
+
+
+async def test_group_with_an_unencodable_item_sends_nothing(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("q")
+    async with app.serving():
+        with pytest.raises(ValueError, match="cannot be encoded"):
+            await app.group("q", [1, object()])
+        assert app.owners["q"].state.jobs == {}
+
+
+# -- chord --
+
+def reducer(app: Istos, queue: str = "reduce"):
+    """A callback worker on ``app`` recording each call; returns (calls, fired event)."""
+    calls: list = []
+    fired = asyncio.Event()
+
+    @app.worker(queue)
+    async def reduce(body):
+        calls.append(body)
+        fired.set()
+
+    return calls, fired
+
+
+async def test_chord_results_arrive_in_member_order_when_members_finish_in_reverse(mesh):
+    owner, worker = app_on(mesh, "owner"), app_on(mesh, "worker")
+    owner.queue("shard")
+    owner.queue("reduce")
+    n = 4
+    finished = [asyncio.Event() for _ in range(n)]
+    calls, fired = reducer(worker)
+
+    @worker.worker("shard", concurrency=n)
+    async def shard(i):
+        if i + 1 < n:
+            await finished[i + 1].wait()  # the last member finishes first
+        finished[i].set()
+        return i * i
+
+    async with owner.serving(), worker.serving():
+        chord_id = await owner.chord("shard", list(range(n)),
+                                     callback=("reduce", {"job": "nightly"}))
+        await wait_for(fired)
+        events = await wait_events(owner, lambda ev: count(ev, "acked") == n + 1)
+    acked = [e.job_id for e in events if e.kind == "acked" and e.queue == "shard"]
+    assert acked == [f"{chord_id}.{i}" for i in reversed(range(n))]
+    assert calls == [{"results": [0, 1, 4, 9], "input": {"job": "nightly"}}]
+    assert count(events, "enqueued", f"{chord_id}.callback") == 1
+
+
+async def test_chord_callback_fires_once_when_a_member_fails_once(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("shard", retry_backoff_s=0.01)
+    app.queue("reduce")
+    calls, fired = reducer(app)
+
+    @app.worker("shard", concurrency=3)
+    async def shard(i, ctx: JobContext):
+        if i == 1 and ctx.attempt == 1:
+            raise RuntimeError("transient")
+        return f"r{i}"
+
+    async with app.serving():
+        chord_id = await app.chord("shard", [0, 1, 2], callback=("reduce", None))
+        await wait_for(fired)
+        events = await wait_events(app, lambda ev: count(ev, "acked") == 4)
+    assert count(events, "nacked", f"{chord_id}.1") == 1
+    assert calls == [{"results": ["r0", "r1", "r2"], "input": None}]
+    assert count(events, "enqueued", f"{chord_id}.callback") == 1
+
+
+async def test_chord_member_redelivered_after_lease_expiry_fires_callback_once(mesh):
+    owner = app_on(mesh, "owner")
+    owner.queue("shard", lease_s=0.2, sweep_interval_s=0.02)
+    owner.queue("reduce")
+    worker = app_on(mesh, "worker")
+    calls, fired = reducer(worker)
+    release = asyncio.Event()
+    work_done: list[tuple[int, int]] = []
+
+    @worker.worker("shard", concurrency=3, poll_interval_s=0.05)
+    async def shard(i, ctx: JobContext):
+        work_done.append((i, ctx.attempt))
+        if i == 0 and ctx.attempt == 1:
+            await release.wait()  # did its work, then stalls past its lease
+        return i + 100
+
+    async with owner.serving():
+        async with worker.serving():
+            chord_id = await owner.chord("shard", [0, 1], callback=("reduce", "x"))
+            await wait_for(fired)
+            release.set()  # the first delivery now returns and acks with a stale lease
+        # leaving worker.serving() waited for that late ack to be answered
+        events = await wait_events(owner, lambda ev: count(ev, "acked") == 3)
+        assert owner.owners["shard"].state.jobs == {}
+    assert sorted(work_done) == [(0, 1), (0, 2), (1, 1)]
+    assert count(events, "lease_expired", f"{chord_id}.0") == 1
+    assert count(events, "acked", f"{chord_id}.0") == 1
+    assert calls == [{"results": [100, 101], "input": "x"}]
+    assert count(events, "enqueued", f"{chord_id}.callback") == 1
+
+
+async def test_stalled_chord_is_released_by_requeue_dead(mesh):
+    owner, worker = app_on(mesh, "owner"), app_on(mesh, "worker")
+    owner.queue("shard", max_attempts=1)
+    owner.queue("reduce")
+    calls, fired = reducer(worker)
+    fixed = False
+
+    @worker.worker("shard", concurrency=3)
+    async def shard(i):
+        if i == 2 and not fixed:
+            raise RuntimeError("broken dependency")
+        return i
+
+    async with owner.serving(), worker.serving():
+        chord_id = await owner.chord("shard", [0, 1, 2], callback=("reduce", "in"))
+        member = f"{chord_id}.2"
+        await wait_events(owner, lambda ev: count(ev, "dead_lettered", member) == 1
+                          and count(ev, "acked") == 2)
+        # a plain re-enqueue of the data is a new job: it runs, but the chord stays stalled
+        plain = await worker.enqueue("shard", 1)
+        await wait_events(owner, lambda ev: count(ev, "acked", plain) == 1)
+        assert not fired.is_set()
+        assert count(owner.events.recent(), "enqueued", f"{chord_id}.callback") == 0
+        fixed = True
+        assert await worker.requeue_dead("shard", member) == member  # over the mesh
+        await wait_for(fired)
+        events = await wait_events(owner, lambda ev: count(ev, "acked", member) == 1)
+        assert await owner.dead_letters("shard") == []
+        with pytest.raises(IstosError, match="no dead job"):
+            await worker.requeue_dead("shard", member)
+    requeued = [e for e in events if e.job_id == member and e.kind == "claimed"]
+    assert [e.attempt for e in requeued] == [1, 1]  # a fresh attempt count
+    assert calls == [{"results": [0, 1, 2], "input": "in"}]
+    assert count(events, "enqueued", f"{chord_id}.callback") == 1
+
+
+async def test_chord_barrier_survives_an_owner_restart_on_shared_storage(mesh):
+    storage = MemoryStorage(durable=True)
+    owner1 = app_on(mesh, "owner1", storage=storage)
+    owner1.queue("shard")
+    reduce_app = app_on(mesh, "reducer")
+    reduce_app.queue("reduce")
+    calls, fired = reducer(reduce_app)
+    worker = app_on(mesh, "worker")
+    go = asyncio.Event()
+
+    @worker.worker("shard", concurrency=4)
+    async def shard(i):
+        if i >= 2:
+            await go.wait()
+        return f"s{i}"
+
+    async with reduce_app.serving(), worker.serving():
+        async with owner1.serving():
+            chord_id = await owner1.chord("shard", [0, 1, 2, 3], callback=("reduce", 7))
+            await wait_events(owner1, lambda ev: count(ev, "acked") == 2
+                              and count(ev, "claimed") == 4)
+        assert set(dict(await storage.scan("wf:shard"))) == {chord_id}
+        owner2 = app_on(mesh, "owner2", storage=storage)
+        owner2.queue("shard")
+        async with owner2.serving():
+            assert owner2.owners["shard"].state.counts["leased"] == 2  # recovered
+            go.set()
+            await wait_for(fired)
+            await wait_events(owner2, lambda ev: count(ev, "acked") == 2)
+    assert calls == [{"results": ["s0", "s1", "s2", "s3"], "input": 7}]
+    events = reduce_app.events.recent()
+    assert count(events, "enqueued", f"{chord_id}.callback") == 1
+    assert count(events, "duplicate_enqueue") == 0
+
+
+async def test_empty_chord_fires_its_callback_at_once(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("shard")
+    app.queue("reduce")
+    calls, fired = reducer(app)
+    async with app.serving():
+        await app.chord("shard", [], callback=("reduce", "none"))
+        await wait_for(fired)
+    assert calls == [{"results": [], "input": "none"}]
+
+
+async def test_chord_rejects_a_malformed_callback(mesh):
+    app = app_on(mesh, "solo")
+    async with app.serving():
+        with pytest.raises(ConfigError, match="callback"):
+            await app.chord("shard", [1], callback="reduce")  # type: ignore[arg-type]
+
+
+class SlowLink:
+    """A network model: messages between two named nodes take ``delay_s``, others are instant."""
+
+    def __init__(self, a: str, b: str, delay_s: float) -> None:
+        self.pair, self.delay_s = {a, b}, delay_s
+
+    def delay(self, src: str, dst: str) -> float | None:
+        return self.delay_s if {src, dst} == self.pair else 0.0
+
+    def reachable(self, src: str, dst: str) -> bool:
+        return True
+
+
+async def test_concurrent_repeats_of_the_last_ack_fire_the_callback_once():
+    """The last member's ack waits on a slow callback enqueue, so the worker times out and
+    sends the same ack again while the first is in flight: the barrier fires once."""
+    mesh = LocalMesh(SlowLink("owner", "reducer", 0.15))
+    owner = app_on(mesh, "owner")
+    owner.queue("shard")
+    reduce_app = app_on(mesh, "reducer")
+    reduce_app.queue("reduce")
+    calls, fired = reducer(reduce_app)
+    worker = app_on(mesh, "worker", request_timeout_s=0.1)
+
+    @worker.worker("shard")
+    async def shard(i):
+        return i
+
+    sent_acks: list[str] = []
+    original = owner._setup_owner
+
+    def count_acks(queue_owner):
+        original(queue_owner)
+
+        async def note(rec, result):
+            sent_acks.append(rec.job_id)
+        queue_owner.ack_hooks.insert(0, note)
+
+    owner._setup_owner = count_acks  # type: ignore[method-assign]
+    async with reduce_app.serving(), owner.serving(), worker.serving():
+        chord_id = await owner.chord("shard", [0, 1], callback=("reduce", None))
+        await wait_for(fired)
+        await wait_events(reduce_app, lambda ev: count(ev, "acked") == 1)
+    assert sent_acks.count(f"{chord_id}.1") >= 2  # the last ack really was repeated
+    assert calls == [{"results": [0, 1], "input": None}]
+    events = reduce_app.events.recent()
+    assert count(events, "enqueued", f"{chord_id}.callback") == 1
+    assert count(events, "duplicate_enqueue") == 0  # the fired flag stopped a second try
+    tombstone = Barrier.decode(await owner.node.storage.get("wf:shard", chord_id))
+    assert tombstone.fired and tombstone.results == {}
+
+
+async def test_failed_callback_enqueue_is_retried_by_the_members_redelivery(mesh):
+    owner = app_on(mesh, "owner", request_timeout_s=0.05)
+    owner.queue("shard", lease_s=0.2, sweep_interval_s=0.02)
+    reduce_app = app_on(mesh, "reducer")
+    reduce_app.queue("reduce")
+    calls, fired = reducer(reduce_app)
+    worker = app_on(mesh, "worker")
+    runs: list[tuple[int, int]] = []
+
+    @worker.worker("shard", concurrency=2, poll_interval_s=0.05)
+    async def shard(i, ctx: JobContext):
+        runs.append((i, ctx.attempt))
+        return i * 2
+
+    async with owner.serving(), worker.serving():
+        chord_id = await owner.chord("shard", [0, 1], callback=("reduce", "y"))
+        # the callback's owner is down: the last member's ack fails and its lease runs out
+        await wait_events(owner, lambda ev: count(ev, "lease_expired") == 1)
+        async with reduce_app.serving():
+            await wait_for(fired)
+            await wait_events(reduce_app, lambda ev: count(ev, "acked") == 1)
+    assert calls == [{"results": [0, 2], "input": "y"}]
+    assert len(runs) == 3  # one member ran twice
+    assert count(reduce_app.events.recent(), "enqueued", f"{chord_id}.callback") == 1

@@ -248,7 +248,10 @@ class History:
                 return
             raw = await self.storage.get(ns, _seq_key(floor))
             if raw is not None:
-                exp = _decode_event(raw, floor).expires_at
+                try:
+                    exp = _decode_event(raw, floor).expires_at
+                except ProtocolError:
+                    exp = now  # an unreadable entry is nobody's: let it go
                 if exp is None or exp > now:
                     return
                 await self.storage.delete(ns, _seq_key(floor))
@@ -265,6 +268,7 @@ class _Subscriber:
         self.cursor = 0  # durable: the last number processed (or skipped as gone)
         self.dropped = 0
         self._loaded = False
+        self._stopping = False
         self._inbox: asyncio.Queue[bytes] = asyncio.Queue(_MAX_PENDING)
         self._handle: Handle | None = None
         self._task: asyncio.Task[None] | None = None
@@ -279,6 +283,9 @@ class _Subscriber:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
+        # The flag as well as the cancel: before Python 3.12, wait_for (in _next) swallows a
+        # cancellation that lands as the queue hands over an item, and the loop would go on.
+        self._stopping = True
         if self._handle is not None:
             self._handle.close()
         if self._task is not None:
@@ -297,7 +304,7 @@ class _Subscriber:
     async def _run(self) -> None:
         if self.sub.durable:
             await self._guarded(self._catch_up(None))
-        while True:
+        while not self._stopping:
             raw = await self._next()
             if raw is None:  # poll interval passed: look for events whose message was lost
                 await self._guarded(self._catch_up(None))
@@ -353,13 +360,18 @@ class _Subscriber:
         end = newest if upto is None else upto
         seq = max(self.cursor + 1, oldest)
         while upto is None or seq <= upto:
-            event = await self.history.read(self.sub.key, seq)
-            if event is None and seq > end:
-                break  # past the newest: done
-            # A missing number at or below the newest was trimmed: skip it, like expired ones.
-            if event is not None and (event.expires_at is None
-                                      or event.expires_at > self.node.clock.now()):
-                await self._process(event)
+            try:
+                event = await self.history.read(self.sub.key, seq)
+            except ProtocolError as exc:  # skip it rather than stall on it forever
+                log.warning("subscriber %s on %r: skipped stored event %d: %s",
+                            self.sub.name, self.sub.key, seq, exc)
+            else:
+                if event is None and seq > end:
+                    break  # past the newest: done
+                # A missing number at or below the newest was trimmed: skip it, as expired ones.
+                if event is not None and (event.expires_at is None
+                                          or event.expires_at > self.node.clock.now()):
+                    await self._process(event)
             self.cursor = max(self.cursor, seq)
             seq += 1
 

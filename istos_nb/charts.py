@@ -92,7 +92,11 @@ def _done(fig: Figure, ax: Axes, owned: bool) -> Figure:
 def _fit(fig: Figure, ax: Axes) -> None:
     # Margins are estimated from label lengths instead of running a layout engine: constrained
     # layout measures every text twice per draw, which doubled the dashboard's render time.
-    lanes = list(getattr(ax.yaxis.get_major_formatter(), "seq", None) or [])
+    # Tick label texts, not the formatter's ``seq``: matplotlib >= 3.10 wraps fixed labels in
+    # a FuncFormatter that has no ``seq``, which left lane names cut off.
+    lanes = [t.get_text() for t in ax.get_yticklabels() if t.get_text()] \
+        if ax.yaxis.get_major_formatter().__class__.__name__ in ("FixedFormatter",
+                                                                  "FuncFormatter") else []
     width, height = fig.get_size_inches()
     if lanes:  # one readable row per lane, within reason
         height = min(max(height, 1.3 + 0.28 * len(lanes)), 14.0)

@@ -97,6 +97,16 @@ class StorageContract:
         assert len(await storage.scan("jobs:q")) == 4
         assert await storage.scan("jobs:other") == []
 
+    async def test_apply_writes_and_deletes_together(self, storage: Storage) -> None:
+        await storage.put_many("jobs:q", [("a", b"1"), ("b", b"2"), ("c", b"3")])
+        await storage.put_if_absent("jobs:q", "e", b"5", now=0.0, expires_at=10.0)
+        await storage.apply("jobs:q", [("b", b"22"), ("d", b"4")], ["a", "c", "missing"])
+        assert dict(await storage.scan("jobs:q")) == {"b": b"22", "d": b"4", "e": b"5"}
+        await storage.apply("jobs:q", [("e", b"55")], [])
+        assert await storage.put_if_absent("jobs:q", "e", b"x", now=100.0) is False  # no expiry
+        await storage.apply("jobs:q", [], [])
+        assert len(await storage.scan("jobs:q")) == 3
+
     async def test_put_many_last_duplicate_wins(self, storage: Storage) -> None:
         await storage.put_many("jobs:q", [("k", b"first"), ("x", b"x"), ("k", b"last")])
         assert await storage.get("jobs:q", "k") == b"last"

@@ -64,11 +64,8 @@ class Persister:
             self._pending, self._waiters = {}, []
             try:
                 puts = [(k, v) for k, v in batch.items() if v is not None]
-                if puts:
-                    await self._storage.put_many(self._ns, puts)
-                for key, value in batch.items():
-                    if value is None:
-                        await self._storage.delete(self._ns, key)
+                deletes = [k for k, v in batch.items() if v is None]
+                await self._storage.apply(self._ns, puts, deletes)
             except Exception as exc:  # adapters raise StorageUnavailable; be safe with others
                 err = exc if isinstance(exc, StorageUnavailable) else StorageUnavailable(
                     f"storage write for {self._ns!r} failed: {exc!r}")

@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import codec, di
 from ..context import JobContext
-from ..errors import InvalidJob, IstosError, OwnerUnavailable
+from ..errors import InvalidJob, IstosError, OwnerUnavailable, StorageUnavailable
 from ..node import Node
 from ..wakeup import Wakeup
 from .client import OwnerClient
@@ -212,14 +212,22 @@ class WorkerRunner:
         return await loop.run_in_executor(self._executor, lambda: self.fn(data, **kwargs))
 
     async def _report(self, op: str, job: ClaimedJob, **fields: Any) -> None:
-        """Ack or nack; retried briefly because both are idempotent (keyed by the lease token)."""
+        """Ack or nack; retried briefly because both are idempotent (keyed by the lease token).
+
+        If the owner cannot take it (unreachable, storage down, a workflow continuation it
+        refused), the job is left to its lease: it comes back, nothing is lost.
+        """
         for attempt in range(3):
             try:
                 reply = await self.client.call(op, job_id=job.job_id, token=job.token, **fields)
-            except OwnerUnavailable as exc:
+            except (OwnerUnavailable, StorageUnavailable) as exc:
                 log.warning("worker %s: %s of %s failed (%s)", job.worker, op, job.job_id, exc)
                 await self.node.clock.sleep(0.05 * (attempt + 1))
                 continue
+            except IstosError as exc:
+                log.error("worker %s: owner refused %s of %s: %s", job.worker, op,
+                          job.job_id, exc)
+                break
             if reply.get("status") == "ok":
                 if op == "ack":
                     self.stats.acked += 1

@@ -31,6 +31,9 @@ class Storage(Protocol):
     async def put_many(self, ns: str, items: list[tuple[str, bytes]]) -> None:
         """Write several keys of one namespace in one round trip."""
 
+    async def apply(self, ns: str, puts: list[tuple[str, bytes]], deletes: list[str]) -> None:
+        """Write ``puts`` and delete ``deletes`` in one round trip (the owner's group commit)."""
+
     async def get(self, ns: str, key: str) -> bytes | None: ...
 
     async def delete(self, ns: str, key: str) -> None: ...

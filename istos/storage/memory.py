@@ -32,6 +32,11 @@ class MemoryStorage:
             bucket[key] = value
             self._expiry.pop((ns, key), None)
 
+    async def apply(self, ns: str, puts: list[tuple[str, bytes]], deletes: list[str]) -> None:
+        await self.put_many(ns, puts)
+        for key in deletes:
+            await self.delete(ns, key)
+
     async def get(self, ns: str, key: str) -> bytes | None:
         return self._data.get(ns, {}).get(key)
 

@@ -193,6 +193,24 @@ class RedisStoragePlugin:
 
         await self._call("put_many", run)
 
+    async def apply(self, ns: str, puts: list[tuple[str, bytes]], deletes: list[str]) -> None:
+        """Store ``puts`` and delete ``deletes`` in one MULTI/EXEC round trip."""
+        mapping = dict(puts)
+        if not mapping and not deletes:
+            return
+
+        async def run(c: Any) -> None:
+            async with c.pipeline(transaction=True) as pipe:
+                if mapping:
+                    pipe.hset(self._data_key(ns), mapping=mapping)
+                    pipe.hdel(self._exp_key(ns), *mapping.keys())
+                if deletes:
+                    pipe.hdel(self._data_key(ns), *deletes)
+                    pipe.hdel(self._exp_key(ns), *deletes)
+                await pipe.execute()
+
+        await self._call("apply", run)
+
     async def get(self, ns: str, key: str) -> bytes | None:
         return await self._call("get", lambda c: c.hget(self._data_key(ns), key))
 

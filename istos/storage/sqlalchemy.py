@@ -235,6 +235,25 @@ class SQLAlchemyStoragePlugin:
 
         await self._call("put_many", run)
 
+    async def apply(self, ns: str, puts: list[tuple[str, bytes]], deletes: list[str]) -> None:
+        """Upsert ``puts`` and delete ``deletes`` in one transaction (one round trip each)."""
+        from sqlalchemy import delete
+
+        t = self._table
+        rows = [{"ns": ns, "key": key, "value": value, "expires_at": None}
+                for key, value in dict(puts).items()]
+        gone = list(dict.fromkeys(deletes))
+
+        async def run(conn: Any) -> None:
+            for start in range(0, len(rows), _CHUNK_ROWS):
+                await conn.execute(self._upsert(rows[start : start + _CHUNK_ROWS]))
+            for start in range(0, len(gone), _CHUNK_ROWS):
+                chunk = gone[start : start + _CHUNK_ROWS]
+                await conn.execute(delete(t).where(t.c.ns == ns, t.c.key.in_(chunk)))
+
+        if rows or gone:
+            await self._call("apply", run)
+
     async def get(self, ns: str, key: str) -> bytes | None:
         from sqlalchemy import select
 

@@ -302,8 +302,10 @@ class Simulation:
             self.owner_crashes.append((self._loop.time(), name))
         node.incarnation = None
         life.app.kill()
-        for task in list(life.tasks):
-            task.cancel()
+        # In creation order (a WeakSet iterates by address, which would vary between runs).
+        for task in self._loop.pending_tasks():
+            if task in life.tasks:
+                task.cancel()
         if restart_after is not None:
             self._loop.call_later(restart_after, self._restart, name)
 

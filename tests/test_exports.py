@@ -1,0 +1,30 @@
+"""The public surface is curated: pin it so a change to it is deliberate (as trio's test_exports)."""
+
+from __future__ import annotations
+
+import istos
+
+EXPECTED = {
+    "Istos", "JobContext", "Depends",
+    "MemoryStorage", "RedisStoragePlugin", "SQLAlchemyStoragePlugin",
+    "Clock", "SystemClock", "JobEvent",
+    "IstosError", "ConfigError", "CronError", "HAConfigError", "InvalidJob", "QueueNotFound",
+    "OwnerUnavailable", "StorageUnavailable", "ProtocolError", "AdminDisabled", "RemoteError",
+}
+
+
+def test_all_is_pinned():
+    assert set(istos.__all__) == EXPECTED
+
+
+def test_every_exported_name_resolves():
+    for name in istos.__all__:
+        assert getattr(istos, name) is not None
+
+
+def test_errors_share_one_root():
+    for name in istos.__all__:
+        obj = getattr(istos, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, istos.IstosError), name
+    assert issubclass(istos.ConfigError, ValueError) and issubclass(istos.InvalidJob, ValueError)

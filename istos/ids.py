@@ -1,4 +1,4 @@
-"""Id sources. Engine code takes ids from the node's source, never from uuid4()."""
+"""Id sources. Engine code takes ids from the node's source, never from a global uuid call."""
 
 from __future__ import annotations
 

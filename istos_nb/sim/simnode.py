@@ -108,9 +108,13 @@ class SimNode:
         return await self.app.dead_letters(queue)
 
     def __getattr__(self, attr: str) -> Any:
-        # chain / group / chord / requeue_dead and other producer calls of the live app
-        if attr.startswith("_"):
+        # chain / group / chord / requeue_dead and the other calls of the node's live app.
+        # Methods bind late, to whichever incarnation is alive when they are called, so
+        # ``sim.at(t, node.chain, ...)`` works before the run starts and across restarts.
+        if attr.startswith("_") or not hasattr(Istos, attr):
             raise AttributeError(attr)
+        if callable(getattr(Istos, attr)):
+            return _LateBound(self, attr)
         return getattr(self.app, attr)
 
     # -- life and death --
@@ -158,3 +162,14 @@ def instrument(fn: Callable[..., Any], on_done: Callable[[Any], bool]) -> Callab
             params.append(extra)
         wrapped.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     return wrapped
+
+
+class _LateBound:
+    """``node.method``: calls the method of the node's app alive at call time."""
+
+    def __init__(self, node: SimNode, attr: str) -> None:
+        self.__self__ = node
+        self.__name__ = attr
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.__self__.app, self.__name__)(*args, **kwargs)

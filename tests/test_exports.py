@@ -1,4 +1,4 @@
-"""The public surface is curated: pin it so a change to it is deliberate (as trio's test_exports)."""
+"""The public surface is curated: pin it so that changing it is deliberate (trio test_exports)."""
 
 from __future__ import annotations
 

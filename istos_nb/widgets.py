@@ -1,0 +1,456 @@
+"""Notebook dashboards: a simulator playground and a live queue monitor.
+
+Built from ipywidgets, matplotlib and pandas only — no custom JavaScript — so the same code runs
+in JupyterLab, Notebook 7, VS Code, Colab and Voila. Charts are PNG bytes in ``Image`` widgets
+and tables are ``HTML`` widgets rather than ``Output`` + ``display``: an ``Output`` written while
+Voila first executes a cell can hang the page (jupyter/nbclient#312), and a PNG is one message.
+
+Stable DOM classes for tests and custom CSS: ``istos-dashboard`` (the top box), ``istos-run``
+(Run button), ``istos-progress``, ``istos-status`` (says ``done: ...`` when a run finished),
+``istos-scenario``, ``istos-param-<name>`` (each control), ``istos-chart`` (chart images),
+``istos-table`` and ``istos-table-<tab>`` (table panes), ``istos-stats`` (the live stats line).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from html import escape as _esc
+from typing import Any
+
+import ipywidgets as W
+import pandas as pd
+from matplotlib.figure import Figure
+
+from istos_nb import charts
+from istos_nb.frames import events_frame
+from istos_nb.sim import Simulation
+from istos_nb.sim.result import SimResult
+
+__all__ = ["DEFAULT_PARAMS", "LiveDashboard", "SimDashboard", "scenario_from_params"]
+
+DEFAULT_PARAMS: dict[str, Any] = {
+    "lease_s": 10.0, "max_attempts": 4, "retry_backoff_s": 1.0, "retry_backoff_max_s": 30.0,
+    "retry_jitter": 0.2, "workers": 3, "concurrency": 2, "crashes_per_hour": 12.0,
+    "clock_skew_s": 5.0, "jobs": 200, "rate": 2.0, "service_s": 1.0, "fail_p": 0.2,
+    "crash_p": 0.02, "restart_after_s": 10.0, "seed": 1,
+}
+_INT_PARAMS = ("max_attempts", "workers", "concurrency", "jobs", "seed")
+_MAX_DRAIN_S = 600.0  # idle virtual time is not free (worker polls), so cap the tail
+TABLE_ROWS = 200  # a browser chokes on a multi-thousand-row HTML table; the frame has them all
+_CHART_TABS = ("leases", "retries", "backoff", "depth")
+_TABLE_CSS = ("<style>.istos-table table{border-collapse:collapse;font-size:12px}"
+              ".istos-table th,.istos-table td{padding:2px 8px;text-align:right}"
+              ".istos-table tr:nth-child(even){background:rgba(127,127,127,.08)}</style>")
+
+# (param, widget class, min, max, step, description with its unit)
+_CONTROLS: tuple[tuple[str, type, float, float, float, str], ...] = (
+    ("lease_s", W.FloatSlider, 1, 60, 1, "lease (s)"),
+    ("max_attempts", W.IntSlider, 1, 10, 1, "max attempts"),
+    ("retry_backoff_s", W.FloatSlider, 0, 10, 0.5, "backoff base (s)"),
+    ("retry_backoff_max_s", W.FloatSlider, 1, 120, 1, "backoff max (s)"),
+    ("retry_jitter", W.FloatSlider, 0, 1, 0.05, "jitter (±fraction)"),
+    ("fail_p", W.FloatSlider, 0, 1, 0.05, "failure (prob./try)"),
+    ("crash_p", W.FloatSlider, 0, 0.5, 0.01, "mid-job crash (prob.)"),
+    ("service_s", W.FloatSlider, 0.1, 10, 0.1, "mean service (s)"),
+    ("workers", W.IntSlider, 1, 8, 1, "workers (nodes)"),
+    ("concurrency", W.IntSlider, 1, 8, 1, "slots per worker"),
+    ("crashes_per_hour", W.FloatSlider, 0, 60, 1, "node crashes (/h each)"),
+    ("clock_skew_s", W.FloatSlider, 0, 120, 1, "worker skew (±s)"),
+    ("jobs", W.IntSlider, 10, 1000, 10, "jobs"),
+    ("rate", W.FloatSlider, 0.5, 20, 0.5, "arrival rate (jobs/s)"),
+    ("seed", W.IntText, 0, 0, 1, "seed"),
+)
+
+
+def scenario_from_params(params: Mapping[str, Any] | None = None) -> tuple[Simulation, float]:
+    """Build (simulation, until) from ``params`` merged over :data:`DEFAULT_PARAMS`.
+
+    One node ``owner`` holds the queue ``"jobs"``; ``workers`` nodes ``worker-1..n`` each run
+    ``concurrency`` slots of a handler with exponential service times (mean ``service_s``) that
+    fails with ``fail_p`` and dies mid-job with ``crash_p``. Worker clocks are skewed evenly
+    across ``[-clock_skew_s, +clock_skew_s]`` (one worker: ``+clock_skew_s``). Each worker node
+    crashes at random, ``crashes_per_hour`` on average (0: never), and restarts after
+    ``restart_after_s``; the owner never crashes, so no job is lost to volatile storage.
+    ``jobs`` jobs arrive every ``1/rate`` s from t=0. ``until`` leaves time after the last
+    arrival for a failing job to use up its attempts (capped at 600 virtual s).
+    Pure: builds, never runs. Raises ValueError for an unknown key or an invalid value.
+    """
+    p = _merged(params)
+    sim = Simulation(seed=p["seed"])
+    owner = sim.node("owner")
+    owner.queue("jobs", lease_s=p["lease_s"], max_attempts=p["max_attempts"],
+                retry_backoff_s=p["retry_backoff_s"],
+                retry_backoff_max_s=p["retry_backoff_max_s"], retry_jitter=p["retry_jitter"])
+    handler = sim.handler(service_s=("exp", p["service_s"]), fail_p=p["fail_p"],
+                          crash_p=p["crash_p"])
+    n = p["workers"]
+    names = [f"worker-{i + 1}" for i in range(n)]
+    for i, name in enumerate(names):
+        spread = 1.0 if n == 1 else 2.0 * i / (n - 1) - 1.0
+        node = sim.node(name, clock_skew_s=p["clock_skew_s"] * spread)
+        node.worker("jobs", concurrency=p["concurrency"])(handler)
+    if p["crashes_per_hour"] > 0:
+        sim.crash_randomly(names, mtbf_s=3600.0 / p["crashes_per_hour"],
+                           restart_after=p["restart_after_s"])
+    sim.enqueue_jobs("owner", "jobs", p["jobs"], rate=p["rate"])
+    return sim, _horizon(p)
+
+
+def _merged(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    unknown = set(params or {}) - set(DEFAULT_PARAMS)
+    if unknown:
+        raise ValueError(f"unknown scenario parameter(s) {sorted(unknown)}; "
+                         f"known: {sorted(DEFAULT_PARAMS)}")
+    p = {**DEFAULT_PARAMS, **(params or {})}
+    for key in _INT_PARAMS:
+        p[key] = int(p[key])
+    for keys, bound, ok in ((("workers", "concurrency", "jobs", "max_attempts"), ">= 1",
+                             lambda v: v >= 1), (("rate", "service_s"), "> 0", lambda v: v > 0),
+                            (("crashes_per_hour",), ">= 0", lambda v: v >= 0)):
+        for key in keys:
+            if not ok(p[key]):
+                raise ValueError(f"{key} must be {bound}, got {p[key]}")
+    return p
+
+
+def _horizon(p: Mapping[str, Any]) -> float:
+    # The last arrival may fail every attempt: each try costs a service time or, when it dies
+    # mid-job, a whole lease; each retry waits its backoff; a crashed worker adds a restart.
+    tries = p["max_attempts"]
+    backoff = sum(min(p["retry_backoff_s"] * 2 ** k, p["retry_backoff_max_s"])
+                  for k in range(tries - 1)) * (1 + p["retry_jitter"])
+    drain = 10 + p["restart_after_s"] + tries * max(3 * p["service_s"], p["lease_s"]) + backoff
+    return float(math.ceil((p["jobs"] - 1) / p["rate"] + min(drain, _MAX_DRAIN_S)))
+
+
+# -- rendering shared by both dashboards ------------------------------------------------------
+
+
+def figure_png(fig: Figure, dpi: int = 72) -> bytes:
+    """PNG bytes of ``fig`` (rendered with Agg; works in any thread, needs no display)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+def table_html(df: pd.DataFrame, what: str, cap: int = TABLE_ROWS) -> str:
+    """``df`` as an HTML table of at most ``cap`` rows, under a line saying how many exist."""
+    note = f"{len(df)} {what}" + (f", first {cap} shown" if len(df) > cap else "")
+    shown = df.head(cap)
+    # na_rep covers NaN only; a None in a text column would print as "None"
+    shown = shown.astype(object).where(shown.notna(), "")
+    body = shown.to_html(index=False, border=0, float_format=lambda x: f"{x:.3f}")
+    return (f"{_TABLE_CSS}<p>{_esc(note)}</p>"
+            f'<div style="max-height:420px;overflow:auto">{body}</div>')
+
+
+class _Panels:
+    """The tab set both dashboards show: four charts as PNG images, then HTML tables."""
+
+    def __init__(self, tables: Sequence[str]) -> None:
+        # hidden until the first render: an Image with no bytes shows a broken-image icon
+        self.images = {name: W.Image(format="png", layout=W.Layout(
+            max_width="100%", height="auto", display="none")) for name in _CHART_TABS}
+        self.tables = {name: W.HTML() for name in tables}
+        for image in self.images.values():
+            image.add_class("istos-chart")
+        for name, pane in self.tables.items():
+            pane.add_class("istos-table")
+            pane.add_class("istos-table-" + name.replace(" ", "-"))
+        children = [*self.images.values(), *self.tables.values()]
+        self.tab = W.Tab(children=children, titles=[*self.images, *self.tables])
+
+    def show_charts(self, events: Any, backoff: tuple[float, float, float]) -> None:
+        """Redraw the four charts from ``events`` (anything ``events_frame`` accepts)."""
+        events = events_frame(events)  # normalise once, not once per chart
+        for name, draw in (("leases", charts.lease_gantt), ("retries", charts.retry_timeline),
+                           ("backoff", lambda e: charts.backoff_curve(e, *backoff)),
+                           ("depth", charts.depth_chart)):
+            self.images[name].value = figure_png(draw(events))
+            self.images[name].layout.display = None
+
+    def show_table(self, name: str, df: pd.DataFrame, what: str) -> None:
+        self.tables[name].value = table_html(df, what)
+
+
+def _close_tree(widget: W.Widget) -> None:
+    # Widget.close() closes one widget; children and layouts would linger in the kernel.
+    for child in getattr(widget, "children", ()):
+        _close_tree(child)
+    widget.close()
+
+
+class _Shown:
+    """Displays as its top-level ``widget`` in every frontend (the mimebundle protocol)."""
+
+    widget: W.Box
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def close(self) -> None:
+        """Close every widget of the dashboard (the kernel forgets them)."""
+        _close_tree(self.widget)
+
+
+# -- the simulator dashboard ------------------------------------------------------------------
+
+
+class SimDashboard(_Shown):
+    """Controls for a :func:`scenario_from_params` scenario, a Run button and its results.
+
+    ``run()`` (what the button calls) builds the scenario from the controls, runs it with the
+    progress bar following virtual time, fills the tabs (leases, retries, backoff, depth, jobs,
+    invariants), sets the status to ``done: <summary>`` and returns the ``SimResult``. A run
+    blocks the calling thread (in a notebook the simulation runs in a helper thread and the
+    kernel waits for it); the progress callback fires in that helper thread and only sets the
+    bar's value, which ipykernel sends thread-safely while the kernel's own thread waits.
+    """
+
+    def __init__(self, params: Mapping[str, Any] | None = None) -> None:
+        p = _merged(params)
+        self.controls: dict[str, W.ValueWidget] = {}
+        style = {"description_width": "150px"}
+        for name, cls, lo, hi, step, desc in _CONTROLS:
+            if cls is W.IntText:
+                control = cls(value=p[name], description=desc, style=style)
+            else:
+                control = cls(value=p[name], min=lo, max=hi, step=step, description=desc,
+                              style=style, continuous_update=False)
+            control.add_class(f"istos-param-{name}")
+            control.observe(self._describe, names="value")
+            self.controls[name] = control
+        self._extra = {k: v for k, v in p.items() if k not in self.controls}
+        self.button = W.Button(description="Run", button_style="primary", icon="play")
+        self.button.add_class("istos-run")
+        self.button.on_click(self._clicked)
+        self.progress = W.IntProgress(value=0, min=0, max=100, description="virtual time")
+        self.progress.add_class("istos-progress")
+        self.status = W.HTML(_esc("ready: press Run"))
+        self.status.add_class("istos-status")
+        self.scenario = W.HTML()
+        self.scenario.add_class("istos-scenario")
+        self.panels = _Panels(("jobs", "invariants"))
+        self.result: SimResult | None = None
+        half = (len(_CONTROLS) + 1) // 2
+        columns = [W.VBox(list(self.controls.values())[:half]),
+                   W.VBox(list(self.controls.values())[half:])]
+        self.widget = W.VBox([W.HBox(columns), self.scenario,
+                              W.HBox([self.button, self.progress, self.status]),
+                              self.panels.tab])
+        self.widget.add_class("istos-dashboard")
+        self._describe()
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The scenario parameters the controls show now (plus defaults for the rest)."""
+        values = {name: control.value for name, control in self.controls.items()}
+        return _merged({**self._extra, **values})
+
+    def run(self) -> SimResult:
+        """Run the scenario the controls describe; fill the tabs; return the result.
+
+        Raises whatever building or running the scenario raises, after showing it in the status.
+        """
+        params = self.params
+        self.button.disabled = True
+        self.progress.value = 0
+        self.status.value = _esc("running…")
+        try:
+            sim, until = scenario_from_params(params)
+            result = sim.run(until, progress=self._on_progress)
+            self.progress.value = self.progress.max
+            report = self._show(result, params)
+        except Exception as exc:
+            self.status.value = _esc(f"error: {type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self.button.disabled = False
+        self.result = result
+        self.status.value = _esc(
+            f"done: {params['jobs']} jobs, {int(report['ok'].sum())}/{len(report)} invariants "
+            f"ok; {result.summary()}")
+        return result
+
+    def _clicked(self, _button: W.Button) -> None:
+        try:
+            self.run()
+        except Exception:  # noqa: BLE001 - already in the status; a handler must not raise
+            pass
+
+    def _on_progress(self, t: float, until: float) -> None:
+        # Called from the simulation thread ~100 times; send only real changes.
+        value = min(self.progress.max, int(self.progress.max * t / until))
+        if value != self.progress.value:
+            self.progress.value = value
+
+    def _describe(self, _change: Any = None) -> None:
+        try:
+            p = self.params
+        except ValueError as exc:
+            self.scenario.value = _esc(f"invalid: {exc}")
+            return
+        self.scenario.value = _esc(
+            f"{p['jobs']} jobs at {p['rate']:g}/s into queue 'jobs' on node 'owner'; "
+            f"{p['workers']} workers x {p['concurrency']} slots; "
+            f"runs to t={_horizon(p):g} virtual s")
+
+    def _show(self, result: SimResult, params: Mapping[str, Any]) -> pd.DataFrame:
+        """Fill the tabs; return the invariant report."""
+        self.panels.show_charts(result.job_events(), (
+            params["retry_backoff_s"], params["retry_backoff_max_s"], params["retry_jitter"]))
+        self.panels.show_table("jobs", result.jobs, "jobs")
+        report = result.check()
+        shown = report.assign(ok=report["ok"].map({True: "✔ ok", False: "✘ violated"}))
+        self.panels.show_table("invariants", shown, "invariants checked")
+        return report
+
+
+# -- the live dashboard -----------------------------------------------------------------------
+
+_LIVE_BACKOFF = (1.0, 600.0, 0.1)  # Istos' queue defaults, used when stats() does not say
+
+
+class LiveDashboard(_Shown):
+    """Charts and tables of a live queue, refreshed every ``refresh_s`` seconds.
+
+    ``live_queue`` is duck-typed: ``stats() -> dict``, ``jobs() -> DataFrame``,
+    ``dead_letters() -> DataFrame`` and ``events(limit=...) -> DataFrame`` (see
+    ``istos_nb.attach.LiveQueue``). The dashboard never closes it: whoever opened it does.
+
+    Periodic refreshes run on one daemon thread, not an asyncio task: the client's methods
+    block on the network (up to a request timeout), which on the kernel's event loop would
+    freeze the notebook, and a thread behaves the same with or without a running loop. The
+    thread stops on ``pause()`` (or the Pause toggle) and on ``close()``; ``refresh()`` does
+    one refresh in the caller's thread. Refreshes never overlap (a lock). A failing refresh
+    shows ``error: ...`` in the status and the timer keeps going (the owner may come back).
+    """
+
+    def __init__(self, live_queue: Any, refresh_s: float = 2.0, *, paused: bool = False,
+                 event_limit: int = 1000,
+                 backoff: tuple[float, float, float] | None = None) -> None:
+        self.live_queue = live_queue
+        self.event_limit = event_limit
+        self._backoff = backoff
+        self._lock = threading.Lock()
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.refreshes = 0
+        self.interval = W.BoundedFloatText(value=refresh_s, min=0.1, max=3600, step=0.5,
+                                           description="refresh (s)")
+        self.pause_toggle = W.ToggleButton(value=paused, description="Pause", icon="pause")
+        self.button = W.Button(description="Refresh", icon="refresh")
+        self.stats_line = W.HTML()
+        self.status = W.HTML(_esc("paused" if paused else "starting…"))
+        for widget, cls in ((self.interval, "istos-refresh-s"), (self.pause_toggle, "istos-pause"),
+                            (self.button, "istos-refresh"), (self.stats_line, "istos-stats"),
+                            (self.status, "istos-status")):
+            widget.add_class(cls)
+        self.panels = _Panels(("jobs", "dead letters"))
+        self.widget = W.VBox([W.HBox([self.interval, self.pause_toggle, self.button,
+                                      self.status]), self.stats_line, self.panels.tab])
+        self.widget.add_class("istos-dashboard")
+        self.button.on_click(lambda _b: self._refresh_quietly())
+        self.pause_toggle.observe(self._on_pause, names="value")
+        self.interval.observe(self._on_interval, names="value")
+        if not paused:
+            self._start()
+
+    @property
+    def ticking(self) -> bool:
+        """Whether the periodic refresh thread is running."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def refresh(self) -> None:
+        """Fetch stats, events, jobs and dead letters once and redraw; raises what they raise."""
+        with self._lock:
+            if self._closed:
+                return
+            stats = self.live_queue.stats()
+            events = self.live_queue.events(limit=self.event_limit)
+            jobs = self.live_queue.jobs(limit=TABLE_ROWS)
+            dead = self.live_queue.dead_letters()
+            backoff = self._backoff or tuple(  # type: ignore[assignment]
+                stats.get(k, d) for k, d in zip(("retry_backoff_s", "retry_backoff_max_s",
+                                                 "retry_jitter"), _LIVE_BACKOFF))
+            self.panels.show_charts(events, backoff)
+            self.panels.show_table("jobs", jobs, f"jobs (the owner's first {TABLE_ROWS} asked)")
+            self.panels.show_table("dead letters", dead, "dead letters")
+            self.stats_line.value = _esc(_stats_text(stats))
+            self.refreshes += 1
+            self.status.value = _esc(
+                f"refreshed {time.strftime('%H:%M:%S')} ({len(events)} events)")
+
+    def pause(self) -> None:
+        """Stop periodic refreshes (the Pause toggle shows it)."""
+        self.pause_toggle.value = True
+
+    def resume(self) -> None:
+        """Restart periodic refreshes at the current interval."""
+        self.pause_toggle.value = False
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the refresh thread (waiting up to ``timeout_s`` for one in flight) and close
+        every widget. Idempotent; the live queue stays open."""
+        self._stop_thread(timeout_s)
+        with self._lock:
+            closed, self._closed = self._closed, True
+        if not closed:
+            super().close()
+
+    def _refresh_quietly(self) -> None:
+        try:
+            self.refresh()
+        except Exception as exc:  # noqa: BLE001 - shown to the user; the next tick retries
+            if not self._closed:
+                self.status.value = _esc(f"error: {type(exc).__name__}: {exc}")
+
+    def _start(self) -> None:
+        stop = threading.Event()
+        interval = float(self.interval.value)
+
+        def tick() -> None:
+            self._refresh_quietly()  # first refresh at once, then every interval
+            while not stop.wait(interval):
+                self._refresh_quietly()
+
+        self._stop = stop
+        self._thread = threading.Thread(target=tick, name="istos-live-dashboard", daemon=True)
+        self._thread.start()
+
+    def _stop_thread(self, timeout_s: float = 5.0) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+        self._stop = self._thread = None
+
+    def _on_pause(self, change: dict[str, Any]) -> None:
+        if change["new"]:
+            self._stop_thread()
+            self.status.value = _esc("paused")
+        elif not self._closed:
+            self._start()
+
+    def _on_interval(self, _change: dict[str, Any]) -> None:
+        # Restart so a new interval applies now, not after the old one runs out.
+        if self.ticking:
+            self._stop_thread()
+            self._start()
+
+
+def _stats_text(stats: Mapping[str, Any]) -> str:
+    """One line: queue and node, job counts by state, rates, paused."""
+    parts = [f"queue {stats.get('queue', '?')} on {stats.get('node', '?')}"]
+    parts += [f"{state} {n}" for state, n in (stats.get("counts") or {}).items()]
+    for key, label in (("enqueue_rate", "enqueued"), ("ack_rate", "acked")):
+        if stats.get(key) is not None:
+            parts.append(f"{label} {float(stats[key]):.1f}/s")
+    if stats.get("paused"):
+        parts.append("PAUSED")
+    return " · ".join(parts)

@@ -1,0 +1,68 @@
+"""The simulator dashboard in a real browser: Voila serves notebooks/dashboard.ipynb, headless
+Chromium moves a slider, presses Run and reads the charts and tables the kernel sent back.
+
+Needs /usr/bin/chromium (``apt-get install -y chromium``); skipped locally without it, a failure
+with ``CI=true``. Leaves test-artifacts/dashboard.png always, and the page HTML and Voila log
+when it fails.
+"""
+
+from __future__ import annotations
+
+import pytest
+from browser_util import (  # noqa: F401 - browser is a fixture
+    REPO,
+    browser,
+    new_context,
+    open_page,
+    save_artifacts,
+    screenshot,
+    serve_voila,
+)
+
+NOTEBOOK = REPO / "notebooks" / "dashboard.ipynb"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_dashboard_runs_a_simulation_from_the_browser(browser, tmp_path):  # noqa: F811
+    with serve_voila(NOTEBOOK, tmp_path / "voila") as server:
+        context = new_context(browser)
+        page = context.new_page()
+        try:
+            # The status is set by Python when the dashboard is built: the kernel is live.
+            open_page(page, server.url, ".istos-status", "ready")
+
+            # One ArrowLeft on the jobs slider is one step (200 -> 190). Python echoes the new
+            # scenario into .istos-scenario, which proves the change reached the kernel before
+            # Run reads the controls.
+            page.locator(".istos-param-jobs .noUi-handle").focus()
+            page.keyboard.press("ArrowLeft")
+            page.locator(".istos-scenario", has_text="190 jobs").wait_for(timeout=20_000)
+
+            page.locator("button.istos-run").click()
+            status = page.locator(".istos-status", has_text="done:")
+            status.wait_for(timeout=90_000)
+            assert "done: 190 jobs, 7/7 invariants ok" in status.inner_text()
+            assert page.locator(".istos-progress").count() == 1
+
+            chart = page.locator("img.istos-chart").first  # the leases tab is open
+            chart.wait_for(state="visible", timeout=20_000)
+            src = chart.get_attribute("src") or ""
+            assert src.startswith(("blob:", "data:")), src
+            # decoded by the browser, at the size the kernel drew it
+            page.wait_for_function("img => img.complete && img.naturalWidth > 300",
+                                   arg=chart.element_handle(), timeout=20_000)
+
+            page.get_by_role("tab", name="jobs", exact=True).click()
+            rows = page.locator(".istos-table-jobs table tbody tr")
+            rows.first.wait_for(state="visible", timeout=20_000)
+            assert rows.count() == 190
+            assert "190 jobs" in page.locator(".istos-table-jobs").inner_text()
+            page.get_by_role("tab", name="leases", exact=True).click()  # for the screenshot
+            chart.wait_for(state="visible", timeout=20_000)
+        except BaseException:
+            save_artifacts("dashboard", page, server)
+            raise
+        finally:
+            screenshot(page, "dashboard")
+            context.close()

@@ -291,9 +291,14 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         """Dead jobs of ``name``: ``job_id``, ``data`` (decoded), ``attempts``, ``last_error``,
         and ``history`` (one entry per attempt)."""
         self._require_serving()
-        reply = await self.client(name).call("dead")
+        page: list[dict[str, Any]] = []
+        while True:  # the owner pages its answer; fetch every page
+            reply = await self.client(name).call("dead", offset=len(page), limit=1000)
+            page.extend(reply["dead"])
+            if not reply["dead"] or len(page) >= reply.get("total", 0):
+                break
         out = []
-        for d in reply["dead"]:
+        for d in page:
             item = {"job_id": d["job_id"], "data": codec.decode_body(d["body"]),
                     "attempts": d["attempts"], "last_error": d["last_error"],
                     "history": d["history"]}

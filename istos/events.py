@@ -7,7 +7,7 @@ and everything above it never know which world the events came from).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +101,10 @@ class EventLog:
     @property
     def has_listeners(self) -> bool:
         return bool(self._listeners)
+
+    def newest_first(self) -> Iterator[JobEvent]:
+        """Walk the ring from the newest event back, without copying it."""
+        return reversed(self._ring)
 
     def recent(self, limit: int | None = None) -> list[JobEvent]:
         items: Iterable[JobEvent] = self._ring

@@ -330,15 +330,24 @@ class LiveQueue:
                 break
         return _table(_JOB_COLUMNS, rows)
 
-    def dead_letters(self) -> pd.DataFrame:
-        """Dead jobs: job_id, data (decoded), attempts, last_error, history (one dict per
-        attempt), finished_at. Raises ProtocolError when they do not fit in one reply (the
-        owner's ``dead`` op is not paged): page with ``jobs(state="dead")`` then."""
-        try:
-            dead = self._call("dead")["dead"]
-        except _ReplyTooLarge as exc:
-            raise ProtocolError(f"{exc}: too many dead letters for one reply; page through "
-                                "jobs(state='dead') instead (without attempt history)") from exc
+    def dead_letters(self, limit: int | None = None) -> pd.DataFrame:
+        """Dead jobs, oldest first: job_id, data (decoded), attempts, last_error, history (one
+        dict per attempt), finished_at. The owner pages its answer; every page is fetched unless
+        ``limit`` caps the number of rows."""
+        dead: list[dict[str, Any]] = []
+        page_size = 1000
+        while limit is None or len(dead) < limit:
+            want = page_size if limit is None else min(page_size, limit - len(dead))
+            try:
+                reply = self._call("dead", offset=len(dead), limit=want)
+            except _ReplyTooLarge:
+                if page_size == 1:
+                    raise
+                page_size = max(1, page_size // 4)  # big histories: smaller pages
+                continue
+            dead.extend(reply["dead"])
+            if not reply["dead"] or len(dead) >= reply.get("total", len(dead)):
+                break
         return _table(_DEAD_COLUMNS, [{**d, "data": _decode(d.get("body"))} for d in dead])
 
     def leases(self) -> pd.DataFrame:

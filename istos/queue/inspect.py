@@ -25,6 +25,8 @@ from .state import DEAD, DELAYED, LEASED, READY, JobRecord
 
 FOLLOW_TTL_S = 30.0
 MAX_PAGE = 1000
+MAX_EVENTS_PER_REPLY = 5000  # ~170 bytes each: well under the 1 MiB message cap
+SCAN_SLICE = 1000  # a payload search yields to the loop this often, so claims keep flowing
 
 
 class Inspector:
@@ -38,6 +40,7 @@ class Inspector:
         self._follow_until = 0.0
         self._outbox: list[dict[str, Any]] = []
         self._flush_scheduled = False
+        self._batch_seq = 0
         owner.stop_hooks.append(owner.node.events.subscribe(self._on_event))
         for op, handler in (("stats", self.op_stats), ("jobs", self.op_jobs),
                             ("leases", self.op_leases), ("why", self.op_why),
@@ -68,7 +71,10 @@ class Inspector:
         batch, self._outbox, self._flush_scheduled = self._outbox, [], False
         transport = self.owner.node.transport
         if batch and transport is not None and self.owner.running:
-            payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "events": batch})
+            # A sequence number per batch lets followers count batches the mesh dropped.
+            self._batch_seq += 1
+            payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "seq": self._batch_seq,
+                                            "events": batch})
             asyncio.get_running_loop().create_task(
                 transport.put(self.owner.node.key(self.owner.name, "events"), payload))
 
@@ -95,15 +101,23 @@ class Inspector:
         limit = min(MAX_PAGE, max(1, int(msg.get("limit", 100))))
         matched: list[JobRecord] = []
         skipped = 0
-        for rec in self.owner.state.iter_state(state):
-            if where and not _payload_matches(rec.body, where):
-                continue
-            if skipped < offset:
-                skipped += 1
-                continue
-            matched.append(rec)
+        # A snapshot of the records, walked in slices: a payload search over a deep queue must
+        # not stall the owner's claims and acks while it decodes bodies.
+        records = list(self.owner.state.iter_state(state))
+        for start in range(0, len(records), SCAN_SLICE):
+            for rec in records[start:start + SCAN_SLICE]:
+                if where and not _payload_matches(rec.body, where):
+                    continue
+                if skipped < offset:
+                    skipped += 1
+                    continue
+                matched.append(rec)
+                if len(matched) >= limit:
+                    break
             if len(matched) >= limit:
                 break
+            if where:
+                await asyncio.sleep(0)
         return {"jobs": [job_summary(r) for r in matched], "offset": offset, "limit": limit}
 
     async def op_leases(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -115,14 +129,20 @@ class Inspector:
         return {"why": explain(self.owner, str(msg["job_id"]))}
 
     async def op_events(self, msg: dict[str, Any]) -> dict[str, Any]:
-        limit = min(10_000, max(1, int(msg.get("limit", 1000))))
-        mine = [e.to_dict() for e in self.owner.node.events.recent()
-                if e.queue == self.owner.name]
-        return {"events": mine[-limit:]}
+        limit = min(MAX_EVENTS_PER_REPLY, max(1, int(msg.get("limit", 1000))))
+        mine: list[dict[str, Any]] = []
+        for event in self.owner.node.events.newest_first():  # stop at limit: no full copy
+            if event.queue == self.owner.name:
+                mine.append(event.to_dict())
+                if len(mine) >= limit:
+                    break
+        mine.reverse()
+        return {"events": mine}
 
     async def op_follow(self, msg: dict[str, Any]) -> dict[str, Any]:
         ttl = min(FOLLOW_TTL_S, max(1.0, float(msg.get("ttl_s", FOLLOW_TTL_S))))
-        self._follow_until = self.owner.node.clock.now() + ttl
+        # The latest deadline wins: one follower's short ttl must not cut another's stream.
+        self._follow_until = max(self._follow_until, self.owner.node.clock.now() + ttl)
         return {"key": self.owner.node.key(self.owner.name, "events"), "ttl_s": ttl}
 
     # -- admin ops --

@@ -9,6 +9,7 @@ become claimable, and emits one :class:`JobEvent` per state change into the node
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -222,7 +223,12 @@ class QueueOwner:
         return out
 
     async def _op_dead(self, msg: dict[str, Any]) -> dict[str, Any]:
-        return {"dead": [dead_letter(r) for r in self.state.dead.values()]}
+        """Dead letters, oldest first, paged (``offset``, ``limit`` <= 1000) so that a large
+        dead-letter list never exceeds the message size cap."""
+        offset = max(0, int(msg.get("offset", 0)))
+        limit = min(1000, max(1, int(msg.get("limit", 1000))))
+        page = list(itertools.islice(self.state.dead.values(), offset, offset + limit))
+        return {"dead": [dead_letter(r) for r in page], "total": len(self.state.dead)}
 
     # -- admin helpers shared with inspection --
     def require_admin(self, action: str) -> None:

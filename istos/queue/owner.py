@@ -61,7 +61,8 @@ class QueueOwner:
         self.running = False
         self._ops: dict[str, Handler] = {
             "enqueue": self._op_enqueue, "claim": self._op_claim, "ack": self._op_ack,
-            "nack": self._op_nack, "result": self._op_result, "dead": self._op_dead,
+            "nack": self._op_nack, "settle": self._op_settle, "result": self._op_result,
+            "dead": self._op_dead,
             "ping": self._op_ping,
         }
 
@@ -175,6 +176,9 @@ class QueueOwner:
         return True
 
     async def _op_claim(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Claim one job per listed worker slot, after settling the acks/nacks the worker
+        piggybacked on the request (one round trip instead of two)."""
+        settled = await self._settle(msg["settle"]) if msg.get("settle") else None
         workers = [str(w) for w in msg["workers"]][:1024]
         jobs = self.state.claim(workers, self.node.clock.now())
         node = str(msg.get("node") or "")
@@ -185,28 +189,56 @@ class QueueOwner:
             self._hungry.pop(node, None)
         await self._commit()
         pol = self.config.policy
-        return {"jobs": [
+        reply: dict[str, Any] = {"jobs": [
             {"job_id": r.job_id, "body": r.body, "attempt": r.attempts, "token": r.lease_token,
              "worker": r.lease_worker, "deadline": r.lease_deadline,
              "last_error": r.last_error, "meta": r.meta}
             for r in jobs], "max_attempts": pol.max_attempts, "keep_results": pol.keep_results,
             "lease_s": pol.lease_s}
+        if settled is not None:
+            reply["settled"] = settled
+        return reply
 
-    async def _op_ack(self, msg: dict[str, Any]) -> dict[str, Any]:
-        job_id, token = str(msg["job_id"]), str(msg["token"])
-        result = msg.get("result")
+    async def _op_settle(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Acks and nacks of several deliveries in one request, written in one group commit."""
+        statuses = await self._settle(msg["items"])
+        await self._commit()
+        return {"statuses": statuses}
+
+    async def _settle(self, items: list[dict[str, Any]]) -> list[str]:
+        if len(items) > 4096:
+            raise ProtocolError(f"{len(items)} acks/nacks in one request; the limit is 4096")
+        statuses = []
+        for item in items:
+            job_id, token = str(item["job_id"]), str(item["token"])
+            try:
+                if item.get("op") == "nack":
+                    statuses.append(self._nack_one(job_id, token, item.get("error")))
+                else:
+                    statuses.append(await self._ack_one(job_id, token, item.get("result")))
+            except IstosError as exc:  # e.g. a chord callback that could not be enqueued
+                log.warning("queue %s: ack of %s refused: %s", self.name, job_id, exc)
+                statuses.append("error")  # left to its lease: it comes back and retries
+        return statuses
+
+    async def _ack_one(self, job_id: str, token: str, result: bytes | None) -> str:
         rec = self.state.jobs.get(job_id)
         if rec is not None and rec.lease_token == token:
             for hook in self.ack_hooks:  # workflow barriers, before the ack is recorded
                 await hook(rec, result)
-        status = self.state.ack(job_id, token, self.node.clock.now(), result)
+        return self.state.ack(job_id, token, self.node.clock.now(), result)
+
+    def _nack_one(self, job_id: str, token: str, error: str | None) -> str:
+        return self.state.nack(job_id, token, self.node.clock.now(), str(error or "error"),
+                               self.node.rng)
+
+    async def _op_ack(self, msg: dict[str, Any]) -> dict[str, Any]:
+        status = await self._ack_one(str(msg["job_id"]), str(msg["token"]), msg.get("result"))
         await self._commit()
         return {"status": status}
 
     async def _op_nack(self, msg: dict[str, Any]) -> dict[str, Any]:
-        status = self.state.nack(str(msg["job_id"]), str(msg["token"]),
-                                 self.node.clock.now(), str(msg.get("error") or "error"),
-                                 self.node.rng)
+        status = self._nack_one(str(msg["job_id"]), str(msg["token"]), msg.get("error"))
         await self._commit()
         return {"status": status}
 

@@ -6,6 +6,10 @@ queue has nothing for it, the dispatcher sleeps until the owner's nudge (one wak
 worker, however many slots are idle: the reference package woke every idle loop per job) or the
 poll interval, a safety net for missed nudges and elapsed delays.
 
+A slot is free as soon as its function returns: the ack (or nack) goes into an outbox that rides
+on the next claim, or leaves in one batched ``settle`` request at the end of the loop turn. Acks
+are idempotent (keyed by the lease token), so a lost one costs a redelivery, never a job.
+
 Shutdown: the dispatcher stops claiming; jobs in flight get ``shutdown_grace_s`` to finish and
 ack; any still running after that are cancelled *without* a nack, so they come back when their
 lease expires (a nack would burn an attempt for a job that did nothing wrong).
@@ -81,6 +85,9 @@ class WorkerRunner:
         self._executor: ThreadPoolExecutor | None = None
         self._nudge_handle: Any = None
         self._stopping = False
+        self._outbox: list[dict[str, Any]] = []
+        self._flush_scheduled = False
+        self._settling: set[asyncio.Task[None]] = set()
         self.stats = WorkerStats(slot_ids=list(self.slot_ids))
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -118,6 +125,9 @@ class WorkerRunner:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        self._flush_outbox()  # finished jobs' acks still go out before we leave
+        if self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -130,6 +140,9 @@ class WorkerRunner:
             self._dispatcher.cancel()
         for task in self._tasks:
             task.cancel()
+        for task in self._settling:
+            task.cancel()
+        self._outbox.clear()  # a crash loses unsent acks: those jobs come back after the lease
 
     # -- claiming ---------------------------------------------------------------------------------
     async def _dispatch_loop(self) -> None:
@@ -151,8 +164,20 @@ class WorkerRunner:
                 await self._wake.wait(clock.to_loop_seconds(poll))
 
     async def _claim(self, slots: list[str]) -> list[ClaimedJob]:
-        reply = await self.client.call("claim", workers=slots, node=self.node.node_id)
+        settle, self._outbox = self._outbox, []
+        fields: dict[str, Any] = {"workers": slots, "node": self.node.node_id}
+        if settle:
+            fields["settle"] = settle
+        try:
+            reply = await self.client.call("claim", **fields)
+        except IstosError:
+            if settle:  # the acks did not get through: send them on their own, with retries
+                self._outbox[:0] = settle
+                self._schedule_flush()
+            raise
         self.stats.claims += 1
+        if settle:
+            self._count(settle, reply.get("settled") or [])
         jobs = [ClaimedJob(j["job_id"], j["body"], j["attempt"], j["token"], j["worker"],
                            j.get("deadline"), j.get("last_error"), j.get("meta"),
                            reply["max_attempts"], reply["keep_results"])
@@ -168,21 +193,33 @@ class WorkerRunner:
 
     # -- running one job --------------------------------------------------------------------------
     async def _run(self, job: ClaimedJob) -> None:
+        outcome: dict[str, Any] | None = None
         try:
-            await self._run_and_report(job)
+            outcome = await self._run_job(job)
         finally:
             self._free.append(job.worker)
             self._slot_freed.set()
+            if outcome is not None:
+                # Queued after the slot is freed, so a dispatcher woken by the free slot takes
+                # the ack along with its claim; otherwise it leaves at the end of this turn.
+                self._outbox.append(outcome)
+                self._schedule_flush()
 
-    async def _run_and_report(self, job: ClaimedJob) -> None:
+    async def _run_job(self, job: ClaimedJob) -> dict[str, Any]:
+        """Run the function; return the ack or nack to send (raise on crash or shutdown)."""
+        base = {"job_id": job.job_id, "token": job.token}
         try:
             data = codec.decode_body(job.body)
-            async with AsyncExitStack() as stack:
-                kwargs = await di.resolve(self._deps, stack, {})
-                if self._wants_ctx:
-                    kwargs["ctx"] = JobContext(job.job_id, self.config.queue, job.attempt,
-                                               job.max_attempts, job.last_error, job.worker,
-                                               job.deadline)
+            kwargs: dict[str, Any] = {}
+            if self._wants_ctx:
+                kwargs["ctx"] = JobContext(job.job_id, self.config.queue, job.attempt,
+                                           job.max_attempts, job.last_error, job.worker,
+                                           job.deadline)
+            if self._deps:
+                async with AsyncExitStack() as stack:
+                    kwargs.update(await di.resolve(self._deps, stack, {}))
+                    result = await self._call(data, kwargs)
+            else:
                 result = await self._call(data, kwargs)
             if self.continue_hook is not None and job.meta:
                 await self.continue_hook(job.meta, result)
@@ -193,12 +230,11 @@ class WorkerRunner:
         except asyncio.CancelledError:
             raise  # crash or shutdown: no ack, no nack; the lease brings the job back
         except InvalidJob as exc:
-            await self._report("nack", job, error=f"result not storable: {exc}")
-            return
+            return {**base, "op": "nack", "error": f"result not storable: {exc}"}
         except Exception as exc:
-            await self._report("nack", job, error=f"{type(exc).__name__}: {exc}")
-            return
-        await self._report("ack", job, result=encoded)
+            return {**base, "op": "nack", "error": f"{type(exc).__name__}: {exc}"}
+        return {**base, "op": "ack", "result": encoded} if encoded is not None \
+            else {**base, "op": "ack"}
 
     async def _call(self, data: Any, kwargs: dict[str, Any]) -> Any:
         if self._is_async:
@@ -211,27 +247,44 @@ class WorkerRunner:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: self.fn(data, **kwargs))
 
-    async def _report(self, op: str, job: ClaimedJob, **fields: Any) -> None:
-        """Ack or nack; retried briefly because both are idempotent (keyed by the lease token).
+    # -- settling acks and nacks --
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_outbox)
 
-        If the owner cannot take it (unreachable, storage down, a workflow continuation it
-        refused), the job is left to its lease: it comes back, nothing is lost.
-        """
+    def _flush_outbox(self) -> None:
+        self._flush_scheduled = False
+        if not self._outbox:
+            return  # a claim took them along
+        items, self._outbox = self._outbox, []
+        task = asyncio.get_running_loop().create_task(self._send_settle(items))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _send_settle(self, items: list[dict[str, Any]]) -> None:
+        """Send acks/nacks in one request; retried briefly (they are idempotent). If the owner
+        cannot take them, the jobs are left to their leases: they come back, nothing is lost."""
         for attempt in range(3):
             try:
-                reply = await self.client.call(op, job_id=job.job_id, token=job.token, **fields)
+                reply = await self.client.call("settle", items=items)
             except (OwnerUnavailable, StorageUnavailable) as exc:
-                log.warning("worker %s: %s of %s failed (%s)", job.worker, op, job.job_id, exc)
+                log.warning("worker %s: settling %d job(s) failed (%s)", self.slot_ids[0],
+                            len(items), exc)
                 await self.node.clock.sleep(0.05 * (attempt + 1))
                 continue
             except IstosError as exc:
-                log.error("worker %s: owner refused %s of %s: %s", job.worker, op,
-                          job.job_id, exc)
+                log.error("worker %s: owner refused %d ack(s)/nack(s): %s", self.slot_ids[0],
+                          len(items), exc)
                 break
-            if reply.get("status") == "ok":
-                if op == "ack":
+            self._count(items, reply.get("statuses") or [])
+            return
+        self.stats.failed_replies += len(items)
+
+    def _count(self, items: list[dict[str, Any]], statuses: list[str]) -> None:
+        for item, status in zip(items, statuses):
+            if status == "ok":
+                if item["op"] == "ack":
                     self.stats.acked += 1
                 else:
                     self.stats.nacked += 1
-            return
-        self.stats.failed_replies += 1

@@ -66,3 +66,31 @@ def test_dashboard_runs_a_simulation_from_the_browser(browser, tmp_path):  # noq
         finally:
             screenshot(page, "dashboard")
             context.close()
+
+
+TEACHING = REPO / "notebooks" / "04-backoff-and-jitter.ipynb"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_teaching_notebook_renders_its_charts_through_voila(browser, tmp_path):  # noqa: F811
+    """A tutorial as a reader would open it as an app: every cell runs in the kernel, and the
+    figures it draws (matplotlib PNGs) reach the page."""
+    with serve_voila(TEACHING, tmp_path / "voila") as server:
+        context = new_context(browser)
+        page = context.new_page()
+        try:
+            open_page(page, server.url, "h1", "Backoff and jitter", timeout_s=60.0)
+            figures = page.locator(".jp-OutputArea-output img")
+            figures.first.wait_for(state="visible", timeout=90_000)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-OutputArea-output img')]"
+                ".filter(i => i.complete && i.naturalWidth > 300).length >= 2",
+                timeout=90_000)
+            assert "Traceback" not in page.inner_text("body")
+        except BaseException:
+            save_artifacts("teaching-notebook", page, server)
+            raise
+        finally:
+            screenshot(page, "teaching-notebook")
+            context.close()

@@ -22,5 +22,10 @@ test: $(BIN)/python
 lint: $(BIN)/python
 	$(BIN)/ruff check .
 
-bench: venv
-	$(BIN)/python -m bench.run_all
+bench: $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/python -m bench.engine
+	$(BIN)/python -m bench.sim
+	$(BIN)/python -m bench.durable
+	$(BIN)/python bench/attach_perf.py
+	$(BIN)/python bench/frames_charts_perf.py

@@ -275,3 +275,19 @@ def test_progress_reports_virtual_time():
 def test_backoff_checker_uses_the_policy_band():
     lo, hi = delay_bounds(3, BackoffPolicy(1.0, 600.0, 0.1))
     assert (lo, hi) == pytest.approx((3.6, 4.4))
+
+
+def test_ctrl_c_stops_a_run_cleanly_with_partial_results():
+    def interrupt_at_half(t, until):
+        if t >= until / 2:
+            raise KeyboardInterrupt
+
+    sim = Simulation(seed=2)
+    sim.node("owner").queue("q")
+    sim.node("w").worker("q")(sim.handler(service_s=1.0))
+    sim.enqueue_jobs("owner", "q", 100, rate=1.0)
+    result = sim.run(until=200.0, progress=interrupt_at_half)
+    assert result.interrupted
+    assert 90 <= result.virtual_s <= 110
+    assert 80 <= result.counts["ok"] <= 100  # what finished before the stop is all there
+    assert "[interrupted]" in result.summary()

@@ -23,6 +23,7 @@ from istos.storage.memory import MemoryStorage
 from istos.transport.local import LocalMesh
 
 from .network import SimNetwork
+from .progress import auto_progress
 from .result import SimResult
 from .simnode import Incarnation, SimNode, current_incarnation, instrument
 from .vloop import VirtualEventLoop, VirtualLoopInterrupted, run_in_thread
@@ -158,12 +159,15 @@ class Simulation:
         return self.workload.handler(**kwargs)
 
     # -- running --
-    def run(self, until: float, *, progress: Callable[[float, float], None] | None = None
-            ) -> SimResult:
+    def run(self, until: float, *,
+            progress: Callable[[float, float], None] | str | None = "auto") -> SimResult:
         """Run to virtual time ``until`` and return the result. Inside a running event loop (a
         notebook cell) the run happens in a helper thread; Ctrl-C stops it with partial
-        results (``result.interrupted``)."""
+        results (``result.interrupted``). ``progress``: a ``callback(t, until)``, None, or
+        "auto" (a progress bar in a notebook once the run has taken a second)."""
         self._validate_until(until)
+        if progress == "auto":
+            progress = auto_progress()
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -174,8 +178,11 @@ class Simulation:
             return self._result(until, interrupted=True, wall_s=0.0)
 
     async def arun(self, until: float, *,
-                   progress: Callable[[float, float], None] | None = None) -> SimResult:
+                   progress: Callable[[float, float], None] | str | None = "auto"
+                   ) -> SimResult:
         self._validate_until(until)
+        if progress == "auto":
+            progress = auto_progress()
         return await asyncio.to_thread(run_in_thread, self._run, until, progress)
 
     def _validate_until(self, until: float) -> None:
@@ -204,8 +211,8 @@ class Simulation:
             if progress is not None:
                 self._report_progress(loop, until, progress)
             loop.run_until(until)
-        except VirtualLoopInterrupted:
-            interrupted = True
+        except (VirtualLoopInterrupted, KeyboardInterrupt):
+            interrupted = True  # stop where we are: the result holds what happened so far
         finally:
             result = self._result(until, interrupted=interrupted,
                                   wall_s=time.perf_counter() - started)

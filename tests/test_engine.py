@@ -314,3 +314,41 @@ async def test_malformed_message_gets_error_reply_and_owner_keeps_serving(mesh):
         assert codec.decode_message(raw)["error"] == "ProtocolError"
         assert await owner.enqueue("q", {"still": "works"})
     await probe.close()
+
+
+async def test_prefetch_holds_more_leases_but_runs_at_most_concurrency(mesh):
+    owner, worker = app_on(mesh, "owner"), app_on(mesh, "worker")
+    owner.queue("q")
+    running, peak_running, peak_leased = 0, 0, 0
+    gate, two_running = asyncio.Event(), asyncio.Event()
+
+    @worker.worker("q", concurrency=2, prefetch=3)
+    async def work(job):
+        nonlocal running, peak_running, peak_leased
+        running += 1
+        peak_running = max(peak_running, running)
+        peak_leased = max(peak_leased, owner.owners["q"].state.counts["leased"])
+        if running == 2:
+            two_running.set()
+        await gate.wait()
+        running -= 1
+
+    async with owner.serving():
+        for i in range(10):
+            await owner.enqueue("q", {"i": i})
+        async with worker.serving():
+            await wait_events(owner, lambda ev: count(ev, "claimed") == 5)
+            await asyncio.wait_for(two_running.wait(), 5)
+            assert owner.owners["q"].state.counts["leased"] == 5  # 2 running + 3 prefetched
+            assert running == 2  # the prefetched three wait for an execution slot
+            gate.set()
+            events = await wait_events(owner, lambda ev: count(ev, "acked") == 10)
+    assert peak_running == 2 and peak_leased == 5
+    claims = [e.detail for e in events if e.kind == "claimed"]
+    assert len(claims) == 10
+
+
+def test_prefetch_must_be_a_non_negative_integer():
+    app = Istos(transport=LocalMesh().transport("x"))
+    with pytest.raises(ConfigError, match="prefetch"):
+        app.worker("q", prefetch=-1)

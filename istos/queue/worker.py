@@ -76,7 +76,11 @@ class WorkerRunner:
         self._deps, self._wants_ctx = di.plan(fn)
         self._is_async = inspect.iscoroutinefunction(fn)
         name = getattr(fn, "__name__", "worker")
-        self.slot_ids = [f"{node.node_id}:{name}#{i}" for i in range(config.concurrency)]
+        # One lease slot per job held: the running ones plus the prefetched ones waiting for
+        # an execution slot (``_running`` caps how many run at once).
+        held = config.concurrency + config.prefetch
+        self.slot_ids = [f"{node.node_id}:{name}#{i}" for i in range(held)]
+        self._running = asyncio.Semaphore(config.concurrency)
         self._free = list(reversed(self.slot_ids))  # pop() hands out #0 first
         self._wake = Wakeup()
         self._slot_freed = Wakeup()
@@ -195,7 +199,8 @@ class WorkerRunner:
     async def _run(self, job: ClaimedJob) -> None:
         outcome: dict[str, Any] | None = None
         try:
-            outcome = await self._run_job(job)
+            async with self._running:  # FIFO: prefetched jobs start in claim order
+                outcome = await self._run_job(job)
         finally:
             self._free.append(job.worker)
             self._slot_freed.set()

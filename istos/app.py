@@ -154,8 +154,8 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
             for config in self.queues.values():
                 if not config.ha:  # HA owners start when this replica wins the election
                     await self._start_owner(config)
-            for config, fn in self.workers:
-                runner = WorkerRunner(config, fn, node, self.client(config.queue),
+            for wconfig, fn in self.workers:
+                runner = WorkerRunner(wconfig, fn, node, self.client(wconfig.queue),
                                       continue_hook=self._continue_hook,
                                       shutdown_grace_s=self.shutdown_grace_s)
                 self.runners.append(runner)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Sequence
 
 from . import Istos, JobContext
 
 
-def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+def _table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
     out = [line, "  ".join("-" * w for w in widths)]

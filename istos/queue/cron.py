@@ -186,7 +186,9 @@ def parse(expr: str) -> CronSpec:
     sets = [_parse_field(part, fld, expr) for part, fld in zip(parts, _FIELDS, strict=True)]
     weekdays = frozenset(v % 7 for v in sets[4])  # 7 is another spelling of Sunday
     restricted = [not part.startswith("*") for part in parts]
-    return CronSpec(*sets[:4], weekdays, restricted[2], restricted[4], expr=expr)
+    minutes, hours, days, months = sets[:4]
+    return CronSpec(minutes, hours, days, months, weekdays, restricted[2], restricted[4],
+                    expr=expr)
 
 
 def next_fire(expr: str | CronSpec, after: datetime, tz: str | tzinfo | None = None) -> datetime:

@@ -38,6 +38,7 @@ standbys stay quiet; slots that pass while this node does not lead are skipped.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import os
@@ -142,7 +143,8 @@ class ScheduleMixin(AppHooks):
         zone = _zone(tz)
         codec.encode_body(data, queue=queue)
         if name is None:
-            name = f"{queue}@{every_s:g}s" if spec is None else f"{queue}@{' '.join(cron.split())}"
+            name = f"{queue}@{every_s:g}s" if spec is None or cron is None \
+                else f"{queue}@{' '.join(cron.split())}"
         elif not isinstance(name, str) or not name:
             raise ConfigError(f"schedule name must be a non-empty string, got {name!r}")
         beat = self._beat()
@@ -197,7 +199,7 @@ class Beat:
             sched, self.app.node.clock, self._tick,
             lambda: self.running and self._generation == generation))
         self._tasks[sched.name] = task
-        task.add_done_callback(lambda t, name=sched.name: _report_death(name, t))
+        task.add_done_callback(functools.partial(_report_death, sched.name))
 
     async def _tick(self, sched: Schedule, slot: float) -> None:
         app = self.app

@@ -89,7 +89,8 @@ class JobRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JobRecord:
-        rec = cls(**{name: d.get(name) for name in _SCALAR_FIELDS})
+        fields: dict[str, Any] = {name: d.get(name) for name in _SCALAR_FIELDS}
+        rec = cls(**fields)
         rec.history = [Attempt(**a) for a in d.get("history") or []]
         return rec
 
@@ -349,7 +350,8 @@ class QueueState:
         elif rec.state == DELAYED:
             self._push_delayed(rec)
         elif rec.state == LEASED:
-            heapq.heappush(self._leases, (rec.lease_deadline, rec.lease_token or "", rec.job_id))
+            deadline = rec.lease_deadline if rec.lease_deadline is not None else now
+            heapq.heappush(self._leases, (deadline, rec.lease_token or "", rec.job_id))
         elif rec.state == DONE:
             if rec.expires_at is not None:
                 heapq.heappush(self._expiry, (rec.expires_at, rec.job_id))

@@ -233,9 +233,10 @@ class RedisStoragePlugin:
         found: dict[str, bytes] = {}
         cursor = 0
         while True:
-            cursor, page = await self._call(
-                "scan", lambda c, cur=cursor: c.hscan(name, cur, count=_SCAN_PAGE)
-            )
+            def page_at(c: Any, cur: int = cursor) -> Any:
+                return c.hscan(name, cur, count=_SCAN_PAGE)
+
+            cursor, page = await self._call("scan", page_at)
             for field, value in page.items():
                 found[field.decode("utf-8")] = value
             if cursor == 0:
@@ -273,10 +274,17 @@ class RedisStoragePlugin:
         """Delete every key this plugin's prefix owns. Meant for tests; uses SCAN, not KEYS."""
         prefix = _glob_escape(self.key_prefix)
         for pattern in (f"{prefix}:*", f"{prefix}#exp:*"):
-            keys: list[bytes] = await self._call("wipe", lambda c, p=pattern: self._collect(c, p))
+            def collect(c: Any, p: str = pattern) -> Any:
+                return self._collect(c, p)
+
+            keys: list[bytes] = await self._call("wipe", collect)
             for start in range(0, len(keys), 500):
                 batch = keys[start : start + 500]
-                await self._call("wipe", lambda c, b=batch: c.delete(*b))
+
+                def drop(c: Any, b: list[bytes] = batch) -> Any:
+                    return c.delete(*b)
+
+                await self._call("wipe", drop)
 
     @staticmethod
     async def _collect(client: Any, pattern: str) -> list[bytes]:

@@ -129,10 +129,10 @@ class SQLAlchemyStoragePlugin:
     def _insert(self) -> Any:
         """The dialect's INSERT construct, which offers ``on_conflict_do_update``."""
         if self._backend == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert
-        return insert(self._table)
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+            return pg_insert(self._table)
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+        return sqlite_insert(self._table)
 
     async def _call(self, op: str, fn: Callable[[Any], Awaitable[T]]) -> T:
         """Run ``fn(connection)`` in one transaction under the deadline, translating failures."""

@@ -29,6 +29,7 @@ from typing import Any
 import _common as c
 
 from istos import Istos
+from istos.clock import ManualClock
 from istos.queue.owner import QueueOwner
 from istos.queue.state import READY, QueueState
 from istos.transport.local import LocalMesh
@@ -41,23 +42,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPS = ("enqueue", "claim", "ack", "sweep_idle", "sweep_1pct")
 
 
-class BenchClock:
-    """A clock the bench moves by hand; the owner reads it like any Clock."""
-
-    def __init__(self, t: float = 1_800_000_000.0) -> None:
-        self.t = t
-
-    def now(self) -> float:
-        return self.t
-
-    def monotonic(self) -> float:
-        return self.t
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds))
-
-    def to_loop_seconds(self, seconds: float) -> float:
-        return seconds
 
 
 def fill(state: QueueState, size: int, now: float) -> None:
@@ -84,7 +68,7 @@ def timed(fn: Callable[[], int]) -> float:
 
 
 # -- state level ------------------------------------------------------------------------------
-def state_round(state: QueueState, clock: BenchClock, batch: int, tag: str) -> dict[str, float]:
+def state_round(state: QueueState, clock: ManualClock, batch: int, tag: str) -> dict[str, float]:
     ids = [f"{tag}-{i:018x}" for i in range(batch)]
     now = clock.t
     held: list[tuple[str, str]] = []
@@ -116,7 +100,7 @@ def state_round(state: QueueState, clock: BenchClock, batch: int, tag: str) -> d
     return out
 
 
-def sweeps(state: QueueState, clock: BenchClock, batch: int,
+def sweeps(state: QueueState, clock: ManualClock, batch: int,
            sweep: Callable[[float], Any]) -> tuple[float, float]:
     """(us per idle sweep, us per reclaimed lease at 1% of the backlog expired)."""
     live = [(r.job_id, r.lease_token or "")
@@ -163,7 +147,7 @@ def owner_sweep_turn(owner: QueueOwner, now: float) -> None:
         owner.nudge(promoted)
 
 
-async def owner_round(owner: QueueOwner, clock: BenchClock, batch: int,
+async def owner_round(owner: QueueOwner, clock: ManualClock, batch: int,
                       tag: str) -> dict[str, float]:
     v = 1
     enq_msgs = [{"v": v, "op": "enqueue", "body": BODY, "job_id": f"{tag}-{i:018x}",
@@ -205,7 +189,7 @@ async def owner_costs(sizes: list[int], batch: int, runs: int) -> dict[str, Any]
     results: dict[str, Any] = {"sizes": sizes, "batch": batch, "runs": runs,
                                "state": {}, "owner": {}, "unit": "us/op"}
     for size in sizes:
-        clock = BenchClock()
+        clock = ManualClock()
         # No mesh peers and no workers: dispatch is called directly, nothing crosses a transport.
         app = Istos(transport=LocalMesh().transport("bench-owner"), clock=clock,
                     prefix=c.unique_prefix())

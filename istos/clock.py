@@ -40,3 +40,29 @@ class SystemClock:
 
     def to_loop_seconds(self, seconds: float) -> float:
         return seconds
+
+
+class ManualClock:
+    """A wall clock that moves only when told (``clock.t = ...`` or :meth:`advance`).
+
+    For tests and benchmarks that need exact wall-clock readings (TTLs, expiry) while the event
+    loop keeps its own time: sleeps wait on the loop, not on this clock.
+    """
+
+    def __init__(self, t: float = 1_800_000_000.0) -> None:
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+    def to_loop_seconds(self, seconds: float) -> float:
+        return seconds

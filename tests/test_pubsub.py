@@ -19,29 +19,13 @@ from helpers import count, wait_events
 from services import postgres_url, redis_url
 
 from istos import ConfigError, Istos, IstosError, JobContext, MemoryStorage
+from istos.clock import ManualClock
 from istos.pubsub import CURSOR_NS, EventMeta
 from istos.transport.local import LocalMesh
 
 BOUND_S = 5.0
 
 
-class ManualClock:
-    """A wall clock the test moves by hand; sleeps are real (and short)."""
-
-    def __init__(self, t: float = 1_000_000.0) -> None:
-        self.t = t
-
-    def now(self) -> float:
-        return self.t
-
-    def monotonic(self) -> float:
-        return self.t
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds))
-
-    def to_loop_seconds(self, seconds: float) -> float:
-        return seconds
 
 
 class Inbox:

@@ -352,3 +352,19 @@ def test_prefetch_must_be_a_non_negative_integer():
     app = Istos(transport=LocalMesh().transport("x"))
     with pytest.raises(ConfigError, match="prefetch"):
         app.worker("q", prefetch=-1)
+
+
+async def test_oversized_message_is_refused_with_an_error_reply(mesh):
+    owner = app_on(mesh, "owner")
+    owner.queue("q")
+    probe = mesh.transport("probe")
+    await probe.start()
+    async with owner.serving():
+        huge = codec.encode_message({"v": 1, "op": "enqueue", "job_id": "big",
+                                     "body": b"x" * (3 << 20)})
+        reply = codec.decode_message(await probe.query("istos/q/q/rpc", huge, 1.0))
+        assert reply["ok"] is False and reply["error"] == "ProtocolError"
+        assert "exceeds" in reply["message"]
+        assert "big" not in owner.owners["q"].state.jobs
+        assert await owner.enqueue("q", {"still": "serving"})
+    await probe.close()

@@ -14,7 +14,6 @@ in ``asyncio.to_thread`` would cap that at the default executor's size, see
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from collections import OrderedDict, deque
@@ -25,6 +24,7 @@ import zenoh
 from zenoh.handlers import Callback
 
 from ..errors import ConfigError
+from ._zenoh_config import to_zenoh_config
 from .base import (
     LivelinessHandler,
     NoResponder,
@@ -38,6 +38,8 @@ __all__ = ["ZenohTransport", "ZenohHandle", "ZenohConfigLike"]
 
 log = logging.getLogger(__name__)
 
+# Defined here, not in _zenoh_config: get_type_hints on ZenohTransport evaluates this string
+# in this module's globals. The forms themselves are handled by _zenoh_config.
 ZenohConfigLike: TypeAlias = "zenoh.Config | dict[str, Any] | str | os.PathLike[str] | None"
 """What ``ZenohTransport(config=...)`` accepts."""
 
@@ -46,36 +48,6 @@ ZenohConfigLike: TypeAlias = "zenoh.Config | dict[str, Any] | str | os.PathLike[
 _ZENOH_TIMEOUT_SLACK_S = 0.1
 _PUBLISHERS_MAX = 256
 _SEEN_KEYS_MAX = 4096
-
-
-def _to_zenoh_config(config: ZenohConfigLike) -> zenoh.Config:
-    """Turn the accepted config forms into a ``zenoh.Config``; raise ConfigError otherwise."""
-    if config is None:
-        # Peer mode with multicast scouting: processes on one host find each other unaided.
-        return zenoh.Config()
-    if isinstance(config, zenoh.Config):
-        return config
-    try:
-        if isinstance(config, dict):
-            try:
-                text = json.dumps(config)
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(f"zenoh config dict is not JSON-serialisable: {exc}") from exc
-            return zenoh.Config.from_json5(text)
-        if isinstance(config, str) and "{" in config:
-            # A JSON5 document always holds an object; a file path practically never a brace.
-            return zenoh.Config.from_json5(config)
-        if isinstance(config, (str, os.PathLike)):
-            path = os.fspath(config)
-            if not os.path.isfile(path):
-                raise ConfigError(f"zenoh config file not found: {path!r}")
-            return zenoh.Config.from_file(path)
-    except zenoh.ZError as exc:
-        raise ConfigError(f"invalid zenoh config: {exc}") from exc
-    raise ConfigError(
-        "zenoh config must be None, a zenoh.Config, a dict, a JSON5 string or a path to a "
-        f"JSON5 file, not {type(config).__name__}"
-    )
 
 
 class ZenohHandle:
@@ -235,7 +207,7 @@ class ZenohTransport:
 
     def __init__(self, config: ZenohConfigLike = None, *, node_id: str) -> None:
         self.node_id = node_id
-        self._config = _to_zenoh_config(config)
+        self._config = to_zenoh_config(config)
         self._session: zenoh.Session | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False

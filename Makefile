@@ -17,6 +17,7 @@ demo: venv
 test: $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 lint: $(BIN)/python

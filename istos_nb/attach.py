@@ -2,11 +2,11 @@
 where the queue opted in with ``admin=True``, act on it. ``with attach("jobs/email") as lq:
 lq.stats(); lq.jobs(state="ready"); lq.why(job_id); lq.follow().events(); lq.dashboard()``.
 
-Threading: a LiveQueue owns a private asyncio loop in a daemon thread, and its Zenoh session
-lives on that loop. Public methods are synchronous: each submits a coroutine to that loop and
-waits with a bound. So the same calls work from a script and from a Jupyter cell, where the main
-thread's loop is already running (``asyncio.run`` refuses there, and a session bound to whichever
-loop called first would break in the next cell).
+Threading: a LiveQueue owns a private asyncio loop in a daemon thread (``_live.py``), and its
+Zenoh session lives on that loop. Public methods are synchronous: each submits a coroutine to
+that loop and waits with a bound. So the same calls work from a script and from a Jupyter cell,
+where the main thread's loop is already running (``asyncio.run`` refuses there, and a session
+bound to whichever loop called first would break in the next cell).
 
 Read-only by default: attaching declares no worker and no queryable, never claims, and sends only
 inspection requests plus ``follow`` (the owner then publishes its events for a while).
@@ -19,11 +19,9 @@ blocked and the call ends in ``OwnerUnavailable``: use ``await asyncio.to_thread
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import secrets
 import threading
-from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -37,6 +35,7 @@ from istos.queue.state import STATES
 from istos.transport.base import NoResponder, TransportError, TransportTimeout
 from istos.transport.zenoh import ZenohTransport
 
+from ._live import LoopThread, Stream, keep_following, run_bounded, stop_stream, sync_call
 from .frames import events_frame
 
 __all__ = ["attach", "LiveQueue"]
@@ -76,132 +75,6 @@ def attach(queue: str, zenoh: Any = None, *, prefix: str = "istos",
     return LiveQueue(queue, zenoh, prefix=prefix, timeout_s=timeout_s)
 
 
-class _LoopThread:
-    """A private asyncio loop in a daemon thread; :meth:`run` submits and waits with a bound."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self._thread.start()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_forever()
-        finally:
-            # Whatever is still scheduled belongs to a closed LiveQueue: cancel it quietly.
-            pending = asyncio.all_tasks(self.loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            self.loop.close()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def on_loop_thread(self) -> bool:
-        return threading.get_ident() == self._thread.ident
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
-        """Run ``coro`` on the loop; cancel it if the caller stops waiting (timeout, Ctrl-C)."""
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return fut.result(timeout_s)
-        except BaseException:
-            fut.cancel()
-            raise
-
-    def stop(self, timeout_s: float) -> None:
-        if self.alive:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout_s)
-
-
-def _event_key(event: dict[str, Any]) -> tuple[Any, ...]:
-    # What identifies one emitted event: the owner stamps each with its own clock, and two
-    # events of one job at the same instant always differ in kind.
-    return (event.get("t"), event.get("node"), event.get("job_id"), event.get("kind"),
-            event.get("attempt"))
-
-
-class _Stream:
-    """The followed event stream: a bounded window fed on the loop thread, read from any thread.
-
-    Counters: ``received`` events delivered by the live stream, ``duplicates`` of them already
-    present from the ring snapshot, ``dropped`` events pushed out of the full window (older
-    events no longer shown by ``events()``), ``snapshot`` events taken from the owner's ring when
-    following started, ``bad`` undecodable batches, ``renewals``/``renew_errors`` of the follow.
-    """
-
-    def __init__(self, window: int) -> None:
-        self.lock = threading.Lock()
-        self.window: deque[dict[str, Any]] = deque(maxlen=window)
-        self.snapshot_keys: set[tuple[Any, ...]] = set()
-        self.counts = dict.fromkeys(("received", "duplicates", "dropped", "snapshot", "batches",
-                                     "bad", "renewals", "renew_errors"), 0)
-        self.last_error: str | None = None
-        self.ttl_s = FOLLOW_TTL_S
-        self.handle: Any = None
-        self.renewer: asyncio.Task[None] | None = None
-
-    def on_batch(self, key: str, payload: bytes) -> None:
-        """Subscriber handler (loop thread): ``{"v": 1, "events": [event dicts]}``."""
-        try:
-            events = codec.decode_message(payload)["events"]
-            if not isinstance(events, list):
-                raise ProtocolError("events is not a list")
-        except (ProtocolError, KeyError) as exc:
-            self.counts["bad"] += 1
-            self.last_error = f"undecodable event batch: {exc}"
-            return
-        counts, keys = self.counts, self.snapshot_keys
-        with self.lock:
-            counts["batches"] += 1
-            counts["received"] += len(events)
-            for event in events:
-                if not isinstance(event, dict):
-                    continue
-                if keys and _event_key(event) in keys:
-                    counts["duplicates"] += 1
-                    continue
-                if len(self.window) == self.window.maxlen:
-                    counts["dropped"] += 1
-                self.window.append(event)
-
-    def merge_snapshot(self, events: list[dict[str, Any]]) -> None:
-        """Put the ring snapshot (older) before the live events seen so far, de-duplicated.
-
-        The snapshot was taken after the owner started publishing, so it may hold events that
-        also arrive live, before or after this merge; their keys stay to filter late copies.
-        """
-        with self.lock:
-            self.snapshot_keys = {_event_key(e) for e in events}
-            live = [e for e in self.window if _event_key(e) not in self.snapshot_keys]
-            self.counts["duplicates"] += len(self.window) - len(live)
-            self.counts["snapshot"] = len(events)
-            merged = [*events, *live]
-            self.counts["dropped"] += max(0, len(merged) - (self.window.maxlen or 0))
-            self.window = deque(merged, maxlen=self.window.maxlen)
-
-    def resize(self, window: int) -> None:
-        with self.lock:
-            self.counts["dropped"] += max(0, len(self.window) - window)
-            self.window = deque(self.window, maxlen=window)
-
-    def tail(self, limit: int) -> list[dict[str, Any]]:
-        with self.lock:
-            n = len(self.window)
-            return [self.window[i] for i in range(max(0, n - limit), n)] if limit < n \
-                else list(self.window)
-
-    def stats(self, following: bool) -> dict[str, Any]:
-        with self.lock:
-            return {"following": following, "window": self.window.maxlen,
-                    "held": len(self.window), **self.counts, "last_error": self.last_error}
-
-
 class LiveQueue:
     """A read-only view of one live queue, through a Zenoh session of its own.
 
@@ -224,11 +97,11 @@ class LiveQueue:
         self._events_key = f"{prefix}/q/{queue}/events"
         self._closed = False
         self._state_lock = threading.Lock()  # guards _closed and _stream transitions
-        self._stream: _Stream | None = None
-        self._last_stream: _Stream | None = None
+        self._stream: Stream | None = None
+        self._last_stream: Stream | None = None
         # Built before the thread so a bad config raises ConfigError with nothing to clean up.
         self._transport = ZenohTransport(zenoh, node_id=self.node_id)
-        self._loop = _LoopThread(f"istos-{self.node_id}")
+        self._loop = LoopThread(f"istos-{self.node_id}")
         try:
             self._run(self._transport.start(), max(_OPEN_TIMEOUT_S, self.timeout_s), "open")
             self.owner_node = self._call("ping").get("node")
@@ -238,11 +111,7 @@ class LiveQueue:
 
     # -- plumbing ------------------------------------------------------------------------------
     def _run(self, coro: Coroutine[Any, Any, T], timeout_s: float, what: str) -> T:
-        try:
-            return self._loop.run(coro, timeout_s)
-        except concurrent.futures.TimeoutError:
-            raise OwnerUnavailable(f"queue {self.queue!r}: {what} did not finish within "
-                                   f"{timeout_s:g} s") from None
+        return run_bounded(self._loop, coro, timeout_s, what, self.queue)
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -259,16 +128,7 @@ class LiveQueue:
               what: str) -> T:
         """Run ``make()`` on the loop thread and wait for it, at most ``timeout_s``."""
         self._check_usable()
-        try:
-            return self._run(make(), timeout_s, what)
-        except OwnerUnavailable as exc:
-            if _caller_loop_running():
-                raise OwnerUnavailable(
-                    f"{exc}. Note: this call blocked a running event loop; if the owner is "
-                    "served on that loop (e.g. `await app.start()` in this notebook) it could "
-                    "not answer: use `await asyncio.to_thread(...)` or attach from another "
-                    "process") from exc
-            raise
+        return sync_call(self._loop, make, timeout_s, what, self.queue)
 
     async def _ask(self, op: str, timeout_s: float, **fields: Any) -> dict[str, Any]:
         """One request on the loop thread; retried while nobody serves the key (a fresh
@@ -405,7 +265,7 @@ class LiveQueue:
             if self._stream is not None:
                 self._stream.resize(window)
                 return self
-            stream = _Stream(window)
+            stream = Stream(window, FOLLOW_TTL_S)
             self._sync(lambda: self._start_follow(stream), 4 * self.timeout_s, "follow")
             self._stream = self._last_stream = stream
         return self
@@ -416,7 +276,7 @@ class LiveQueue:
         with self._state_lock:
             stream, self._stream = self._stream, None
         if stream is not None and self._loop.alive:
-            self._run(_stop_stream(stream), self.timeout_s, "unfollow")
+            self._run(stop_stream(stream), self.timeout_s, "unfollow")
 
     @property
     def following(self) -> bool:
@@ -424,13 +284,14 @@ class LiveQueue:
 
     @property
     def stream_stats(self) -> dict[str, Any]:
-        """Counters of the current (or last) follow; see ``_Stream`` for their meaning."""
+        """Counters of the current (or last) follow; see ``istos_nb._live.Stream`` for their
+        meaning."""
         stream = self._stream or self._last_stream
         if stream is None:
-            return _Stream(1).stats(False) | {"window": None}
+            return Stream(1, FOLLOW_TTL_S).stats(False) | {"window": None}
         return stream.stats(stream is self._stream)
 
-    async def _start_follow(self, stream: _Stream) -> None:
+    async def _start_follow(self, stream: Stream) -> None:
         # Subscribe first: the declaration travels ahead of the follow request on the link, so
         # the owner already routes to us when it starts publishing.
         stream.handle = await self._transport.declare_subscriber(self._events_key,
@@ -442,24 +303,8 @@ class LiveQueue:
         except BaseException:
             stream.handle.close()
             raise
-        stream.renewer = asyncio.get_running_loop().create_task(self._renew(stream))
-
-    async def _renew(self, stream: _Stream) -> None:
-        delay = stream.ttl_s / 3
-        while True:
-            await asyncio.sleep(delay)
-            try:
-                reply = await self._ask("follow", self.timeout_s, ttl_s=FOLLOW_TTL_S)
-            except IstosError as exc:
-                # The owner may be restarting or failing over: keep the subscription and retry
-                # soon; a live owner keeps publishing until the last granted ttl lapses.
-                stream.counts["renew_errors"] += 1
-                stream.last_error = f"follow renewal failed: {exc}"
-                delay = min(1.0, stream.ttl_s / 3)
-                continue
-            stream.ttl_s = float(reply.get("ttl_s") or stream.ttl_s)
-            stream.counts["renewals"] += 1
-            delay = stream.ttl_s / 3
+        stream.renewer = asyncio.get_running_loop().create_task(keep_following(
+            stream, lambda: self._ask("follow", self.timeout_s, ttl_s=FOLLOW_TTL_S)))
 
     # -- admin (the owner refuses these with AdminDisabled unless admin=True) ------------------
     def requeue(self, job_id: str) -> str:
@@ -507,9 +352,9 @@ class LiveQueue:
                 log.debug("closing %r: %s", self, exc)
             self._loop.stop(_OPEN_TIMEOUT_S)
 
-    async def _shutdown(self, stream: _Stream | None) -> None:
+    async def _shutdown(self, stream: Stream | None) -> None:
         if stream is not None:
-            await _stop_stream(stream)
+            await stop_stream(stream)
         await self._transport.close()
 
     def __enter__(self) -> LiveQueue:
@@ -533,22 +378,6 @@ class LiveQueue:
             extra += f" following({self._stream.counts['received']} received)"
         return (f"{head}, owner={s.get('node')!r}: {counts}; enqueued={totals.get('enqueued')} "
                 f"acked={totals.get('acked')}{extra})")
-
-
-async def _stop_stream(stream: _Stream) -> None:
-    if stream.renewer is not None:
-        stream.renewer.cancel()
-        await asyncio.gather(stream.renewer, return_exceptions=True)
-    if stream.handle is not None:
-        stream.handle.close()
-
-
-def _caller_loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def _decode(raw: Any) -> Any:

@@ -9,42 +9,33 @@ Stable DOM classes for tests and custom CSS: ``istos-dashboard`` (the top box), 
 (Run button), ``istos-progress``, ``istos-status`` (says ``done: ...`` when a run finished),
 ``istos-scenario``, ``istos-param-<name>`` (each control), ``istos-chart`` (chart images),
 ``istos-table`` and ``istos-table-<tab>`` (table panes), ``istos-stats`` (the live stats line).
+
+The simulator's scenario is built in ``widgets_scenario.py`` (pure, no ipywidgets) and the charts,
+tables and tabs both dashboards show are rendered in ``_panels.py``; the public names of both stay
+importable from here.
 """
 
 from __future__ import annotations
 
-import io
-import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from html import escape as _esc
 from typing import Any
 
 import ipywidgets as W
 import pandas as pd
-from matplotlib.figure import Figure
 
-from istos_nb import charts
-from istos_nb.frames import events_frame
-from istos_nb.sim import Simulation
 from istos_nb.sim.result import SimResult
 
-__all__ = ["DEFAULT_PARAMS", "LiveDashboard", "SimDashboard", "scenario_from_params"]
+# TABLE_ROWS, figure_png and table_html stay importable from here (re-exports: `as` themselves).
+from ._panels import TABLE_ROWS as TABLE_ROWS
+from ._panels import Panels, Shown
+from ._panels import figure_png as figure_png
+from ._panels import table_html as table_html
+from .widgets_scenario import DEFAULT_PARAMS, _horizon, _merged, scenario_from_params
 
-DEFAULT_PARAMS: dict[str, Any] = {
-    "lease_s": 10.0, "max_attempts": 4, "retry_backoff_s": 1.0, "retry_backoff_max_s": 30.0,
-    "retry_jitter": 0.2, "workers": 3, "concurrency": 2, "crashes_per_hour": 12.0,
-    "clock_skew_s": 5.0, "jobs": 200, "rate": 2.0, "service_s": 1.0, "fail_p": 0.2,
-    "crash_p": 0.02, "restart_after_s": 10.0, "seed": 1,
-}
-_INT_PARAMS = ("max_attempts", "workers", "concurrency", "jobs", "seed")
-_MAX_DRAIN_S = 600.0  # idle virtual time is not free (worker polls), so cap the tail
-TABLE_ROWS = 200  # a browser chokes on a multi-thousand-row HTML table; the frame has them all
-_CHART_TABS = ("leases", "retries", "backoff", "depth")
-_TABLE_CSS = ("<style>.istos-table table{border-collapse:collapse;font-size:12px}"
-              ".istos-table th,.istos-table td{padding:2px 8px;text-align:right}"
-              ".istos-table tr:nth-child(even){background:rgba(127,127,127,.08)}</style>")
+__all__ = ["DEFAULT_PARAMS", "LiveDashboard", "SimDashboard", "scenario_from_params"]
 
 # (param, widget class, min, max, step, description with its unit)
 _CONTROLS: tuple[tuple[str, type, float, float, float, str], ...] = (
@@ -66,141 +57,10 @@ _CONTROLS: tuple[tuple[str, type, float, float, float, str], ...] = (
 )
 
 
-def scenario_from_params(params: Mapping[str, Any] | None = None) -> tuple[Simulation, float]:
-    """Build (simulation, until) from ``params`` merged over :data:`DEFAULT_PARAMS`.
-
-    One node ``owner`` holds the queue ``"jobs"``; ``workers`` nodes ``worker-1..n`` each run
-    ``concurrency`` slots of a handler with exponential service times (mean ``service_s``) that
-    fails with ``fail_p`` and dies mid-job with ``crash_p``. Worker clocks are skewed evenly
-    across ``[-clock_skew_s, +clock_skew_s]`` (one worker: ``+clock_skew_s``). Each worker node
-    crashes at random, ``crashes_per_hour`` on average (0: never), and restarts after
-    ``restart_after_s``; the owner never crashes, so no job is lost to volatile storage.
-    ``jobs`` jobs arrive every ``1/rate`` s from t=0. ``until`` leaves time after the last
-    arrival for a failing job to use up its attempts (capped at 600 virtual s).
-    Pure: builds, never runs. Raises ValueError for an unknown key or an invalid value.
-    """
-    p = _merged(params)
-    sim = Simulation(seed=p["seed"])
-    owner = sim.node("owner")
-    owner.queue("jobs", lease_s=p["lease_s"], max_attempts=p["max_attempts"],
-                retry_backoff_s=p["retry_backoff_s"],
-                retry_backoff_max_s=p["retry_backoff_max_s"], retry_jitter=p["retry_jitter"])
-    handler = sim.handler(service_s=("exp", p["service_s"]), fail_p=p["fail_p"],
-                          crash_p=p["crash_p"])
-    n = p["workers"]
-    names = [f"worker-{i + 1}" for i in range(n)]
-    for i, name in enumerate(names):
-        spread = 1.0 if n == 1 else 2.0 * i / (n - 1) - 1.0
-        node = sim.node(name, clock_skew_s=p["clock_skew_s"] * spread)
-        node.worker("jobs", concurrency=p["concurrency"])(handler)
-    if p["crashes_per_hour"] > 0:
-        sim.crash_randomly(names, mtbf_s=3600.0 / p["crashes_per_hour"],
-                           restart_after=p["restart_after_s"])
-    sim.enqueue_jobs("owner", "jobs", p["jobs"], rate=p["rate"])
-    return sim, _horizon(p)
-
-
-def _merged(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    unknown = set(params or {}) - set(DEFAULT_PARAMS)
-    if unknown:
-        raise ValueError(f"unknown scenario parameter(s) {sorted(unknown)}; "
-                         f"known: {sorted(DEFAULT_PARAMS)}")
-    p = {**DEFAULT_PARAMS, **(params or {})}
-    for key in _INT_PARAMS:
-        p[key] = int(p[key])
-    for keys, bound, ok in ((("workers", "concurrency", "jobs", "max_attempts"), ">= 1",
-                             lambda v: v >= 1), (("rate", "service_s"), "> 0", lambda v: v > 0),
-                            (("crashes_per_hour",), ">= 0", lambda v: v >= 0)):
-        for key in keys:
-            if not ok(p[key]):
-                raise ValueError(f"{key} must be {bound}, got {p[key]}")
-    return p
-
-
-def _horizon(p: Mapping[str, Any]) -> float:
-    # The last arrival may fail every attempt: each try costs a service time or, when it dies
-    # mid-job, a whole lease; each retry waits its backoff; a crashed worker adds a restart.
-    tries = p["max_attempts"]
-    backoff = sum(min(p["retry_backoff_s"] * 2 ** k, p["retry_backoff_max_s"])
-                  for k in range(tries - 1)) * (1 + p["retry_jitter"])
-    drain = 10 + p["restart_after_s"] + tries * max(3 * p["service_s"], p["lease_s"]) + backoff
-    return float(math.ceil((p["jobs"] - 1) / p["rate"] + min(drain, _MAX_DRAIN_S)))
-
-
-# -- rendering shared by both dashboards ------------------------------------------------------
-
-
-def figure_png(fig: Figure, dpi: int = 72) -> bytes:
-    """PNG bytes of ``fig`` (rendered with Agg; works in any thread, needs no display)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    return buf.getvalue()
-
-
-def table_html(df: pd.DataFrame, what: str, cap: int = TABLE_ROWS) -> str:
-    """``df`` as an HTML table of at most ``cap`` rows, under a line saying how many exist."""
-    note = f"{len(df)} {what}" + (f", first {cap} shown" if len(df) > cap else "")
-    shown = df.head(cap)
-    # na_rep covers NaN only; a None in a text column would print as "None"
-    shown = shown.astype(object).where(shown.notna(), "")
-    body = shown.to_html(index=False, border=0, float_format=lambda x: f"{x:.3f}")
-    return (f"{_TABLE_CSS}<p>{_esc(note)}</p>"
-            f'<div style="max-height:420px;overflow:auto">{body}</div>')
-
-
-class _Panels:
-    """The tab set both dashboards show: four charts as PNG images, then HTML tables."""
-
-    def __init__(self, tables: Sequence[str]) -> None:
-        # hidden until the first render: an Image with no bytes shows a broken-image icon
-        self.images = {name: W.Image(format="png", layout=W.Layout(
-            max_width="100%", height="auto", display="none")) for name in _CHART_TABS}
-        self.tables = {name: W.HTML() for name in tables}
-        for image in self.images.values():
-            image.add_class("istos-chart")
-        for name, pane in self.tables.items():
-            pane.add_class("istos-table")
-            pane.add_class("istos-table-" + name.replace(" ", "-"))
-        children = [*self.images.values(), *self.tables.values()]
-        self.tab = W.Tab(children=children, titles=[*self.images, *self.tables])
-
-    def show_charts(self, events: Any, backoff: tuple[float, float, float]) -> None:
-        """Redraw the four charts from ``events`` (anything ``events_frame`` accepts)."""
-        events = events_frame(events)  # normalise once, not once per chart
-        for name, draw in (("leases", charts.lease_gantt), ("retries", charts.retry_timeline),
-                           ("backoff", lambda e: charts.backoff_curve(e, *backoff)),
-                           ("depth", charts.depth_chart)):
-            self.images[name].value = figure_png(draw(events))
-            self.images[name].layout.display = None
-
-    def show_table(self, name: str, df: pd.DataFrame, what: str) -> None:
-        self.tables[name].value = table_html(df, what)
-
-
-def _close_tree(widget: W.Widget) -> None:
-    # Widget.close() closes one widget; children and layouts would linger in the kernel.
-    for child in getattr(widget, "children", ()):
-        _close_tree(child)
-    widget.close()
-
-
-class _Shown:
-    """Displays as its top-level ``widget`` in every frontend (the mimebundle protocol)."""
-
-    widget: W.Box
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
-
-    def close(self) -> None:
-        """Close every widget of the dashboard (the kernel forgets them)."""
-        _close_tree(self.widget)
-
-
 # -- the simulator dashboard ------------------------------------------------------------------
 
 
-class SimDashboard(_Shown):
+class SimDashboard(Shown):
     """Controls for a :func:`scenario_from_params` scenario, a Run button and its results.
 
     ``run()`` (what the button calls) builds the scenario from the controls, runs it with the
@@ -234,7 +94,7 @@ class SimDashboard(_Shown):
         self.status.add_class("istos-status")
         self.scenario = W.HTML()
         self.scenario.add_class("istos-scenario")
-        self.panels = _Panels(("jobs", "invariants"))
+        self.panels = Panels(("jobs", "invariants"))
         self.result: SimResult | None = None
         half = (len(_CONTROLS) + 1) // 2
         columns = [W.VBox(list(self.controls.values())[:half]),
@@ -315,7 +175,7 @@ class SimDashboard(_Shown):
 _LIVE_BACKOFF = (1.0, 600.0, 0.1)  # Istos' queue defaults, used when stats() does not say
 
 
-class LiveDashboard(_Shown):
+class LiveDashboard(Shown):
     """Charts and tables of a live queue, refreshed every ``refresh_s`` seconds.
 
     ``live_queue`` is duck-typed: ``stats() -> dict``, ``jobs() -> DataFrame``,
@@ -351,7 +211,7 @@ class LiveDashboard(_Shown):
                             (self.button, "istos-refresh"), (self.stats_line, "istos-stats"),
                             (self.status, "istos-status")):
             widget.add_class(cls)
-        self.panels = _Panels(("jobs", "dead letters"))
+        self.panels = Panels(("jobs", "dead letters"))
         self.widget = W.VBox([W.HBox([self.interval, self.pause_toggle, self.button,
                                       self.status]), self.stats_line, self.panels.tab])
         self.widget.add_class("istos-dashboard")

@@ -32,8 +32,8 @@ takes zero virtual seconds. Other threads may call ``call_soon_threadsafe`` at a
 loop would otherwise be quiescent it waits up to ``allow_real_wait_s`` real seconds for them.
 
 Jupyter. A thread that already runs a loop (a notebook cell) cannot run another; call
-:func:`run_in_thread`, which runs the simulation in a fresh thread and turns a KeyboardInterrupt
-into a clean stop. Nothing here touches the event loop policy or the thread's "current" loop.
+:func:`run_in_thread` (defined with :func:`run_virtual` in ``vrun.py``, both re-exported here).
+Nothing here touches the event loop policy or the thread's "current" loop.
 """
 
 from __future__ import annotations
@@ -47,10 +47,13 @@ import selectors
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from istos.errors import IstosError
+
+if TYPE_CHECKING:
+    from .vrun import run_in_thread, run_virtual
 
 __all__ = [
     "VirtualDeadlock",
@@ -77,10 +80,11 @@ _POLL_EVERY = 64
 _REAL_WAIT_SLICE_S = 0.05
 # Virtual seconds cancelled tasks get to finish their cleanup in `shutdown()`.
 _CLEANUP_BUDGET_S = 3600.0
-# Real seconds `run_in_thread` waits for an interrupted simulation to stop.
+# Real seconds `run_in_thread` waits for an interrupted simulation to stop (vrun reads it here
+# at each call, so setting it on this module takes effect).
 _INTERRUPT_GRACE_S = 5.0
 
-# The stop event `run_in_thread` hands to every VirtualEventLoop created in its thread.
+# The stop event `run_in_thread` (vrun.py) hands to every VirtualEventLoop created in its thread.
 _ambient = threading.local()
 
 
@@ -445,101 +449,6 @@ def _report_shutdown(
             )
 
 
-def _as_coroutine(main: Any) -> Coroutine[Any, Any, Any]:
-    if asyncio.iscoroutine(main):
-        return main
-    if callable(main):
-
-        async def call() -> Any:
-            return await main()
-
-        return call()
-    raise TypeError(f"expected a coroutine or a callable returning an awaitable, got {main!r}")
-
-
-def run_virtual(
-    main: Coroutine[Any, Any, T] | Callable[[], Awaitable[T]],
-    *,
-    until: float | None = None,
-    start: float = 0.0,
-    stop_event: threading.Event | None = None,
-    allow_real_wait_s: float = 0.0,
-) -> T | None:
-    """Run ``main`` on a fresh :class:`VirtualEventLoop`, then shut the loop down cleanly.
-
-    ``main`` is a coroutine, or a callable returning an awaitable (called inside the loop).
-    Returns main's result, or ``None`` if virtual time reached ``until`` first (main is then
-    cancelled with every other task). Raises main's exception, :class:`VirtualDeadlock` if an
-    unbounded run goes quiescent, :class:`VirtualLoopInterrupted` if ``stop_event`` is set.
-    Leftover tasks are cancelled and allowed to finish (see :meth:`VirtualEventLoop.shutdown`).
-
-    Raises RuntimeError when this thread already runs an event loop (a notebook cell): use
-    ``run_in_thread(run_virtual, main)`` there. The thread's event loop policy is never touched.
-    """
-    if asyncio._get_running_loop() is not None:
-        if asyncio.iscoroutine(main):
-            main.close()  # it will never run; don't warn that it was never awaited
-        raise RuntimeError(
-            "run_virtual() cannot run inside a running event loop (e.g. a Jupyter cell); "
-            "use run_in_thread(run_virtual, main) to run the simulation in its own thread"
-        )
-    if until is not None and not until >= start:
-        raise ValueError(f"until={until!r} is before start={start!r}")
-    loop = VirtualEventLoop(start=start, stop_event=stop_event, allow_real_wait_s=allow_real_wait_s)
-    try:
-        task = loop.create_task(_as_coroutine(main))
-        task.add_done_callback(lambda _t: loop.stop())
-        loop._run_bounded(until)
-        return task.result() if task.done() else None
-    finally:
-        loop.shutdown()
-
-
-def run_in_thread(fn: Callable[..., T], *args: Any, stop_event: threading.Event | None = None) -> T:
-    """Call ``fn(*args)`` in a fresh thread and return its result or re-raise its exception.
-
-    Use it where the calling thread already runs an event loop (Jupyter): the call blocks the
-    caller until ``fn`` returns. Every VirtualEventLoop created in that thread without an
-    explicit ``stop_event`` gets ``stop_event`` (a new Event if None). If the caller is
-    interrupted (KeyboardInterrupt), the event is set, the thread gets a few seconds to stop
-    (its virtual loop raises VirtualLoopInterrupted between two iterations, state intact), and
-    the interrupt is re-raised. The thread runs in a copy of the caller's contextvars.
-    """
-    event = stop_event if stop_event is not None else threading.Event()
-    outcome: dict[str, Any] = {}
-    finished = threading.Event()
-    context = contextvars.copy_context()
-
-    def target() -> None:
-        _ambient.stop_event = event
-        try:
-            outcome["value"] = context.run(fn, *args)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            outcome["error"] = exc
-        finally:
-            finished.set()
-
-    thread = threading.Thread(target=target, name="istos-virtual-loop", daemon=True)
-    thread.start()
-    # Wait on our own Event, in slices: a plain join() is not interruptible everywhere, and a
-    # KeyboardInterrupt landing inside Thread.join() can mark a live thread as stopped
-    # (CPython 3.11's bpo-45274 handling), after which join() no longer waits.
-    try:
-        while not finished.wait(0.1):
-            pass
-    except BaseException:
-        event.set()
-        finished.wait(_INTERRUPT_GRACE_S)
-        raise
-    thread.join()
-    if "error" in outcome:
-        error = outcome.pop("error")
-        try:
-            raise error
-        finally:
-            del error  # break the frame <-> traceback cycle
-    return outcome["value"]  # type: ignore[no-any-return]
-
 
 def virtual_now() -> float:
     """The running VirtualEventLoop's virtual time.
@@ -552,3 +461,22 @@ def virtual_now() -> float:
             f"virtual_now() needs a running VirtualEventLoop, not {type(loop).__name__}"
         )
     return loop._now
+
+
+# run_virtual and run_in_thread live in vrun.py, which builds on this module; they are
+# re-exported here on first use (PEP 562) so that either module can be imported first.
+_VRUN = ("run_in_thread", "run_virtual")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _VRUN:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import vrun
+
+    value = getattr(vrun, name)
+    globals()[name] = value  # cache: later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

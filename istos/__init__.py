@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from .app import Istos
@@ -52,6 +53,9 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# A library logs; the application decides what to show (no output unless logging is set up).
+logging.getLogger("istos").addHandler(logging.NullHandler())
 
 
 def __getattr__(name: str) -> Any:

@@ -77,7 +77,7 @@ async def run_e2e(cmd: dict[str, Any]) -> dict[str, Any]:
     jobs, conc = int(cmd["jobs"]), int(cmd["concurrency"])
     app = Istos(zenoh=configs(1)[0], prefix=c.unique_prefix())
     app.queue(QUEUE)
-    app.worker(QUEUE, concurrency=conc, prefetch=int(cmd.get("prefetch", 0)))(c.noop_handler)
+    app.worker(QUEUE, concurrency=conc, prefetch=_prefetch(cmd))(c.noop_handler)
     done = c.Completion(jobs)
     async with app.serving():
         count_acks(app, done)
@@ -91,8 +91,14 @@ async def run_e2e(cmd: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- 2. drain a full queue ---------------------------------------------------------------------
+def _prefetch(cmd: dict[str, Any]) -> int | None:
+    """The worker's prefetch: None (the engine's automatic default) unless --prefetch N."""
+    value = cmd.get("prefetch")
+    return None if value is None else int(value)
+
+
 async def start_late_worker(app: Istos, queue: str, concurrency: int,
-                            prefetch: int = 0) -> WorkerRunner:
+                            prefetch: int | None = None) -> WorkerRunner:
     """Start a worker on an app that is already serving (the app has no public call for it:
     ``app.start`` builds runners the same way for the workers declared before serving)."""
     config = WorkerConfig.build(queue, concurrency=concurrency, prefetch=prefetch)
@@ -112,7 +118,7 @@ async def run_drain(cmd: dict[str, Any]) -> dict[str, Any]:
         count_acks(app, done)
         await enqueue_all(app, jobs)
         t0 = time.perf_counter()
-        await start_late_worker(app, QUEUE, conc, int(cmd.get("prefetch", 0)))
+        await start_late_worker(app, QUEUE, conc, _prefetch(cmd))
         t1 = await done.wait(c.deadline_for(jobs))
         return with_claims(c.throughput(jobs, t0, t1), runner_stats(app), jobs)
 
@@ -128,7 +134,7 @@ async def run_twoproc(cmd: dict[str, Any]) -> dict[str, Any]:
     async with app.serving():
         count_acks(app, done)
         child = c.WorkerProcess(HERE, {"zenoh": cfg_b, "prefix": prefix, "concurrency": conc,
-                                       "prefetch": int(cmd.get("prefetch", 0)),
+                                       "prefetch": _prefetch(cmd),
                                        "profile": cmd.get("profile_b")})
         try:
             await child.start()  # returns once B's first claim was answered by our owner
@@ -148,7 +154,7 @@ async def worker_main(spec: dict[str, Any]) -> None:
     """Process B: serve one worker until the parent writes a line, then report claim counts."""
     app = Istos(zenoh=spec["zenoh"], prefix=spec["prefix"])
     app.worker(QUEUE, concurrency=int(spec["concurrency"]),
-               prefetch=int(spec.get("prefetch", 0)))(c.noop_handler)
+               prefetch=_prefetch(spec))(c.noop_handler)
     async with app.serving():
         # Ready once a claim came back: the owner has seen this node, and the nudge subscriber
         # declared before that claim is routed to it.

@@ -317,9 +317,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=5, help="runs per workload (medians are reported)")
     p.add_argument("--jobs", type=int, default=2000, help="jobs per throughput/latency run")
     p.add_argument("--concurrency", type=int, default=8, help="the worker's concurrency")
-    p.add_argument("--prefetch", type=int, default=0,
-                   help="our worker's prefetch (jobs claimed beyond free slots); the reference "
-                        "has no such option")
+    p.add_argument("--prefetch", type=int, default=None,
+                   help="our worker's prefetch (jobs claimed beyond free slots; default: the "
+                        "engine's automatic prefetch); the reference has no such option")
     p.add_argument("--only", default=",".join(WORKLOADS),
                    help="comma-separated subset of " + ",".join(WORKLOADS))
     p.add_argument("--no-ref", action="store_true", help="skip the reference package")

@@ -107,13 +107,14 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         return config
 
     def worker(self, name: str, *, concurrency: int = 1, poll_interval_s: float = 1.0,
-               prefetch: int = 0) -> Callable[[F], F]:
+               prefetch: int | None = None) -> Callable[[F], F]:
         """Decorate an async (or plain, run in a thread) function to work queue ``name``.
 
         The function receives the decoded job body first; returning acks, raising nacks.
         ``prefetch`` claims up to that many jobs beyond the free slots, so the next job is
         already here when a slot frees (a throughput win for short jobs). Prefetched jobs are
-        leased while they wait: keep ``prefetch`` low when jobs are long next to ``lease_s``.
+        leased while they wait. The default (None) is automatic: up to ``concurrency`` extra
+        jobs, only while the worker's recent jobs take under 1% of ``lease_s``; 0 turns it off.
         """
         config = WorkerConfig.build(name, concurrency=concurrency,
                                     poll_interval_s=poll_interval_s, prefetch=prefetch)

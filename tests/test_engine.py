@@ -368,3 +368,42 @@ async def test_oversized_message_is_refused_with_an_error_reply(mesh):
         assert "big" not in owner.owners["q"].state.jobs
         assert await owner.enqueue("q", {"still": "serving"})
     await probe.close()
+
+
+def _max_leased(events) -> int:
+    leased = peak = 0
+    for e in events:
+        if e.kind == "claimed":
+            leased += 1
+            peak = max(peak, leased)
+        elif e.kind in ("acked", "nacked", "lease_expired"):
+            leased -= 1
+    return peak
+
+
+async def test_automatic_prefetch_only_for_jobs_short_next_to_the_lease(mesh):
+    owner = app_on(mesh, "owner")
+    owner.queue("short", lease_s=30.0)
+    owner.queue("long", lease_s=1.0)
+    worker = app_on(mesh, "worker")
+
+    @worker.worker("short", concurrency=2)
+    async def quick(job):
+        return None
+
+    @worker.worker("long", concurrency=2)
+    async def slow(job):
+        await asyncio.sleep(0.02)  # 2% of its 1 s lease: too long to hold prefetched jobs
+
+    async with owner.serving():
+        for i in range(200):
+            await owner.enqueue("short", {"i": i})
+            await owner.enqueue("long", {"i": i})
+        async with worker.serving():
+            events = await wait_events(
+                owner, lambda ev: count(ev, "acked") == 400, timeout_s=30)
+    short = [e for e in events if e.queue == "short"]
+    long = [e for e in events if e.queue == "long"]
+    assert _max_leased(short) > 2  # warmed up: claims ran ahead of the two slots
+    assert _max_leased(long) == 2  # never more leases than slots
+    assert {e.worker for e in long if e.kind == "claimed"} == {"worker:slow#0", "worker:slow#1"}

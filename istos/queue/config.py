@@ -77,16 +77,18 @@ class WorkerConfig:
     queue: str
     concurrency: int = 1
     poll_interval_s: float = 1.0
-    prefetch: int = 0
+    prefetch: int | None = None  # None: automatic (see WorkerRunner)
 
     @classmethod
     def build(cls, queue: str, *, concurrency: int = 1, poll_interval_s: float = 1.0,
-              prefetch: int = 0) -> WorkerConfig:
+              prefetch: int | None = None) -> WorkerConfig:
         check_queue_name(queue)
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"concurrency must be an integer >= 1, got {concurrency!r}")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ConfigError(f"prefetch must be an integer >= 0, got {prefetch!r}")
+        if prefetch is not None and (isinstance(prefetch, bool)
+                                     or not isinstance(prefetch, int) or prefetch < 0):
+            raise ConfigError(f"prefetch must be None (automatic) or an integer >= 0, got "
+                              f"{prefetch!r}")
         poll = _positive("poll_interval_s", poll_interval_s)
         return cls(queue=queue, concurrency=concurrency, poll_interval_s=poll,
                    prefetch=prefetch)

@@ -78,7 +78,12 @@ class WorkerRunner:
         name = getattr(fn, "__name__", "worker")
         # One lease slot per job held: the running ones plus the prefetched ones waiting for
         # an execution slot (``_running`` caps how many run at once).
-        held = config.concurrency + config.prefetch
+        self._auto_prefetch = config.prefetch is None
+        held = config.concurrency + (config.concurrency if config.prefetch is None
+                                     else config.prefetch)
+        self._avg_run_s: float | None = None  # moving average of the function's run time
+        self._runs_seen = 0
+        self._lease_s: float | None = None
         self.slot_ids = [f"{node.node_id}:{name}#{i}" for i in range(held)]
         self._running = asyncio.Semaphore(config.concurrency)
         self._free = list(reversed(self.slot_ids))  # pop() hands out #0 first
@@ -152,12 +157,12 @@ class WorkerRunner:
     async def _dispatch_loop(self) -> None:
         clock, poll = self.node.clock, self.config.poll_interval_s
         while not self._stopping:
-            if not self._free:
+            slots = self._claimable_slots()
+            if not slots:
                 self._slot_freed.clear()
                 await self._slot_freed.wait(None)
                 continue
             self._wake.clear()
-            slots = list(reversed(self._free))
             try:
                 jobs = await self._claim(slots)
             except (OwnerUnavailable, IstosError) as exc:
@@ -166,6 +171,23 @@ class WorkerRunner:
             if len(jobs) < len(slots):
                 # The queue had nothing more for us: sleep until a nudge or the poll interval.
                 await self._wake.wait(clock.to_loop_seconds(poll))
+
+    def _claimable_slots(self) -> list[str]:
+        """The free slots to claim for: running slots plus the prefetch allowed right now."""
+        held = len(self.slot_ids) - len(self._free)
+        budget = self.config.concurrency + self._prefetch_now() - held
+        return list(reversed(self._free))[:max(0, budget)]
+
+    def _prefetch_now(self) -> int:
+        """Automatic prefetch holds extra jobs only while jobs are very short next to the
+        lease (a prefetched job waits about one job's run time, here under 1% of its lease),
+        so it hides claim round trips for short jobs and never puts a long job's lease at risk.
+        """
+        if not self._auto_prefetch:
+            return int(self.config.prefetch or 0)
+        if self._runs_seen < 8 or self._avg_run_s is None or self._lease_s is None:
+            return 0
+        return self.config.concurrency if self._avg_run_s <= self._lease_s / 100 else 0
 
     async def _claim(self, slots: list[str]) -> list[ClaimedJob]:
         settle, self._outbox = self._outbox, []
@@ -180,6 +202,7 @@ class WorkerRunner:
                 self._schedule_flush()
             raise
         self.stats.claims += 1
+        self._lease_s = reply.get("lease_s", self._lease_s)
         if settle:
             self._count(settle, reply.get("settled") or [])
         jobs = [ClaimedJob(j["job_id"], j["body"], j["attempt"], j["token"], j["worker"],
@@ -220,12 +243,14 @@ class WorkerRunner:
                 kwargs["ctx"] = JobContext(job.job_id, self.config.queue, job.attempt,
                                            job.max_attempts, job.last_error, job.worker,
                                            job.deadline)
+            started = self.node.clock.monotonic()
             if self._deps:
                 async with AsyncExitStack() as stack:
                     kwargs.update(await di.resolve(self._deps, stack, {}))
                     result = await self._call(data, kwargs)
             else:
                 result = await self._call(data, kwargs)
+            self._note_run_time(self.node.clock.monotonic() - started)
             if self.continue_hook is not None and job.meta:
                 await self.continue_hook(job.meta, result)
             # Chord members report their result to the barrier even without keep_results.
@@ -240,6 +265,11 @@ class WorkerRunner:
             return {**base, "op": "nack", "error": f"{type(exc).__name__}: {exc}"}
         return {**base, "op": "ack", "result": encoded} if encoded is not None \
             else {**base, "op": "ack"}
+
+    def _note_run_time(self, seconds: float) -> None:
+        self._runs_seen += 1
+        avg = self._avg_run_s
+        self._avg_run_s = seconds if avg is None else avg + 0.2 * (seconds - avg)
 
     async def _call(self, data: Any, kwargs: dict[str, Any]) -> Any:
         if self._is_async:

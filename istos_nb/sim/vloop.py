@@ -151,8 +151,9 @@ class _VirtualSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-ty
             assert self.vloop is not None
             # A virtual loop never blocks, so it would hold the GIL for as long as it runs; a
             # thread that must set the stop event or post a callback could starve for seconds.
-            # Hand the GIL over briefly (a zero sleep releases it) before polling.
-            time.sleep(0)
+            # Hand the GIL over briefly (a zero sleep releases it) when there is such a thread.
+            if threading.active_count() > 1:
+                time.sleep(0)
             self.vloop._check_stop()
             events = super().select(0)
             if events:

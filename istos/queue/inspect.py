@@ -14,6 +14,7 @@ its interest within ``FOLLOW_TTL_S``, so an owner nobody inspects pays nothing.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from typing import Any
 
@@ -117,6 +118,10 @@ class Inspector:
             if len(matched) >= limit:
                 break
             if where:
+                # Let other requests in between slices: asyncio.sleep(0) yields the loop, and
+                # a zero time.sleep hands over the GIL, which the mesh's receiving thread needs
+                # to queue their callbacks (otherwise it waits a full GIL switch interval).
+                time.sleep(0)
                 await asyncio.sleep(0)
         return {"jobs": [job_summary(r) for r in matched], "offset": offset, "limit": limit}
 

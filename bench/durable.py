@@ -39,9 +39,7 @@ async def cleanup(storage, kind: str, tag: str) -> None:
     if kind == "redis":
         await storage.wipe()
     elif kind == "postgres":
-        from sqlalchemy import text
-        async with storage._engine.begin() as conn:
-            await conn.execute(text(f"DROP TABLE IF EXISTS {tag.replace('-', '_')}"))
+        await storage.drop_table()
 
 
 async def seed_backlog(storage, n: int) -> None:

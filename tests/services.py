@@ -92,3 +92,14 @@ def start_throwaway_redis(port: int) -> subprocess.Popen[bytes]:
             pytest.fail(f"throwaway redis-server did not start on port {port}")
         time.sleep(0.02)  # polling a TCP port: there is no event to wait on
     return proc
+
+
+async def drop_postgres_table(url: str, table: str) -> None:
+    """Drop a test's table through the plugin (its own engine, opened and disposed here)."""
+    from istos import SQLAlchemyStoragePlugin
+
+    storage = SQLAlchemyStoragePlugin(url, table=table)
+    try:
+        await storage.drop_table()
+    finally:
+        await storage.close()

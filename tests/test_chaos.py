@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from services import free_port, postgres_url, redis_url
+from services import drop_postgres_table, free_port, postgres_url, redis_url
 
 from istos import Istos, IstosError
 
@@ -163,14 +163,7 @@ async def test_chaos_over_postgres(tmp_path):
     try:
         await run_chaos(url, tmp_path, table)
     finally:
-        from sqlalchemy import text
-
-        from istos import SQLAlchemyStoragePlugin
-        s = SQLAlchemyStoragePlugin(url, table=table)
-        await s.open()
-        async with s._engine.begin() as conn:  # test cleanup
-            await conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
-        await s.close()
+        await drop_postgres_table(url, table)
 
 
 @pytest.mark.slow

@@ -60,10 +60,7 @@ async def storage_factory(request, tmp_path) -> AsyncIterator[StorageFactory]:
         if hasattr(cleaner, "wipe"):
             await cleaner.wipe()
         if kind == "postgres":
-            from sqlalchemy import text
-            await cleaner.open()
-            async with cleaner._engine.begin() as conn:  # noqa: SLF001 - test cleanup
-                await conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
+            await cleaner.drop_table()
         for s in made:
             await s.close()
 

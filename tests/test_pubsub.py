@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from helpers import count, wait_events
-from services import postgres_url, redis_url
+from services import drop_postgres_table, postgres_url, redis_url
 
 from istos import ConfigError, Istos, IstosError, JobContext, MemoryStorage
 from istos.clock import ManualClock
@@ -489,19 +489,7 @@ async def test_ledger_twenty_concurrent_claims_admit_one_postgres(mesh):
             assert await _race(apps, "charge:7", 5) == 1
             assert await apps[3].ledger_status("charge:7") == "done"
     finally:
-        await _drop_table(url, table)
-
-
-async def _drop_table(url: str, name: str) -> None:
-    from sqlalchemy import text
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    engine = create_async_engine(url)
-    try:
-        async with engine.begin() as conn:
-            await asyncio.wait_for(conn.execute(text(f'DROP TABLE IF EXISTS "{name}"')), 10)
-    finally:
-        await engine.dispose()
+        await drop_postgres_table(url, table)
 
 
 async def test_redelivered_job_skips_the_side_effect(mesh):

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from services import postgres_url, reachable, redis_url
+from services import drop_postgres_table, postgres_url, reachable, redis_url
 from storage_contract import MakeStorage, StorageContract
 
 from istos.errors import ConfigError, StorageUnavailable
@@ -80,19 +80,7 @@ def pg_table() -> Iterator[str]:
     name = f"istos_kv_test_{uuid.uuid4().hex[:12]}"
     yield name
     # A module-scoped fixture outlives the per-test event loops, so it brings its own.
-    asyncio.run(_drop_table(url, name))
-
-
-async def _drop_table(url: str, name: str) -> None:
-    from sqlalchemy import text
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    engine = create_async_engine(url)
-    try:
-        async with engine.begin() as conn:
-            await asyncio.wait_for(conn.execute(text(f'DROP TABLE IF EXISTS "{name}"')), 10)
-    finally:
-        await engine.dispose()
+    asyncio.run(drop_postgres_table(url, name))
 
 
 @pytest.mark.postgres
@@ -345,7 +333,7 @@ async def test_postgres_concurrent_first_use_creates_table_once(pg_table: str) -
     finally:
         for storage in instances:
             await storage.close()
-        await _drop_table(url, table)
+        await drop_postgres_table(url, table)
 
 
 async def test_sqlite_concurrent_first_use_creates_table_once(tmp_path: Path) -> None:

@@ -309,6 +309,12 @@ class SQLAlchemyStoragePlugin:
 
     # -- helpers (tests) ----------------------------------------------------------------------
 
+    async def drop_table(self) -> None:
+        """Drop the table if it exists (tests and benchmarks clean up with it)."""
+        t = self._table
+        await self._call("drop_table",
+                         lambda conn: conn.run_sync(lambda sync: t.drop(sync, checkfirst=True)))
+
     async def wipe(self) -> None:
         """Delete every row of the table (the table itself stays). Meant for tests."""
         from sqlalchemy import delete

@@ -270,8 +270,8 @@ class QueueState:
         leases = self._leases
         while leases and leases[0][0] <= now:
             deadline, token, job_id = heapq.heappop(leases)
-            rec = self.jobs.get(job_id)
-            if rec is None or rec.state != LEASED or rec.lease_token != token:
+            rec = self._live_lease(token, job_id)
+            if rec is None:
                 continue
             reclaimed += 1
             self._emit(now, rec, ev.LEASE_EXPIRED, worker=rec.lease_worker, deadline=deadline)
@@ -279,8 +279,8 @@ class QueueState:
         expiry = self._expiry
         while expiry and expiry[0][0] <= now:
             expires_at, job_id = heapq.heappop(expiry)
-            rec = self.jobs.get(job_id)
-            if rec is None or rec.state != DONE or rec.expires_at != expires_at:
+            rec = self._live_result(expires_at, job_id)
+            if rec is None:
                 continue
             self._emit(now, rec, ev.RESULT_EXPIRED)
             self._forget(rec)
@@ -292,9 +292,9 @@ class QueueState:
         moved = 0
         delayed = self._delayed
         while delayed and delayed[0][0] <= now:
-            ready_at, seq, job_id = heapq.heappop(delayed)
-            rec = self.jobs.get(job_id)
-            if rec is None or rec.state != DELAYED or rec.seq != seq:
+            _, seq, job_id = heapq.heappop(delayed)
+            rec = self._live_delay(seq, job_id)
+            if rec is None:
                 continue
             self._move(rec, READY)
             self._push_ready(rec)
@@ -312,22 +312,12 @@ class QueueState:
         Stale heap heads (leases already acked, delays already promoted) are dropped first, so
         the owner's timer never wakes for work that is gone.
         """
-        jobs = self.jobs
         leases, delayed, expiry = self._leases, self._delayed, self._expiry
-        while leases:
-            rec = jobs.get(leases[0][2])
-            if rec is not None and rec.state == LEASED and rec.lease_token == leases[0][1]:
-                break
+        while leases and self._live_lease(leases[0][1], leases[0][2]) is None:
             heapq.heappop(leases)
-        while delayed:
-            rec = jobs.get(delayed[0][2])
-            if rec is not None and rec.state == DELAYED and rec.seq == delayed[0][1]:
-                break
+        while delayed and self._live_delay(delayed[0][1], delayed[0][2]) is None:
             heapq.heappop(delayed)
-        while expiry:
-            rec = jobs.get(expiry[0][1])
-            if rec is not None and rec.state == DONE and rec.expires_at == expiry[0][0]:
-                break
+        while expiry and self._live_result(expiry[0][0], expiry[0][1]) is None:
             heapq.heappop(expiry)
         heads = [h[0][0] for h in (leases, delayed, expiry) if h]
         return min(heads) if heads else None
@@ -392,6 +382,22 @@ class QueueState:
         self._seq += 1
         rec.seq = self._seq
         heapq.heappush(self._delayed, (rec.ready_at, rec.seq, rec.job_id))
+
+    # Heap entries are never removed in place (lazy deletion): an entry is live only while its
+    # job is still in the state, and the attempt, that pushed it.
+    def _live_lease(self, token: str, job_id: str) -> JobRecord | None:
+        rec = self.jobs.get(job_id)
+        return rec if rec is not None and rec.state == LEASED and rec.lease_token == token \
+            else None
+
+    def _live_delay(self, seq: int, job_id: str) -> JobRecord | None:
+        rec = self.jobs.get(job_id)
+        return rec if rec is not None and rec.state == DELAYED and rec.seq == seq else None
+
+    def _live_result(self, expires_at: float, job_id: str) -> JobRecord | None:
+        rec = self.jobs.get(job_id)
+        return rec if rec is not None and rec.state == DONE and rec.expires_at == expires_at \
+            else None
 
     def _peek_ready(self) -> JobRecord | None:
         ready = self._ready

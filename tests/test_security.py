@@ -1,0 +1,201 @@
+"""Security on the wire, tested: mutual TLS plus a Zenoh access-control allow-list.
+
+The owner runs in its own OS process as a Zenoh router listening on ``tls/127.0.0.1:<port>``;
+producer and worker are real Istos apps in client mode. Certificates come from
+``docs/security/make-certs.sh`` and every node's config from the templates next to it, so the
+shipped example is the one that is tested. Trusted nodes complete jobs; a session without a
+certificate never gets a session to the router; a certificate signed by the same CA whose common
+name is not on the allow-list connects, but none of its requests reach the owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zenoh
+from zenoh_util import free_port, unique_prefix
+
+from istos import ConfigError, Istos, JobContext, OwnerUnavailable
+
+ROOT = Path(__file__).parent.parent
+DOCS = ROOT / "docs" / "security"
+OWNER_PROC = str(Path(__file__).parent / "procs" / "zworker.py")
+TEMPLATE_CERTS = "/etc/istos/certs"  # the placeholder directory the templates name
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+
+
+def make_certs(out: Path, *roles: str) -> None:
+    """Run the documented script; it signs every role with one CA (CN = role name)."""
+    subprocess.run(["sh", str(DOCS / "make-certs.sh"), str(out), *roles], check=True,
+                   capture_output=True, timeout=30)
+
+
+def load_template(name: str) -> dict[str, Any]:
+    """A docs template as data. They are JSON5 whose only non-JSON parts are ``//`` lines."""
+    lines = (DOCS / name).read_text().splitlines()
+    return json.loads("\n".join(ln for ln in lines if not ln.lstrip().startswith("//")))
+
+
+def instantiate(template: dict[str, Any], subs: dict[str, str]) -> dict[str, Any]:
+    """Replace placeholders in every string of ``template``; each one must occur.
+
+    A template that stops naming a placeholder fails here rather than being tested half-filled.
+    """
+    used: set[str] = set()
+
+    def walk(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            return {k: walk(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [walk(v) for v in obj]
+        if isinstance(obj, str):
+            for old, new in subs.items():
+                if old in obj:
+                    used.add(old)
+                    obj = obj.replace(old, new)
+        return obj
+
+    out = walk(template)
+    assert used == set(subs), f"placeholders not in the template: {set(subs) - used}"
+    return out
+
+
+def tls(config: dict[str, Any]) -> dict[str, Any]:
+    return config["transport"]["link"]["tls"]
+
+
+@pytest.fixture
+def mesh(tmp_path: Path) -> dict[str, Any]:
+    """Certificates for router, worker, producer and an unlisted ``intruder``, and the configs."""
+    certs = tmp_path / "certs"
+    make_certs(certs, "router", "worker", "producer", "intruder")
+    port, prefix = free_port(), unique_prefix()
+    endpoint = f"tls/127.0.0.1:{port}"
+    common = {TEMPLATE_CERTS: str(certs)}
+    router = instantiate(load_template("router.json5"),
+                         {**common, "tls/0.0.0.0:7447": endpoint, "istos/**": f"{prefix}/**"})
+    clients = {role: instantiate(load_template(f"{role}.json5"),
+                                 {**common, "tls/localhost:7447": endpoint})
+               for role in ("worker", "producer")}
+    # The intruder holds a certificate from the same CA, under a name the router does not list.
+    intruder = copy.deepcopy(clients["producer"])
+    tls(intruder).update(connect_certificate=str(certs / "intruder.pem"),
+                         connect_private_key=str(certs / "intruder.key"))
+    # No certificate at all: only the CA to check the router with.
+    anonymous = copy.deepcopy(clients["producer"])
+    tls(anonymous).update(enable_mtls=False)
+    del tls(anonymous)["connect_certificate"], tls(anonymous)["connect_private_key"]
+    return {"prefix": prefix, "router": router, "intruder": intruder, "anonymous": anonymous,
+            **clients}
+
+
+def test_docs_templates_parse_as_zenoh_configs():
+    for name in ("router.json5", "worker.json5", "producer.json5"):
+        zenoh.Config.from_file(str(DOCS / name))  # raises on anything Zenoh rejects
+
+
+def test_make_certs_issues_ca_signed_role_certificates(tmp_path: Path):
+    make_certs(tmp_path, "worker")
+    make_certs(tmp_path, "late")  # the CA is kept: roles can be added later
+    for role in ("worker", "late"):
+        pem = str(tmp_path / f"{role}.pem")
+        subject = subprocess.run(["openssl", "x509", "-in", pem, "-noout", "-subject"],
+                                 check=True, capture_output=True, text=True).stdout
+        assert subject.strip().replace(" ", "") == f"subject=CN={role}"
+        subprocess.run(["openssl", "verify", "-CAfile", str(tmp_path / "ca.pem"), pem],
+                       check=True, capture_output=True)
+
+
+async def start_owner(config: dict[str, Any], prefix: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, OWNER_PROC, json.dumps(config), prefix, "q", "owner"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "ISTOS_LEASE_S": "10"})
+    line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 20)  # type: ignore[union-attr]
+    if line.strip() != "READY":
+        proc.kill()
+        raise AssertionError(f"owner did not start: {line!r} {proc.communicate(timeout=10)}")
+    return proc
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(10)
+
+
+async def test_mtls_allow_list_admits_trusted_nodes_only(mesh: dict[str, Any]):
+    prefix, n = mesh["prefix"], 20
+    owner = await start_owner(mesh["router"], prefix)
+    try:
+        done: dict[int, str] = {}
+        all_done = asyncio.Event()
+        worker = Istos(zenoh=mesh["worker"], prefix=prefix, node_id="worker")
+
+        @worker.worker("q", concurrency=4, poll_interval_s=0.2)
+        async def work(job: dict, ctx: JobContext) -> None:
+            done[job["i"]] = ctx.worker
+            if len(done) == n:
+                all_done.set()
+
+        # The intruder runs a worker too: it must never be handed a job.
+        stolen: list[Any] = []
+        intruder = Istos(zenoh=mesh["intruder"], prefix=prefix, node_id="intruder",
+                         request_timeout_s=0.5)
+
+        @intruder.worker("q", poll_interval_s=0.2)
+        async def steal(job: dict) -> None:
+            stolen.append(job)
+
+        producer = Istos(zenoh=mesh["producer"], prefix=prefix, node_id="producer",
+                         request_timeout_s=5.0)
+        async with producer.serving(), worker.serving(), intruder.serving():
+            for i in range(n):
+                await producer.enqueue("q", {"i": i})
+            await asyncio.wait_for(all_done.wait(), 20)
+
+            # CA-signed but unlisted: connected, yet nothing it sends reaches the owner.
+            for attempt in (intruder.enqueue("q", {"from": "intruder"}),
+                            intruder.client("q").call("stats")):
+                with pytest.raises(OwnerUnavailable):
+                    await attempt
+            stats = (await producer.client("q").call("stats"))["stats"]
+        assert sorted(done) == list(range(n))
+        assert all(w.startswith("worker") for w in done.values())
+        assert stolen == []
+        assert stats["totals"]["enqueued"] == n  # no job from the intruder was ever stored
+        assert stats["totals"]["acked"] == n
+    finally:
+        stop(owner)
+
+
+async def test_sessions_without_a_certificate_get_nothing(mesh: dict[str, Any]):
+    prefix = mesh["prefix"]
+    owner = await start_owner(mesh["router"], prefix)
+    try:
+        # As a client (the documented shape) it cannot even open a session: mTLS refuses it.
+        client = Istos(zenoh=mesh["anonymous"], prefix=prefix, node_id="anon-client")
+        with pytest.raises(ConfigError):
+            await asyncio.wait_for(client.start(), 20)
+        # As a peer the session opens, alone; its requests find no owner.
+        peer = Istos(zenoh={**mesh["anonymous"], "mode": "peer"}, prefix=prefix,
+                     node_id="anon-peer", request_timeout_s=0.5)
+        async with peer.serving():
+            with pytest.raises(OwnerUnavailable):
+                await peer.enqueue("q", {"from": "anonymous"})
+        # The trusted producer still works, and sees that nothing arrived.
+        producer = Istos(zenoh=mesh["producer"], prefix=prefix, node_id="producer")
+        async with producer.serving():
+            stats = (await producer.client("q").call("stats"))["stats"]
+        assert stats["totals"]["enqueued"] == 0
+    finally:
+        stop(owner)

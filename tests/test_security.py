@@ -95,8 +95,8 @@ def mesh(tmp_path: Path) -> dict[str, Any]:
     anonymous = copy.deepcopy(clients["producer"])
     tls(anonymous).update(enable_mtls=False)
     del tls(anonymous)["connect_certificate"], tls(anonymous)["connect_private_key"]
-    return {"prefix": prefix, "router": router, "intruder": intruder, "anonymous": anonymous,
-            **clients}
+    return {"prefix": prefix, "log": tmp_path / "owner.log", "router": router,
+            "intruder": intruder, "anonymous": anonymous, **clients}
 
 
 def test_docs_templates_parse_as_zenoh_configs():
@@ -116,15 +116,29 @@ def test_make_certs_issues_ca_signed_role_certificates(tmp_path: Path):
                        check=True, capture_output=True)
 
 
-async def start_owner(config: dict[str, Any], prefix: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, OWNER_PROC, json.dumps(config), prefix, "q", "owner"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "ISTOS_LEASE_S": "10"})
-    line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 20)  # type: ignore[union-attr]
+async def start_owner(config: dict[str, Any], prefix: str, log: Path) -> subprocess.Popen[str]:
+    """The owner of queue ``q`` in its own process, a router with ``config``; READY-checked."""
+    with log.open("w") as err:  # a file, not a pipe nobody drains
+        proc = subprocess.Popen(
+            [sys.executable, OWNER_PROC, json.dumps(config), prefix, "q", "owner"],
+            stdout=subprocess.PIPE, stderr=err, text=True,
+            env={**os.environ, "ISTOS_LEASE_S": "10"})
+    assert proc.stdout is not None
+    try:
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 20)
+    except BaseException:
+        stop(proc)
+        raise
     if line.strip() != "READY":
-        proc.kill()
-        raise AssertionError(f"owner did not start: {line!r} {proc.communicate(timeout=10)}")
+        stop(proc)
+        raise AssertionError(f"owner did not start: {line!r} {log.read_text()[-2000:]}")
     return proc
+
+
+def routers(app: Istos) -> list[str]:
+    """Zenoh ids of the routers the app's client session is linked to."""
+    session = app.node.transport._require_session()  # type: ignore[union-attr]
+    return [str(z) for z in session.info.routers_zid()]
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
@@ -135,26 +149,28 @@ def stop(proc: subprocess.Popen[str]) -> None:
 
 async def test_mtls_allow_list_admits_trusted_nodes_only(mesh: dict[str, Any]):
     prefix, n = mesh["prefix"], 20
-    owner = await start_owner(mesh["router"], prefix)
+    owner = await start_owner(mesh["router"], prefix, mesh["log"])
     try:
         done: dict[int, str] = {}
+        stolen: list[Any] = []
         all_done = asyncio.Event()
         worker = Istos(zenoh=mesh["worker"], prefix=prefix, node_id="worker")
 
         @worker.worker("q", concurrency=4, poll_interval_s=0.2)
         async def work(job: dict, ctx: JobContext) -> None:
             done[job["i"]] = ctx.worker
-            if len(done) == n:
+            if len(done) + len(stolen) == n:
                 all_done.set()
 
         # The intruder runs a worker too: it must never be handed a job.
-        stolen: list[Any] = []
         intruder = Istos(zenoh=mesh["intruder"], prefix=prefix, node_id="intruder",
                          request_timeout_s=0.5)
 
         @intruder.worker("q", poll_interval_s=0.2)
         async def steal(job: dict) -> None:
             stolen.append(job)
+            if len(done) + len(stolen) == n:
+                all_done.set()
 
         producer = Istos(zenoh=mesh["producer"], prefix=prefix, node_id="producer",
                          request_timeout_s=5.0)
@@ -163,11 +179,13 @@ async def test_mtls_allow_list_admits_trusted_nodes_only(mesh: dict[str, Any]):
                 await producer.enqueue("q", {"i": i})
             await asyncio.wait_for(all_done.wait(), 20)
 
-            # CA-signed but unlisted: connected, yet nothing it sends reaches the owner.
-            for attempt in (intruder.enqueue("q", {"from": "intruder"}),
-                            intruder.client("q").call("stats")):
-                with pytest.raises(OwnerUnavailable):
-                    await attempt
+            # CA-signed but unlisted: its TLS link to the router is up (a client session opens
+            # only then), yet nothing it sends reaches the owner.
+            assert routers(intruder)
+            with pytest.raises(OwnerUnavailable):
+                await intruder.enqueue("q", {"from": "intruder"})
+            with pytest.raises(OwnerUnavailable):
+                await intruder.client("q").call("stats")
             stats = (await producer.client("q").call("stats"))["stats"]
         assert sorted(done) == list(range(n))
         assert all(w.startswith("worker") for w in done.values())
@@ -180,7 +198,7 @@ async def test_mtls_allow_list_admits_trusted_nodes_only(mesh: dict[str, Any]):
 
 async def test_sessions_without_a_certificate_get_nothing(mesh: dict[str, Any]):
     prefix = mesh["prefix"]
-    owner = await start_owner(mesh["router"], prefix)
+    owner = await start_owner(mesh["router"], prefix, mesh["log"])
     try:
         # As a client (the documented shape) it cannot even open a session: mTLS refuses it.
         client = Istos(zenoh=mesh["anonymous"], prefix=prefix, node_id="anon-client")

@@ -76,9 +76,10 @@ def tls(config: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def mesh(tmp_path: Path) -> dict[str, Any]:
-    """Certificates for router, worker, producer and an unlisted ``intruder``, and the configs."""
+    """Certificates for router, worker, producer and the unlisted ``intruder`` and ``stranger``,
+    and each node's config built from the docs templates."""
     certs = tmp_path / "certs"
-    make_certs(certs, "router", "worker", "producer", "intruder")
+    make_certs(certs, "router", "worker", "producer", "intruder", "stranger")
     port, prefix = free_port(), unique_prefix()
     endpoint = f"tls/127.0.0.1:{port}"
     common = {TEMPLATE_CERTS: str(certs)}
@@ -95,7 +96,7 @@ def mesh(tmp_path: Path) -> dict[str, Any]:
     anonymous = copy.deepcopy(clients["producer"])
     tls(anonymous).update(enable_mtls=False)
     del tls(anonymous)["connect_certificate"], tls(anonymous)["connect_private_key"]
-    return {"prefix": prefix, "log": tmp_path / "owner.log", "router": router,
+    return {"prefix": prefix, "certs": str(certs), "log": tmp_path / "owner.log", "router": router,
             "intruder": intruder, "anonymous": anonymous, **clients}
 
 
@@ -215,5 +216,31 @@ async def test_sessions_without_a_certificate_get_nothing(mesh: dict[str, Any]):
         async with producer.serving():
             stats = (await producer.client("q").call("stats"))["stats"]
         assert stats["totals"]["enqueued"] == 0
+    finally:
+        stop(owner)
+
+
+async def test_a_deny_list_only_blocks_the_names_it_lists(mesh: dict[str, Any]):
+    """Why the docs ship an allow-list: deny "intruder", and any other CA-signed name gets in."""
+    router = copy.deepcopy(mesh["router"])
+    acl = router["access_control"]
+    acl["default_permission"] = "allow"
+    acl["rules"][0]["permission"] = "deny"
+    acl["subjects"][0]["cert_common_names"] = ["intruder"]
+    prefix = mesh["prefix"]
+    owner = await start_owner(router, prefix, mesh["log"])
+    try:
+        stranger = copy.deepcopy(mesh["intruder"])
+        tls(stranger).update(connect_certificate=mesh["certs"] + "/stranger.pem",
+                             connect_private_key=mesh["certs"] + "/stranger.key")
+        named = Istos(zenoh=mesh["intruder"], prefix=prefix, node_id="intruder",
+                      request_timeout_s=0.5)
+        other = Istos(zenoh=stranger, prefix=prefix, node_id="stranger", request_timeout_s=5.0)
+        async with named.serving(), other.serving():
+            with pytest.raises(OwnerUnavailable):
+                await named.enqueue("q", {"from": "intruder"})
+            await other.enqueue("q", {"from": "stranger"})  # accepted: nobody named it
+            stats = (await other.client("q").call("stats"))["stats"]
+        assert stats["totals"]["enqueued"] == 1
     finally:
         stop(owner)

@@ -33,21 +33,23 @@ def isolated_configs(n: int) -> list[dict[str, Any]]:
     complete without relying on discovery and nothing outside it can join.
     """
     endpoints = [f"tcp/127.0.0.1:{free_port()}" for _ in range(n)]
-    return [
-        {
-            "mode": "peer",
-            "scouting": {
-                "multicast": {"enabled": False},
-                "gossip": {"enabled": False},
-                # Opening waits up to this long for "start conditions" that, on a private mesh,
-                # are sometimes never signalled although the connect succeeded (0.5 s by default).
-                "delay": 20,
-            },
-            "listen": {"endpoints": [endpoints[i]]},
-            "connect": {"endpoints": endpoints[:i]},
-        }
-        for i in range(n)
-    ]
+    return [peer_config(endpoints[i], endpoints[:i]) for i in range(n)]
+
+
+def peer_config(listen: str, connect: list[str]) -> dict[str, Any]:
+    """A peer that listens on ``listen``, connects to ``connect`` and scouts for nothing else."""
+    return {
+        "mode": "peer",
+        "scouting": {
+            "multicast": {"enabled": False},
+            "gossip": {"enabled": False},
+            # Opening waits up to this long for "start conditions" that, on a private mesh,
+            # are sometimes never signalled although the connect succeeded (0.5 s by default).
+            "delay": 20,
+        },
+        "listen": {"endpoints": [listen]},
+        "connect": {"endpoints": list(connect)},
+    }
 
 
 def unique_prefix() -> str:

@@ -106,3 +106,14 @@ def test_simulated_half_of_the_demo_passes_every_invariant() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     report = [line for line in out.stdout.splitlines() if line.startswith("  [")]
     assert report and all(line.startswith("  [ok]") for line in report), out.stdout
+
+
+def test_package_sources_point_only_inside_the_repository() -> None:
+    """Comments and docstrings cite files of this repository, never links or outside paths."""
+    outside = ("http://", "https://", "/work/", "shared/recipes", "shared/spec", "DESIGN.md")
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for package in ("istos", "istos_nb")
+             for path in sorted((ROOT / package).rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if any(mark in line for mark in outside)]
+    assert found == []

@@ -10,19 +10,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import secrets
-import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from services import free_port
 
 from istos.transport.base import NoResponder
 from istos.transport.zenoh import ZenohTransport
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+__all__ = ["free_port", "isolated_configs", "peer_config", "unique_prefix", "wait_until",
+           "open_transports", "close_all", "query_when_served"]
 
 
 def isolated_configs(n: int) -> list[dict[str, Any]]:

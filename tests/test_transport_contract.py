@@ -123,7 +123,7 @@ def _z(t: Any) -> ZenohTransport:
 
 
 class ZenohFactory:
-    restart_cycles = 15
+    restart_cycles = 50
 
     @asynccontextmanager
     async def open(self, n: int) -> AsyncIterator[Mesh]:

@@ -11,8 +11,10 @@ $(BIN)/python:
 venv: $(BIN)/python
 	$(BIN)/pip install -q -e .
 
-demo: venv
+demo: $(BIN)/python
+	$(BIN)/pip install -q -e '.[notebook]'
 	$(BIN)/python -m istos.demo
+	$(BIN)/python -m istos_nb.demo
 
 test: $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'

@@ -1,9 +1,8 @@
-"""`make demo`: an owner, a worker and a producer in one process on real Zenoh.
+"""The live half of `make demo`: an owner, a worker and a producer in one process on real Zenoh.
 
 One job succeeds; one fails every time, is retried with capped exponential backoff and ends in
-the dead-letter list. The owner's events for both are printed as a table. Then the same engine
-runs a simulated hour of a faulty mesh (crashes, lost acks, skewed clocks) in a second or two,
-and the invariant checker reports on it.
+the dead-letter list. The owner's events for both are printed as a table. The simulated half
+(``python -m istos_nb.demo``) runs on the notebook side, which needs the ``notebook`` extra.
 """
 
 from __future__ import annotations
@@ -64,26 +63,5 @@ async def main() -> None:
         print("backoff before each retry (s):", ", ".join(f"{w:.3f}" for w in waits))
 
 
-def simulated_hour() -> None:
-    from istos_nb.sim import Simulation
-
-    sim = Simulation(seed=7, storage="durable", latency_s=(0.001, 0.01), loss=0.01)
-    owner = sim.node("owner", clock_skew_s=-3.0)
-    owner.queue("jobs/email", lease_s=20, max_attempts=5, retry_backoff_s=1.0)
-    for i in range(3):
-        node = sim.node(f"worker-{i}", clock_skew_s=10.0 * i, clock_drift_ppm=200 * i)
-        node.worker("jobs/email", concurrency=2)(
-            sim.handler(service_s=("exp", 2.0), fail_p=0.1, crash_p=0.02))
-    sim.enqueue_jobs("owner", "jobs/email", 1000, rate=0.3, poisson=True)
-    sim.crash_randomly(["worker-0", "worker-1", "worker-2"], mtbf_s=600, restart_after=30)
-    sim.restart("owner", at=1800.0)
-    sim.lose_acks(0.02)
-    result = sim.run(until=3600.0, progress=None)
-    print("\nsimulated: " + result.summary())
-    for row in result.check().itertuples():
-        print(f"  [{'ok' if row.ok else 'FAIL'}] {row.invariant}: {row.detail}")
-
-
 if __name__ == "__main__":
     asyncio.run(main())
-    simulated_hour()

@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from services import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
@@ -66,12 +67,6 @@ def require_browser() -> None:
     pytest.skip(message)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _port_open(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
@@ -100,7 +95,7 @@ def serve_voila(notebook: Path, workdir: Path, start_timeout_s: float = 60.0
     workdir.mkdir(parents=True, exist_ok=True)
     copy = workdir / notebook.name
     shutil.copy(notebook, copy)  # Voila and kernels may write next to it; keep the repo clean
-    port = _free_port()
+    port = free_port()
     log_path = workdir / "voila.log"
     env = {**os.environ, "JUPYTER_PLATFORM_DIRS": "1", "MPLBACKEND": "Agg",
            "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"),

@@ -1,11 +1,19 @@
-"""Shared test helpers: waiting on owner events with a bound, never on wall-clock sleeps."""
+"""Shared test helpers: apps on the in-process mesh, and waiting on owner events with a bound
+(never on wall-clock sleeps)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from istos import Istos, JobEvent
+from istos.transport.local import LocalMesh
+
+
+def app_on(mesh: LocalMesh, name: str, **kw: Any) -> Istos:
+    """An app on ``mesh`` as node ``name`` (not started); ``kw`` go to :class:`Istos`."""
+    return Istos(transport=mesh.transport(name), **kw)
 
 
 async def wait_events(app: Istos, pred: Callable[[list[JobEvent]], bool],

@@ -60,6 +60,7 @@ def postgres_url() -> str:
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers import count, wait_events
+from helpers import app_on, count, wait_events
 from services import drop_postgres_table, postgres_url, redis_url
 
 from istos import ConfigError, Istos, IstosError, JobContext, MemoryStorage
@@ -62,15 +62,6 @@ class Inbox:
     async def reach(self, n: int) -> list[Any]:
         await self.until(lambda items: len(items) >= n)
         return self.items
-
-
-@pytest.fixture
-def mesh() -> LocalMesh:
-    return LocalMesh()
-
-
-def app_on(mesh: LocalMesh, name: str, **kw: Any) -> Istos:
-    return Istos(transport=mesh.transport(name), **kw)
 
 
 # -- fan-out --------------------------------------------------------------------------------------

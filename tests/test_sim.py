@@ -291,3 +291,10 @@ def test_ctrl_c_stops_a_run_cleanly_with_partial_results():
     assert 90 <= result.virtual_s <= 110
     assert 80 <= result.counts["ok"] <= 100  # what finished before the stop is all there
     assert "[interrupted]" in result.summary()
+
+
+def test_progress_other_than_a_callback_none_or_auto_is_a_scenario_error():
+    sim = Simulation(seed=1)
+    with pytest.raises(ScenarioError, match="progress"):
+        sim.run(until=1.0, progress="bar")
+    assert sim.run(until=1.0, progress="auto").jobs is not None  # "auto" still works

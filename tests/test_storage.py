@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from services import drop_postgres_table, postgres_url, reachable, redis_url
+from services import drop_postgres_table, free_port, postgres_url, reachable, redis_url
 from storage_contract import MakeStorage, StorageContract
 
 from istos.errors import ConfigError, StorageUnavailable
@@ -255,12 +255,6 @@ async def test_postgres_silent_server_times_out() -> None:
             await storage.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def _start_redis(binary: str, port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
@@ -291,7 +285,7 @@ async def test_redis_recovers_after_server_restart() -> None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("redis-server binary is required in CI")
         pytest.skip("redis-server binary not on PATH")
-    port = _free_port()
+    port = free_port()
     proc = await _start_redis(binary, port)
     storage = RedisStoragePlugin(
         f"redis://127.0.0.1:{port}/0", key_prefix="recovery", connect_timeout_s=1.0

@@ -5,20 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from helpers import count, wait_events
+from helpers import app_on, count, wait_events
 
 from istos import ConfigError, Istos, IstosError, JobContext, MemoryStorage, codec
 from istos.queue.workflow import Barrier
 from istos.transport.local import LocalMesh
-
-
-@pytest.fixture
-def mesh() -> LocalMesh:
-    return LocalMesh()
-
-
-def app_on(mesh: LocalMesh, name: str, **kw) -> Istos:
-    return Istos(transport=mesh.transport(name), **kw)
 
 
 async def wait_for(event: asyncio.Event, timeout_s: float = 5.0) -> None:

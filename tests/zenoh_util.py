@@ -10,19 +10,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import secrets
-import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from services import free_port
 
 from istos.transport.base import NoResponder
 from istos.transport.zenoh import ZenohTransport
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+__all__ = ["free_port", "isolated_configs", "peer_config", "unique_prefix", "wait_until",
+           "open_transports", "close_all", "query_when_served"]
 
 
 def isolated_configs(n: int) -> list[dict[str, Any]]:
@@ -33,21 +30,23 @@ def isolated_configs(n: int) -> list[dict[str, Any]]:
     complete without relying on discovery and nothing outside it can join.
     """
     endpoints = [f"tcp/127.0.0.1:{free_port()}" for _ in range(n)]
-    return [
-        {
-            "mode": "peer",
-            "scouting": {
-                "multicast": {"enabled": False},
-                "gossip": {"enabled": False},
-                # Opening waits up to this long for "start conditions" that, on a private mesh,
-                # are sometimes never signalled although the connect succeeded (0.5 s by default).
-                "delay": 20,
-            },
-            "listen": {"endpoints": [endpoints[i]]},
-            "connect": {"endpoints": endpoints[:i]},
-        }
-        for i in range(n)
-    ]
+    return [peer_config(endpoints[i], endpoints[:i]) for i in range(n)]
+
+
+def peer_config(listen: str, connect: list[str]) -> dict[str, Any]:
+    """A peer that listens on ``listen``, connects to ``connect`` and scouts for nothing else."""
+    return {
+        "mode": "peer",
+        "scouting": {
+            "multicast": {"enabled": False},
+            "gossip": {"enabled": False},
+            # Opening waits up to this long for "start conditions" that, on a private mesh,
+            # are sometimes never signalled although the connect succeeded (0.5 s by default).
+            "delay": 20,
+        },
+        "listen": {"endpoints": [listen]},
+        "connect": {"endpoints": list(connect)},
+    }
 
 
 def unique_prefix() -> str:

@@ -68,7 +68,9 @@ class LocalMesh:
         self._subscribers: list[_Entry] = []
         self._tokens: list[_Entry] = []
         self._watchers: list[_Entry] = []
-        self._visible: dict[int, set[str]] = {}  # watcher entry id -> token keys it sees alive
+        # Watcher entry -> token keys it has been told are alive. Keyed by the entry itself
+        # (identity, eq=False), never id(): a dead watcher's id is reused by new objects.
+        self._visible: dict[_Entry, set[str]] = {}
 
     def transport(self, node_id: str) -> LocalTransport:
         return LocalTransport(self, node_id)
@@ -78,15 +80,14 @@ class LocalMesh:
         for bucket in (self._queryables, self._subscribers, self._tokens, self._watchers):
             if entry in bucket:
                 bucket.remove(entry)
-        if entry in self._visible:
-            del self._visible[id(entry)]
+        self._visible.pop(entry, None)
         self.refresh_liveliness()
 
     def refresh_liveliness(self) -> None:
         """Re-evaluate which tokens each watcher sees (after a token change or a partition)."""
         net = self.network
         for watcher in list(self._watchers):
-            seen = self._visible.setdefault(id(watcher), set())
+            seen = self._visible.setdefault(watcher, set())
             now_alive = {t.key for t in self._tokens
                          if key_matches(watcher.key, t.key) and t.node.alive
                          and (t.node is watcher.node
@@ -95,7 +96,7 @@ class LocalMesh:
                 watcher.node._deliver_call(watcher.callback, key, True)
             for key in sorted(seen - now_alive):
                 watcher.node._deliver_call(watcher.callback, key, False)
-            self._visible[id(watcher)] = now_alive
+            self._visible[watcher] = now_alive
 
 
 class LocalTransport:

@@ -50,7 +50,7 @@ class SimNode:
         self.clock_skew_s = float(clock_skew_s)
         self.clock_drift_ppm = float(clock_drift_ppm)
         self.queues: dict[str, QueueConfig] = {}
-        self._declarations: list[Callable[[Istos], None]] = []
+        self._declarations: list[Callable[[Istos], object]] = []  # results are ignored
         self.incarnation: Incarnation | None = None
         self._lives = 0
         self.clock: SimClock | None = None

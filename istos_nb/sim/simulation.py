@@ -166,14 +166,13 @@ class Simulation:
         results (``result.interrupted``). ``progress``: a ``callback(t, until)``, None, or
         "auto" (a progress bar in a notebook once the run has taken a second)."""
         self._validate_until(until)
-        if progress == "auto":
-            progress = auto_progress()
+        report = _progress(progress)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return self._run(until, progress)
+            return self._run(until, report)
         try:
-            return run_in_thread(self._run, until, progress)
+            return run_in_thread(self._run, until, report)
         except KeyboardInterrupt:
             return self._result(until, interrupted=True, wall_s=0.0)
 
@@ -181,9 +180,8 @@ class Simulation:
                    progress: Callable[[float, float], None] | str | None = "auto"
                    ) -> SimResult:
         self._validate_until(until)
-        if progress == "auto":
-            progress = auto_progress()
-        return await asyncio.to_thread(run_in_thread, self._run, until, progress)
+        report = _progress(progress)
+        return await asyncio.to_thread(run_in_thread, self._run, until, report)
 
     def _validate_until(self, until: float) -> None:
         if self._ran:
@@ -380,3 +378,15 @@ class Simulation:
             await coro
         except (IstosError, RuntimeError):
             pass  # recorded by whoever failed (e.g. the enqueue attempt row)
+
+
+def _progress(
+    progress: Callable[[float, float], None] | str | None,
+) -> Callable[[float, float], None] | None:
+    """The callback ``run(progress=...)`` asks for: "auto" picks one, any other string is wrong."""
+    if isinstance(progress, str):
+        if progress != "auto":
+            raise ScenarioError(f"progress must be a callback(t, until), None or 'auto', "
+                                f"got {progress!r}")
+        return auto_progress()
+    return progress

@@ -15,6 +15,7 @@ from istos.queue.cron import CronSpec, describe, next_fire, parse
 UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
+LORD_HOWE = ZoneInfo("Australia/Lord_Howe")
 
 
 def utc(*args: int) -> datetime:
@@ -521,11 +522,13 @@ def _ref_dst_fire(text: str, sets: list[set[int]], after: datetime, zone: ZoneIn
         (BERLIN, utc(2024, 10, 27, 1, 0)),
         (NEW_YORK, utc(2024, 3, 10, 7, 0)),
         (NEW_YORK, utc(2024, 11, 3, 6, 0)),
+        (LORD_HOWE, utc(2024, 4, 6, 15, 0)),  # a 30-minute fall-back: 02:00 -> 01:30
+        (LORD_HOWE, utc(2024, 10, 5, 15, 30)),  # a 30-minute gap: 02:00 -> 02:30
     ],
 )
 def test_random_expressions_across_dst(zone: ZoneInfo, transition: datetime) -> None:
     rng = random.Random(transition.toordinal())
-    for _ in range(25):
+    for _ in range(60):
         text, sets = _gen_expr(rng)
         fields = text.split()
         text = " ".join(fields[:2] + ["*", "*", "*"])

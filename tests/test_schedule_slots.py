@@ -9,10 +9,11 @@ from datetime import timezone
 
 import pytest
 from helpers import count, wait_events
+from services import free_port, start_throwaway_redis
 
 from istos import ConfigError, Istos, codec
 from istos.clock import ManualClock
-from istos.errors import ProtocolError
+from istos.errors import ProtocolError, StorageUnavailable
 from istos.queue.schedule import Schedule
 from istos.queue.slots import MIN_HOLD_S, RecentSlots, hold_s
 from istos.transport.local import LocalMesh
@@ -101,6 +102,37 @@ async def test_owner_refuses_a_slot_again_after_its_job_finished() -> None:
         with pytest.raises(ProtocolError, match="period_s"):
             await producer.client("q").call("enqueue_slot", body=body, job_id="x", period_s=0)
     assert count(owner.events.recent(), "enqueued") == 2 and len(done) == 2
+
+
+@pytest.mark.redis
+async def test_a_slot_refused_by_a_storage_outage_is_not_remembered() -> None:
+    """Write, then apply: the slot is remembered only once its job is stored, so the other
+    node's tick of the same slot (or a retry) still gets it in after the outage."""
+    from istos.storage.redis import RedisStoragePlugin
+
+    port = free_port()
+    proc = start_throwaway_redis(port)  # our own server: this test kills it
+    mesh = LocalMesh()
+    storage = RedisStoragePlugin(f"redis://127.0.0.1:{port}/0", op_timeout_s=0.5,
+                                 connect_timeout_s=0.5)
+    owner = Istos(storage=storage, transport=mesh.transport("owner"))
+    owner.queue("q")
+    body = codec.encode_body({}, queue="q")
+    try:
+        async with owner.serving():
+            client = owner.client("q")
+            proc.kill()
+            proc.wait(5)
+            with pytest.raises(StorageUnavailable):
+                await client.call("enqueue_slot", body=body, job_id="sched:s:60", period_s=60.0)
+            proc = start_throwaway_redis(port)
+            reply = await client.call("enqueue_slot", body=body, job_id="sched:s:60",
+                                      period_s=60.0)
+            assert reply["created"] is True
+            assert "sched:s:60" in owner.owners["q"].state.jobs
+    finally:
+        proc.kill()
+        proc.wait(5)
 
 
 # -- the simulator: several nodes, skewed and drifting clocks --

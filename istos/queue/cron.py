@@ -205,7 +205,7 @@ def parse(expr: str) -> CronSpec:
         key = text.translate(_TO_LOWER)
         if key not in _NICKNAMES:
             known = " ".join(_NICKNAMES)
-            raise CronError(f"unknown cron nickname {text!r}; expected one of: {known}")
+            raise CronError(f"unknown cron nickname {text[:40]!r}; expected one of: {known}")
         text = _NICKNAMES[key]
     parts = _SEPARATORS.split(text) if text else []
     for index, part in enumerate(parts):

@@ -5,6 +5,12 @@ caller per key within the TTL, in every process sharing the app's storage, and F
 the block does its side effect only ``if first``. It is how a job that is delivered twice (the
 queue is at-least-once) charges the card once.
 
+It needs only the app's storage, never the mesh, so it works whether or not the app serves: a
+web handler or a script that never calls ``serving()`` uses it as it is. The Redis and SQL
+adapters connect on first use; ``serving()``'s exit closes the storage, and a process that never
+serves closes it itself (``await app.node.storage.close()``) when done. An unreachable storage
+raises :class:`~istos.errors.StorageUnavailable` on entry, with nothing claimed.
+
 Layout, in the ``ledger`` namespace of the Storage port (so memory, Redis and SQL all work)::
 
     run|{key}    the claim of the caller now inside the block; written with

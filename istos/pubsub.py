@@ -402,17 +402,15 @@ class PubSubMixin(AppHooks):
 
         Across every process sharing this app's storage, atomically under concurrent callers.
         A block that raises is forgotten (the next caller gets True); one that crashes holds
-        the key for ``in_progress_ttl_s``. Contract in :mod:`istos.ledger`.
+        the key for ``in_progress_ttl_s``. Needs only the storage, so it works outside
+        ``serving()`` too (a web handler, a script). Contract in :mod:`istos.ledger`.
         """
-        self._require_serving()
         return Ledger(self.node).claim(key, ttl_s=ttl_s, in_progress_ttl_s=in_progress_ttl_s)
 
     async def ledger_status(self, key: str) -> str | None:
-        """``"done"``, ``"in_progress"`` or None for an idempotency key."""
-        self._require_serving()
+        """``"done"``, ``"in_progress"`` or None for an idempotency key (serving or not)."""
         return await Ledger(self.node).status(key)
 
     async def ledger_purge(self) -> int:
         """Delete expired ledger records (a namespace scan: run it from a schedule)."""
-        self._require_serving()
         return await Ledger(self.node).purge_expired()

@@ -15,6 +15,7 @@ from istos.queue.cron import CronSpec, describe, next_fire, parse
 UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
+LORD_HOWE = ZoneInfo("Australia/Lord_Howe")
 
 
 def utc(*args: int) -> datetime:
@@ -128,6 +129,46 @@ def test_invalid_expressions_name_the_field(expr: str, needle: str) -> None:
     assert isinstance(info.value, ValueError)
 
 
+@pytest.mark.parametrize(
+    ("expr", "needle"),
+    [
+        ("0 0 * * \u017fun", "'day of week'"),  # long s: str.upper() would make it SUN
+        ("0 0 * * fr\u0131", "'day of week'"),  # dotless i: FRI after Unicode case folding
+        ("0 0 1 \u017fep *", "'month'"),
+        ("0\u00a00 * * *", "'minute'"),  # NBSP
+        ("0 0\u2003* * *", "'hour'"),  # EM SPACE
+        ("0 0 *\u3000* *", "'day of month'"),  # IDEOGRAPHIC SPACE
+        ("0\x0b0 * * *", "'minute'"),  # VT
+        ("0 0\x0c* * *", "'hour'"),  # FF
+        ("0 0 * *\u2028*", "'month'"),  # LINE SEPARATOR
+        ("0 0 * * *\n", "'day of week'"),
+        ("\uff11 * * * *", "'minute'"),  # FULLWIDTH DIGIT ONE
+        ("0 " + "9" * 4400 + " * * *", "'hour'"),  # int() itself would refuse it, unnamed
+        ("0 0 " + "0" * 10 + "1 * *", "'day of month'"),
+        ("*/" + "1" * 30 + " * * * *", "'minute'"),
+        ("*/61 * * * *", "'minute'"),
+        ("0 */25 * * *", "'hour'"),
+        ("0 0 * * */9", "'day of week'"),
+        ("0 0 " + ",".join(["1"] * 300) + " * *", "'day of month'"),
+        ("@hourl\u212a", "nickname"),  # KELVIN SIGN lower-cases to k
+    ],
+)
+def test_strict_parsing_names_the_field(expr: str, needle: str) -> None:
+    with pytest.raises(CronError) as info:
+        parse(expr)
+    assert needle in str(info.value)
+    assert len(str(info.value)) < 400  # the 4,400-digit number is not echoed back
+
+
+def test_spaces_and_tabs_separate_fields_and_ascii_names_any_case() -> None:
+    assert parse("\t0\t \t9  * *\tmOn ") == parse("0 9 * * MON")
+    assert parse("0 0 1 sep *").months == {9}
+    assert parse("@Daily") == parse("0 0 * * *")
+    assert parse("*/60 * * * *").minutes == {0}  # the span itself is still allowed
+    assert parse("0 0 * * 1/2").weekdays == {1, 3, 5, 0}  # `1/2` reads as `1-7/2`
+    assert parse("0 0 007 * *").days == {7}
+
+
 def test_error_message_shape() -> None:
     with pytest.raises(CronError) as info:
         parse("0 25 * * *")
@@ -213,16 +254,20 @@ def test_naive_after_and_bad_zone() -> None:
         parse(5)  # type: ignore[arg-type]
 
 
-# -- DST --
+# -- DST: Debian cron(8) --
+# Fixed-time jobs (minute and hour both not beginning with `*`) get the gap/repeat policy;
+# wildcard jobs (minute or hour beginning with `*`) run in real time.
 
-DST_CASES = [
+DST_FIXED_CASES = [
     # Berlin 2024-03-31: 02:00 CET jumps to 03:00 CEST. The skipped 02:30 fires at 03:00 CEST.
     ("30 2 * * *", datetime(2024, 3, 30, 3, 0, tzinfo=BERLIN), BERLIN, utc(2024, 3, 31, 1, 0)),
     ("30 2 * * *", utc(2024, 3, 31, 1, 0), BERLIN, utc(2024, 4, 1, 0, 30)),  # strictly after
     # Four skipped times coalesce into one fire at the end of the gap.
-    ("*/15 2 * * *", utc(2024, 3, 30, 12, 0), BERLIN, utc(2024, 3, 31, 1, 0)),
-    ("*/15 2 * * *", utc(2024, 3, 31, 1, 0), BERLIN, utc(2024, 4, 1, 0, 0)),
+    ("0,15,30,45 2 * * *", utc(2024, 3, 30, 12, 0), BERLIN, utc(2024, 3, 31, 1, 0)),
+    ("0-59/15 2 * * *", utc(2024, 3, 31, 1, 0), BERLIN, utc(2024, 4, 1, 0, 0)),
     ("0 3 * * *", utc(2024, 3, 30, 12, 0), BERLIN, utc(2024, 3, 31, 1, 0)),
+    ("0 1-3 * * *", utc(2024, 3, 31, 0, 0), BERLIN, utc(2024, 3, 31, 1, 0)),  # 02:00 -> 03:00
+    ("0 1-3 * * *", utc(2024, 3, 31, 1, 0), BERLIN, utc(2024, 3, 31, 23, 0)),  # 03:00 coalesced
     # New York 2024-03-10: 02:00 EST jumps to 03:00 EDT.
     ("30 2 * * *", datetime(2024, 3, 9, 12, 0, tzinfo=NEW_YORK), NEW_YORK, utc(2024, 3, 10, 7, 0)),
     # New York 2024-11-03: 01:00-02:00 happens twice; 01:30 fires once, in EDT (fold=0).
@@ -234,21 +279,18 @@ DST_CASES = [
     ),
     ("30 1 * * *", utc(2024, 11, 3, 5, 30), NEW_YORK, utc(2024, 11, 4, 6, 30)),
     ("30 1 * * *", utc(2024, 11, 3, 6, 0), NEW_YORK, utc(2024, 11, 4, 6, 30)),  # after is in fold=1
-    # A local `after` in the second 01:00-02:00: the repeated 01:30 already fired at fold=0.
-    (
-        "*/30 * * * *",
-        datetime(2024, 11, 3, 1, 15, fold=1, tzinfo=NEW_YORK),
-        NEW_YORK,
-        utc(2024, 11, 3, 7, 0),
-    ),
+    ("0,30 1 * * *", datetime(2024, 11, 3, 1, 15, fold=1, tzinfo=NEW_YORK), NEW_YORK,
+     utc(2024, 11, 4, 6, 0)),  # both repeated times already fired at fold=0
     # Berlin 2024-10-27: 03:00 CEST falls back to 02:00 CET.
     ("30 2 * * *", utc(2024, 10, 26, 12, 0), BERLIN, utc(2024, 10, 27, 0, 30)),
     ("30 2 * * *", utc(2024, 10, 27, 0, 30), BERLIN, utc(2024, 10, 28, 1, 30)),
 ]
 
 
-@pytest.mark.parametrize(("expr", "after", "tz", "expected"), DST_CASES)
-def test_dst_policy(expr: str, after: datetime, tz: ZoneInfo, expected: datetime) -> None:
+@pytest.mark.parametrize(("expr", "after", "tz", "expected"), DST_FIXED_CASES)
+def test_dst_fixed_time_policy(expr: str, after: datetime, tz: ZoneInfo,
+                               expected: datetime) -> None:
+    assert not parse(expr).wildcard_time
     got = next_fire(expr, after, tz=tz)
     # Compare in UTC: PEP 495 makes a repeated local time unequal to every other zone's datetime.
     assert got.astimezone(UTC) == expected
@@ -260,33 +302,71 @@ def _fires(expr: str, start: datetime, count: int, tz: ZoneInfo) -> list[datetim
     out, at = [], start
     for _ in range(count):
         at = next_fire(expr, at, tz=tz)
-        out.append(at.astimezone(UTC))
+        out.append(at)
     return out
 
 
+def _local(fires: list[datetime]) -> list[str]:
+    return [f"{t:%H:%M %Z}" for t in fires]
+
+
+def test_issue_example_hourly_at_berlin_fall_back_runs_every_real_hour() -> None:
+    got = _fires("0 * * * *", datetime(2024, 10, 27, 1, 30, tzinfo=BERLIN), 3, BERLIN)
+    assert _local(got) == ["02:00 CEST", "02:00 CET", "03:00 CET"]
+    assert [t.fold for t in got] == [0, 1, 0]
+    assert [t.astimezone(UTC) for t in got] == [utc(2024, 10, 27, h) for h in (0, 1, 2)]
+
+
+def test_issue_example_every_30_minutes_at_new_york_fall_back_has_no_hole() -> None:
+    got = _fires("*/30 * * * *", datetime(2024, 11, 3, 0, 45, tzinfo=NEW_YORK), 5, NEW_YORK)
+    assert _local(got) == ["01:00 EDT", "01:30 EDT", "01:00 EST", "01:30 EST", "02:00 EST"]
+    utcs = [t.astimezone(UTC) for t in got]
+    assert {b - a for a, b in zip(utcs, utcs[1:], strict=False)} == {timedelta(minutes=30)}
+
+
+def test_issue_example_half_past_at_berlin_spring_forward_has_no_extra_fire() -> None:
+    got = _fires("30 * * * *", datetime(2024, 3, 31, 1, 0, tzinfo=BERLIN), 2, BERLIN)
+    assert _local(got) == ["01:30 CET", "03:30 CEST"]
+
+
+@pytest.mark.parametrize(("expr", "wild"), [
+    ("0 * * * *", True), ("*/15 2 * * *", True), ("30 */2 * * *", True), ("@hourly", True),
+    ("* 3 * * *", True), ("30 2 * * *", False), ("0-59/15 2 * * *", False),
+    ("0 9-17 * * *", False), ("@daily", False), ("5/15 1 * * *", False),
+])
+def test_wildcard_means_minute_or_hour_text_begins_with_star(expr: str, wild: bool) -> None:
+    assert parse(expr).wildcard_time is wild
+
+
+def test_wildcard_jobs_skip_times_a_gap_removed() -> None:
+    # `*/15 2 * * *` is a wildcard job: no 02:xx exists in Berlin on 2024-03-31, so no fire.
+    got = next_fire("*/15 2 * * *", utc(2024, 3, 30, 12, 0), tz=BERLIN)
+    assert got.astimezone(UTC) == utc(2024, 4, 1, 0, 0)
+
+
+def test_wildcard_jobs_fire_in_both_occurrences_of_a_repeated_hour() -> None:
+    got = _fires("*/20 1 * * *", datetime(2024, 11, 3, 0, 0, tzinfo=NEW_YORK), 7, NEW_YORK)
+    assert _local(got) == ["01:00 EDT", "01:20 EDT", "01:40 EDT",
+                           "01:00 EST", "01:20 EST", "01:40 EST", "01:00 EST"]
+    assert got[-1].day == 4
+    # Starting inside the second occurrence continues there.
+    got = next_fire("*/20 1 * * *", datetime(2024, 11, 3, 1, 5, fold=1, tzinfo=NEW_YORK))
+    assert got.astimezone(UTC) == utc(2024, 11, 3, 6, 20)
+    # Starting late in the first occurrence goes back to the start of the second one.
+    got = next_fire("*/20 1 * * *", datetime(2024, 11, 3, 1, 50, tzinfo=NEW_YORK))
+    assert got.astimezone(UTC) == utc(2024, 11, 3, 6, 0) and got.fold == 1
+
+
 def test_every_30_minutes_across_spring_forward() -> None:
-    got = _fires("*/30 * * * *", utc(2024, 3, 30, 23, 50), 5, BERLIN)
-    # 01:00 CET, 01:30 CET, [02:00-03:00 skipped, coalesced], 03:00 CEST, 03:30 CEST, 04:00 CEST
+    got = [t.astimezone(UTC) for t in
+           _fires("*/30 * * * *", utc(2024, 3, 30, 23, 50), 5, BERLIN)]
+    # 01:00 CET, 01:30 CET, [02:00-03:00 does not exist], 03:00 CEST, 03:30 CEST, 04:00 CEST
     assert got == [utc(2024, 3, 31, 0, m) for m in (0, 30)] + [
         utc(2024, 3, 31, 1, 0),
         utc(2024, 3, 31, 1, 30),
         utc(2024, 3, 31, 2, 0),
     ]
     assert {b - a for a, b in zip(got, got[1:], strict=False)} == {timedelta(minutes=30)}
-
-
-def test_every_30_minutes_across_fall_back() -> None:
-    got = _fires("*/30 * * * *", utc(2024, 10, 26, 23, 10), 5, BERLIN)
-    # 01:30, 02:00, 02:30 CEST; the repeated 02:00 and 02:30 CET do not fire again; 03:00 CET.
-    assert got == [
-        utc(2024, 10, 26, 23, 30),
-        utc(2024, 10, 27, 0, 0),
-        utc(2024, 10, 27, 0, 30),
-        utc(2024, 10, 27, 2, 0),
-        utc(2024, 10, 27, 2, 30),
-    ]
-    gaps = [b - a for a, b in zip(got, got[1:], strict=False)]
-    assert gaps == [timedelta(minutes=30)] * 2 + [timedelta(minutes=90), timedelta(minutes=30)]
 
 
 # -- describe --
@@ -335,8 +415,8 @@ def _gen_item(rng: random.Random, index: int) -> tuple[str, set[int]]:
         return f"{show(a)}-{show(b)}", set(range(a, b + 1))
     if kind == "range_step":
         return f"{a}-{b}/{n}", set(range(a, b + 1, n))
-    if kind == "open_step":
-        return f"{a}/{n}", set(range(a, hi + 1, n))
+    if kind == "open_step":  # open to the largest value as written: 7 in day of week
+        return f"{a}/{n}", {v % 7 if index == 4 else v for v in range(a, hi + 1 + (index == 4), n)}
     return f"*/{n}", set(range(lo, hi + 1, n))
 
 
@@ -412,15 +492,20 @@ def test_random_expressions_against_brute_force() -> None:
 
 
 def _ref_dst_fire(text: str, sets: list[set[int]], after: datetime, zone: ZoneInfo) -> datetime:
-    """The DST policy restated on real time: walk UTC minutes; fire on a first-occurrence match,
-    or at the end of a gap when any skipped wall minute matches."""
+    """Debian's DST rules restated on real time: walk UTC minutes. A wildcard job (minute or
+    hour text begins with `*`) fires on every matching local minute. A fixed-time job fires on
+    a first-occurrence match, or at the end of a gap when any skipped wall minute matches."""
+    wildcard = any(f.startswith("*") for f in text.split()[:2])
     t = after.replace(second=0, microsecond=0) + timedelta(minutes=1)
     prev_wall = (t - timedelta(minutes=1)).astimezone(zone).replace(tzinfo=None)
     for _ in range(5 * 1440):
         local = t.astimezone(zone)
         wall = local.replace(tzinfo=None)
-        if local.fold == 0 and _ref_match(text, sets, wall):
+        if (wildcard or local.fold == 0) and _ref_match(text, sets, wall):
             return t
+        if wildcard:
+            t += timedelta(minutes=1)
+            continue
         skipped = prev_wall + timedelta(minutes=1)
         while skipped < wall:
             if _ref_match(text, sets, skipped):
@@ -437,11 +522,13 @@ def _ref_dst_fire(text: str, sets: list[set[int]], after: datetime, zone: ZoneIn
         (BERLIN, utc(2024, 10, 27, 1, 0)),
         (NEW_YORK, utc(2024, 3, 10, 7, 0)),
         (NEW_YORK, utc(2024, 11, 3, 6, 0)),
+        (LORD_HOWE, utc(2024, 4, 6, 15, 0)),  # a 30-minute fall-back: 02:00 -> 01:30
+        (LORD_HOWE, utc(2024, 10, 5, 15, 30)),  # a 30-minute gap: 02:00 -> 02:30
     ],
 )
 def test_random_expressions_across_dst(zone: ZoneInfo, transition: datetime) -> None:
     rng = random.Random(transition.toordinal())
-    for _ in range(25):
+    for _ in range(60):
         text, sets = _gen_expr(rng)
         fields = text.split()
         text = " ".join(fields[:2] + ["*", "*", "*"])

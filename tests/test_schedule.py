@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
@@ -346,8 +347,11 @@ async def test_schedule_declared_while_serving_starts_at_once(mesh):
     app.queue("beat")
     async with app.serving():
         start = time.time()
-        app.schedule("beat", {}, every_s=30, name="late")
+        app.schedule("beat", {}, every_s=0.5, name="late")
         events = await wait_events(app, lambda ev: count(ev, "enqueued") == 1)
     (tick,) = [e for e in events if e.kind == "enqueued"]
-    slot = int(tick.job_id.rsplit(":", 1)[1])
-    assert int(start) <= slot <= tick.t < start + 1.0  # the first slot is "now", not +30 s
+    slot = float(tick.job_id.rsplit(":", 1)[1])
+    # The first slot is the first grid point (a multiple of every_s) at or after the beat's
+    # "now", read just after `start`: not +every_s later, and on the epoch-anchored grid.
+    assert slot * 2 == pytest.approx(round(slot * 2), abs=1e-5)
+    assert math.ceil(start * 2) / 2 - 1e-5 <= slot <= tick.t < start + 1.0

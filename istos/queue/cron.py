@@ -2,15 +2,21 @@
 
 Standard library only; no clock is read here: the caller passes ``after``.
 
-Grammar (``minute hour day-of-month month day-of-week``, separated by whitespace):
+Grammar (``minute hour day-of-month month day-of-week``, separated by spaces and tabs):
 
 * ``*`` every value; ``7`` a single value; ``1-5`` an inclusive range;
-* ``*/15``, ``10-50/5`` every n-th value of the range; ``5/15`` means ``5-<max>/15``;
+* ``*/15``, ``10-50/5`` every n-th value of the range; ``5/15`` means ``5-<max>/15`` (in day of
+  week ``<max>`` is 7, as in ``1-7/2``: ``1/2`` is MON, WED, FRI, SUN);
 * ``1,15,30`` a list of any of the above;
-* month names ``JAN``-``DEC`` and weekday names ``SUN``-``SAT``, any case, also in ranges
+* month names ``JAN``-``DEC`` and weekday names ``SUN``-``SAT``, any ASCII case, also in ranges
   (``MON-FRI``); day of week counts Sunday as 0 and also accepts 7 for Sunday, so ``FRI-SUN``
   and ``5-7`` both mean Friday, Saturday, Sunday;
 * nicknames ``@hourly @daily @midnight @weekly @monthly @yearly @annually``.
+
+Strict, like crontab: only ASCII digits, ASCII names and ``* , - /`` inside a field, only spaces
+and tabs between fields (no Unicode case folding: ``ſun`` is not ``SUN``; no NBSP, no other
+Unicode space, no vertical tab). A number has at most 9 digits and a step at most the field's
+span (``*/60`` in minutes, never ``*/90``); anything else is a :class:`CronError` naming the field.
 
 Day matching follows Vixie cron: a day-field is *restricted* unless its text begins with ``*``.
 When both day of month and day of week are restricted, a day matches if EITHER matches
@@ -18,15 +24,21 @@ When both day of month and day of week are restricted, a day matches if EITHER m
 which means only the restricted one constrains. Like Vixie cron, ``*/2`` counts as unrestricted,
 so ``0 0 */10 * MON`` fires on the 1st, 11th, 21st and 31st only when they fall on a Monday.
 
-Time zones and DST (:func:`next_fire`): matching is done on the local wall clock of the zone.
+Time zones and DST (:func:`next_fire`) follow Debian's cron(8). Fields are matched on the local
+wall clock of the zone, and the job's kind decides what a DST change does:
 
-* A local time skipped by a spring-forward gap fires at the first instant after the gap
-  (``30 2 * * *`` on a day when 02:00 jumps to 03:00 fires at 03:00), so the run is not lost.
-  Several skipped times coalesce into that single instant.
-* A local time that occurs twice in a fall-back overlap fires ONCE, at its first occurrence
-  (``fold=0``). This holds for frequent expressions too: ``*/30 * * * *`` fires at the first
-  02:00 and 02:30 of a repeated 02:00-03:00 hour, not again in the second one, so that night has
-  one 90-minute gap in real time.
+* **Fixed-time jobs**, whose minute AND hour fields both do not begin with ``*`` (``30 2 * * *``,
+  ``0 9-17 * * *``, ``0,30 1 * * *``): a local time skipped by a spring-forward gap fires once at
+  the first instant after the gap (``30 2 * * *`` on a day when 02:00 jumps to 03:00 fires at
+  03:00), several skipped times coalescing into that one fire; a local time repeated by a
+  fall-back overlap fires ONCE, at its first occurrence.
+* **Wildcard jobs**, whose minute or hour field begins with ``*`` (``*``, ``*/15``; also
+  ``@hourly``): scheduled in real time. A skipped local time does not exist, so it does not
+  fire; a repeated one fires at both occurrences. So ``0 * * * *`` in Europe/Berlin on
+  2024-10-27 fires at 02:00 CEST, 02:00 CET and 03:00 CET (every hour of real time);
+  ``*/30 * * * *`` in America/New_York on 2024-11-03 fires 01:00 EDT, 01:30 EDT, 01:00 EST,
+  01:30 EST, 02:00 EST (no hole); ``30 * * * *`` in Europe/Berlin on 2024-03-31 fires at 01:30
+  CET and then 03:30 CEST (02:30 never happened, and no extra 03:00 fire).
 
 Errors: every invalid expression raises :class:`~istos.errors.CronError` naming the bad field, e.g.
 ``cron field 'hour' in '0 25 * * *': 25 is out of range 0-23``. An expression whose day of month
@@ -37,24 +49,36 @@ shown to fire within one 400-year Gregorian cycle, which bounds the search in :f
 from __future__ import annotations
 
 import calendar
+import functools
+import re
+import string
 from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone, tzinfo
-from itertools import groupby
+from datetime import date, datetime, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from istos.errors import ConfigError, CronError
 
+from . import crondesc, crontz
+from .crondesc import DAY_NAMES, MONTH_NAMES, format_values
+
 __all__ = ["CronSpec", "describe", "next_fire", "parse"]
 
-_MONTH_NAMES = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
-_DAY_NAMES = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 # Longest each month can be (February in a leap year): the parse-time "can never fire" test.
 _MAX_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 # The Gregorian calendar repeats every 400 years (146097 days, a whole number of weeks), so any
 # expression that fires at all fires within that window after any start.
 _HORIZON_YEARS = 401
+# crontab(5): fields are separated by spaces and tabs; str.split() would also take NBSP, U+3000...
+_SEPARATORS = re.compile("[ \t]+")
+_FIELD_CHARS = frozenset(string.ascii_letters + string.digits + "*,-/")
+# Explicit ASCII case tables: str.upper() folds Unicode, turning 'ſun' (long s) into 'SUN'.
+_TO_UPPER = str.maketrans(string.ascii_lowercase, string.ascii_uppercase)
+_TO_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+_MAX_DIGITS = 9  # far above any field's values; keeps int() away from 4,000-digit numerals
+_LONG_NUMBER = re.compile(f"[0-9]{{{_MAX_DIGITS + 1},}}")
+_MAX_FIELD_LEN = 500  # 60 minutes written out one by one take under 200
 
 _NICKNAMES = {
     "@hourly": "0 * * * *",
@@ -80,8 +104,8 @@ _FIELDS = (
     _Field("minute", 0, 59, 59, {}),
     _Field("hour", 0, 23, 23, {}),
     _Field("day of month", 1, 31, 31, {}),
-    _Field("month", 1, 12, 12, {n: i + 1 for i, n in enumerate(_MONTH_NAMES)}),
-    _Field("day of week", 0, 6, 7, {n: i for i, n in enumerate(_DAY_NAMES)}),
+    _Field("month", 1, 12, 12, {n: i + 1 for i, n in enumerate(MONTH_NAMES)}),
+    _Field("day of week", 0, 6, 7, {n: i for i, n in enumerate(DAY_NAMES)}),
 )
 
 
@@ -91,8 +115,10 @@ class CronSpec:
 
     ``weekdays`` count Sunday as 0 (0-6). ``dom_restricted``/``dow_restricted`` record whether the
     day-of-month/day-of-week text did not begin with ``*``; when both are true a day matches if
-    either field matches (Vixie union), otherwise it must match both. ``expr`` is the source text,
-    used in messages only (two specs with the same values compare equal).
+    either field matches (Vixie union), otherwise it must match both. ``wildcard_time`` records
+    whether the minute or hour text began with ``*``: such a job runs in real time across DST
+    changes, a fixed-time one (False) by the gap/repeat policy (module docstring). ``expr`` is the
+    source text, used in messages only (two specs with the same values compare equal).
 
     Construction validates: every set non-empty and in range, and (unless the union rule applies)
     some chosen month long enough for some chosen day; otherwise :class:`CronError`.
@@ -105,6 +131,7 @@ class CronSpec:
     weekdays: frozenset[int]
     dom_restricted: bool = False
     dow_restricted: bool = False
+    wildcard_time: bool = False
     expr: str = field(default="", compare=False)
     # Sorted copies for bisect, computed once.
     _sorted: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
@@ -121,7 +148,7 @@ class CronSpec:
         if not self.union_days:
             longest = max(_MAX_DAYS[m] for m in self.months)
             if min(self.days) > longest:
-                months = _format_values(self.months, _MONTH_NAMES, first=1)
+                months = format_values(self.months, MONTH_NAMES, first=1)
                 msg = f"day {min(self.days)} never occurs in {months}, so it can never fire"
                 raise CronError(_field_message(_FIELDS[2], self.expr, msg))
         object.__setattr__(self, "_sorted", tuple(tuple(sorted(v)) for v in values))
@@ -165,30 +192,36 @@ class CronSpec:
 def parse(expr: str) -> CronSpec:
     """Parse a five-field cron expression (or a nickname such as ``@daily``).
 
-    Raises :class:`CronError`, naming the field, for a wrong field count, an unknown name or
-    garbage token, a value out of range, a range whose start exceeds its end, a step that is not a
-    positive integer, an empty list item, or a day of month that none of the chosen months has.
+    Raises :class:`CronError`, naming the field, for a wrong field count, a character other than
+    ASCII digits, letters and ``* , - /`` in a field (fields are separated by spaces and tabs
+    only), an unknown name or garbage token, a number of more than 9 digits, a value out of
+    range, a range whose start exceeds its end, a step that is not a positive integer up to the
+    field's span, an empty list item, or a day of month that none of the chosen months has.
     """
     if not isinstance(expr, str):
         raise TypeError(f"a cron expression must be a str, not {type(expr).__name__}")
-    text = expr.strip()
+    text = expr.strip(" \t")
     if text.startswith("@"):
-        if text.lower() not in _NICKNAMES:
+        key = text.translate(_TO_LOWER)
+        if key not in _NICKNAMES:
             known = " ".join(_NICKNAMES)
-            raise CronError(f"unknown cron nickname {text!r}; expected one of: {known}")
-        text = _NICKNAMES[text.lower()]
-    parts = text.split()
+            raise CronError(f"unknown cron nickname {text[:40]!r}; expected one of: {known}")
+        text = _NICKNAMES[key]
+    parts = _SEPARATORS.split(text) if text else []
+    for index, part in enumerate(parts):
+        _check_chars(part, index, expr)
     if len(parts) != 5:
         names = ", ".join(f.name for f in _FIELDS)
         raise CronError(
-            f"cron expression '{expr}' has {len(parts)} fields; expected 5 fields ({names})"
+            f"cron expression {expr!r} has {len(parts)} fields; expected 5 fields ({names}) "
+            "separated by spaces or tabs"
         )
     sets = [_parse_field(part, fld, expr) for part, fld in zip(parts, _FIELDS, strict=True)]
     weekdays = frozenset(v % 7 for v in sets[4])  # 7 is another spelling of Sunday
     restricted = [not part.startswith("*") for part in parts]
     minutes, hours, days, months = sets[:4]
     return CronSpec(minutes, hours, days, months, weekdays, restricted[2], restricted[4],
-                    expr=expr)
+                    wildcard_time=not (restricted[0] and restricted[1]), expr=expr)
 
 
 def next_fire(expr: str | CronSpec, after: datetime, tz: str | tzinfo | None = None) -> datetime:
@@ -196,11 +229,13 @@ def next_fire(expr: str | CronSpec, after: datetime, tz: str | tzinfo | None = N
 
     ``after`` must be timezone-aware (ValueError otherwise). Fields are matched on the local wall
     clock of ``tz`` (a zone name or a PEP 495 tzinfo such as ZoneInfo; default ``after.tzinfo``),
-    with the DST policy in this module's docstring. The result is aware, in that zone, on a whole
-    minute; a result in a repeated hour has ``fold=0``, and, per PEP 495, compares unequal (``==``)
-    to datetimes of other zones, so convert to UTC before comparing. Raises CronError for an
-    invalid expression, ConfigError for an unknown zone name.
-    Cost is a few steps per month, day and hour skipped, never a minute-by-minute scan.
+    with the DST rules in this module's docstring (fixed-time jobs: gap/repeat policy; wildcard
+    jobs: real time). The result is aware, in that zone, on a whole local minute; its ``fold``
+    tells the two occurrences of a repeated time apart (a fixed-time job always gets fold=0).
+    Per PEP 495 a repeated local time compares unequal (``==``) to datetimes of other zones, so
+    convert to UTC before comparing. Raises CronError for an invalid expression, ConfigError for
+    an unknown zone name. Cost is a few steps per month, day and hour skipped, never a
+    minute-by-minute scan.
     """
     spec = expr if isinstance(expr, CronSpec) else parse(expr)
     if after.tzinfo is None or after.utcoffset() is None:
@@ -208,35 +243,47 @@ def next_fire(expr: str | CronSpec, after: datetime, tz: str | tzinfo | None = N
     zone = _resolve_zone(tz, after)
     # Compare in UTC: aware datetimes sharing a tzinfo compare by wall time, ignoring fold.
     after_utc = after.astimezone(timezone.utc)
-    wall = after.astimezone(zone).replace(tzinfo=None, fold=0, second=0, microsecond=0)
+    wall = crontz.wall(after_utc, zone).replace(fold=0, second=0, microsecond=0)
     # One year short of datetime's limit, so converting a candidate to UTC cannot overflow.
     last_year = min(wall.year + _HORIZON_YEARS, datetime.max.year - 1)
-    while True:
-        candidate = _next_wall(spec, wall, last_year)
-        if candidate is None:
-            raise CronError(f"cron expression '{spec.expr}' never fires after {after.isoformat()}")
-        instant = _instant(candidate, zone)
-        # Only a wall time already passed (fold=1 `after` in an overlap) or one coalesced into a
-        # gap's end can fail this; the wall-to-instant map never decreases, so this is the first.
-        if instant > after_utc:
-            return instant.astimezone(zone)
-        wall = candidate + timedelta(minutes=1)
+    policy = crontz.next_real_time if spec.wildcard_time else crontz.next_fixed_time
+    found = policy(functools.partial(_next_wall, spec, last_year=last_year), after_utc, wall, zone)
+    if found is None:
+        raise CronError(f"cron expression '{spec.expr}' never fires after {after.isoformat()}")
+    return found.astimezone(zone)
 
 
 def describe(expr: str | CronSpec) -> str:
     """A short English rendering, e.g. ``at 09:00, on MON-FRI``. For people, not for parsing."""
-    spec = expr if isinstance(expr, CronSpec) else parse(expr)
-    parts = [_describe_time(spec), _describe_days(spec)]
-    if len(spec.months) < 12:
-        parts.append("in " + _format_values(spec.months, _MONTH_NAMES, first=1))
-    return ", ".join(parts)
+    return crondesc.describe(expr if isinstance(expr, CronSpec) else parse(expr))
 
 
 # -- parsing helpers --
 
 
 def _field_message(fld: _Field, expr: str, problem: str) -> str:
-    return f"cron field '{fld.name}' in '{expr}': {problem}"
+    return f"cron field '{fld.name}' in {expr!r}: {problem}"
+
+
+def _check_chars(part: str, index: int, expr: str) -> None:
+    """Refuse what no field may hold, before anything is converted (messages name the field)."""
+    what = None
+    bad = next((ch for ch in part if ch not in _FIELD_CHARS), None)
+    long_number = _LONG_NUMBER.search(part)
+    if bad is not None:
+        what = f"character {bad!r} (U+{ord(bad):04X}) is not allowed: a field holds ASCII " \
+               "digits, names and * , - / only, and fields are separated by spaces or tabs"
+    elif long_number is not None:
+        digits = long_number.group()
+        what = f"number {digits[:12]}... has {len(digits)} digits; the limit is {_MAX_DIGITS}"
+    elif len(part) > _MAX_FIELD_LEN:
+        what = f"{part[:20]!r}... is {len(part)} characters long; the limit is {_MAX_FIELD_LEN}"
+    if what is None:
+        return
+    expr_shown = expr if len(expr) <= 80 else expr[:60] + "..."
+    if index < len(_FIELDS):
+        raise CronError(_field_message(_FIELDS[index], expr_shown, what))
+    raise CronError(f"cron expression {expr_shown!r}: {what}")
 
 
 def _parse_field(text: str, fld: _Field, expr: str) -> frozenset[int]:
@@ -252,10 +299,7 @@ def _parse_item(item: str, fld: _Field, expr: str) -> range:
     base, slash, step_text = item.partition("/")
     step = 1
     if slash:
-        if not (step_text.isascii() and step_text.isdigit()) or int(step_text) == 0:
-            msg = f"step {step_text!r} in {item!r} must be a positive integer"
-            raise CronError(_field_message(fld, expr, msg))
-        step = int(step_text)
+        step = _parse_step(step_text, fld, expr, item)
     if base == "*":
         start, end = fld.lo, fld.hi
     elif "-" in base:
@@ -270,15 +314,26 @@ def _parse_item(item: str, fld: _Field, expr: str) -> range:
             raise CronError(_field_message(fld, expr, msg))
     else:
         start = _parse_value(base, fld, expr, item)
-        end = max(fld.hi, start) if slash else start  # `5/15` means `5-<max>/15`; `7/2` is 7
+        # `5/15` means `5-<max>/15` with the largest value as written (7 in day of week, so
+        # `1/2` agrees with `1-7/2`); a plain `5` is just 5.
+        end = fld.hi_written if slash else start
     return range(start, end + 1, step)
 
 
+def _parse_step(text: str, fld: _Field, expr: str, item: str) -> int:
+    span = fld.hi_written - fld.lo + 1
+    if not text.isdigit() or not 0 < int(text) <= span:
+        # A step beyond the span selects only the range's start: never what was meant.
+        msg = f"step {text[:20]!r} in {item[:40]!r} must be an integer from 1 to {span}"
+        raise CronError(_field_message(fld, expr, msg))
+    return int(text)
+
+
 def _parse_value(token: str, fld: _Field, expr: str, item: str) -> int:
-    if token.isascii() and token.isdigit():
+    if token.isdigit():  # ASCII digits of at most _MAX_DIGITS: _check_chars ran first
         value = int(token)
-    elif token.upper() in fld.names:
-        value = fld.names[token.upper()]
+    elif token.translate(_TO_UPPER) in fld.names:
+        value = fld.names[token.translate(_TO_UPPER)]
     else:
         what = "value" if token else "empty value"
         msg = f"{what} {token!r} in {item!r} is not a number" + (
@@ -346,77 +401,3 @@ def _next_wall(spec: CronSpec, start: datetime, last_year: int) -> datetime | No
             continue
         return datetime(year, month, day, hour, mi)
     return None
-
-
-def _wall(instant: datetime, zone: tzinfo) -> datetime:
-    return instant.astimezone(zone).replace(tzinfo=None)
-
-
-def _instant(wall: datetime, zone: tzinfo) -> datetime:
-    """The UTC instant a matching local ``wall`` time fires at, per the module's DST policy.
-
-    fold=0 picks the first occurrence of a repeated time. A time that does not round-trip lies in
-    a gap and fires when the gap ends. The map never decreases as ``wall`` increases.
-    """
-    first = wall.replace(tzinfo=zone, fold=0).astimezone(timezone.utc)
-    if _wall(first, zone) == wall:
-        return first
-    return _end_of_gap(wall, zone)
-
-
-def _end_of_gap(wall: datetime, zone: tzinfo) -> datetime:
-    """The first instant whose local time is at or after ``wall``, a time inside a gap."""
-    # PEP 495: the two folds of a gap time convert with the offsets before and after the
-    # transition, so they bracket it: the earlier reads before the gap, the later after it.
-    a = wall.replace(tzinfo=zone, fold=0).astimezone(timezone.utc)
-    b = wall.replace(tzinfo=zone, fold=1).astimezone(timezone.utc)
-    lo, hi = min(a, b), max(a, b)
-    lo_s, hi_s = 0, int((hi - lo).total_seconds())
-    while hi_s - lo_s > 1:  # transitions fall on whole seconds; ~12 steps for a one-hour gap
-        mid = (lo_s + hi_s) // 2
-        if _wall(lo + timedelta(seconds=mid), zone) >= wall:
-            hi_s = mid
-        else:
-            lo_s = mid
-    return lo + timedelta(seconds=hi_s)
-
-
-# -- describe helpers --
-
-
-def _format_values(
-    values: frozenset[int], names: tuple[str, ...] | None = None, first: int = 0
-) -> str:
-    """``0,1,2,3,10`` -> ``0-3,10``; with ``names`` each value is shown by name."""
-
-    def show(v: int) -> str:
-        return names[v - first] if names else str(v)
-
-    runs: list[str] = []
-    # Consecutive values share (value - position), so each group is one run.
-    for _, group in groupby(enumerate(sorted(values)), key=lambda pair: pair[1] - pair[0]):
-        run = [show(v) for _, v in group]
-        runs.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(run))
-    return ",".join(runs)
-
-
-def _describe_time(spec: CronSpec) -> str:
-    every_minute, every_hour = len(spec.minutes) == 60, len(spec.hours) == 24
-    if len(spec.minutes) == 1 and len(spec.hours) == 1:
-        return f"at {min(spec.hours):02d}:{min(spec.minutes):02d}"
-    minutes = "every minute" if every_minute else f"at minute {_format_values(spec.minutes)}"
-    hours = "" if every_hour else f" of hour {_format_values(spec.hours)}"
-    return minutes + hours
-
-
-def _describe_days(spec: CronSpec) -> str:
-    dom = f"on day {_format_values(spec.days)} of the month"
-    dow = f"on {_format_values(spec.weekdays, _DAY_NAMES)}"
-    if spec.union_days:
-        return f"{dom} or {dow}"
-    all_days, all_weekdays = len(spec.days) == 31, len(spec.weekdays) == 7
-    if all_weekdays:
-        return "every day" if all_days else dom
-    if all_days:
-        return dow
-    return f"{dom} if it is {_format_values(spec.weekdays, _DAY_NAMES)}"

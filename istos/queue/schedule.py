@@ -1,19 +1,21 @@
-"""Interval and cron schedules: the "beat" that enqueues a job on a timetable.
+"""Interval and cron schedules: the "beat" that enqueues a job on a timetable, once per slot.
 
 ``app.schedule(queue, data, every_s=...)`` or ``app.schedule(queue, data, cron=...)`` declares a
 schedule; it ticks on the node that declares it, while that app serves (one task per schedule,
 started after the queues and workers, cancelled before them). Everything is timed on the
 declaring node's Clock, never the system's, so the simulator's skewed and drifting clocks apply.
 
-Slots:
+Slots are the same on every node that declares the same schedule:
 
-* **Interval**: the first slot is the clock's ``now()`` when the app starts serving plus
-  ``initial_delay_s``; then one slot every ``every_s`` seconds on that grid.
+* **Interval**: the grid ``offset_s + k * every_s`` seconds after the Unix epoch (``offset_s``
+  defaults to 0, so ``every_s=3600`` ticks on the hour). The first slot is the first grid point
+  at or after the clock's ``now()`` plus ``initial_delay_s`` when the app starts serving.
 * **Cron**: ``initial_delay_s`` is waited first; then each slot is
   :func:`istos.queue.cron.next_fire` of the expression after the clock's current time, matched on
-  the wall clock of ``tz``. ``tz`` defaults to the node's local IANA zone (from ``$TZ`` or
-  ``/etc/localtime``); when that cannot be named, UTC. Pass ``tz`` to be explicit, and a real
-  zone name rather than a fixed offset, so that DST follows the zone's rules.
+  the wall clock of ``tz`` (Debian cron's DST rules, see :mod:`istos.queue.cron`). ``tz``
+  defaults to the node's local IANA zone (from ``$TZ`` or ``/etc/localtime``); when that cannot
+  be named, UTC. Pass ``tz`` to be explicit (nodes in different zones would otherwise compute
+  different slots), and a real zone name rather than a fixed offset, so DST follows the rules.
 
 Waiting: the beat sleeps towards the slot in naps of at most ``MAX_NAP_S`` and re-reads the clock
 after each, so a clock stepped forward is noticed within a nap and a clock stepped back (or one
@@ -23,12 +25,16 @@ Missed ticks are not replayed. A node that was paused, down or simply woke late 
 the overdue slot it was waiting for, then moves to the first slot strictly after ``now()``;
 a clock jumping ahead by ten periods yields one tick, not a burst of ten.
 
-Each tick enqueues ``data`` with the deterministic job id ``f"sched:{name}:{slot}"`` where
-``slot`` is the slot's timestamp in whole seconds (with six decimals for intervals shorter than a
-second, whose slots would otherwise share a second). A repeated tick of one slot (a clock stepped
-back, a second replica) is therefore dropped by idempotent enqueue while the first is held.
+One tick per slot, however many nodes declare the schedule: each tick sends the slot's job id
+``f"sched:{name}:{slot}"`` (``slot``: the slot's timestamp in whole seconds, with six decimals
+for intervals shorter than a second) to the queue's owner with the ``enqueue_slot`` op. The
+owner enqueues it like any job (a job it still holds is not added twice) and remembers the id in
+a bounded :class:`~istos.queue.slots.RecentSlots` for ``max(2 periods, 60 s)``, refusing the
+same slot again in that time even after its job finished. So declare a schedule on every
+replica, under the same name, and it runs once per slot (nodes whose clocks differ by more than
+that hold could still tick a slot twice; an owner restart forgets the finished slots).
 A failed enqueue (for example :class:`OwnerUnavailable`) is logged and the schedule carries on
-with its next slot; that slot's job is lost, not retried.
+with its next slot; another node declaring the schedule may still enqueue that slot.
 
 High availability: when the schedule's queue is declared on this app with ``ha=True``, a slot is
 enqueued only while ``app.is_active_owner(queue)`` holds, so only the elected leader ticks and
@@ -50,14 +56,17 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .. import codec
 from ..clock import Clock
-from ..errors import ConfigError
+from ..errors import ConfigError, ProtocolError
 from ..hooks import AppHooks
 from . import cron as cronlib
 from .config import check_queue_name
+from .slots import RecentSlots
 
 if TYPE_CHECKING:
     from ..node import Node
+    from .client import OwnerClient
     from .config import QueueConfig
+    from .owner import QueueOwner
 
 log = logging.getLogger("istos.schedule")
 
@@ -76,6 +85,7 @@ class Schedule:
     cron: cronlib.CronSpec | None
     tz: tzinfo
     initial_delay_s: float
+    offset_s: float = 0.0  # interval grids: offset_s + k * every_s after the epoch
 
     def job_id(self, slot: float) -> str:
         """The deterministic id of this schedule's job for ``slot`` (a timestamp)."""
@@ -84,21 +94,33 @@ class Schedule:
         return f"sched:{self.name}:{int(slot)}"
 
     def first_slot(self, now: float) -> float:
-        """The first slot of an interval schedule that starts at ``now``."""
-        return now + self.initial_delay_s
+        """The first grid slot at or after ``now + initial_delay_s`` (interval schedules)."""
+        start = now + self.initial_delay_s
+        slot = self.next_slot(start)
+        previous = self._grid(self._index(start))
+        return previous if previous == start else slot
 
-    def next_slot(self, after: float, origin: float) -> float:
-        """The first slot strictly after ``after`` (``origin``: the interval grid's first slot)."""
+    def next_slot(self, after: float) -> float:
+        """The first slot strictly after ``after``."""
         if self.cron is not None:
             instant = datetime.fromtimestamp(after, self.tz)
             return cronlib.next_fire(self.cron, instant, self.tz).timestamp()
-        every = self.every_s or 0.0
-        k = max(0, math.floor((after - origin) / every) + 1)
-        slot = origin + k * every
-        while slot <= after:  # float rounding can land on `after` itself
+        k = self._index(after) + 1
+        while self._grid(k) <= after:  # float rounding can land on `after` itself
             k += 1
-            slot = origin + k * every
-        return slot
+        return self._grid(k)
+
+    def period_after(self, slot: float) -> float:
+        """The time from ``slot`` to the next slot: how long the owner must remember it."""
+        return self.every_s if self.every_s is not None else self.next_slot(slot) - slot
+
+    # Every node computes a slot as offset + k * every from the same integer k, so the float,
+    # and therefore the job id, is bit-identical across nodes.
+    def _index(self, t: float) -> int:
+        return math.floor((t - self.offset_s) / (self.every_s or 1.0))
+
+    def _grid(self, k: int) -> float:
+        return self.offset_s + k * (self.every_s or 1.0)
 
 
 class ScheduleMixin(AppHooks):
@@ -112,47 +134,60 @@ class ScheduleMixin(AppHooks):
 
         def is_active_owner(self, queue: str) -> bool: ...
 
-        async def enqueue(self, name: str, data: Any, *, delay_s: float = 0,
-                          priority: int = 0, job_id: str | None = None,
-                          timeout_s: float | None = None,
-                          _meta: dict[str, Any] | None = None) -> str: ...
+        def client(self, queue: str) -> OwnerClient: ...
 
     def schedule(self, queue: str, data: Any, *, every_s: float | None = None,
                  cron: str | None = None, tz: str | None = None,
-                 initial_delay_s: float = 0.0, name: str | None = None) -> str:
+                 initial_delay_s: float = 0.0, name: str | None = None,
+                 offset_s: float | None = None) -> str:
         """Enqueue ``data`` on ``queue`` every ``every_s`` seconds or on a ``cron`` expression.
 
-        Returns the schedule's name (default: ``f"{queue}@{every_s}s"`` or
-        ``f"{queue}@{cron}"``); names are unique per app and stable, since job ids derive from
-        them. Raises :class:`ConfigError` (naming the option) unless exactly one of ``every_s``
-        and ``cron`` is given, for ``every_s <= 0``, a negative ``initial_delay_s``, an unknown
-        ``tz`` or a duplicate name; :class:`CronError` naming the field for an invalid cron
-        expression; :class:`InvalidJob` for data msgpack cannot encode. All at declaration.
+        Interval slots lie on the grid ``offset_s + k * every_s`` after the Unix epoch, so every
+        node declaring the same schedule computes the same slots. Returns the schedule's name
+        (default: ``f"{queue}@{every_s}s"``, plus ``f"+{offset_s}"`` for a nonzero offset, or
+        ``f"{queue}@{cron}"``); names are unique per app and stable, since job ids derive
+        from them: give a schedule the same name on every node that declares it. Raises
+        :class:`ConfigError` (naming the option) unless exactly one of ``every_s`` and ``cron``
+        is given, for ``every_s <= 0``, ``offset_s`` with ``cron`` or outside
+        ``[0, every_s)``, a negative ``initial_delay_s``, an unknown ``tz`` or a duplicate
+        name; :class:`CronError` naming the field for an invalid cron expression;
+        :class:`InvalidJob` for data msgpack cannot encode. All at declaration.
         """
         check_queue_name(queue)
         if (every_s is None) == (cron is None):
             got = "both" if every_s is not None else "neither"
             raise ConfigError(f"schedule({queue!r}) needs exactly one of every_s= or cron=, "
                               f"got {got}")
-        spec = None
+        spec, offset = None, 0.0
         if cron is not None:
+            if offset_s is not None:
+                raise ConfigError("offset_s applies to every_s= schedules; a cron expression "
+                                  "already fixes its slots")
             spec = cronlib.parse(cron)  # CronError names the field
         else:
             every_s = _finite("every_s", every_s, allow_zero=False)
+            offset = _finite("offset_s", 0.0 if offset_s is None else offset_s, allow_zero=True)
+            if offset >= every_s:
+                raise ConfigError(f"offset_s must be below every_s ({every_s:g}), got {offset:g}")
         delay = _finite("initial_delay_s", initial_delay_s, allow_zero=True)
         zone = _zone(tz)
         codec.encode_body(data, queue=queue)
         if name is None:
-            name = f"{queue}@{every_s:g}s" if spec is None or cron is None \
-                else f"{queue}@{' '.join(cron.split())}"
+            name = f"{queue}@{' '.join(cron.split())}" if cron is not None \
+                else f"{queue}@{every_s:g}s" + (f"+{offset:g}" if offset else "")
         elif not isinstance(name, str) or not name:
             raise ConfigError(f"schedule name must be a non-empty string, got {name!r}")
         beat = self._beat()
         if name in beat.schedules:
             raise ConfigError(f"a schedule named {name!r} is already declared on this app; "
                               "pass a distinct name=")
-        beat.add(Schedule(name, queue, data, every_s, spec, zone, delay))
+        beat.add(Schedule(name, queue, data, every_s, spec, zone, delay, offset))
         return name
+
+    def _setup_owner(self, owner: QueueOwner) -> None:
+        """Every owner answers ``enqueue_slot``, so a schedule declared on any node reaches it."""
+        super()._setup_owner(owner)
+        owner.extra_ops["enqueue_slot"] = SlotEnqueuer(owner).op
 
     def _beat(self) -> Beat:
         beat: Beat | None = self.__dict__.get("_schedule_beat")
@@ -209,7 +244,12 @@ class Beat:
                       sched.name, slot, sched.queue)
             return
         try:
-            await app.enqueue(sched.queue, sched.data, job_id=sched.job_id(slot))
+            body = codec.encode_body(sched.data, queue=sched.queue)
+            reply = await app.client(sched.queue).call(
+                "enqueue_slot", None, body=body, job_id=sched.job_id(slot),
+                period_s=sched.period_after(slot))
+            if not reply.get("created"):
+                log.debug("schedule %s: slot %s was already enqueued", sched.name, slot)
         except Exception as exc:  # a beat outlives any one failed tick
             log.warning("schedule %s: enqueue on %s for slot %s failed: %s",
                         sched.name, sched.queue, slot, exc)
@@ -225,12 +265,11 @@ async def run_schedule(sched: Schedule, clock: Clock, tick: Callable[[Schedule, 
     ``asyncio.wait_for`` returns the inner result when it completes in the same loop turn as
     the cancel, so a stopped beat would otherwise sleep on towards its next slot.
     """
-    origin = 0.0
     if sched.cron is None:
-        origin = target = sched.first_slot(clock.now())
+        target = sched.first_slot(clock.now())
     else:
         await sleep_until(clock, clock.now() + sched.initial_delay_s)
-        target = sched.next_slot(clock.now(), origin)
+        target = sched.next_slot(clock.now())
     while alive():
         await sleep_until(clock, target)
         if not alive():
@@ -238,7 +277,38 @@ async def run_schedule(sched: Schedule, clock: Clock, tick: Callable[[Schedule, 
         await tick(sched, target)
         # Strictly after both: never the slot just fired again (a clock stepped back), and
         # none of the slots a late wake-up overslept (no burst of catch-up ticks).
-        target = sched.next_slot(max(clock.now(), target), origin)
+        target = sched.next_slot(max(clock.now(), target))
+
+
+class SlotEnqueuer:
+    """The owner side of ``enqueue_slot``: enqueue a schedule's slot at most once.
+
+    Request: ``body`` (bytes), ``job_id`` (the slot's id), ``period_s`` (time to the schedule's
+    next slot). Reply: ``job_id``, ``created`` (False when the queue holds the id or the slot
+    is remembered). The id is remembered only after the enqueue succeeded (write, then apply),
+    so a storage outage leaves the slot free for a retry from another node.
+    """
+
+    def __init__(self, owner: QueueOwner) -> None:
+        self.owner = owner
+        self.recent = RecentSlots()
+
+    async def op(self, msg: dict[str, Any]) -> dict[str, Any]:
+        body, job_id, period = msg.get("body"), msg.get("job_id"), msg.get("period_s")
+        if not isinstance(body, bytes):
+            raise ProtocolError("enqueue_slot body must be bytes")
+        if not isinstance(job_id, str) or not job_id:
+            raise ProtocolError(f"enqueue_slot job_id must be a non-empty string, got {job_id!r}")
+        if isinstance(period, bool) or not isinstance(period, (int, float)) \
+                or not math.isfinite(period) or period <= 0:
+            raise ProtocolError(f"enqueue_slot period_s must be a finite number > 0, "
+                                f"got {period!r}")
+        clock = self.owner.node.clock
+        if self.recent.seen(job_id, clock.now()):
+            return {"job_id": job_id, "created": False}
+        created = await self.owner.enqueue(body, job_id=job_id)
+        self.recent.remember(job_id, clock.now(), float(period))
+        return {"job_id": job_id, "created": created}
 
 
 def _report_death(name: str, task: asyncio.Task[None]) -> None:

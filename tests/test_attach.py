@@ -101,7 +101,8 @@ async def test_stats_jobs_why_leases_and_follow_in_process():
                 assert leases.job_id.tolist() == [hold_id] and leases.worker[0] == why["worker"]
                 assert leases.attempt[0] == 1 and leases.deadline[0] == why["until"]
                 counts = (await call(lq.stats))["counts"]
-                assert counts == {"ready": 2, "delayed": 1, "leased": 1, "done": 0, "dead": 0}
+                assert counts == {"ready": 2, "delayed": 1, "leased": 1, "done": 0, "dead": 0,
+                                  "cancelled": 0}
                 release.set()
                 await wait_events(owner, lambda ev: count(ev, "acked") == 3)
                 # The follower sees the same flow, live (bounded: the stream is asynchronous).

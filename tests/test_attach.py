@@ -26,7 +26,7 @@ from istos_nb import LiveQueue, attach
 
 PROCS = Path(__file__).parent / "procs"
 JOB_COLUMNS = ["job_id", "state", "priority", "attempts", "enqueued_at", "ready_at", "worker",
-               "deadline", "last_error", "data"]
+               "deadline", "last_error", "data", "progress", "progress_note"]
 
 
 async def call(fn: Any, *args: Any, **kwargs: Any) -> Any:

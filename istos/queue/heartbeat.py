@@ -95,6 +95,13 @@ class HeldLeases:
     def release(self, job_id: str) -> None:
         self.held.pop(job_id, None)
 
+    def annotate(self, job_id: str, outcome: dict[str, Any]) -> None:
+        """Add progress reported since the last heartbeat to an ack or nack."""
+        held = self.held.get(job_id)
+        if held is not None and held.signals.dirty:
+            held.signals.dirty = False
+            outcome["progress"], outcome["note"] = held.signals.fraction, held.signals.note
+
     def signals(self, job_id: str) -> RunSignals:
         held = self.held.get(job_id)
         return held.signals if held is not None else RunSignals()

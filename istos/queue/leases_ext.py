@@ -11,15 +11,18 @@ themselves are pure (``leasing.py``).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from .. import codec
 from ..context import check_progress
-from ..errors import ProtocolError
+from ..errors import InvalidProgress, ProtocolError
 from . import leasing
 from .owner import QueueOwner
 from .state import LEASED
+
+log = logging.getLogger("istos.owner")
 
 CancelListener = Callable[[str, list[str]], None]  # (worker node, job ids)
 
@@ -32,8 +35,9 @@ class LeaseOps:
         self.cancel_listeners: list[CancelListener] = []
         owner.extra_ops["extend"] = self.op_extend
         owner.extra_ops["cancel"] = self.op_cancel
-        self._claim = owner._ops["claim"]
+        self._claim, self._settle = owner._ops["claim"], owner._ops["settle"]
         owner._ops["claim"] = self._op_claim
+        owner._ops["settle"] = self._op_settle
 
     async def op_extend(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Renew a batch of leases; one status per item (``ok``, ``stale``, ``cancel``)."""
@@ -67,7 +71,31 @@ class LeaseOps:
             self._tell(node, [job_id])
         return {"status": status}
 
+    def _progress_of(self, items: object) -> None:
+        """Record the progress riding on acks and nacks before they settle. A bad field (only
+        a hand-made client sends one: ``ctx.progress`` checks) is dropped, never the ack."""
+        if not isinstance(items, list):
+            return
+        state, now = self.owner.state, self.owner.node.clock.now()
+        for item in items:
+            if not isinstance(item, dict) or ("progress" not in item and "note" not in item):
+                continue
+            rec = state.jobs.get(str(item.get("job_id")))
+            if rec is None or rec.state != LEASED or \
+                    not leasing.token_matches(rec, item.get("token")):
+                continue
+            try:
+                leasing.record_progress(state, rec, now, item.get("progress"), item.get("note"))
+            except InvalidProgress as exc:
+                log.warning("queue %s: progress of %s dropped: %s", self.owner.name, rec.job_id,
+                            exc)
+
+    async def _op_settle(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self._progress_of(msg.get("items"))
+        return await self._settle(msg)
+
     async def _op_claim(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self._progress_of(msg.get("settle"))
         reply = await self._claim(msg)
         if self.marked:
             node = str(msg.get("node") or "")

@@ -24,7 +24,7 @@ MAX_EXTEND_ITEMS = 1024  # per request: 1024 maximal items stay well inside one 
 OK, STALE, CANCEL = "ok", "stale", "cancel"
 
 
-def token_matches(rec: JobRecord, token: str) -> bool:
+def token_matches(rec: JobRecord, token: object) -> bool:
     """Whether ``token`` is the record's current lease token: the ONE place extend and cancel
     verify a holder, so the token scheme can change without touching the callers."""
     current = rec.lease_token

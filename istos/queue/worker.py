@@ -245,6 +245,8 @@ class WorkerRunner:
                         outcome = {"job_id": job.job_id, "token": job.token, "op": "nack",
                                    "error": "JobCancelled: cancelled before it started"}
         finally:
+            if outcome is not None:
+                self.leases.annotate(job.job_id, outcome)  # the latest progress rides along
             self.leases.release(job.job_id)
             self._free.append(job.worker)
             self._slot_freed.set()

@@ -182,13 +182,20 @@ class HeldLeases:
     # -- heartbeats --
     async def _beat_loop(self) -> None:
         clock = self.runner.node.clock
+        last: float | None = None  # when the previous beat was due
         while not self._closed:
             lease_s = self.runner._lease_s
             if not self.held or lease_s is None:
                 self._have_jobs.clear()
                 await self._have_jobs.wait(None)
+                last = None
                 continue
-            await clock.sleep(lease_s / 3)
+            # A fixed cadence (not "sleep, then beat"): the round trip of one beat does not
+            # delay the next, so a lease is renewed at most lease_s / 3 after the last renewal.
+            now = clock.monotonic()
+            due = now + lease_s / 3 if last is None else max(last + lease_s / 3, now - lease_s)
+            await clock.sleep(due - now)
+            last = due
             await self.beat(lease_s)
 
     async def beat(self, lease_s: float) -> None:

@@ -328,7 +328,7 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         return out
 
     async def result(self, name: str, job_id: str) -> dict[str, Any]:
-        """``{"state": ready|leased|done|dead|unknown, "result": ...}`` for a job."""
+        """``{"state": ready|leased|done|dead|cancelled|unknown, "result": ...}`` for a job."""
         self._require_serving()
         reply = await self.client(name).call("result", job_id=job_id)
         raw = reply.get("result")

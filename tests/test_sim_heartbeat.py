@@ -115,6 +115,10 @@ def test_run_timeout_on_virtual_time_dead_letters_after_max_attempts():
     assert list(ev[ev.job_id == "h"].kind)[-1] == "dead_lettered"
     claims = ev[(ev.job_id == "h") & (ev.kind == "claimed")].t.tolist()
     assert 10.0 <= claims[1] - claims[0] <= 10.0 + 1.0 + 0.1  # the timeout, then the backoff
+    renewals = ev[(ev.job_id == "h") & (ev.kind == "lease_extended")]
+    for attempt, claimed_at in enumerate(claims, start=1):  # never renewed past the timeout
+        times = renewals[renewals.attempt == attempt].t
+        assert len(times) >= 8 and times.max() <= claimed_at + 10.0 + 0.01
 
 
 def _row(t, kind, job="j", attempt=1, worker="w:f#0", node="owner", **detail):

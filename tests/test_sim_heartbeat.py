@@ -145,3 +145,31 @@ def test_the_checker_catches_an_unexplained_expiry_and_a_rerun_after_cancel():
     assert _record(rerun[:2], effects=[{"job_id": "j", "queue": "q", "attempt": 1,
                                         "t": 3.0}])[CANCEL] is False
     assert _record(rerun[:2])[CANCEL]
+
+
+def test_frames_show_renewals_cancelled_outcome_and_progress():
+    from istos_nb.frames import depth_frame, jobs_frame, leases_frame
+
+    sim = Simulation(seed=9)
+    owner = sim.node("owner")
+    owner.queue("q", lease_s=3.0, admin=True)
+    w = sim.node("w")
+
+    @w.worker("q", heartbeat=True)
+    async def work(job, ctx: JobContext):
+        ctx.progress(0.25, "started")
+        await asyncio.sleep(1.5)
+        ctx.progress(0.75)  # rides on the next heartbeat
+        await asyncio.sleep(60.0)
+
+    sim.at(0.0, owner.enqueue, "q", "x", job_id="c")
+    sim.at(10.0, owner.cancel, "q", "c")
+    events = sim.run(until=20.0).job_events()
+    leases = leases_frame(events)
+    assert len(leases) == 1 and leases.outcome[0] == "cancelled"
+    assert 8 <= leases.renewals[0] <= 10  # ten seconds at 1 s intervals
+    assert leases.deadline[0] > leases.start[0] + 3.0  # moved by the renewals
+    jobs = jobs_frame(events).set_index("job_id")
+    assert jobs.state["c"] == "cancelled" and jobs.progress["c"] == 0.75
+    assert jobs.progress_note["c"] is None and jobs.finished_at["c"] >= 10.0
+    assert depth_frame(events).iloc[-1][["ready", "leased"]].tolist() == [0, 0]

@@ -166,3 +166,26 @@ async def test_progress_rides_on_the_ack_without_heartbeats():
         why = (await owner.client("q").call("why", job_id=jid))["why"]
     assert why["state"] == "done" and (why["progress"], why["progress_note"]) == (1.0, "all rows")
     assert count(owner.events.recent(), "progress", jid) == 1  # only the latest value is sent
+
+
+def test_a_stale_prefetched_copy_never_runs_nor_touches_the_new_lease_of_the_same_job():
+    from istos.clock import ManualClock
+    from istos.queue.config import WorkerConfig
+    from istos.queue.worker import ClaimedJob, WorkerRunner
+
+    clock = ManualClock(100.0)
+    app = Istos(transport=LocalMesh().transport("w"), clock=clock)
+    runner = WorkerRunner(WorkerConfig.build("q"), lambda job: None, app.node, app.client("q"))
+
+    def claimed(token: str) -> ClaimedJob:
+        return ClaimedJob("j", b"", 1, token, "w:f#0", None, None, None, 3, False)
+
+    old, new = claimed("j.1"), claimed("j.2")
+    runner.leases.hold(old, 100.0, 1.0)
+    clock.advance(2.0)  # the first lease ended while it waited; the job is claimed again
+    runner.leases.hold(new, 102.0, 1.0)
+    assert runner.leases.verdict(old) == "expired"
+    runner.leases.release(old)
+    assert runner.leases.verdict(new) == "run" and list(runner.leases.held) == ["j.2"]
+    runner.leases.cancel(["j"])
+    assert runner.leases.verdict(new) == "cancelled"

@@ -41,8 +41,9 @@ log = logging.getLogger("istos.worker")
 
 @dataclass(slots=True)
 class Held:
-    """One job this worker holds, from its claim until its run ends."""
+    """One lease this worker holds, from its claim until its run ends."""
 
+    job_id: str
     token: str
     expires: float  # worker monotonic time by which the lease surely ended (unless renewed)
     signals: RunSignals = field(default_factory=RunSignals)
@@ -56,6 +57,8 @@ class Held:
 class HeldLeases:
     def __init__(self, runner: WorkerRunner) -> None:
         self.runner = runner
+        # By lease token, not job id: a job whose lease ended while it waited here may be
+        # claimed again by this same worker before the stale copy is dropped.
         self.held: dict[str, Held] = {}
         self.heartbeats = 0  # extend requests sent
         self._have_jobs = Wakeup()
@@ -89,27 +92,27 @@ class HeldLeases:
 
     # -- holding --
     def hold(self, job: ClaimedJob, sent_at: float, lease_s: float | None) -> None:
-        self.held[job.job_id] = Held(job.token, sent_at + (lease_s or 0.0))
+        self.held[job.token] = Held(job.job_id, job.token, sent_at + (lease_s or 0.0))
         self._have_jobs.set()
 
-    def release(self, job_id: str) -> None:
-        self.held.pop(job_id, None)
+    def release(self, job: ClaimedJob) -> None:
+        self.held.pop(job.token, None)
 
-    def annotate(self, job_id: str, outcome: dict[str, Any]) -> None:
+    def annotate(self, job: ClaimedJob, outcome: dict[str, Any]) -> None:
         """Add progress reported since the last heartbeat to an ack or nack."""
-        held = self.held.get(job_id)
+        held = self.held.get(job.token)
         if held is not None and held.signals.dirty:
             held.signals.dirty = False
             outcome["progress"], outcome["note"] = held.signals.fraction, held.signals.note
 
-    def signals(self, job_id: str) -> RunSignals:
-        held = self.held.get(job_id)
+    def signals(self, job: ClaimedJob) -> RunSignals:
+        held = self.held.get(job.token)
         return held.signals if held is not None else RunSignals()
 
     def verdict(self, job: ClaimedJob) -> str:
         """Before starting: ``run``; ``expired`` (the lease ended while the job waited: drop it
         silently, the owner takes it back); or ``cancelled`` (nack it with JobCancelled)."""
-        held = self.held.get(job.job_id)
+        held = self.held.get(job.token)
         if held is None:
             return "run"
         if held.cancel_requested:
@@ -123,7 +126,7 @@ class HeldLeases:
     # -- one run, bounded by timeout_s and open to cancellation --
     async def guard(self, job: ClaimedJob, call: Callable[[], Awaitable[Any]]) -> Any:
         """Await ``call()``; raise JobTimeout past ``timeout_s``, JobCancelled on request."""
-        held = self.held.get(job.job_id)
+        held = self.held.get(job.token)
         if held is None:  # not tracked (cannot happen for claimed jobs): run unguarded
             return await call()
         node, timeout = self.runner.node, self.runner.config.timeout_s
@@ -160,9 +163,9 @@ class HeldLeases:
 
     def cancel(self, job_ids: list[str]) -> None:
         """The owner says these jobs are cancelled: stop the ones running here."""
-        for job_id in job_ids:
-            held = self.held.get(str(job_id))
-            if held is None or held.cancel_requested:
+        wanted = {str(j) for j in job_ids}
+        for held in self.held.values():
+            if held.job_id not in wanted or held.cancel_requested:
                 continue
             held.cancel_requested = True
             held.signals.cancelled = True
@@ -203,12 +206,12 @@ class HeldLeases:
         clock, timeout = self.runner.node.clock, self.runner.config.timeout_s
         now = clock.monotonic()
         items: list[dict[str, Any]] = []
-        for job_id, held in self.held.items():
+        for held in self.held.values():
             if held.lost or held.cancel_requested:
                 continue
             if timeout is not None and held.started is not None and now - held.started >= timeout:
                 continue  # never extend a run past its timeout
-            item: dict[str, Any] = {"job_id": job_id, "token": held.token}
+            item: dict[str, Any] = {"job_id": held.job_id, "token": held.token}
             sig = held.signals
             if sig.dirty:
                 sig.dirty = False
@@ -227,14 +230,14 @@ class HeldLeases:
             log.warning("worker %s: renewing %d lease(s) failed: %s", self.runner.slot_ids[0],
                         len(items), exc)
             for item in items:  # the progress did not get through: send it next time
-                held = self.held.get(item["job_id"])
+                held = self.held.get(item["token"])
                 if held is not None and "progress" in item and not held.signals.dirty:
                     held.signals.dirty = True
             return
         cancelled = []
         for item, status in zip(items, reply.get("statuses") or []):
-            held = self.held.get(item["job_id"])
-            if held is None or held.token != item["token"]:
+            held = self.held.get(item["token"])
+            if held is None:
                 continue
             if status == "ok":
                 held.expires = sent + lease_s

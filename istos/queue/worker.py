@@ -246,8 +246,8 @@ class WorkerRunner:
                                    "error": "JobCancelled: cancelled before it started"}
         finally:
             if outcome is not None:
-                self.leases.annotate(job.job_id, outcome)  # the latest progress rides along
-            self.leases.release(job.job_id)
+                self.leases.annotate(job, outcome)  # the latest progress rides along
+            self.leases.release(job)
             self._free.append(job.worker)
             self._slot_freed.set()
             if outcome is not None:
@@ -265,7 +265,7 @@ class WorkerRunner:
             if self._wants_ctx:
                 kwargs["ctx"] = JobContext(job.job_id, self.config.queue, job.attempt,
                                            job.max_attempts, job.last_error, job.worker,
-                                           job.deadline, self.leases.signals(job.job_id))
+                                           job.deadline, self.leases.signals(job))
             started = self.node.clock.monotonic()
             if self._deps:
                 async with AsyncExitStack() as stack:

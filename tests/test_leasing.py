@@ -3,6 +3,7 @@ cancelled state surviving an owner restart on real Redis."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -10,7 +11,7 @@ from helpers import count, wait_events
 from services import redis_url
 from zenoh_util import unique_prefix
 
-from istos import InvalidProgress, Istos
+from istos import InvalidProgress, Istos, JobContext
 from istos.queue import leasing
 from istos.queue.backoff import BackoffPolicy
 from istos.queue.persist import decode_record, encode_record
@@ -148,8 +149,6 @@ async def test_cancelled_state_is_stored_and_recovered_on_redis():
 
 
 async def test_progress_rides_on_the_ack_without_heartbeats():
-    from istos import JobContext
-
     mesh = LocalMesh()
     owner, worker = Istos(transport=mesh.transport("o")), Istos(transport=mesh.transport("w"))
     owner.queue("q", keep_results=True)
@@ -189,3 +188,60 @@ def test_a_stale_prefetched_copy_never_runs_nor_touches_the_new_lease_of_the_sam
     assert runner.leases.verdict(new) == "run" and list(runner.leases.held) == ["j.2"]
     runner.leases.cancel(["j"])
     assert runner.leases.verdict(new) == "cancelled"
+
+
+async def test_bad_extend_and_cancel_requests_get_typed_errors_and_change_nothing():
+    from istos import ProtocolError
+    from istos.queue.leasing import MAX_EXTEND_ITEMS
+
+    mesh = LocalMesh()
+    owner, worker = Istos(transport=mesh.transport("o")), Istos(transport=mesh.transport("w"))
+    owner.queue("q", admin=True)
+    started = asyncio.Event()
+
+    @worker.worker("q")
+    async def work(job, ctx: JobContext):
+        started.set()
+        await asyncio.sleep(30)
+
+    async with owner.serving(), worker.serving():
+        jid = await owner.enqueue("q", "x")
+        await asyncio.wait_for(started.wait(), 5)
+        rec = owner.owners["q"].state.jobs[jid]
+        token, deadline = rec.lease_token, rec.lease_deadline
+        remote = worker.client("q")
+        good = {"job_id": jid, "token": token}
+        for bad, error in [
+            ({"items": "nope"}, ProtocolError),
+            ({"items": [good] * (MAX_EXTEND_ITEMS + 1)}, ProtocolError),
+            ({"items": [good, {"job_id": jid, "token": 7}]}, ProtocolError),
+            ({"items": [good, {**good, "progress": float("nan")}]}, InvalidProgress),
+            ({"items": [good, {**good, "note": "n" * 10_000}]}, InvalidProgress),
+            ({}, ProtocolError),
+        ]:
+            with pytest.raises(error):
+                await remote.call("extend", **bad)
+        with pytest.raises(ProtocolError):
+            await remote.call("cancel", job_id=["not", "a", "string"])
+        assert (rec.lease_deadline, rec.progress, rec.cancel_requested) == (deadline, None, None)
+        assert (await remote.call("extend", items=[good]))["statuses"] == ["ok"]
+        worker.runners[0].kill()
+
+
+async def test_a_function_that_swallows_its_timeout_is_still_nacked_with_job_timeout():
+    mesh = LocalMesh()
+    owner, worker = Istos(transport=mesh.transport("o")), Istos(transport=mesh.transport("w"))
+    owner.queue("q", max_attempts=1)
+
+    @worker.worker("q", timeout_s=0.05)
+    async def stubborn(job):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return "finished anyway"  # swallowed: the run still exceeded its limit
+
+    async with owner.serving(), worker.serving():
+        jid = await owner.enqueue("q", "x")
+        await wait_events(owner, lambda ev: count(ev, "dead_lettered", jid) == 1)
+        (dead,) = await owner.dead_letters("q")
+    assert dead["last_error"].startswith("JobTimeout")

@@ -139,7 +139,10 @@ class HeldLeases:
         try:
             if held.cancel_requested:
                 raise asyncio.CancelledError
-            return await call()
+            result = await call()
+            if held.timed_out:  # the function swallowed the cancellation: still a timeout
+                raise asyncio.CancelledError
+            return result
         except asyncio.CancelledError:
             if self.runner._stopping or not (held.timed_out or held.cancel_requested):
                 raise  # shutdown or crash: no nack, the lease brings the job back

@@ -110,14 +110,15 @@ class HeldLeases:
         return held.signals if held is not None else RunSignals()
 
     def verdict(self, job: ClaimedJob) -> str:
-        """Before starting: ``run``; ``expired`` (the lease ended while the job waited: drop it
-        silently, the owner takes it back); or ``cancelled`` (nack it with JobCancelled)."""
+        """Before starting: ``run``; ``expired`` (the lease ended while the job waited, or the
+        owner answered a renewal ``stale``: drop it silently, the owner takes it back); or
+        ``cancelled`` (nack it with JobCancelled)."""
         held = self.held.get(job.token)
         if held is None:
             return "run"
         if held.cancel_requested:
             return "cancelled"
-        if self.runner.node.clock.monotonic() >= held.expires:
+        if held.lost or self.runner.node.clock.monotonic() >= held.expires:
             log.info("worker %s: job %s not started: its lease ended while it waited",
                      job.worker, job.job_id)
             return "expired"

@@ -334,6 +334,11 @@ class LiveQueue:
         """Let workers claim again (the owner nudges them)."""
         self._call("resume")
 
+    def cancel(self, job_id: str) -> str:
+        """Cancel a job, as ``Istos.cancel``: "cancelled" (it was waiting), "cancelling" (its
+        worker is told to stop it; it ends cancelled), "too_late" or "unknown"."""
+        return str(self._call("cancel", job_id=str(job_id))["status"])
+
     # -- widgets, lifecycle --------------------------------------------------------------------
     def dashboard(self, refresh_s: float = 2.0) -> Any:
         """An ipywidgets dashboard of this queue, refreshed every ``refresh_s`` seconds."""

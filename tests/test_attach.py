@@ -120,7 +120,7 @@ async def test_stats_jobs_why_leases_and_follow_in_process():
             assert stats["counts"]["delayed"] == 1
 
             for op, args in (("pause", ()), ("resume", ()), ("requeue", (fail_id,)),
-                             ("purge_dead", ())):
+                             ("purge_dead", ()), ("cancel", (fail_id,))):
                 with pytest.raises(AdminDisabled, match="admin=True"):
                     await call(getattr(lq, op), *args)
             dead = await call(lq.dead_letters)
@@ -194,6 +194,10 @@ async def test_admin_ops_when_the_queue_opted_in():
             with pytest.raises(LookupError, match="no dead job"):
                 await call(lq.requeue, "no-such-job")
 
+            late = await owner.enqueue("q", {"n": 4}, delay_s=60)
+            assert await call(lq.cancel, late) == "cancelled"
+            assert await call(lq.cancel, late) == "too_late"
+            assert (await call(lq.why, late))["state"] == "cancelled"
             assert await call(lq.purge_dead, [d2]) == 1
             assert (await call(lq.dead_letters)).job_id.tolist() == [d1]
             assert await call(lq.purge_dead) == 1

@@ -245,3 +245,30 @@ async def test_a_function_that_swallows_its_timeout_is_still_nacked_with_job_tim
         await wait_events(owner, lambda ev: count(ev, "dead_lettered", jid) == 1)
         (dead,) = await owner.dead_letters("q")
     assert dead["last_error"].startswith("JobTimeout")
+
+
+async def test_without_heartbeat_or_message_a_worker_learns_of_a_cancel_at_its_next_claim():
+    mesh = LocalMesh()
+    owner, worker = Istos(transport=mesh.transport("o")), Istos(transport=mesh.transport("w"))
+    owner.queue("q", admin=True)
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    @worker.worker("q", concurrency=2, poll_interval_s=0.05)
+    async def work(job):
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+
+    async with owner.serving(), worker.serving():
+        worker.runners[0].leases._sub.close()  # the targeted message never arrives
+        jid = await owner.enqueue("q", "x")
+        await asyncio.wait_for(started.wait(), 5)
+        claims = worker.runners[0].stats.claims
+        assert await owner.cancel("q", jid) == "cancelling"
+        await asyncio.wait_for(stopped.wait(), 5)  # told in the reply to its idle slot's poll
+        assert worker.runners[0].stats.claims > claims
+        events = await wait_events(owner, lambda ev: count(ev, "cancelled", jid) == 1)
+    assert count(events, "claimed", jid) == 1 and count(events, "retry_scheduled", jid) == 0

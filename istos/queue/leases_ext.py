@@ -100,11 +100,11 @@ class LeaseOps:
         if self.marked:
             node = str(msg.get("node") or "")
             jobs = self.owner.state.jobs
-            for job_id in [j for j, n in self.marked.items() if n == node]:
+            for job_id, holder in list(self.marked.items()):
                 rec = jobs.get(job_id)
                 if rec is None or rec.state != LEASED:
                     del self.marked[job_id]  # it ended (cancelled or acked): nothing to tell
-                else:
+                elif holder == node:
                     reply.setdefault("cancel", []).append(job_id)
         return reply
 

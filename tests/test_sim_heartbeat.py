@@ -173,3 +173,25 @@ def test_frames_show_renewals_cancelled_outcome_and_progress():
     assert jobs.state["c"] == "cancelled" and jobs.progress["c"] == 0.75
     assert jobs.progress_note["c"] is None and jobs.finished_at["c"] >= 10.0
     assert depth_frame(events).iloc[-1][["ready", "leased"]].tolist() == [0, 0]
+
+
+def test_heartbeats_carry_long_jobs_through_an_ha_failover():
+    sim = Simulation(seed=11, storage="durable")
+    for name in ("o1", "o2"):
+        sim.node(name).queue("q", lease_s=3.0, ha=True)
+    w = sim.node("w")
+
+    @w.worker("q", heartbeat=True, concurrency=2)
+    async def slow(job, ctx: JobContext):
+        await asyncio.sleep(30.0)
+
+    for i in range(3):
+        sim.at(1.0, w.enqueue, "q", {"i": i}, job_id=f"j{i}")
+    sim.crash("o1", at=10.0)  # the leader dies mid-run; o2 recovers the leases and renews them
+    result = sim.run(until=120.0)
+    ev = result.events
+    assert (ev.kind == "lease_expired").sum() == 0
+    assert set(ev[ev.kind == "acked"].node) == {"o2"} and (ev.kind == "claimed").sum() == 3
+    assert result.counts["ok"] == 3 and result.counts["duplicated"] == 0
+    assert (ev[(ev.kind == "lease_extended")].node == "o2").sum() > 0
+    assert all(ok for ok, _ in findings(result).values())

@@ -15,7 +15,10 @@ from .errors import (
     CronError,
     HAConfigError,
     InvalidJob,
+    InvalidProgress,
     IstosError,
+    JobCancelled,
+    JobTimeout,
     OwnerUnavailable,
     ProtocolError,
     QueueNotFound,
@@ -50,6 +53,9 @@ __all__ = [
     "ProtocolError",
     "AdminDisabled",
     "RemoteError",
+    "InvalidProgress",
+    "JobTimeout",
+    "JobCancelled",
 ]
 
 __version__ = "0.1.0"

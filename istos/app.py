@@ -27,6 +27,7 @@ from .queue.client import OwnerClient
 from .queue.config import QueueConfig, WorkerConfig, check_delay, check_priority, check_queue_name
 from .queue.election import Election
 from .queue.inspect import Inspector
+from .queue.leases_ext import LeaseOps
 from .queue.owner import QueueOwner
 from .queue.schedule import ScheduleMixin
 from .queue.worker import WorkerRunner
@@ -107,7 +108,8 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         return config
 
     def worker(self, name: str, *, concurrency: int = 1, poll_interval_s: float = 1.0,
-               prefetch: int | None = None) -> Callable[[F], F]:
+               prefetch: int | None = None, heartbeat: bool = False,
+               timeout_s: float | None = None) -> Callable[[F], F]:
         """Decorate an async (or plain, run in a thread) function to work queue ``name``.
 
         The function receives the decoded job body first; returning acks, raising nacks.
@@ -115,9 +117,15 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         already here when a slot frees (a throughput win for short jobs). Prefetched jobs are
         leased while they wait. The default (None) is automatic: up to ``concurrency`` extra
         jobs, only while the worker's recent jobs take under 1% of ``lease_s``; 0 turns it off.
+
+        ``heartbeat=True`` renews the leases of every job the worker holds in one request every
+        ``lease_s / 3``, so a job may run longer than ``lease_s`` and still run once, and a dead
+        worker's jobs come back about ``lease_s`` after it stopped. ``timeout_s`` bounds one run:
+        past it the function is cancelled and the attempt nacked with :class:`JobTimeout`.
         """
         config = WorkerConfig.build(name, concurrency=concurrency,
-                                    poll_interval_s=poll_interval_s, prefetch=prefetch)
+                                    poll_interval_s=poll_interval_s, prefetch=prefetch,
+                                    heartbeat=heartbeat, timeout_s=timeout_s)
 
         def register(fn: F) -> F:
             if not callable(fn):
@@ -189,6 +197,8 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         """Install hooks on a new owner; mixins extend this and call ``super()``."""
         super()._setup_owner(owner)
         Inspector(owner)
+        LeaseOps(owner).cancel_listeners.append(
+            lambda node, jobs: self._cancel_local(owner.name, node, jobs))
         # In-process workers are nudged directly; remote ones over the mesh.
         owner.nudge_listeners.append(lambda n, to: self._nudge_local(owner.name, to))
 
@@ -198,6 +208,12 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         for runner in self.runners:
             if runner.config.queue == queue:
                 runner.on_nudge()
+
+    def _cancel_local(self, queue: str, node: str, job_ids: list[str]) -> None:
+        if node == self.node.node_id:
+            for runner in self.runners:
+                if runner.config.queue == queue:
+                    runner.leases.cancel(job_ids)
 
     def is_active_owner(self, queue: str) -> bool:
         """Whether this node currently serves ``queue`` (for HA: whether it leads)."""
@@ -312,7 +328,7 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         return out
 
     async def result(self, name: str, job_id: str) -> dict[str, Any]:
-        """``{"state": ready|leased|done|dead|unknown, "result": ...}`` for a job."""
+        """``{"state": ready|leased|done|dead|cancelled|unknown, "result": ...}`` for a job."""
         self._require_serving()
         reply = await self.client(name).call("result", job_id=job_id)
         raw = reply.get("result")
@@ -320,3 +336,18 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         if reply.get("error") is not None:
             out["error"] = reply["error"]
         return out
+
+    async def cancel(self, name: str, job_id: str) -> str:
+        """Cancel job ``job_id`` of queue ``name`` (the queue needs ``admin=True``).
+
+        Returns ``"cancelled"`` (it was waiting: now final, kept for ``result_ttl_s``),
+        ``"cancelling"`` (it is running: its worker is told, stops it, and the job ends
+        ``cancelled``, never retried nor dead-lettered), ``"too_late"`` (already done, dead or
+        cancelled) or ``"unknown"``. Raises :class:`AdminDisabled` without ``admin=True``.
+        """
+        check_queue_name(name)
+        if not isinstance(job_id, str) or not job_id:
+            raise ConfigError(f"job_id must be a non-empty string, got {job_id!r}")
+        self._require_serving()
+        reply = await self.client(name).call("cancel", job_id=job_id)
+        return str(reply["status"])

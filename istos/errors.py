@@ -11,7 +11,10 @@ The tree::
     ├── OwnerUnavailable                      no owner answered within the timeout
     ├── StorageUnavailable                    durable storage refused a write; nothing was accepted
     ├── ProtocolError                         malformed or unsupported wire message
-    └── AdminDisabled                         admin action on a queue declared without admin=True
+    ├── AdminDisabled                         admin action on a queue declared without admin=True
+    ├── InvalidProgress (also ValueError)     ctx.progress() with a bad fraction or note
+    ├── JobTimeout                            a run exceeded its worker's timeout_s
+    └── JobCancelled                          the job was cancelled (ctx.check_cancelled())
 """
 
 from __future__ import annotations
@@ -59,3 +62,15 @@ class AdminDisabled(IstosError):
 
 class RemoteError(IstosError):
     """The owner answered a request with an error it could not map to a typed one."""
+
+
+class InvalidProgress(IstosError, ValueError):
+    """``ctx.progress()`` got a fraction outside [0, 1] (or not finite) or an oversized note."""
+
+
+class JobTimeout(IstosError):
+    """A run took longer than its worker's ``timeout_s``; the attempt is nacked with this."""
+
+
+class JobCancelled(IstosError):
+    """The job was cancelled (``app.cancel``); raised by ``ctx.check_cancelled()``."""

@@ -26,10 +26,16 @@ OWNER_UP = "owner_up"
 OWNER_DOWN = "owner_down"
 CRASHED = "crashed"
 RESTARTED = "restarted"
+# Heartbeats, progress and cancellation (see istos/queue/leasing.py).
+LEASE_EXTENDED = "lease_extended"
+PROGRESS = "progress"
+CANCEL_REQUESTED = "cancel_requested"
+CANCELLED = "cancelled"
 
 EVENT_KINDS = (
     ENQUEUED, DUPLICATE_ENQUEUE, CLAIMED, ACKED, NACKED, LEASE_EXPIRED, RETRY_SCHEDULED,
     DEAD_LETTERED, RESULT_EXPIRED, PURGED, OWNER_UP, OWNER_DOWN, CRASHED, RESTARTED,
+    LEASE_EXTENDED, PROGRESS, CANCEL_REQUESTED, CANCELLED,
 )
 
 
@@ -41,7 +47,7 @@ class JobEvent:
     job's attempt number the event belongs to (0 before the first claim). ``detail`` carries
     kind-specific fields: ``priority``/``delay_s``/``ready_at`` on enqueued, ``deadline`` and
     ``lease_s`` on claimed, ``error`` on nacked/dead_lettered, ``delay_s``/``ready_at`` on
-    retry_scheduled.
+    retry_scheduled, ``deadline`` on lease_extended, ``progress``/``note`` on progress.
     """
 
     t: float

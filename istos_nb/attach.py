@@ -53,7 +53,8 @@ _SLACK_S = 1.0  # the caller's wait beyond a request's own deadline (thread hand
 
 _JOB_COLUMNS = {"job_id": object, "state": object, "priority": "int64", "attempts": "int64",
                 "enqueued_at": "float64", "ready_at": "float64", "worker": object,
-                "deadline": "float64", "last_error": object, "data": object}
+                "deadline": "float64", "last_error": object, "data": object,
+                "progress": "float64", "progress_note": object}
 _LEASE_COLUMNS = {"job_id": object, "worker": object, "deadline": "float64", "attempt": "int64"}
 _DEAD_COLUMNS = {"job_id": object, "data": object, "attempts": "int64", "last_error": object,
                  "history": object, "finished_at": "float64"}
@@ -167,7 +168,8 @@ class LiveQueue:
         """Jobs the owner holds, optionally in one ``state`` and whose decoded body matches every
         ``where`` item (keys are dotted paths: ``{"user.id": 7}``), at most ``limit`` from
         ``offset`` in the owner's order. Columns: job_id, state, priority, attempts, enqueued_at,
-        ready_at, worker and deadline (leased jobs), last_error, data (the decoded body).
+        ready_at, worker and deadline (leased jobs), last_error, data (the decoded body),
+        progress and progress_note (the holder's latest ``ctx.progress()``).
         Pages above the owner's 1,000-row cap are fetched in several requests."""
         if state is not None and state not in STATES:
             raise ValueError(f"state must be one of {', '.join(STATES)} or None, got {state!r}")
@@ -216,7 +218,8 @@ class LiveQueue:
 
     def why(self, job_id: str) -> dict[str, Any]:
         """Why a job is (not) running: ``state``, ``reason`` in words, and the fields behind it
-        (``ahead``, ``worker``, ``until``, ``attempts``, ``last_error``, ``dead_letter``)."""
+        (``ahead``, ``worker``, ``until``, ``attempts``, ``last_error``, ``dead_letter``,
+        ``progress``, ``progress_note``)."""
         out = dict(self._call("why", job_id=str(job_id))["why"])
         dead = out.get("dead_letter")
         if isinstance(dead, dict) and "body" in dead:
@@ -330,6 +333,11 @@ class LiveQueue:
     def resume(self) -> None:
         """Let workers claim again (the owner nudges them)."""
         self._call("resume")
+
+    def cancel(self, job_id: str) -> str:
+        """Cancel a job, as ``Istos.cancel``: "cancelled" (it was waiting), "cancelling" (its
+        worker is told to stop it; it ends cancelled), "too_late" or "unknown"."""
+        return str(self._call("cancel", job_id=str(job_id))["status"])
 
     # -- widgets, lifecycle --------------------------------------------------------------------
     def dashboard(self, refresh_s: float = 2.0) -> Any:

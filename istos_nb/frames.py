@@ -48,9 +48,10 @@ def _schema(spec: str) -> dict[str, Any]:
 _EVENT_SCHEMA = _schema("t:f node:o queue:o job_id:o kind:o attempt:i worker:o detail:o error:o "
                         "delay_s:f ready_at:f deadline:f priority:I")
 _JOB_SCHEMA = _schema("job_id:o queue:o state:o attempts:i deliveries:i enqueued_at:f "
-                      "finished_at:f last_error:o priority:I acks:i duplicated:b")
+                      "finished_at:f last_error:o priority:I acks:i duplicated:b "
+                      "progress:f progress_note:o")
 _LEASE_SCHEMA = _schema("job_id:o queue:o attempt:i worker:o node:o start:f end:f deadline:f "
-                        "outcome:o error:o")
+                        "outcome:o error:o renewals:i")
 _ATTEMPT_SCHEMA = _schema("job_id:o attempt:i claimed_at:f finished_at:f outcome:o error:o "
                           "backoff_s:f waited_s:f")
 _DEPTH_SCHEMA = _schema("t:f ready:i leased:i delayed:i dead:i done:i")
@@ -63,10 +64,11 @@ _EVENT_DTYPE_NAMES = [str(pd.Series([], dtype=d).dtype) for d in _EVENT_SCHEMA.v
 _JOB_KINDS = frozenset({
     ev.ENQUEUED, ev.DUPLICATE_ENQUEUE, ev.CLAIMED, ev.ACKED, ev.NACKED, ev.LEASE_EXPIRED,
     ev.RETRY_SCHEDULED, ev.DEAD_LETTERED, ev.RESULT_EXPIRED, ev.PURGED,
+    ev.CANCELLED, ev.PROGRESS,
 })
 _FIXED_STATE = {
     ev.CLAIMED: "leased", ev.ACKED: "done", ev.DEAD_LETTERED: "dead",
-    ev.RESULT_EXPIRED: "expired", ev.PURGED: "purged",
+    ev.RESULT_EXPIRED: "expired", ev.PURGED: "purged", ev.CANCELLED: "cancelled",
 }
 _LEASE_CLOSE = {ev.ACKED: "acked", ev.NACKED: "nacked", ev.LEASE_EXPIRED: "expired"}
 _DEPTH_STATES = ("ready", "leased", "delayed", "dead", "done")
@@ -234,10 +236,16 @@ class _Job:
     last_error: str | None = None
     priority: int | None = None
     acks: int = 0
+    progress: float = _NAN
+    progress_note: str | None = None
 
 
 def _apply(job: _Job, t: float, kind: str, row: tuple[Any, ...]) -> None:
-    attempt, error, delay_s, ready_at, priority = row
+    attempt, error, delay_s, ready_at, priority, detail = row
+    if kind == ev.PROGRESS:  # the holder's latest ctx.progress(); the state does not change
+        detail = detail if isinstance(detail, dict) else {}
+        job.progress, job.progress_note = _num(detail.get("progress")), detail.get("note")
+        return
     job.attempts = max(job.attempts, attempt)
     if kind == ev.ENQUEUED:
         if math.isnan(job.enqueued_at):
@@ -248,7 +256,7 @@ def _apply(job: _Job, t: float, kind: str, row: tuple[Any, ...]) -> None:
     elif kind == ev.ACKED:
         job.acks += 1
     # The first terminal event is when the job finished; a late second ack changes nothing.
-    if kind in (ev.ACKED, ev.DEAD_LETTERED) and math.isnan(job.finished_at):
+    if kind in (ev.ACKED, ev.DEAD_LETTERED, ev.CANCELLED) and math.isnan(job.finished_at):
         job.finished_at = t
     if error is not None:
         job.last_error = error
@@ -267,14 +275,17 @@ def jobs_frame(events: EventsLike) -> pd.DataFrame:
     than once, e.g. a redelivery after a lost ack).
 
     ``state`` is the state after the job's last event: ready, delayed, leased, done, dead,
-    purged or expired. ``delayed`` means a pending delay/retry whose ready_at is after the last
-    event of the whole stream; once that time has passed the job counts as ready. A job first
+    cancelled, purged or expired. ``delayed`` means a pending delay/retry whose ready_at is after
+    the last event of the whole stream; once that time has passed the job counts as ready.
+    progress and progress_note: the latest ``progress`` event (a holder's ``ctx.progress()``;
+    NaN/None without one). A job first
     seen through ``duplicate_enqueue`` (a live stream joined late) is assumed ready.
     """
     df = events_frame(events)
     jobs: dict[str, _Job] = {}
     ts, ids, queues, kinds, *rest = _lists(
-        df, "t", "job_id", "queue", "kind", "attempt", "error", "delay_s", "ready_at", "priority")
+        df, "t", "job_id", "queue", "kind", "attempt", "error", "delay_s", "ready_at", "priority",
+        "detail")
     for t, job_id, queue, kind, *row in zip(ts, ids, queues, kinds, *rest, strict=True):
         if not job_id or kind not in _JOB_KINDS:
             continue
@@ -287,13 +298,15 @@ def jobs_frame(events: EventsLike) -> pd.DataFrame:
     for j in jobs.values():
         state = "ready" if j.state == "delayed" and not j.ready_at > t_end else j.state
         rows.append((j.job_id, j.queue, state, j.attempts, j.deliveries, j.enqueued_at,
-                     j.finished_at, j.last_error, j.priority, j.acks, j.acks > 1))
+                     j.finished_at, j.last_error, j.priority, j.acks, j.acks > 1, j.progress,
+                     j.progress_note))
     return _from_rows(_JOB_SCHEMA, rows)
 
 
 def _deliveries(df: pd.DataFrame) -> list[list[Any]]:
     """One mutable row per claimed event: [job_id, queue, attempt, worker, node, start, end,
-    deadline, outcome, error, backoff_s, index of the job's previous delivery or -1]."""
+    deadline, outcome, error, backoff_s, index of the job's previous delivery or -1,
+    renewals]."""
     rows: list[list[Any]] = []
     open_: dict[tuple[str, int], int] = {}
     last_delivery: dict[str, int] = {}
@@ -308,7 +321,7 @@ def _deliveries(df: pd.DataFrame) -> list[list[Any]]:
             backoff = pending_backoff.pop(job_id, _NAN)
             rows.append([job_id, queue, attempt, worker, worker_node(worker), t, _NAN, deadline,
                          "open", None, backoff if attempt > 1 else _NAN,
-                         last_delivery.get(job_id, -1)])
+                         last_delivery.get(job_id, -1), 0])
             open_[(job_id, attempt)] = last_delivery[job_id] = len(rows) - 1
         elif kind in _LEASE_CLOSE:
             # Only the first close counts: a late ack for a lease that already expired does
@@ -318,6 +331,16 @@ def _deliveries(df: pd.DataFrame) -> list[list[Any]]:
                 rows[idx][6], rows[idx][8], rows[idx][9] = t, _LEASE_CLOSE[kind], error
         elif kind == ev.RETRY_SCHEDULED:
             pending_backoff[job_id] = delay_s
+        elif kind == ev.LEASE_EXTENDED:  # a heartbeat moved the open lease's deadline
+            idx = open_.get((job_id, attempt))
+            if idx is not None:
+                rows[idx][7] = deadline
+                rows[idx][12] += 1
+        elif kind == ev.CANCELLED:  # the lease this ended (by nack or expiry) was cancelled
+            idx = last_delivery.get(job_id)
+            if idx is not None and rows[idx][2] == attempt and rows[idx][6] == t \
+                    and rows[idx][8] != "acked":
+                rows[idx][8] = "cancelled"
     return rows
 
 
@@ -326,9 +349,10 @@ def leases_frame(events: EventsLike) -> pd.DataFrame:
 
     Columns: job_id, queue, attempt, worker, node (worker text before ':'), start (claim t),
     end (t of the acked/nacked/lease_expired with the same job_id and attempt; NaN while open),
-    deadline, outcome ("acked", "nacked", "expired" or "open"), error (the nack's error).
+    deadline (the latest: heartbeats move it), outcome ("acked", "nacked", "expired",
+    "cancelled" or "open"), error (the nack's error), renewals (lease_extended events).
     """
-    rows = [tuple(r[:10]) for r in _deliveries(events_frame(events))]
+    rows = [(*r[:10], r[12]) for r in _deliveries(events_frame(events))]
     return _from_rows(_LEASE_SCHEMA, rows)
 
 

@@ -26,7 +26,7 @@ from istos_nb import LiveQueue, attach
 
 PROCS = Path(__file__).parent / "procs"
 JOB_COLUMNS = ["job_id", "state", "priority", "attempts", "enqueued_at", "ready_at", "worker",
-               "deadline", "last_error", "data"]
+               "deadline", "last_error", "data", "progress", "progress_note"]
 
 
 async def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -101,7 +101,8 @@ async def test_stats_jobs_why_leases_and_follow_in_process():
                 assert leases.job_id.tolist() == [hold_id] and leases.worker[0] == why["worker"]
                 assert leases.attempt[0] == 1 and leases.deadline[0] == why["until"]
                 counts = (await call(lq.stats))["counts"]
-                assert counts == {"ready": 2, "delayed": 1, "leased": 1, "done": 0, "dead": 0}
+                assert counts == {"ready": 2, "delayed": 1, "leased": 1, "done": 0, "dead": 0,
+                                  "cancelled": 0}
                 release.set()
                 await wait_events(owner, lambda ev: count(ev, "acked") == 3)
                 # The follower sees the same flow, live (bounded: the stream is asynchronous).
@@ -119,7 +120,7 @@ async def test_stats_jobs_why_leases_and_follow_in_process():
             assert stats["counts"]["delayed"] == 1
 
             for op, args in (("pause", ()), ("resume", ()), ("requeue", (fail_id,)),
-                             ("purge_dead", ())):
+                             ("purge_dead", ()), ("cancel", (fail_id,))):
                 with pytest.raises(AdminDisabled, match="admin=True"):
                     await call(getattr(lq, op), *args)
             dead = await call(lq.dead_letters)
@@ -193,6 +194,10 @@ async def test_admin_ops_when_the_queue_opted_in():
             with pytest.raises(LookupError, match="no dead job"):
                 await call(lq.requeue, "no-such-job")
 
+            late = await owner.enqueue("q", {"n": 4}, delay_s=60)
+            assert await call(lq.cancel, late) == "cancelled"
+            assert await call(lq.cancel, late) == "too_late"
+            assert (await call(lq.why, late))["state"] == "cancelled"
             assert await call(lq.purge_dead, [d2]) == 1
             assert (await call(lq.dead_letters)).job_id.tolist() == [d1]
             assert await call(lq.purge_dead) == 1

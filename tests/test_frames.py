@@ -100,10 +100,11 @@ EVENTS = scenario()
 JOB_COLS = [("job_id", object), ("queue", object), ("state", object), ("attempts", "int64"),
             ("deliveries", "int64"), ("enqueued_at", "float64"), ("finished_at", "float64"),
             ("last_error", object), ("priority", "Int64"), ("acks", "int64"),
-            ("duplicated", "bool")]
+            ("duplicated", "bool"), ("progress", "float64"), ("progress_note", object)]
 LEASE_COLS = [("job_id", object), ("queue", object), ("attempt", "int64"), ("worker", object),
               ("node", object), ("start", "float64"), ("end", "float64"),
-              ("deadline", "float64"), ("outcome", object), ("error", object)]
+              ("deadline", "float64"), ("outcome", object), ("error", object),
+              ("renewals", "int64")]
 ATTEMPT_COLS = [("job_id", object), ("attempt", "int64"), ("claimed_at", "float64"),
                 ("finished_at", "float64"), ("outcome", object), ("error", object),
                 ("backoff_s", "float64"), ("waited_s", "float64")]
@@ -184,31 +185,31 @@ def test_events_frame_rejects_what_it_cannot_read() -> None:
 
 def test_jobs_frame_exact() -> None:
     want = expected(JOB_COLS, [
-        ("A", "q", "done", 1, 1, 0.0, 2.0, None, 0, 1, False),
-        ("D", "q", "dead", 2, 2, 0.2, 4.6, "bad input again", 0, 0, False),
-        ("B", "q", "done", 2, 2, 0.5, 5.0, "boom", 5, 1, False),
-        ("C", "q", "done", 2, 2, 1.0, 8.0, None, 0, 1, False),
-        ("E", "q", "delayed", 0, 0, 3.0, NAN, None, 0, 0, False),
-        ("F", "q", "ready", 0, 0, 5.5, NAN, None, 1, 0, False),
-        ("G", "q", "leased", 1, 1, 9.0, NAN, None, 0, 0, False),
-        ("H", "q", "done", 2, 2, 10.0, 13.0, None, 0, 2, True),
+        ("A", "q", "done", 1, 1, 0.0, 2.0, None, 0, 1, False, NAN, None),
+        ("D", "q", "dead", 2, 2, 0.2, 4.6, "bad input again", 0, 0, False, NAN, None),
+        ("B", "q", "done", 2, 2, 0.5, 5.0, "boom", 5, 1, False, NAN, None),
+        ("C", "q", "done", 2, 2, 1.0, 8.0, None, 0, 1, False, NAN, None),
+        ("E", "q", "delayed", 0, 0, 3.0, NAN, None, 0, 0, False, NAN, None),
+        ("F", "q", "ready", 0, 0, 5.5, NAN, None, 1, 0, False, NAN, None),
+        ("G", "q", "leased", 1, 1, 9.0, NAN, None, 0, 0, False, NAN, None),
+        ("H", "q", "done", 2, 2, 10.0, 13.0, None, 0, 2, True, NAN, None),
     ])
     pd.testing.assert_frame_equal(jobs_frame(EVENTS), want)
 
 
 def test_leases_frame_exact() -> None:
     want = expected(LEASE_COLS, [
-        ("A", "q", 1, W0, "n1", 1.0, 2.0, 31.0, "acked", None),
-        ("B", "q", 1, W1, "n1", 1.5, 2.5, 31.5, "nacked", "boom"),
-        ("C", "q", 1, W2, "n2", 2.0, 7.0, 7.0, "expired", None),
-        ("D", "q", 1, W0, "n1", 2.2, 2.4, 32.2, "nacked", "bad input"),
-        ("B", "q", 2, W1, "n1", 4.0, 5.0, 34.0, "acked", None),
-        ("D", "q", 2, W0, "n1", 4.5, 4.6, 34.5, "nacked", "bad input again"),
-        ("C", "q", 2, W0, "n1", 7.5, 8.0, 37.5, "acked", None),
-        ("G", "q", 1, W1, "n1", 9.5, NAN, 39.5, "open", None),
+        ("A", "q", 1, W0, "n1", 1.0, 2.0, 31.0, "acked", None, 0),
+        ("B", "q", 1, W1, "n1", 1.5, 2.5, 31.5, "nacked", "boom", 0),
+        ("C", "q", 1, W2, "n2", 2.0, 7.0, 7.0, "expired", None, 0),
+        ("D", "q", 1, W0, "n1", 2.2, 2.4, 32.2, "nacked", "bad input", 0),
+        ("B", "q", 2, W1, "n1", 4.0, 5.0, 34.0, "acked", None, 0),
+        ("D", "q", 2, W0, "n1", 4.5, 4.6, 34.5, "nacked", "bad input again", 0),
+        ("C", "q", 2, W0, "n1", 7.5, 8.0, 37.5, "acked", None, 0),
+        ("G", "q", 1, W1, "n1", 9.5, NAN, 39.5, "open", None, 0),
         # H's first lease stays "expired": the late ack at 13.0 does not rewrite it.
-        ("H", "q", 1, W2, "n2", 10.0, 12.0, 12.0, "expired", None),
-        ("H", "q", 2, W0, "n1", 12.5, 13.5, 42.5, "acked", None),
+        ("H", "q", 1, W2, "n2", 10.0, 12.0, 12.0, "expired", None, 0),
+        ("H", "q", 2, W0, "n1", 12.5, 13.5, 42.5, "acked", None, 0),
     ])
     pd.testing.assert_frame_equal(leases_frame(EVENTS), want)
 

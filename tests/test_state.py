@@ -7,7 +7,16 @@ import random
 import pytest
 
 from istos.queue.backoff import BackoffPolicy, backoff, delay_bounds, nominal_delay
-from istos.queue.state import DEAD, DELAYED, DONE, LEASED, READY, QueuePolicy, QueueState
+from istos.queue.state import (
+    CANCELLED,
+    DEAD,
+    DELAYED,
+    DONE,
+    LEASED,
+    READY,
+    QueuePolicy,
+    QueueState,
+)
 
 RNG = random.Random(1)
 
@@ -150,7 +159,7 @@ def test_counts_track_states():
     for i in range(5):
         s.enqueue(f"j{i}", b"x", 0.0, delay_s=1.0 if i == 4 else 0.0)
     s.claim(["a", "b"], 0.0)
-    assert s.counts == {READY: 2, DELAYED: 1, LEASED: 2, DONE: 0, DEAD: 0}
+    assert s.counts == {READY: 2, DELAYED: 1, LEASED: 2, DONE: 0, DEAD: 0, CANCELLED: 0}
 
 
 def test_history_is_bounded_and_keeps_the_first_attempt():

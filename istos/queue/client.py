@@ -20,6 +20,7 @@ _ERRORS: dict[str, type[errors.IstosError]] = {
     cls.__name__: cls for cls in (
         errors.QueueNotFound, errors.OwnerUnavailable, errors.StorageUnavailable,
         errors.ProtocolError, errors.AdminDisabled, errors.InvalidJob, errors.ConfigError,
+        errors.InvalidProgress,
     )
 }
 

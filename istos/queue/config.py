@@ -78,10 +78,13 @@ class WorkerConfig:
     concurrency: int = 1
     poll_interval_s: float = 1.0
     prefetch: int | None = None  # None: automatic (see WorkerRunner)
+    heartbeat: bool = False  # renew held leases every lease_s / 3 (see heartbeat.py)
+    timeout_s: float | None = None  # hard limit on one run
 
     @classmethod
     def build(cls, queue: str, *, concurrency: int = 1, poll_interval_s: float = 1.0,
-              prefetch: int | None = None) -> WorkerConfig:
+              prefetch: int | None = None, heartbeat: bool = False,
+              timeout_s: float | None = None) -> WorkerConfig:
         check_queue_name(queue)
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"concurrency must be an integer >= 1, got {concurrency!r}")
@@ -90,8 +93,11 @@ class WorkerConfig:
             raise ConfigError(f"prefetch must be None (automatic) or an integer >= 0, got "
                               f"{prefetch!r}")
         poll = _positive("poll_interval_s", poll_interval_s)
+        if not isinstance(heartbeat, bool):
+            raise ConfigError(f"heartbeat must be True or False, got {heartbeat!r}")
+        timeout = None if timeout_s is None else _positive("timeout_s", timeout_s)
         return cls(queue=queue, concurrency=concurrency, poll_interval_s=poll,
-                   prefetch=prefetch)
+                   prefetch=prefetch, heartbeat=heartbeat, timeout_s=timeout)
 
 
 def check_delay(delay_s: object) -> float:

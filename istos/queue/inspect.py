@@ -22,7 +22,7 @@ from .. import codec
 from .. import events as ev
 from ..events import JobEvent
 from .owner import QueueOwner, dead_letter
-from .state import DEAD, DELAYED, LEASED, READY, JobRecord
+from .state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord
 
 FOLLOW_TTL_S = 30.0
 MAX_PAGE = 1000
@@ -184,7 +184,8 @@ def job_summary(rec: JobRecord) -> dict[str, Any]:
             "attempts": rec.attempts, "enqueued_at": rec.enqueued_at, "ready_at": rec.ready_at,
             "worker": rec.lease_worker if rec.state == LEASED else None,
             "deadline": rec.lease_deadline if rec.state == LEASED else None,
-            "last_error": rec.last_error, "body": rec.body}
+            "last_error": rec.last_error, "body": rec.body,
+            "progress": rec.progress, "progress_note": rec.progress_note}
 
 
 def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
@@ -195,11 +196,13 @@ def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
         return {"state": "unknown", "reason": "the queue does not hold this job (never "
                 "enqueued, acked without keep_results, expired or purged)"}
     out: dict[str, Any] = {"state": rec.state, "attempts": rec.attempts,
-                           "last_error": rec.last_error}
+                           "last_error": rec.last_error, "progress": rec.progress,
+                           "progress_note": rec.progress_note}
     if rec.state == LEASED:
         out.update(worker=rec.lease_worker, until=rec.lease_deadline,
                    reason=f"leased by {rec.lease_worker} until its lease ends in "
-                          f"{(rec.lease_deadline or now) - now:.1f} s")
+                          f"{(rec.lease_deadline or now) - now:.1f} s"
+                          + (" (cancel requested)" if rec.cancel_requested else ""))
     elif rec.state == DELAYED:
         wait = rec.ready_at - now
         if rec.attempts and rec.last_error:
@@ -216,6 +219,8 @@ def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
     elif rec.state == DEAD:
         out["reason"] = f"dead-lettered after {rec.attempts} attempts: {rec.last_error}"
         out["dead_letter"] = dead_letter(rec)
+    elif rec.state == CANCELLED:
+        out["reason"] = "cancelled; kept until " + str(rec.expires_at)
     else:
         out["reason"] = "done; result kept until " + str(rec.expires_at)
     return out

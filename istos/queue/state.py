@@ -4,11 +4,13 @@ Nothing here does I/O or reads a clock: every operation takes ``now`` (the owner
 randomness comes in as an rng. The owner (``owner.py``) binds this to a transport and storage.
 
 States: ``ready`` (claimable), ``delayed`` (claimable from ``ready_at``), ``leased`` (a worker
-holds it until ``lease_deadline``), ``done`` (kept only with results, until ``expires_at``) and
-``dead``. Four heaps make every hot-path operation O(log n) with lazy deletion: an entry whose job
-has moved on is discarded when it surfaces (as in simpy's and trio's timer heaps). Ready jobs are
-ordered by (-priority, ready_at, seq): higher priority first, then FIFO by the time each job
-*became* ready, so a delayed or retried job queues behind those that were waiting before it.
+holds it until ``lease_deadline``), ``done`` (kept only with results, until ``expires_at``),
+``dead``, and ``cancelled`` (by ``app.cancel``; kept like a done job until ``expires_at``; lease
+renewal and cancellation live in ``leasing.py``). Four heaps make every hot-path operation
+O(log n) with lazy deletion: an entry whose job has moved on is discarded when it surfaces (as in
+simpy's and trio's timer heaps). Ready jobs are ordered by (-priority, ready_at, seq): higher
+priority first, then FIFO by the time each job *became* ready, so a delayed or retried job queues
+behind those that were waiting before it.
 
 Every change is recorded twice for the owner to drain: the records to write through to storage
 (``dirty``) and the :class:`~istos.events.JobEvent` s to emit (``events``).
@@ -27,7 +29,8 @@ from ..events import JobEvent
 from .backoff import BackoffPolicy, backoff
 
 READY, DELAYED, LEASED, DONE, DEAD = "ready", "delayed", "leased", "done", "dead"
-STATES = (READY, DELAYED, LEASED, DONE, DEAD)
+CANCELLED = "cancelled"
+STATES = (READY, DELAYED, LEASED, DONE, DEAD, CANCELLED)
 LEASE_EXPIRED_ERROR = "lease expired"
 
 
@@ -81,6 +84,10 @@ class JobRecord:
     expires_at: float | None = None
     history: list[Attempt] = field(default_factory=list)
     meta: dict[str, Any] | None = None
+    cancel_requested: bool | None = None  # app.cancel reached it while leased (persisted)
+    # The holder's latest ctx.progress() (not persisted: the next heartbeat brings it back).
+    progress: float | None = None
+    progress_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {name: getattr(self, name) for name in _SCALAR_FIELDS}
@@ -98,7 +105,7 @@ class JobRecord:
 _SCALAR_FIELDS = (
     "job_id", "queue", "body", "priority", "enqueued_at", "state", "ready_at", "seq", "attempts",
     "lease_token", "lease_worker", "lease_deadline", "last_error", "result", "finished_at",
-    "expires_at", "meta",
+    "expires_at", "meta", "cancel_requested",
 )
 
 
@@ -233,6 +240,10 @@ class QueueState:
     def _fail(self, rec: JobRecord, now: float, outcome: str, error: str,
               rng: random.Random | None) -> None:
         rec.last_error = error
+        if rec.cancel_requested:  # a cancelled job is never retried nor dead-lettered
+            self._finish_attempt(rec, now, outcome, error)
+            self.end_cancelled(rec, now)
+            return
         if rec.attempts >= self.policy.max_attempts:
             self._finish_attempt(rec, now, outcome, error)
             self._move(rec, DEAD)
@@ -253,6 +264,15 @@ class QueueState:
                        error=error)
         self.dirty.append(rec)
 
+    def end_cancelled(self, rec: JobRecord, now: float) -> None:
+        """Move ``rec`` to ``cancelled``, kept (like a done job) for ``result_ttl_s``."""
+        self._move(rec, CANCELLED)
+        rec.finished_at = now
+        rec.expires_at = now + self.policy.result_ttl_s
+        heapq.heappush(self._expiry, (rec.expires_at, rec.job_id))
+        self.dirty.append(rec)
+        self._emit(now, rec, ev.CANCELLED, worker=rec.lease_worker)
+
     def _finish_attempt(self, rec: JobRecord, now: float, outcome: str, error: str | None,
                         backoff_s: float | None = None) -> None:
         if rec.history and rec.history[-1].attempt == rec.attempts:
@@ -270,7 +290,7 @@ class QueueState:
         leases = self._leases
         while leases and leases[0][0] <= now:
             deadline, token, job_id = heapq.heappop(leases)
-            rec = self._live_lease(token, job_id)
+            rec = self._live_lease(token, job_id, deadline)
             if rec is None:
                 continue
             reclaimed += 1
@@ -313,7 +333,7 @@ class QueueState:
         the owner's timer never wakes for work that is gone.
         """
         leases, delayed, expiry = self._leases, self._delayed, self._expiry
-        while leases and self._live_lease(leases[0][1], leases[0][2]) is None:
+        while leases and self._live_lease(leases[0][1], leases[0][2], leases[0][0]) is None:
             heapq.heappop(leases)
         while delayed and self._live_delay(delayed[0][1], delayed[0][2]) is None:
             heapq.heappop(delayed)
@@ -342,7 +362,7 @@ class QueueState:
         elif rec.state == LEASED:
             deadline = rec.lease_deadline if rec.lease_deadline is not None else now
             heapq.heappush(self._leases, (deadline, rec.lease_token or "", rec.job_id))
-        elif rec.state == DONE:
+        elif rec.state in (DONE, CANCELLED):
             if rec.expires_at is not None:
                 heapq.heappush(self._expiry, (rec.expires_at, rec.job_id))
         elif rec.state == DEAD:
@@ -385,10 +405,11 @@ class QueueState:
 
     # Heap entries are never removed in place (lazy deletion): an entry is live only while its
     # job is still in the state, and the attempt, that pushed it.
-    def _live_lease(self, token: str, job_id: str) -> JobRecord | None:
+    def _live_lease(self, token: str, job_id: str, deadline: float) -> JobRecord | None:
+        # An extended lease (leasing.extend) pushed a later entry: the earlier one is stale.
         rec = self.jobs.get(job_id)
         return rec if rec is not None and rec.state == LEASED and rec.lease_token == token \
-            else None
+            and rec.lease_deadline == deadline else None
 
     def _live_delay(self, seq: int, job_id: str) -> JobRecord | None:
         rec = self.jobs.get(job_id)
@@ -396,8 +417,8 @@ class QueueState:
 
     def _live_result(self, expires_at: float, job_id: str) -> JobRecord | None:
         rec = self.jobs.get(job_id)
-        return rec if rec is not None and rec.state == DONE and rec.expires_at == expires_at \
-            else None
+        return rec if rec is not None and rec.state in (DONE, CANCELLED) \
+            and rec.expires_at == expires_at else None
 
     def _peek_ready(self) -> JobRecord | None:
         ready = self._ready

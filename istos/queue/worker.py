@@ -13,6 +13,9 @@ are idempotent (keyed by the lease token), so a lost one costs a redelivery, nev
 Shutdown: the dispatcher stops claiming; jobs in flight get ``shutdown_grace_s`` to finish and
 ack; any still running after that are cancelled *without* a nack, so they come back when their
 lease expires (a nack would burn an attempt for a job that did nothing wrong).
+
+Heartbeats, ``timeout_s`` and cancellation live in ``heartbeat.py`` (:class:`HeldLeases`): this
+module tells it when a job is claimed, started and finished.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from ..node import Node
 from ..wakeup import Wakeup
 from .client import OwnerClient
 from .config import WorkerConfig
+from .heartbeat import HeldLeases
 
 log = logging.getLogger("istos.worker")
 
@@ -60,6 +64,7 @@ class WorkerStats:
     acked: int = 0
     nacked: int = 0
     failed_replies: int = 0
+    not_started: int = 0  # prefetched jobs dropped because their lease ended while waiting
     slot_ids: list[str] = field(default_factory=list)
 
 
@@ -98,6 +103,7 @@ class WorkerRunner:
         self._flush_scheduled = False
         self._settling: set[asyncio.Task[None]] = set()
         self.stats = WorkerStats(slot_ids=list(self.slot_ids))
+        self.leases = HeldLeases(self)
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -105,6 +111,7 @@ class WorkerRunner:
         if transport is not None:
             self._nudge_handle = await transport.declare_subscriber(
                 self.node.key(self.config.queue, "nudge"), self._on_remote_nudge)
+        await self.leases.start()
         self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch_loop())
 
     def on_nudge(self) -> None:
@@ -134,6 +141,7 @@ class WorkerRunner:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        await self.leases.stop()
         self._flush_outbox()  # finished jobs' acks still go out before we leave
         if self._settling:
             await asyncio.gather(*self._settling, return_exceptions=True)
@@ -151,6 +159,7 @@ class WorkerRunner:
             task.cancel()
         for task in self._settling:
             task.cancel()
+        self.leases.kill()
         self._outbox.clear()  # a crash loses unsent acks: those jobs come back after the lease
 
     # -- claiming ---------------------------------------------------------------------------------
@@ -194,6 +203,7 @@ class WorkerRunner:
         fields: dict[str, Any] = {"workers": slots, "node": self.node.node_id}
         if settle:
             fields["settle"] = settle
+        sent_at = self.node.clock.monotonic()
         try:
             reply = await self.client.call("claim", **fields)
         except IstosError:
@@ -212,10 +222,13 @@ class WorkerRunner:
         if not jobs:
             self.stats.empty_claims += 1
         for job in jobs:
+            self.leases.hold(job, sent_at, self._lease_s)
             self._free.remove(job.worker)
             task = asyncio.get_running_loop().create_task(self._run(job))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        if reply.get("cancel"):
+            self.leases.cancel(reply["cancel"])
         return jobs
 
     # -- running one job --------------------------------------------------------------------------
@@ -223,8 +236,18 @@ class WorkerRunner:
         outcome: dict[str, Any] | None = None
         try:
             async with self._running:  # FIFO: prefetched jobs start in claim order
-                outcome = await self._run_job(job)
+                verdict = self.leases.verdict(job)
+                if verdict == "run":
+                    outcome = await self._run_job(job)
+                else:  # never start a job whose lease ended (or that was cancelled) meanwhile
+                    self.stats.not_started += 1
+                    if verdict == "cancelled":
+                        outcome = {"job_id": job.job_id, "token": job.token, "op": "nack",
+                                   "error": "JobCancelled: cancelled before it started"}
         finally:
+            if outcome is not None:
+                self.leases.annotate(job, outcome)  # the latest progress rides along
+            self.leases.release(job)
             self._free.append(job.worker)
             self._slot_freed.set()
             if outcome is not None:
@@ -242,14 +265,14 @@ class WorkerRunner:
             if self._wants_ctx:
                 kwargs["ctx"] = JobContext(job.job_id, self.config.queue, job.attempt,
                                            job.max_attempts, job.last_error, job.worker,
-                                           job.deadline)
+                                           job.deadline, self.leases.signals(job))
             started = self.node.clock.monotonic()
             if self._deps:
                 async with AsyncExitStack() as stack:
                     kwargs.update(await di.resolve(self._deps, stack, {}))
-                    result = await self._call(data, kwargs)
+                    result = await self.leases.guard(job, lambda: self._call(data, kwargs))
             else:
-                result = await self._call(data, kwargs)
+                result = await self.leases.guard(job, lambda: self._call(data, kwargs))
             self._note_run_time(self.node.clock.monotonic() - started)
             if self.continue_hook is not None and job.meta:
                 await self.continue_hook(job.meta, result)

@@ -20,6 +20,8 @@ from typing import Any
 from istos.queue.backoff import delay_bounds
 from istos.queue.config import QueueConfig
 
+from .checker_leases import lease_findings
+
 EPS = 1e-6
 
 
@@ -32,6 +34,8 @@ class RunRecord:
     held: set[str]  # job ids still held (pending or dead) by live owners at the end
     volatile: bool
     owner_crashes: list[tuple[float, str]] = field(default_factory=list)  # (t, node)
+    heartbeat: set[tuple[str, str]] = field(default_factory=set)  # (node, queue) heart-beating
+    lossy: bool = False  # the network was configured to lose messages at some point
 
 
 @dataclass
@@ -76,6 +80,7 @@ def check(rec: RunRecord) -> list[Finding]:
     findings += [
         _single_lease(rec), _attempts_bounded(rec), _backoff_respected(rec),
         _dead_after_max(rec), _fifo_within_priority(rec), _chord_once(rec),
+        *lease_findings(rec),
     ]
     return findings
 

@@ -30,6 +30,8 @@ class SimResult:
     held: set[str] = field(repr=False)
     volatile: bool
     owner_crashes: list[tuple[float, str]] = field(repr=False)
+    heartbeat: set[tuple[str, str]] = field(repr=False)
+    lossy: bool = field(repr=False)
     until: float
     virtual_s: float
     wall_s: float
@@ -94,7 +96,9 @@ class SimResult:
     def _record(self) -> RunRecord:
         return RunRecord(events=self.events_raw, attempts=self.attempts, effects=self.effects,
                          queues=self.queues, held=self.held, volatile=self.volatile,
-                         owner_crashes=self.owner_crashes)
+                         owner_crashes=self.owner_crashes,
+                         heartbeat=getattr(self, "heartbeat", set()),
+                         lossy=getattr(self, "lossy", False))
 
     def summary(self) -> str:
         c = self.counts

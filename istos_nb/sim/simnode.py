@@ -50,6 +50,7 @@ class SimNode:
         self.clock_skew_s = float(clock_skew_s)
         self.clock_drift_ppm = float(clock_drift_ppm)
         self.queues: dict[str, QueueConfig] = {}
+        self.heartbeat_queues: set[str] = set()
         self._declarations: list[Callable[[Istos], object]] = []  # results are ignored
         self.incarnation: Incarnation | None = None
         self._lives = 0
@@ -76,6 +77,9 @@ class SimNode:
         return config
 
     def worker(self, name: str, **options: Any) -> Callable[[Any], Any]:
+        if options.get("heartbeat") is True:
+            self.heartbeat_queues.add(name)  # for the checker's heartbeat invariant
+
         def register(fn: Any) -> Any:
             wrapped = self.sim._instrument(self, name, fn)
             self._declarations.append(lambda app: app.worker(name, **options)(wrapped))

@@ -52,6 +52,7 @@ class Simulation:
         self._actions: list[tuple[float, str, Callable[[], Any]]] = []
         self._random_crashes: list[tuple[list[str], float, float | None, float]] = []
         self._lose_ack: dict[str | None, float] = {}
+        self._lossy = loss > 0  # the heartbeat invariant holds only on a lossless network
         self._loop: VirtualEventLoop | None = None
         self._ran = False
         # what the run records
@@ -126,6 +127,7 @@ class Simulation:
     def network(self, *, latency_s: tuple[float, float] | None = None,
                 loss: float | None = None, at: float | None = None) -> None:
         """Change latency and loss now (before the run) or at virtual time ``at``."""
+        self._lossy = self._lossy or bool(loss)
         if at is None:
             self.net.configure(latency_s=latency_s, loss=loss)
             return
@@ -253,6 +255,9 @@ class Simulation:
                          effects=list(self.effects), queues=queues, held=held,
                          volatile=self.storage_mode == "volatile",
                          owner_crashes=list(self.owner_crashes), until=until,
+                         heartbeat={(n.name, q) for n in self.nodes.values()
+                                    for q in n.heartbeat_queues},
+                         lossy=self._lossy,
                          virtual_s=self._loop.time() if self._loop else 0.0,
                          wall_s=wall_s, interrupted=interrupted, seed=self.seed)
 

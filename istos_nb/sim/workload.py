@@ -85,9 +85,12 @@ class Workload:
         draw = sampler(service_s, self.rng)
         rng = self.rng
 
-        async def handle(job: Any) -> Any:
+        async def handle(job: Any, ctx: Any = None) -> Any:
             await asyncio.sleep(draw())
             if crash_p and rng.random() < crash_p:
+                if ctx is not None:  # the heartbeat invariant needs to know (checker_leases)
+                    self.sim._node_event(ctx.worker.rsplit(":", 1)[0], "delivery_crashed",
+                                         job_id=ctx.job_id)
                 raise asyncio.CancelledError("delivery crashed (simulated)")
             if fail_p and rng.random() < fail_p:
                 raise HandlerFailure("simulated handler failure")

@@ -1,0 +1,83 @@
+"""PURE: lease renewal (heartbeats), progress and cancellation on a :class:`QueueState`.
+
+Kept apart from ``state.py`` so the seed's transitions read as they were; these functions use
+only the state's public pieces plus the two helpers it exposes for them (``end_cancelled`` and
+the lazily-cleaned lease heap, where a renewal pushes a later entry and the earlier one goes
+stale because the record's ``lease_deadline`` moved on).
+
+Renewing does not write to storage: after a restart every leased job gets a fresh full lease on
+the new owner's clock anyway (``QueueState.restore``), so a stored deadline would never be read.
+"""
+
+from __future__ import annotations
+
+import heapq
+import hmac
+from typing import Any
+
+from .. import events as ev
+from ..context import check_progress
+from .state import CANCELLED, DEAD, DELAYED, DONE, LEASED, READY, JobRecord, QueueState
+
+MAX_EXTEND_ITEMS = 1024  # per request: 1024 maximal items stay well inside one frame
+
+OK, STALE, CANCEL = "ok", "stale", "cancel"
+
+
+def token_matches(rec: JobRecord, token: object) -> bool:
+    """Whether ``token`` is the record's current lease token: the ONE place extend and cancel
+    verify a holder, so the token scheme can change without touching the callers."""
+    current = rec.lease_token
+    return current is not None and isinstance(token, str) and \
+        hmac.compare_digest(current.encode(), token.encode())
+
+
+def extend(state: QueueState, item: dict[str, Any], now: float) -> str:
+    """Renew one lease for another ``lease_s`` from ``now``; record progress carried along.
+
+    Answers ``ok`` (renewed), ``stale`` (that lease is no longer the job's: expired and
+    reclaimed, settled, or unknown) or ``cancel`` (``app.cancel`` reached the job: stop it; the
+    lease is not renewed). Raises :class:`InvalidProgress` for a bad progress field.
+    """
+    rec = state.jobs.get(str(item["job_id"]))
+    if rec is None or rec.state != LEASED or not token_matches(rec, item["token"]):
+        return STALE
+    if "progress" in item or "note" in item:
+        record_progress(state, rec, now, item.get("progress"), item.get("note"))
+    if rec.cancel_requested:
+        return CANCEL
+    rec.lease_deadline = now + state.policy.lease_s
+    heapq.heappush(state._leases, (rec.lease_deadline, rec.lease_token or "", rec.job_id))
+    state._emit(now, rec, ev.LEASE_EXTENDED, worker=rec.lease_worker,
+                deadline=rec.lease_deadline)
+    return OK
+
+
+def record_progress(state: QueueState, rec: JobRecord, now: float, fraction: object,
+                    note: object) -> None:
+    """Keep the latest progress on the record; one ``progress`` event when it changed."""
+    frac, text = check_progress(fraction, note)
+    if frac == rec.progress and text == rec.progress_note:
+        return
+    rec.progress, rec.progress_note = frac, text
+    state._emit(now, rec, ev.PROGRESS, worker=rec.lease_worker, progress=frac, note=text)
+
+
+def cancel(state: QueueState, job_id: str, now: float) -> str:
+    """Cancel a job: ``cancelled`` (it was waiting and is now final), ``cancelling`` (it is
+    leased: marked, its holder is told and the job ends cancelled), ``too_late`` (done, dead or
+    already cancelled) or ``unknown``."""
+    rec = state.jobs.get(job_id)
+    if rec is None:
+        return "unknown"
+    if rec.state in (READY, DELAYED):
+        state.end_cancelled(rec, now)
+        return "cancelled"
+    if rec.state == LEASED:
+        if not rec.cancel_requested:
+            rec.cancel_requested = True
+            state.dirty.append(rec)  # a restarted owner still knows, so it never retries it
+            state._emit(now, rec, ev.CANCEL_REQUESTED, worker=rec.lease_worker)
+        return "cancelling"
+    assert rec.state in (DONE, DEAD, CANCELLED)
+    return "too_late"

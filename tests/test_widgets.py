@@ -115,10 +115,15 @@ class RecordedQueue:
         return {"queue": "jobs", "node": "owner", "paused": False, "enqueue_rate": 2.0,
                 "ack_rate": 1.5, "counts": jobs["state"].value_counts().to_dict()}
 
-    def jobs(self, state: str | None = None, limit: int = 100, offset: int = 0) -> pd.DataFrame:
+    def jobs(self, state: str | list[str] | None = None, limit: int = 100,
+             offset: int = 0) -> pd.DataFrame:
         jobs = jobs_frame(self._seen("jobs"))
-        jobs = jobs[jobs["state"] != "done"] if state is None else jobs[jobs["state"] == state]
-        return jobs.iloc[offset:offset + limit]
+        states = [state] if isinstance(state, str) else state
+        if states is not None:
+            jobs = jobs[jobs["state"].isin(states)]
+        page = jobs.iloc[offset:offset + limit]
+        page.attrs = {"total": len(jobs), "truncated": len(page) < len(jobs) - offset}
+        return page
 
     def dead_letters(self) -> pd.DataFrame:
         jobs = jobs_frame(self._seen("dead_letters"))
@@ -286,7 +291,7 @@ def test_live_refresh_fills_stats_charts_and_tables(recorded):
     dead = table_rows(dash.panels.tables["dead letters"].value)
     expected = recorded.jobs[recorded.jobs["state"] == "dead"]["job_id"]
     assert len(expected) > 0 and sorted(r[0] for r in dead) == sorted(expected)
-    assert dash.panels.tab.titles[-2:] == ("jobs", "dead letters")
+    assert dash.panels.tab.titles[-3:] == ("jobs", "dead letters", "job")
     dash.close()
     assert fake.calls.get("close") is None  # the dashboard does not own the client
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import codec
 from .clock import SystemClock
-from .errors import ConfigError
+from .errors import ConfigError, OwnerUnavailable
 from .ids import IdSource, node_rng
 from .node import Node
 from .queue.client import OwnerClient
@@ -48,7 +48,13 @@ class Operator:
         self._clients: dict[str, OwnerClient] = {}
 
     async def __aenter__(self) -> Operator:
-        await self._transport.start()
+        """Open the session. The config was parsed already (a bad one raised ConfigError), so
+        a failure here means the mesh is unreachable: :class:`OwnerUnavailable`."""
+        try:
+            await self._transport.start()
+        except ConfigError as exc:
+            reason = str(exc).split(" at /", 1)[0]  # zenoh appends its Rust source location
+            raise OwnerUnavailable(f"cannot reach the Zenoh mesh: {reason}") from exc
         self.node.transport = self._transport
         return self
 

@@ -4,7 +4,7 @@ Pure functions of frames and dicts (no widgets), so they are tested without a ke
 shown in the viewer's local time zone (``HH:MM:SS`` today, a date otherwise) next to their age
 ("3 min"); payloads as one compact JSON line cut at :data:`PAYLOAD_CHARS`, the full value in the
 cell's ``title`` (hover) and in the job detail. DOM classes: ``istos-table`` on every table's
-container, ``istos-job-detail`` on the detail, ``istos-history`` on its attempts table.
+container, ``istos-job-card`` on the detail, ``istos-history`` on its attempts table.
 """
 
 from __future__ import annotations
@@ -177,5 +177,5 @@ def detail_html(detail: dict[str, Any], now: pd.Timestamp) -> str:
                          _rows(attempts, now, _ATTEMPT_COLS) if attempts is not None else [],
                          f"{0 if attempts is None else len(attempts)} attempt(s)",
                          "istos-history")
-    return (f"{CSS}<div class=\"istos-job-detail istos-table\"><h4>job {esc(detail['job_id'])}"
+    return (f"{CSS}<div class=\"istos-job-card istos-table\"><h4>job {esc(detail['job_id'])}"
             f"</h4><table>{dl}</table><p>payload</p><pre>{esc(payload)}</pre>{history}</div>")

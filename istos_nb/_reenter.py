@@ -46,7 +46,7 @@ def wait_running_loop(loop: asyncio.AbstractEventLoop, fut: concurrent.futures.F
     # The loop that is running us popped its batch size before calling us: leave at least as
     # many handles in _ready as there were, or its next popleft() would hit an empty deque.
     owed = len(ready)
-    fut.add_done_callback(lambda _f: loop.call_soon_threadsafe(_nothing))  # wake select()
+    fut.add_done_callback(lambda _f: _wake(loop))
     deadline = loop.time() + timeout_s
     try:
         while not fut.done():
@@ -63,6 +63,14 @@ def wait_running_loop(loop: asyncio.AbstractEventLoop, fut: concurrent.futures.F
 
 def _nothing() -> None:
     return None
+
+
+def _wake(loop: asyncio.AbstractEventLoop) -> None:
+    """Interrupt the nested ``select()`` (from the thread that completed the future)."""
+    try:
+        loop.call_soon_threadsafe(_nothing)
+    except RuntimeError:  # the caller gave up and its loop closed since: nobody to wake
+        pass
 
 
 def _run_once(loop: Any, max_wait_s: float, deferred: list[Any]) -> None:

@@ -7,7 +7,10 @@ and dicts hold: UTC instants, Timedeltas, relative reasons, paging attrs, policy
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
+import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +25,7 @@ from zenoh_util import isolated_configs, unique_prefix
 
 from istos import Istos, JobContext, OwnerUnavailable
 from istos_nb import LiveQueue, aattach, attach
+from istos_nb._reenter import can_reenter, wait_running_loop
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -144,9 +148,19 @@ def test_plain_calls_from_a_script_without_any_loop():
 
 
 @pytest.mark.timeout(120)
-def test_a_real_jupyter_kernel_owner_and_attach_in_the_next_cell(tmp_path):
+def test_a_real_jupyter_kernel_owner_and_attach_in_the_next_cell(tmp_path, monkeypatch):
     """The issue's first case, in a real ipykernel: `await app.start()` in one cell, a plain
     `istos_nb.attach(...)` and plain calls in the next."""
+    # A kernelspec for this interpreter, found before any user-level python3 kernelspec.
+    spec = tmp_path / "jupyter" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     configs, prefix = isolated_configs(2), unique_prefix()
     cells = [
         "import json, time, istos_nb\nfrom istos import Istos\n"
@@ -173,6 +187,28 @@ def test_a_real_jupyter_kernel_owner_and_attach_in_the_next_cell(tmp_path):
     assert out["dtype"] == "datetime64[ns, UTC]" or out["dtype"].endswith(", UTC]")
     assert "unavailable" not in out["repr"]
     assert out["took"] < 5.0  # opening the session included; no 5 s freeze per call
+
+
+async def test_a_blocking_wait_keeps_the_running_loop_going_and_leaves_it_sound():
+    loop = asyncio.get_running_loop()
+    assert can_reenter(loop)
+    fut: concurrent.futures.Future[str] = concurrent.futures.Future()
+    order: list[str] = []
+
+    async def answer() -> None:  # needs this loop to run: a timer, then a task step
+        await asyncio.sleep(0.02)
+        order.append("answered")
+        fut.set_result("ok")
+
+    task = loop.create_task(answer())
+    for i in range(3):  # handles already queued when the blocking call starts
+        loop.call_soon(order.append, f"queued{i}")
+    assert wait_running_loop(loop, fut, 5.0) == "ok"  # synchronous, on the loop's thread
+    assert order[-1] == "answered" and task.done()
+    assert asyncio.current_task() is not None  # the caller's task is current again
+    with pytest.raises(concurrent.futures.TimeoutError):
+        wait_running_loop(loop, concurrent.futures.Future(), 0.05)
+    await asyncio.sleep(0)  # the outer loop carries on (nothing left it an empty batch)
 
 
 # -- what comes back -----------------------------------------------------------------------------

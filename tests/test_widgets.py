@@ -364,8 +364,8 @@ async def test_live_dashboard_against_a_real_owner_over_zenoh():
             await owner.enqueue("q", {"i": i, "fail": i == 0})
         await wait_events(owner, lambda ev: count(ev, "acked") == 5
                           and count(ev, "dead_lettered") == 1, timeout_s=15)
-        # LiveQueue calls block their thread; the owner is served on this loop, so they run in
-        # threads (as the dashboard's own timer does).
+        # From threads, as the dashboard's own timer calls (plain calls on this loop work too:
+        # test_live_dashboard.py).
         lq = await asyncio.to_thread(attach_mod.attach, "q", configs[1], prefix=prefix)
         dash = LiveDashboard(lq, refresh_s=0.2)
         try:

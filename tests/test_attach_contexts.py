@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 from helpers import count, wait_events
 from nbclient import NotebookClient
-from zenoh_util import isolated_configs, unique_prefix
+from zenoh_util import isolated_configs, unique_prefix, wait_until
 
 from istos import Istos, JobContext, OwnerUnavailable
 from istos_nb import LiveQueue, aattach, attach
@@ -55,12 +55,9 @@ async def test_plain_calls_on_the_loop_that_serves_the_owner_answer_within_1s():
             assert "unavailable" not in repr(lq) and "ready=3" in repr(lq)
             lq.follow()
             jid = await app.enqueue("jobs/email", {"late": 1})
-            # The owner publishes from this loop: give it a turn, then read the local window.
-            for _ in range(200):
-                if (lq.events().job_id == jid).any():
-                    break
-                await asyncio.sleep(0.01)
-            assert (lq.events().job_id == jid).any()
+            # The owner publishes from this loop; the window fills as the stream arrives.
+            await wait_until(lambda: bool((lq.events().job_id == jid).any()),
+                             what="the enqueue streamed")
         finally:
             lq.close()
         # attach() handed to a thread, then plain calls on the loop (the third case).

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import zenoh
 from prometheus_client.parser import text_string_to_metric_families
-from zenoh_util import free_port, router_configs, unique_prefix
+from zenoh_util import free_port, router_configs, unique_prefix, wait_until
 
 from istos import Istos, JobContext
 from istos_nb import attach
@@ -276,11 +276,8 @@ async def test_attach_through_a_router_in_client_mode():
                 lq.follow()
                 await owner.enqueue("q", {"n": 1})
                 await asyncio.wait_for(done.wait(), 10)
-                for _ in range(500):
-                    if (lq.events().kind == "acked").any():
-                        break
-                    await asyncio.sleep(0.01)
-                assert (lq.events().kind == "acked").any()
+                await wait_until(lambda: bool((lq.events().kind == "acked").any()),
+                                 timeout_s=10, what="the ack streamed through the router")
                 assert lq.stats()["totals"]["acked"] == 1
             finally:
                 lq.close()

@@ -165,8 +165,9 @@ def detail_html(detail: dict[str, Any], now: pd.Timestamp) -> str:
     facts = [("state", _text(detail.get("state"))), ("why", _text(why.get("reason")))]
     for key in ("enqueued_at", "ready_at", "deadline", "finished_at", "expires_at"):
         if not _absent(rec.get(key)):
-            facts.append((key.removesuffix("_at"),
-                          f"{local_time(rec[key], now)} ({age(rec[key], now)})"))
+            rel = age(rec[key], now)
+            facts.append((key.removesuffix("_at"), f"{local_time(rec[key], now)} "
+                          f"({rel if rel.startswith('in ') else rel + ' ago'})"))
     for key in ("priority", "attempts", "worker", "last_error"):
         if not _absent(rec.get(key)):
             facts.append((key.replace("_", " "), _text(rec[key])))

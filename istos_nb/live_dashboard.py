@@ -87,7 +87,8 @@ class LiveDashboard(Shown):
         self.job_id = W.Combobox(placeholder="job id", ensure_option=False)
         self.show_job = W.Button(description="Show job")
         self.detail = W.HTML()
-        self.timeline = W.Image(format="png", layout=W.Layout(display="none"))
+        self.timeline = W.Image(format="png", layout=W.Layout(display="none", max_width="640px",
+                                                              height="auto"))
         self.admin_buttons = {name: W.Button(description=label) for name, label in (
             ("pause", "Pause queue"), ("resume", "Resume queue"), ("requeue", "Requeue job"),
             ("purge", "Purge dead job"), ("purge-all", "Purge all dead"))}

@@ -43,7 +43,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="istos", description=__doc__.split("\n\n")[0])
+    top = argparse.ArgumentParser(
+        prog="istos", description="Look at live Istos queues (and, where a queue allows it, "
+        "act on them) without writing Python. Exit status: 0 ok, 1 refused by the owner, "
+        "2 bad usage, 3 no owner answered.")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_: str, queues: str = "one") -> argparse.ArgumentParser:

@@ -68,7 +68,8 @@ class OwnerRequests:
         return dict((await self.ask("stats"))["stats"])
 
     async def jobs(self, states: list[str | None], where: dict[str, Any], limit: int | None,
-                    offset: int) -> pd.DataFrame:
+                   offset: int) -> pd.DataFrame:
+        """``jobs_of`` each state; several are merged oldest first, their attrs combined."""
         parts = [await self.jobs_of(s, where, limit, offset) for s in states]
         if len(parts) == 1:
             return parts[0]
@@ -82,7 +83,7 @@ class OwnerRequests:
         return shown
 
     async def jobs_of(self, state: str | None, where: dict[str, Any], limit: int | None,
-                       offset: int) -> pd.DataFrame:
+                      offset: int) -> pd.DataFrame:
         """Pages of one state from ``offset``; one row beyond ``limit`` says if more exist."""
         want = None if limit is None else limit + 1
         rows: list[dict[str, Any]] = []
@@ -91,7 +92,7 @@ class OwnerRequests:
             page = size if want is None else min(size, want - len(rows))
             try:
                 reply = await self.ask("jobs", state=state, where=where,
-                                        offset=offset + len(rows), limit=page)
+                                       offset=offset + len(rows), limit=page)
             except ReplyTooLarge:
                 if page == 1:  # cannot happen: one body (<= 1 MiB) fits in one message
                     raise

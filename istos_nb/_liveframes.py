@@ -78,7 +78,16 @@ def jobs_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def dead_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    return table(DEAD_COLUMNS, [{**d, "data": decode(d.get("body"))} for d in rows])
+    """Dead letters; ``history`` holds one dict per attempt, its instants as Timestamps (the
+    same attempts as a frame: :func:`attempts_table`, or ``LiveQueue.job(id)["attempts"]``)."""
+    return table(DEAD_COLUMNS, [{**d, "data": decode(d.get("body")),
+                                 "history": [_readable_attempt(a) for a in d.get("history") or []]}
+                                for d in rows])
+
+
+def _readable_attempt(a: dict[str, Any]) -> dict[str, Any]:
+    return {**a, "claimed_at": instant(a.get("claimed_at")),
+            "finished_at": instant(a.get("finished_at"))}
 
 
 def attempts_table(history: list[dict[str, Any]]) -> pd.DataFrame:

@@ -268,6 +268,7 @@ async def test_frames_policy_paging_and_job_detail():
 
                 dead = await lq.adead_letters()
                 assert str(dead.finished_at.dtype) == "datetime64[ns, UTC]"
+                assert [type(a["claimed_at"]) for a in dead.history[0]] == [pd.Timestamp] * 2
                 why = await lq.awhy(dead_id)
                 assert "dead since" in why["reason"] and "boom" in why["reason"]
                 assert isinstance(why["dead_letter"]["finished_at"], pd.Timestamp)

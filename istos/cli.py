@@ -147,6 +147,8 @@ async def _leases(op: Operator, args: argparse.Namespace, out: Any) -> int:
 
 
 async def _follow(op: Operator, args: argparse.Namespace, out: Any) -> int:
+    if args.count < 0 or args.seconds < 0:
+        raise UsageError("--count and --seconds must be >= 0")
     seen = 0
 
     async def pump() -> None:

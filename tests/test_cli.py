@@ -193,6 +193,9 @@ def test_cli_exit_codes_without_an_owner_and_on_bad_usage(mesh):
     assert bad.returncode == 2 and "not found" in bad.stderr and "Traceback" not in bad.stderr
     bad = cli("jobs", "q", "--where", "nokey", *common)
     assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
+    bad = cli("stats", "bad/*/name", *common)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert cli("follow", "q", "--seconds", "-1", *common).returncode == 2
 
 
 def test_the_engine_cli_does_not_import_the_notebook_side():

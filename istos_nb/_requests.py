@@ -8,6 +8,7 @@ frames built with ``_liveframes``); :meth:`OwnerRequests.ask` is the one request
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -15,6 +16,7 @@ import pandas as pd
 from istos import codec
 from istos.errors import OwnerUnavailable, ProtocolError
 from istos.queue.client import raise_for_reply
+from istos.queue.state import STATES
 from istos.transport.base import NoResponder, TransportError, TransportTimeout
 from istos.transport.zenoh import ZenohTransport
 
@@ -164,3 +166,25 @@ class OwnerRequests:
 
     async def admin(self, op: str, **fields: Any) -> dict[str, Any]:
         return await self.ask(op, **fields)
+
+
+def jobs_args(state: str | Iterable[str] | None, where: dict[str, Any] | None,
+               limit: int | None, offset: int
+               ) -> tuple[list[str | None], dict[str, Any], int | None, int]:
+    """``jobs()``'s arguments checked (ValueError naming the bad one) and normalised."""
+    states: list[str | None] = [state] if state is None or isinstance(state, str) \
+        else list(state)
+    for s in states:
+        if s is not None and s not in STATES:
+            raise ValueError(f"state must be one of {', '.join(STATES)} or None, got {s!r}")
+    if not states:
+        raise ValueError("state: give at least one state, or None for all")
+    if (limit is not None and limit < 1) or offset < 0:
+        raise ValueError(f"need limit >= 1 (or None) and offset >= 0, got {limit!r}, {offset!r}")
+    return states, dict(where or {}), limit, offset
+
+
+def purge_fields(job_ids: Iterable[str] | None) -> dict[str, Any]:
+    if isinstance(job_ids, str):
+        job_ids = [job_ids]  # one id, not its characters
+    return {} if job_ids is None else {"job_ids": [str(j) for j in job_ids]}

@@ -28,12 +28,11 @@ import pandas as pd
 
 from istos.errors import ConfigError, IstosError
 from istos.queue.config import check_queue_name
-from istos.queue.state import STATES
 from istos.transport.zenoh import ZenohTransport
 
 from . import _liveframes as lf
 from ._live import LoopThread, Stream, async_call, keep_following, stop_stream, sync_call
-from ._requests import MAX_PAGE, OwnerRequests
+from ._requests import MAX_PAGE, OwnerRequests, jobs_args, purge_fields
 
 __all__ = ["attach", "aattach", "LiveQueue"]
 
@@ -153,14 +152,14 @@ class LiveQueue:
         jobs), last_error, data (the decoded body). ``attrs["truncated"]`` says whether rows
         were left out; ``attrs["total"]`` how many match in all (None when a ``where`` search
         stopped early and the owner does not say)."""
-        args = _jobs_args(state, where, limit, offset)
+        args = jobs_args(state, where, limit, offset)
         bound = _ALL_PAGES_S if limit is None or limit > MAX_PAGE else None
         return self._blocking(lambda: self._req.jobs(*args), "jobs", bound)
 
     async def ajobs(self, state: str | Iterable[str] | None = None,
                     where: dict[str, Any] | None = None, limit: int | None = 100,
                     offset: int = 0) -> pd.DataFrame:
-        args = _jobs_args(state, where, limit, offset)
+        args = jobs_args(state, where, limit, offset)
         bound = _ALL_PAGES_S if limit is None or limit > MAX_PAGE else None
         return await self._awaiting(lambda: self._req.jobs(*args), "jobs", bound)
 
@@ -334,12 +333,12 @@ class LiveQueue:
 
     def purge_dead(self, job_ids: Iterable[str] | None = None) -> int:
         """Delete the given dead letters (all of them when None); returns how many went."""
-        fields = _purge_fields(job_ids)
+        fields = purge_fields(job_ids)
         return int(self._blocking(lambda: self._req.admin("purge_dead", **fields),
                                   "purge_dead")["purged"])
 
     async def apurge_dead(self, job_ids: Iterable[str] | None = None) -> int:
-        fields = _purge_fields(job_ids)
+        fields = purge_fields(job_ids)
         return int((await self._awaiting(lambda: self._req.admin("purge_dead", **fields),
                                          "purge_dead"))["purged"])
 
@@ -411,24 +410,3 @@ class LiveQueue:
         return (f"{head}, owner={s.get('node')!r}: {counts}; enqueued={totals.get('enqueued')} "
                 f"acked={totals.get('acked')}{extra})")
 
-
-def _jobs_args(state: str | Iterable[str] | None, where: dict[str, Any] | None,
-               limit: int | None, offset: int
-               ) -> tuple[list[str | None], dict[str, Any], int | None, int]:
-    """``jobs()``'s arguments checked (ValueError naming the bad one) and normalised."""
-    states: list[str | None] = [state] if state is None or isinstance(state, str) \
-        else list(state)
-    for s in states:
-        if s is not None and s not in STATES:
-            raise ValueError(f"state must be one of {', '.join(STATES)} or None, got {s!r}")
-    if not states:
-        raise ValueError("state: give at least one state, or None for all")
-    if (limit is not None and limit < 1) or offset < 0:
-        raise ValueError(f"need limit >= 1 (or None) and offset >= 0, got {limit!r}, {offset!r}")
-    return states, dict(where or {}), limit, offset
-
-
-def _purge_fields(job_ids: Iterable[str] | None) -> dict[str, Any]:
-    if isinstance(job_ids, str):
-        job_ids = [job_ids]  # one id, not its characters
-    return {} if job_ids is None else {"job_ids": [str(j) for j in job_ids]}

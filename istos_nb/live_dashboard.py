@@ -75,6 +75,13 @@ class LiveDashboard(Shown):
         self._pending: tuple[str, Callable[[], Any]] | None = None
         self.refreshes = 0
         self.admin = False
+        self._build_controls(refresh_s, paused)
+        self._build_layout()
+        if not paused:
+            self._start()
+
+    def _build_controls(self, refresh_s: float, paused: bool) -> None:
+        """Every widget, each with its stable DOM class."""
         self.interval = W.BoundedFloatText(value=refresh_s, min=0.1, max=3600, step=0.5,
                                            description="refresh (s)")
         self.pause_toggle = W.ToggleButton(value=paused, description="Pause", icon="pause")
@@ -111,6 +118,9 @@ class LiveDashboard(Shown):
         for name, b in self.admin_buttons.items():
             b.add_class(f"istos-admin-{name}")
             b.on_click(lambda _b, name=name: self.ask(name))
+
+    def _build_layout(self) -> None:
+        """The tab set (charts, jobs with its filters, dead letters, one job) and the handlers."""
         self.panels = Panels(("jobs", "dead letters"))
         jobs_pane = W.VBox([W.HBox([self.state_filter, self.search]), self.panels.tables["jobs"]])
         job_pane = W.VBox([W.HBox([self.job_id, self.show_job]), self.detail, self.timeline])
@@ -130,8 +140,6 @@ class LiveDashboard(Shown):
         self.search.observe(lambda _c: self._quietly(self.refresh), names="value")
         self.pause_toggle.observe(self._on_pause, names="value")
         self.interval.observe(self._on_interval, names="value")
-        if not paused:
-            self._start()
 
     @property
     def ticking(self) -> bool:

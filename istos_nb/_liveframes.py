@@ -142,6 +142,7 @@ def readable_why(why: dict[str, Any]) -> dict[str, Any]:
         if now is not None and finished is not None:
             out["reason"] = f"{out.get('reason')} (dead since {ago(float(now) - finished)})"
         dead["finished_at"] = instant(finished)
+        dead["history"] = [_readable_attempt(a) for a in dead.get("history") or []]
         out["dead_letter"] = dead
     if until is not None:
         out["until"] = instant(until)

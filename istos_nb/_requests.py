@@ -141,16 +141,20 @@ class OwnerRequests:
         return why
 
     async def job(self, job_id: str) -> dict[str, Any]:
-        why = lf.readable_why((await self.ask("why", job_id=job_id))["why"])
+        raw = (await self.ask("why", job_id=job_id))["why"]
+        why = lf.readable_why(raw)
         rec = why.pop("_job", None)
         if rec is None:
             raise LookupError(f"queue {self.queue!r} holds no job {job_id!r}: {why['reason']}")
-        history = rec.pop("history", [])
-        body = rec.pop("body", None)
+        dead = raw.get("dead_letter")
+        if isinstance(dead, dict):  # a dead job's body and history come in its dead letter
+            history, data = dead.get("history") or [], why["dead_letter"]["data"]
+        else:
+            history, data = rec.pop("history", []), lf.decode(rec.pop("body", None))
         record = {k: lf.instant(v) if k.endswith("_at") or k == "deadline" else v
-                  for k, v in rec.items()}
+                  for k, v in rec.items() if k not in ("body", "history")}
         return {"job_id": job_id, "state": why["state"], "record": record, "why": why,
-                "attempts": lf.attempts_table(history), "data": lf.decode(body)}
+                "attempts": lf.attempts_table(history), "data": data}
 
     async def ring(self, limit: int) -> list[dict[str, Any]]:
         """The owner's latest ``limit`` events, fewer if they do not fit in one reply (its

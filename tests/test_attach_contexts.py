@@ -23,7 +23,7 @@ from helpers import count, wait_events
 from nbclient import NotebookClient
 from zenoh_util import isolated_configs, unique_prefix, wait_until
 
-from istos import Istos, JobContext, OwnerUnavailable
+from istos import Istos, JobContext, OwnerUnavailable, codec
 from istos_nb import LiveQueue, aattach, attach
 from istos_nb._reenter import can_reenter, wait_running_loop
 
@@ -302,3 +302,27 @@ def test_the_package_exports_the_dashboards_and_the_twins():
     for name in ("stats", "jobs", "job", "why", "leases", "dead_letters", "events", "follow",
                  "unfollow", "requeue", "purge_dead", "pause", "resume", "close"):
         assert asyncio.iscoroutinefunction(getattr(LiveQueue, "a" + name)), name
+
+
+async def test_why_and_job_of_a_dead_job_with_a_near_maximal_body_fit_one_reply():
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q", max_attempts=1)
+
+    @owner.worker("q", concurrency=1, poll_interval_s=0.1)
+    async def work(job: dict, ctx: JobContext) -> None:
+        raise RuntimeError("too big to send")
+
+    async with owner.serving():
+        big = {"blob": "x" * (codec.MAX_BODY_BYTES - 1024)}  # the body travels once per reply
+        job_id = await owner.enqueue("q", big)
+        await wait_events(owner, lambda ev: count(ev, "dead_lettered", job_id) == 1)
+        lq = await aattach("q", configs[1], prefix=prefix)
+        try:
+            why = await lq.awhy(job_id)
+            assert why["state"] == "dead" and why["dead_letter"]["data"] == big
+            detail = await lq.ajob(job_id)
+            assert detail["data"] == big and detail["attempts"].outcome.tolist() == ["nacked"]
+            assert isinstance(why["dead_letter"]["history"][0]["claimed_at"], pd.Timestamp)
+        finally:
+            await lq.aclose()

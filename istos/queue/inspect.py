@@ -206,11 +206,12 @@ def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
     if rec is None:
         return {"state": "unknown", "reason": "the queue does not hold this job (never "
                 "enqueued, acked without keep_results, expired or purged)"}
+    job = {**job_summary(rec), "finished_at": rec.finished_at, "expires_at": rec.expires_at,
+           "history": [a.to_dict() for a in rec.history]}
+    if rec.state == DEAD:  # body and history travel once, in dead_letter: one body per reply
+        del job["body"], job["history"]
     out: dict[str, Any] = {"state": rec.state, "attempts": rec.attempts,
-                           "last_error": rec.last_error, "now": now,
-                           "job": {**job_summary(rec), "finished_at": rec.finished_at,
-                                   "expires_at": rec.expires_at,
-                                   "history": [a.to_dict() for a in rec.history]}}
+                           "last_error": rec.last_error, "now": now, "job": job}
     if rec.state == LEASED:
         out.update(worker=rec.lease_worker, until=rec.lease_deadline,
                    reason=f"leased by {rec.lease_worker} until its lease ends in "

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import codec
 from .clock import SystemClock
-from .errors import ConfigError, OwnerUnavailable
+from .errors import ConfigError, OwnerUnavailable, ProtocolError
 from .ids import IdSource, node_rng
 from .node import Node
 from .queue.client import OwnerClient
@@ -89,11 +89,17 @@ class Operator:
             raise ConfigError(f"state must be one of {', '.join(STATES)}, got {state!r}")
         want = None if limit is None else limit + 1  # one more row says whether more exist
         rows: list[dict[str, Any]] = []
-        more = True
+        more, size = True, MAX_PAGE
         while more and (want is None or len(rows) < want):
-            page = MAX_PAGE if want is None else min(MAX_PAGE, want - len(rows))
-            reply = await self.call(queue, "jobs", state=state, where=dict(where or {}),
-                                    offset=offset + len(rows), limit=page)
+            page = size if want is None else min(size, want - len(rows))
+            try:
+                reply = await self.call(queue, "jobs", state=state, where=dict(where or {}),
+                                        offset=offset + len(rows), limit=page)
+            except ProtocolError:
+                if page == 1:  # one body always fits: this is not about size
+                    raise
+                size = max(1, page // 2)  # big bodies: the reply outgrew a message
+                continue
             rows.extend(reply["jobs"])
             more = bool(reply.get("more", len(reply["jobs"]) >= page))
         truncated = (limit is not None and len(rows) > limit) or more
@@ -109,9 +115,16 @@ class Operator:
     async def dead(self, queue: str, limit: int | None = None) -> list[dict[str, Any]]:
         """Dead letters, oldest first; every page unless ``limit`` caps them."""
         dead: list[dict[str, Any]] = []
+        size = MAX_PAGE
         while limit is None or len(dead) < limit:
-            want = MAX_PAGE if limit is None else min(MAX_PAGE, limit - len(dead))
-            reply = await self.call(queue, "dead", offset=len(dead), limit=want)
+            want = size if limit is None else min(size, limit - len(dead))
+            try:
+                reply = await self.call(queue, "dead", offset=len(dead), limit=want)
+            except ProtocolError:
+                if want == 1:
+                    raise
+                size = max(1, want // 4)  # big bodies and histories: smaller pages
+                continue
             dead.extend(reply["dead"])
             if not reply["dead"] or len(dead) >= reply.get("total", len(dead)):
                 break

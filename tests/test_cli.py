@@ -286,3 +286,15 @@ async def test_attach_through_a_router_in_client_mode():
                 lq.close()
     finally:
         session.close()
+
+
+def test_cli_jobs_with_big_bodies_fetches_smaller_pages(mesh):
+    prefix = unique_prefix()
+    owner = Istos(zenoh=mesh.clients[0], prefix=prefix, node_id="owner")
+    owner.queue("big")
+    mesh.serve(owner)
+    ids = [mesh.run(owner.enqueue("big", {"i": i, "blob": "y" * 600_000})) for i in range(3)]
+    out = cli("jobs", "big", "--json", "--zenoh", json.dumps(mesh.clients[2]), "--prefix", prefix)
+    assert out.returncode == 0, out.stderr
+    page = json.loads(out.stdout)  # 1.8 MB of bodies: more than one message holds
+    assert [j["job_id"] for j in page["jobs"]] == ids and page["truncated"] is False

@@ -19,12 +19,15 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .attach import LiveQueue, attach
+    from .attach import LiveQueue, aattach, attach
+    from .widgets import LiveDashboard, SimDashboard
 
-__all__ = ["attach", "LiveQueue"]
+__all__ = ["attach", "aattach", "LiveQueue", "LiveDashboard", "SimDashboard"]
 
 # public name -> the submodule defining it
-_LAZY = {"attach": "istos_nb.attach", "LiveQueue": "istos_nb.attach"}
+_LAZY = {"attach": "istos_nb.attach", "aattach": "istos_nb.attach",
+         "LiveQueue": "istos_nb.attach", "LiveDashboard": "istos_nb.widgets",
+         "SimDashboard": "istos_nb.widgets"}
 
 
 def __getattr__(name: str) -> Any:

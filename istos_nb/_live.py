@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 from istos import codec
 from istos.errors import IstosError, OwnerUnavailable, ProtocolError
 
+from ._reenter import can_reenter, wait_running_loop
+
 T = TypeVar("T")
 
 
@@ -53,10 +55,25 @@ class LoopThread:
         return threading.get_ident() == self._thread.ident
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
-        """Run ``coro`` on the loop; cancel it if the caller stops waiting (timeout, Ctrl-C)."""
+        """Run ``coro`` on the loop and wait; cancel it if the caller stops waiting (timeout,
+        Ctrl-C). Called inside a running event loop (a notebook cell), that loop keeps running
+        while this waits (see ``_reenter``), so an owner served on it can answer."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        caller = caller_loop()
+        try:
+            if caller is not None and can_reenter(caller):
+                return wait_running_loop(caller, fut, timeout_s)
+            return fut.result(timeout_s)
+        except BaseException:
+            fut.cancel()
+            raise
+
+    async def arun(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
+        """Run ``coro`` on the loop and await it from the caller's loop, at most ``timeout_s``
+        (``asyncio.TimeoutError`` then); cancelling the caller cancels ``coro``."""
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
-            return fut.result(timeout_s)
+            return await asyncio.wait_for(asyncio.wrap_future(fut), timeout_s)
         except BaseException:
             fut.cancel()
             raise
@@ -82,27 +99,37 @@ def sync_call(loop: LoopThread, make: Callable[[], Coroutine[Any, Any, T]], time
               what: str, queue: str) -> T:
     """Run ``make()`` on the loop thread and wait for it, at most ``timeout_s``.
 
-    An ``OwnerUnavailable`` raised while the caller's own event loop is running says why that
-    may be (the owner could be served on the loop this call blocked) and what to do instead.
+    An ``OwnerUnavailable`` raised while the caller's own event loop is running and could not
+    be kept running (not a stock asyncio loop) says why that may be and what to do instead.
     """
     try:
         return run_bounded(loop, make(), timeout_s, what, queue)
     except OwnerUnavailable as exc:
-        if caller_loop_running():
+        caller = caller_loop()
+        if caller is not None and not can_reenter(caller):
             raise OwnerUnavailable(
-                f"{exc}. Note: this call blocked a running event loop; if the owner is "
-                "served on that loop (e.g. `await app.start()` in this notebook) it could "
-                "not answer: use `await asyncio.to_thread(...)` or attach from another "
-                "process") from exc
+                f"{exc}. Note: this call blocked a running {type(caller).__name__}; if the "
+                "owner is served on that loop it could not answer: use the `a`-prefixed "
+                "twin (`await q.astats()`) or attach from another process") from exc
         raise
 
 
-def caller_loop_running() -> bool:
+async def async_call(loop: LoopThread, make: Callable[[], Coroutine[Any, Any, T]],
+                     timeout_s: float, what: str, queue: str) -> T:
+    """The awaitable :func:`sync_call`: the caller's loop runs freely meanwhile."""
     try:
-        asyncio.get_running_loop()
+        return await loop.arun(make(), timeout_s)
+    except asyncio.TimeoutError:
+        raise OwnerUnavailable(f"queue {queue!r}: {what} did not finish within "
+                               f"{timeout_s:g} s") from None
+
+
+def caller_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running on the calling thread, if any."""
+    try:
+        return asyncio.get_running_loop()
     except RuntimeError:
-        return False
-    return True
+        return None
 
 
 # -- the followed event stream -----------------------------------------------------------------

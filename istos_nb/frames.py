@@ -4,8 +4,9 @@ Every function here accepts the events in any of the forms the notebook side mee
 any iterable) of :class:`istos.events.JobEvent`, a list of ``JobEvent.to_dict()``-shaped dicts,
 or a DataFrame with those columns (``detail`` as a dict column, or its fields already flattened
 into ``error``/``delay_s``/``ready_at``/``deadline``/``priority`` columns). Nothing here knows
-whether the events came from the simulator or a live owner: ``t`` is kept exactly as given
-(virtual seconds or epoch seconds).
+whether the events came from the simulator or a live owner: ``t`` is kept as given (virtual
+seconds or epoch seconds); instants given as pandas Timestamps (a live frame) become epoch
+seconds and Timedeltas seconds.
 
 Every returned DataFrame has a fixed column order and fixed dtypes, also when it has no rows,
 so callers (charts, widgets) never special-case an empty stream. Text columns are ``object``
@@ -94,7 +95,13 @@ def _missing(value: Any) -> bool:
 
 
 def _num(value: Any) -> float:
-    return _NAN if _missing(value) else float(value)
+    if _missing(value) or value is pd.NaT:
+        return _NAN
+    if isinstance(value, pd.Timestamp):  # live frames carry instants (UTC) and Timedeltas
+        return float(value.timestamp())
+    if isinstance(value, pd.Timedelta):
+        return float(value.total_seconds())
+    return float(value)
 
 
 def _frame(schema: Mapping[str, Any], columns: Mapping[str, Any]) -> pd.DataFrame:
@@ -146,7 +153,7 @@ def _base_from_frame(df: pd.DataFrame) -> dict[str, list[Any]]:
 def _normalise(cols: dict[str, list[Any]]) -> dict[str, list[Any]]:
     details = [d if isinstance(d, Mapping) else {} for d in cols["detail"]]
     out: dict[str, list[Any]] = {
-        "t": [float(t) for t in cols["t"]],
+        "t": [_num(t) for t in cols["t"]],
         "node": [None if _missing(v) else v for v in cols["node"]],
         "queue": [None if _missing(v) else v for v in cols["queue"]],
         "job_id": ["" if _missing(v) else v for v in cols["job_id"]],

@@ -10,15 +10,14 @@ Stable DOM classes for tests and custom CSS: ``istos-dashboard`` (the top box), 
 ``istos-scenario``, ``istos-param-<name>`` (each control), ``istos-chart`` (chart images),
 ``istos-table`` and ``istos-table-<tab>`` (table panes), ``istos-stats`` (the live stats line).
 
-The simulator's scenario is built in ``widgets_scenario.py`` (pure, no ipywidgets) and the charts,
+The live dashboard lives in ``live_dashboard.py`` (its tables in ``_livetables.py``). The
+simulator's scenario is built in ``widgets_scenario.py`` (pure, no ipywidgets) and the charts,
 tables and tabs both dashboards show are rendered in ``_panels.py``; the public names of both stay
 importable from here.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Mapping
 from html import escape as _esc
 from typing import Any
@@ -33,6 +32,7 @@ from ._panels import TABLE_ROWS as TABLE_ROWS
 from ._panels import Panels, Shown
 from ._panels import figure_png as figure_png
 from ._panels import table_html as table_html
+from .live_dashboard import LiveDashboard as LiveDashboard
 from .widgets_scenario import DEFAULT_PARAMS, _horizon, _merged, scenario_from_params
 
 __all__ = ["DEFAULT_PARAMS", "LiveDashboard", "SimDashboard", "scenario_from_params"]
@@ -168,149 +168,3 @@ class SimDashboard(Shown):
         shown = report.assign(ok=report["ok"].map({True: "✔ ok", False: "✘ violated"}))
         self.panels.show_table("invariants", shown, "invariants checked")
         return report
-
-
-# -- the live dashboard -----------------------------------------------------------------------
-
-_LIVE_BACKOFF = (1.0, 600.0, 0.1)  # Istos' queue defaults, used when stats() does not say
-
-
-class LiveDashboard(Shown):
-    """Charts and tables of a live queue, refreshed every ``refresh_s`` seconds.
-
-    ``live_queue`` is duck-typed: ``stats() -> dict``, ``jobs() -> DataFrame``,
-    ``dead_letters() -> DataFrame`` and ``events(limit=...) -> DataFrame`` (see
-    ``istos_nb.attach.LiveQueue``). The dashboard never closes it: whoever opened it does.
-
-    Periodic refreshes run on one daemon thread, not an asyncio task: the client's methods
-    block on the network (up to a request timeout), which on the kernel's event loop would
-    freeze the notebook, and a thread behaves the same with or without a running loop. The
-    thread stops on ``pause()`` (or the Pause toggle) and on ``close()``; ``refresh()`` does
-    one refresh in the caller's thread. Refreshes never overlap (a lock). A failing refresh
-    shows ``error: ...`` in the status and the timer keeps going (the owner may come back).
-    """
-
-    def __init__(self, live_queue: Any, refresh_s: float = 2.0, *, paused: bool = False,
-                 event_limit: int = 1000,
-                 backoff: tuple[float, float, float] | None = None) -> None:
-        self.live_queue = live_queue
-        self.event_limit = event_limit
-        self._backoff = backoff
-        self._lock = threading.Lock()
-        self._stop: threading.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self.refreshes = 0
-        self.interval = W.BoundedFloatText(value=refresh_s, min=0.1, max=3600, step=0.5,
-                                           description="refresh (s)")
-        self.pause_toggle = W.ToggleButton(value=paused, description="Pause", icon="pause")
-        self.button = W.Button(description="Refresh", icon="refresh")
-        self.stats_line = W.HTML()
-        self.status = W.HTML(_esc("paused" if paused else "starting…"))
-        for widget, cls in ((self.interval, "istos-refresh-s"), (self.pause_toggle, "istos-pause"),
-                            (self.button, "istos-refresh"), (self.stats_line, "istos-stats"),
-                            (self.status, "istos-status")):
-            widget.add_class(cls)
-        self.panels = Panels(("jobs", "dead letters"))
-        self.widget = W.VBox([W.HBox([self.interval, self.pause_toggle, self.button,
-                                      self.status]), self.stats_line, self.panels.tab])
-        self.widget.add_class("istos-dashboard")
-        self.button.on_click(lambda _b: self._refresh_quietly())
-        self.pause_toggle.observe(self._on_pause, names="value")
-        self.interval.observe(self._on_interval, names="value")
-        if not paused:
-            self._start()
-
-    @property
-    def ticking(self) -> bool:
-        """Whether the periodic refresh thread is running."""
-        return self._thread is not None and self._thread.is_alive()
-
-    def refresh(self) -> None:
-        """Fetch stats, events, jobs and dead letters once and redraw; raises what they raise."""
-        with self._lock:
-            if self._closed:
-                return
-            stats = self.live_queue.stats()
-            events = self.live_queue.events(limit=self.event_limit)
-            jobs = self.live_queue.jobs(limit=TABLE_ROWS)
-            dead = self.live_queue.dead_letters()
-            backoff = self._backoff or tuple(  # type: ignore[assignment]
-                stats.get(k, d) for k, d in zip(("retry_backoff_s", "retry_backoff_max_s",
-                                                 "retry_jitter"), _LIVE_BACKOFF))
-            self.panels.show_charts(events, backoff)
-            self.panels.show_table("jobs", jobs, f"jobs (the owner's first {TABLE_ROWS} asked)")
-            self.panels.show_table("dead letters", dead, "dead letters")
-            self.stats_line.value = _esc(_stats_text(stats))
-            self.refreshes += 1
-            self.status.value = _esc(
-                f"refreshed {time.strftime('%H:%M:%S')} ({len(events)} events)")
-
-    def pause(self) -> None:
-        """Stop periodic refreshes (the Pause toggle shows it)."""
-        self.pause_toggle.value = True
-
-    def resume(self) -> None:
-        """Restart periodic refreshes at the current interval."""
-        self.pause_toggle.value = False
-
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the refresh thread (waiting up to ``timeout_s`` for one in flight) and close
-        every widget. Idempotent; the live queue stays open."""
-        self._stop_thread(timeout_s)
-        with self._lock:
-            closed, self._closed = self._closed, True
-        if not closed:
-            super().close()
-
-    def _refresh_quietly(self) -> None:
-        try:
-            self.refresh()
-        except Exception as exc:  # noqa: BLE001 - shown to the user; the next tick retries
-            if not self._closed:
-                self.status.value = _esc(f"error: {type(exc).__name__}: {exc}")
-
-    def _start(self) -> None:
-        stop = threading.Event()
-        interval = float(self.interval.value)
-
-        def tick() -> None:
-            self._refresh_quietly()  # first refresh at once, then every interval
-            while not stop.wait(interval):
-                self._refresh_quietly()
-
-        self._stop = stop
-        self._thread = threading.Thread(target=tick, name="istos-live-dashboard", daemon=True)
-        self._thread.start()
-
-    def _stop_thread(self, timeout_s: float = 5.0) -> None:
-        if self._stop is not None:
-            self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout_s)
-        self._stop = self._thread = None
-
-    def _on_pause(self, change: dict[str, Any]) -> None:
-        if change["new"]:
-            self._stop_thread()
-            self.status.value = _esc("paused")
-        elif not self._closed:
-            self._start()
-
-    def _on_interval(self, _change: dict[str, Any]) -> None:
-        # Restart so a new interval applies now, not after the old one runs out.
-        if self.ticking:
-            self._stop_thread()
-            self._start()
-
-
-def _stats_text(stats: Mapping[str, Any]) -> str:
-    """One line: queue and node, job counts by state, rates, paused."""
-    parts = [f"queue {stats.get('queue', '?')} on {stats.get('node', '?')}"]
-    parts += [f"{state} {n}" for state, n in (stats.get("counts") or {}).items()]
-    for key, label in (("enqueue_rate", "enqueued"), ("ack_rate", "acked")):
-        if stats.get(key) is not None:
-            parts.append(f"{label} {float(stats[key]):.1f}/s")
-    if stats.get("paused"):
-        parts.append("PAUSED")
-    return " · ".join(parts)

@@ -1,8 +1,9 @@
 """istos_nb.attach over real Zenoh on loopback: inspection, the live stream, admin ops, OS
 processes, and the synchronous API called from inside a running event loop.
 
-When the owner runs on the test's own loop, LiveQueue calls go through ``asyncio.to_thread``:
-a blocking call would otherwise starve the very owner it waits for (see the attach docstring).
+Several tests call LiveQueue through ``asyncio.to_thread`` while the owner runs on the test's
+own loop (a thread call must work too); plain calls on that loop are tested in
+``test_attach_contexts.py``.
 """
 
 from __future__ import annotations

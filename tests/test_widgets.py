@@ -115,10 +115,15 @@ class RecordedQueue:
         return {"queue": "jobs", "node": "owner", "paused": False, "enqueue_rate": 2.0,
                 "ack_rate": 1.5, "counts": jobs["state"].value_counts().to_dict()}
 
-    def jobs(self, state: str | None = None, limit: int = 100, offset: int = 0) -> pd.DataFrame:
+    def jobs(self, state: str | list[str] | None = None, limit: int = 100,
+             offset: int = 0) -> pd.DataFrame:
         jobs = jobs_frame(self._seen("jobs"))
-        jobs = jobs[jobs["state"] != "done"] if state is None else jobs[jobs["state"] == state]
-        return jobs.iloc[offset:offset + limit]
+        states = [state] if isinstance(state, str) else state
+        if states is not None:
+            jobs = jobs[jobs["state"].isin(states)]
+        page = jobs.iloc[offset:offset + limit]
+        page.attrs = {"total": len(jobs), "truncated": len(page) < len(jobs) - offset}
+        return page
 
     def dead_letters(self) -> pd.DataFrame:
         jobs = jobs_frame(self._seen("dead_letters"))
@@ -286,7 +291,7 @@ def test_live_refresh_fills_stats_charts_and_tables(recorded):
     dead = table_rows(dash.panels.tables["dead letters"].value)
     expected = recorded.jobs[recorded.jobs["state"] == "dead"]["job_id"]
     assert len(expected) > 0 and sorted(r[0] for r in dead) == sorted(expected)
-    assert dash.panels.tab.titles[-2:] == ("jobs", "dead letters")
+    assert dash.panels.tab.titles[-3:] == ("jobs", "dead letters", "job")
     dash.close()
     assert fake.calls.get("close") is None  # the dashboard does not own the client
 
@@ -359,8 +364,8 @@ async def test_live_dashboard_against_a_real_owner_over_zenoh():
             await owner.enqueue("q", {"i": i, "fail": i == 0})
         await wait_events(owner, lambda ev: count(ev, "acked") == 5
                           and count(ev, "dead_lettered") == 1, timeout_s=15)
-        # LiveQueue calls block their thread; the owner is served on this loop, so they run in
-        # threads (as the dashboard's own timer does).
+        # From threads, as the dashboard's own timer calls (plain calls on this loop work too:
+        # test_live_dashboard.py).
         lq = await asyncio.to_thread(attach_mod.attach, "q", configs[1], prefix=prefix)
         dash = LiveDashboard(lq, refresh_s=0.2)
         try:

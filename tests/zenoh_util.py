@@ -122,3 +122,16 @@ async def query_when_served(
             if loop.time() >= deadline:
                 raise
             await asyncio.sleep(0.005)
+
+
+def router_configs(n_clients: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A router config on a free loopback port and ``n_clients`` client configs connected to it:
+    the production shape (apps in client mode, routed by ``zenohd``), with a zenoh-python
+    session in router mode standing in for ``zenohd``. Scouting is off, so nothing else joins.
+    """
+    endpoint = f"tcp/127.0.0.1:{free_port()}"
+    quiet = {"multicast": {"enabled": False}, "gossip": {"enabled": False}}
+    router = {"mode": "router", "listen": {"endpoints": [endpoint]}, "scouting": quiet}
+    clients = [{"mode": "client", "connect": {"endpoints": [endpoint]},
+                "scouting": {"multicast": {"enabled": False}}} for _ in range(n_clients)]
+    return router, clients

@@ -21,6 +21,7 @@ from typing import Any
 from .. import codec
 from .. import events as ev
 from ..events import JobEvent
+from .config import QueueConfig
 from .owner import QueueOwner, dead_letter
 from .state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord
 
@@ -90,9 +91,10 @@ class Inspector:
     async def op_stats(self, msg: dict[str, Any]) -> dict[str, Any]:
         out = self.owner.stats()
         enq_rate, ack_rate = self.rates(self.owner.node.clock.now())
+        config = self.owner.config
         out.update(enqueue_rate=enq_rate, ack_rate=ack_rate, totals=dict(self.totals),
-                   admin=self.owner.config.admin, lease_s=self.owner.config.policy.lease_s,
-                   max_attempts=self.owner.config.policy.max_attempts)
+                   admin=config.admin, lease_s=config.policy.lease_s,
+                   max_attempts=config.policy.max_attempts, policy=queue_policy(config))
         return {"stats": out}
 
     async def op_jobs(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -179,6 +181,16 @@ class Inspector:
         return {"paused": False}
 
 
+def queue_policy(config: QueueConfig) -> dict[str, Any]:
+    """The queue's declared policy, named as ``app.queue(...)`` takes it."""
+    policy = config.policy
+    return {"lease_s": policy.lease_s, "max_attempts": policy.max_attempts,
+            "retry_backoff_s": policy.backoff.base_s,
+            "retry_backoff_max_s": policy.backoff.max_s, "retry_jitter": policy.backoff.jitter,
+            "keep_results": policy.keep_results, "result_ttl_s": policy.result_ttl_s,
+            "admin": config.admin}
+
+
 def job_summary(rec: JobRecord) -> dict[str, Any]:
     return {"job_id": rec.job_id, "state": rec.state, "priority": rec.priority,
             "attempts": rec.attempts, "enqueued_at": rec.enqueued_at, "ready_at": rec.ready_at,
@@ -195,9 +207,14 @@ def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
     if rec is None:
         return {"state": "unknown", "reason": "the queue does not hold this job (never "
                 "enqueued, acked without keep_results, expired or purged)"}
+    job = {**job_summary(rec), "finished_at": rec.finished_at, "expires_at": rec.expires_at,
+           "history": [a.to_dict() for a in rec.history]}
+    if rec.state == DEAD:  # body and history travel once, in dead_letter: one body per reply
+        del job["body"], job["history"]
     out: dict[str, Any] = {"state": rec.state, "attempts": rec.attempts,
                            "last_error": rec.last_error, "progress": rec.progress,
-                           "progress_note": rec.progress_note}
+                           "progress_note": rec.progress_note,
+                           "now": now, "job": job}
     if rec.state == LEASED:
         out.update(worker=rec.lease_worker, until=rec.lease_deadline,
                    reason=f"leased by {rec.lease_worker} until its lease ends in "
@@ -222,7 +239,9 @@ def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
     elif rec.state == CANCELLED:
         out["reason"] = "cancelled; kept until " + str(rec.expires_at)
     else:
-        out["reason"] = "done; result kept until " + str(rec.expires_at)
+        left = "" if rec.expires_at is None else f" for {rec.expires_at - now:.1f} s more"
+        out["reason"] = f"done; result kept{left}"
+        out["until"] = rec.expires_at
     return out
 
 

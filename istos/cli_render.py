@@ -1,0 +1,156 @@
+"""How ``istos`` prints: plain-text tables for people, JSON-safe values for ``--json``.
+
+Instants are shown in the local time zone (time only when today) next to their age; payloads
+as one compact JSON line cut at :data:`PAYLOAD_CHARS`. Pure functions of owner replies.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .operator import decode_body
+
+PAYLOAD_CHARS = 60
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with job bodies decoded (``body`` -> ``data``) and other bytes as hex."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k == "body" and isinstance(v, bytes):
+                out["data"] = jsonable(decode_body(v))
+            else:
+                out[str(k)] = jsonable(v)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    return value
+
+
+def duration(seconds: float) -> str:
+    s = abs(seconds)
+    if s < 60:
+        return f"{s:.1f} s"
+    if s < 3600:
+        return f"{s / 60:.0f} min"
+    if s < 86400:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} d"
+
+
+def when(t: float | None, now: float) -> str:
+    """``"14:03:07 (3 min ago)"`` / ``"in 2.0 s"``; empty for None."""
+    if t is None:
+        return ""
+    local = dt.datetime.fromtimestamp(t).astimezone()
+    today = dt.datetime.fromtimestamp(now).astimezone().date()
+    stamp = local.strftime("%H:%M:%S" if local.date() == today else "%Y-%m-%d %H:%M:%S")
+    rel = f"{duration(now - t)} ago" if now >= t else f"in {duration(t - now)}"
+    return f"{stamp} ({rel})"
+
+
+def compact(data: Any, limit: int = PAYLOAD_CHARS) -> str:
+    text = json.dumps(jsonable(data), separators=(",", ":"), ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def cut(text: str, limit: int) -> str:
+    """One line of ``text``, at most ``limit`` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[("" if c is None else str(c)) for c in r] for r in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(header)]
+    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def page_note(shown: int, offset: int, total: int | None, what: str) -> str:
+    if shown == 0:
+        return f"no {what}" + (f" (of {total:,})" if total else "")
+    first, last = offset + 1, offset + shown
+    of = f"{total:,}" if total is not None else f"more than {last:,}"
+    return f"{first:,}–{last:,} of {of} {what}"
+
+
+def stats_text(s: dict[str, Any]) -> str:
+    counts = s.get("counts") or {}
+    totals = s.get("totals") or {}
+    policy = s.get("policy") or {}
+    oldest = s.get("oldest_ready_age_s")
+    lines = [f"queue {s.get('queue')} on {s.get('node')}"
+             + (" · PAUSED" if s.get("paused") else "") + (" · admin" if s.get("admin") else ""),
+             "  jobs    " + "  ".join(f"{k} {v:,}" for k, v in counts.items()),
+             f"  rates   enqueued {s.get('enqueue_rate', 0):.1f}/s  acked "
+             f"{s.get('ack_rate', 0):.1f}/s  oldest ready "
+             + ("-" if oldest is None else duration(float(oldest))),
+             "  totals  " + "  ".join(f"{k} {v:,}" for k, v in totals.items())]
+    if policy:
+        lines.append(f"  policy  lease {policy.get('lease_s')} s  attempts "
+                     f"{policy.get('max_attempts')}  backoff {policy.get('retry_backoff_s')}"
+                     f"–{policy.get('retry_backoff_max_s')} s ±{policy.get('retry_jitter')}"
+                     f"  keep results {policy.get('keep_results')}")
+    return "\n".join(lines)
+
+
+def jobs_text(rows: list[dict[str, Any]], total: int | None, offset: int, now: float) -> str:
+    body = table(["job", "state", "enqueued", "attempts", "prio", "worker", "last error",
+                  "payload"],
+                 [[r["job_id"], r["state"], when(r.get("enqueued_at"), now), r.get("attempts"),
+                   r.get("priority"), r.get("worker"), cut(r.get("last_error") or "", 40),
+                   compact(decode_body(r.get("body")))]
+                  for r in rows])
+    return f"{page_note(len(rows), offset, total, 'jobs')}\n{body}" if rows else \
+        page_note(0, offset, total, "jobs")
+
+
+def why_text(job_id: str, why: dict[str, Any]) -> str:
+    now = float(why.get("now") or 0.0)
+    lines = [f"{job_id}: {why.get('state')}", f"  {why.get('reason')}"]
+    until = why.get("until")
+    if until is not None and now:
+        lines.append(f"  until {when(float(until), now)}")
+    for key in ("attempts", "worker", "ahead", "last_error"):
+        if why.get(key) not in (None, ""):
+            lines.append(f"  {key.replace('_', ' ')}: {why[key]}")
+    return "\n".join(lines)
+
+
+def dead_text(dead: list[dict[str, Any]], now: float) -> str:
+    if not dead:
+        return "no dead letters"
+    return f"{len(dead):,} dead letter(s)\n" + table(
+        ["job", "died", "attempts", "last error", "payload"],
+        [[d["job_id"], when(d.get("finished_at"), now), d.get("attempts"),
+          cut(d.get("last_error") or "", 50), compact(decode_body(d.get("body")))]
+         for d in dead])
+
+
+def leases_text(leases: list[dict[str, Any]], now: float) -> str:
+    if not leases:
+        return "no live leases"
+    return table(["job", "worker", "attempt", "lease ends"],
+                 [[x["job_id"], x.get("worker"), x.get("attempt"), when(x.get("deadline"), now)]
+                  for x in leases])
+
+
+def event_line(e: dict[str, Any]) -> str:
+    t = dt.datetime.fromtimestamp(float(e.get("t", 0.0))).astimezone()
+    parts = [t.strftime("%H:%M:%S.%f")[:-3], str(e.get("kind")), str(e.get("job_id") or "-")]
+    if e.get("attempt"):
+        parts.append(f"attempt {e['attempt']}")
+    if e.get("worker"):
+        parts.append(str(e["worker"]))
+    detail = e.get("detail") or {}
+    if isinstance(detail, dict) and detail.get("error"):
+        parts.append(f"error: {cut(str(detail['error']), 60)}")
+    return "  ".join(parts)

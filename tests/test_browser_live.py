@@ -1,0 +1,157 @@
+"""``istos dashboard`` in a real browser: the CLI serves the LiveDashboard through Voila, headless
+Chromium opens it, shows one job in detail and goes through an admin action's confirmation
+(cancel sends nothing; confirm requeues), against a live owner behind a Zenoh router.
+
+Needs /usr/bin/chromium (see tests/browser_util.py); skipped locally without it, a failure with
+``CI=true``. Leaves test-artifacts/live-dashboard.png always, page HTML and log on failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zenoh
+from browser_util import (  # noqa: F401 - browser is a fixture
+    REPO,
+    VoilaServer,
+    _port_open,
+    browser,
+    new_context,
+    open_page,
+    save_artifacts,
+    screenshot,
+)
+from zenoh_util import free_port, router_configs, unique_prefix
+
+from istos import Istos, JobContext
+
+
+class Owner:
+    """A router session and an owner (client mode) served on a background loop."""
+
+    def __init__(self) -> None:
+        router, self.clients = router_configs(3)
+        self.router = zenoh.open(zenoh.Config.from_json5(json.dumps(router)))
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.prefix = unique_prefix()
+        self.app = Istos(zenoh=self.clients[0], prefix=self.prefix, node_id="owner")
+        self.app.queue("mail", max_attempts=1, admin=True)
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(20)
+
+    def close(self) -> None:
+        self.run(self.app.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.router.close()
+
+
+async def _fail(job: dict, ctx: JobContext) -> None:
+    raise RuntimeError("mailbox full")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_istos_dashboard_job_detail_and_confirmed_admin_in_chromium(browser, tmp_path):  # noqa: F811
+    owner = Owner()
+    worker = Istos(zenoh=owner.clients[1], prefix=owner.prefix, node_id="wk")
+    worker.worker("mail", concurrency=1, poll_interval_s=0.1)(_fail)
+    proc = None
+    try:
+        owner.run(owner.app.start())
+        died = threading.Event()
+        owner.app.events.subscribe(lambda e: died.set() if e.kind == "dead_lettered" else None)
+        dead_id = owner.run(owner.app.enqueue("mail", {"to": "full@x"}))
+        owner.run(worker.start())
+        assert died.wait(20), "the failing job was not dead-lettered"
+        owner.run(worker.stop())
+        state = owner.app.owners["mail"].state
+        ids = [owner.run(owner.app.enqueue("mail", {"to": f"u{i}@x"})) for i in range(3)]
+
+        port = free_port()
+        log_path = tmp_path / "dashboard.log"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "istos", "dashboard", "mail", "--port", str(port),
+                 "--zenoh", json.dumps(owner.clients[2]), "--prefix", owner.prefix],
+                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        server = VoilaServer(f"http://127.0.0.1:{port}/", log_path, proc)  # type: ignore[arg-type]
+        for _ in range(600):  # bounded: 60 s for Voila to listen
+            if _port_open(port) or proc.poll() is not None:
+                break
+            threading.Event().wait(0.1)
+        assert _port_open(port), server.log()
+
+        context = new_context(browser)
+        page = context.new_page()
+        try:
+            open_page(page, server.url, ".istos-status", "refreshed", timeout_s=60.0)
+            assert "queue mail on owner" in page.locator(".istos-stats").inner_text()
+            page.get_by_role("tab", name="jobs", exact=True).click()
+            jobs = page.locator(".istos-table-jobs")
+            jobs.locator("text=1–4 of 4 jobs").wait_for(timeout=20_000)
+
+            page.get_by_role("tab", name="job", exact=True).click()
+            page.locator(".istos-job-id input").fill(dead_id)
+            page.locator("button.istos-job-show").click()
+            detail = page.locator(".istos-job-detail")
+            detail.locator("text=mailbox full").first.wait_for(timeout=20_000)
+            assert "1 attempt(s)" in detail.inner_text()
+
+            admin = page.locator(".istos-admin")
+            admin.wait_for(state="visible", timeout=20_000)
+            page.locator("button.istos-admin-pause").click()
+            confirm = page.locator(".istos-confirm")
+            confirm.wait_for(state="visible", timeout=20_000)
+            assert "Pause claiming" in confirm.inner_text()
+            page.locator("button.istos-confirm-no").click()
+            confirm.wait_for(state="hidden", timeout=20_000)
+            assert state.paused is False  # cancelled: nothing was sent
+
+            page.locator("button.istos-admin-requeue").click()
+            confirm.wait_for(state="visible", timeout=20_000)
+            assert dead_id in confirm.inner_text()
+            page.locator("button.istos-confirm-yes").click()
+            page.locator(".istos-status", has_text="done: Requeue").wait_for(timeout=20_000)
+            ready = [r.job_id for r in state.jobs.values() if r.state == "ready"]
+            assert len(ready) == 4 and set(ids) < set(ready)  # the requeued copy joined them
+        except BaseException:
+            save_artifacts("live-dashboard", page, server)
+            raise
+        finally:
+            screenshot(page, "live-dashboard")
+            context.close()
+    finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        owner.close()
+
+
+def test_dashboard_without_a_mesh_exits_3_before_starting_voila(tmp_path):
+    _, clients = router_configs(1)  # nothing listens on the router's port
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-m", "istos", "dashboard", "nobody", "--zenoh",
+                          json.dumps(clients[0]), "--prefix", unique_prefix(), "--timeout",
+                          "0.5"], capture_output=True, text=True, timeout=60, env=env,
+                         cwd=Path(tmp_path))
+    assert out.returncode == 3 and "cannot reach the Zenoh mesh" in out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr

@@ -6,4 +6,5 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing the module (tools that walk packages) runs nothing
+    sys.exit(main())

@@ -24,6 +24,7 @@ from typing import Any
 from . import cli_render as R
 from .errors import AdminDisabled, ConfigError, IstosError, OwnerUnavailable
 from .operator import Operator
+from .queue.state import STATES
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_OWNER = 0, 1, 2, 3
 
@@ -60,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
 
     command("stats", "counts, rates, totals and policy of queues", "many")
     p = command("jobs", "jobs an owner holds (paged: says what was left out)")
-    p.add_argument("--state", choices=["ready", "delayed", "leased", "done", "dead"])
+    p.add_argument("--state", choices=list(STATES))
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                    help="payload field match (dotted keys, JSON values); repeatable")
     p.add_argument("--limit", type=int, default=50, help="rows to show; 0 for all (default 50)")

@@ -4,7 +4,7 @@ Each scrape asks every queue's owner for its ``stats`` (concurrently, bounded by
 timeout) and reports, with a ``queue`` label:
 
 - ``istos_up`` 1 when the owner answered this scrape, 0 otherwise (then nothing else for it);
-- ``istos_jobs{state=...}`` jobs the owner holds per state (ready, delayed, leased, done, dead);
+- ``istos_jobs{state=...}`` jobs the owner holds per state (every state, cancelled included);
 - ``istos_enqueued_total``, ``istos_acked_total``, ``istos_nacked_total``,
   ``istos_dead_lettered_total``, ``istos_lease_expired_total``: counts since the owner started
   (a new owner starts again from 0, which Prometheus' ``rate()`` treats as a counter reset);

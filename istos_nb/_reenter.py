@@ -42,7 +42,8 @@ def wait_running_loop(loop: asyncio.AbstractEventLoop, fut: concurrent.futures.F
     (entered) context cannot run there and waits until the call returns.
     """
     base: Any = loop  # the private attributes below are not in the typeshed stubs
-    ready, deferred = base._ready, []
+    ready = base._ready
+    deferred: list[Any] = []
     # The loop that is running us popped its batch size before calling us: leave at least as
     # many handles in _ready as there were, or its next popleft() would hit an empty deque.
     owed = len(ready)

@@ -28,8 +28,10 @@ __all__ = ["LiveDashboard", "parse_search"]
 
 _LIVE_BACKOFF = (1.0, 600.0, 0.1)  # Istos' queue defaults, used when stats() does not say
 _NOT_DONE = ("ready", "delayed", "leased", "dead")
-STATE_FILTERS = {"not done": list(_NOT_DONE), "ready": ["ready"], "delayed": ["delayed"],
-                 "leased": ["leased"], "dead": ["dead"], "done": ["done"], "all": [None]}
+STATE_FILTERS: dict[str, list[str | None]] = {
+    "not done": list(_NOT_DONE), "ready": ["ready"], "delayed": ["delayed"],
+    "leased": ["leased"], "dead": ["dead"], "done": ["done"], "cancelled": ["cancelled"],
+    "all": [None]}
 
 
 def parse_search(text: str) -> dict[str, Any]:

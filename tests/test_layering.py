@@ -108,12 +108,19 @@ def test_simulated_half_of_the_demo_passes_every_invariant() -> None:
     assert report and all(line.startswith("  [ok]") for line in report), out.stdout
 
 
+def _without(line: str, parts: tuple[str, ...]) -> str:
+    for part in parts:
+        line = line.replace(part, "")
+    return line
+
+
 def test_package_sources_point_only_inside_the_repository() -> None:
     """Comments and docstrings cite files of this repository, never links or outside paths."""
     outside = ("http://", "https://", "/work/", "shared/recipes", "shared/spec", "DESIGN.md")
+    local = ("http://127.0.0.1", "http://{args.host}")  # addresses a CLI prints, not citations
     found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
              for package in ("istos", "istos_nb")
              for path in sorted((ROOT / package).rglob("*.py"))
              for n, line in enumerate(path.read_text().splitlines(), 1)
-             if any(mark in line for mark in outside)]
+             if any(mark in _without(line, local) for mark in outside)]
     assert found == []

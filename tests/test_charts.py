@@ -406,18 +406,3 @@ def test_every_chart_renders_to_png_with_no_text_cut_off_or_overlapping(
     fig.savefig(buf, format="png", dpi=100)
     assert buf.getvalue()[:8] == b"\x89PNG\r\n\x1a\n"
 
-
-def test_times_of_day_shows_epoch_columns_as_clock_times() -> None:
-    import pandas as pd
-
-    from istos_nb.tables import times_of_day
-
-    df = pd.DataFrame({"job_id": ["a", "b"], "enqueued_at": [1_767_225_600.25, 1_767_229_200.0],
-                       "finished_at": [float("nan"), 1_767_229_201.5]})
-    shown = times_of_day(df)
-    assert shown["enqueued_at"].tolist() == ["00:00:00.250", "01:00:00.000"]
-    assert shown["finished_at"].tolist() == ["", "01:00:01.500"]
-    assert df["enqueued_at"].dtype == float  # the input is left alone
-    assert times_of_day(df, ["enqueued_at"])["finished_at"].isna().tolist() == [True, False]
-    with pytest.raises(KeyError, match="deadline"):
-        times_of_day(df, ["deadline"])

@@ -2,7 +2,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench venv
+.PHONY: demo test lint bench venv lab
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -15,6 +15,15 @@ demo: $(BIN)/python
 	$(BIN)/pip install -q -e '.[notebook]'
 	$(BIN)/python -m istos.demo
 	$(BIN)/python -m istos_nb.demo
+	@echo "Next: 'make lab' opens the notebooks (notebooks/01-quickstart first) in JupyterLab."
+
+# JupyterLab and the kernel into .venv, then notebooks/01-quickstart. JUPYTER_PATH puts the
+# venv's kernelspec first, so a python3 kernel elsewhere in ~/.local cannot stand in for it;
+# Lab refuses to run as root (containers) unless told.
+lab: $(BIN)/python
+	$(BIN)/pip install -q -e '.[lab]'
+	JUPYTER_PATH=$(abspath $(VENV))/share/jupyter $(BIN)/jupyter lab $(LAB_ARGS) \
+		$(if $(filter 0,$(shell id -u)),--allow-root) notebooks/01-quickstart.ipynb
 
 test: $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'

@@ -32,6 +32,7 @@ from ._panels import TABLE_ROWS as TABLE_ROWS
 from ._panels import Panels, Shown
 from ._panels import figure_png as figure_png
 from ._panels import table_html as table_html
+from ._sim_report import check_html, invariants_frame, jobs_intro, jobs_view, status_text
 from .live_dashboard import LiveDashboard as LiveDashboard
 from .widgets_scenario import DEFAULT_PARAMS, _horizon, _merged, scenario_from_params
 
@@ -59,13 +60,18 @@ _CONTROLS: tuple[tuple[str, type, float, float, float, str], ...] = (
 
 # -- the simulator dashboard ------------------------------------------------------------------
 
+_RUN_SHARE = 0.9  # of the progress bar: the simulated run; drawing the results is the rest
+
 
 class SimDashboard(Shown):
     """Controls for a :func:`scenario_from_params` scenario, a Run button and its results.
 
     ``run()`` (what the button calls) builds the scenario from the controls, runs it with the
-    progress bar following virtual time, fills the tabs (leases, retries, backoff, depth, jobs,
-    invariants), sets the status to ``done: <summary>`` and returns the ``SimResult``. A run
+    progress bar following virtual time (to 90 %; drawing the tabs fills the rest), fills the
+    tabs (leases, retries, backoff, depth, jobs, invariants), sets the status to ``done:
+    <summary>`` in the words the tabs use (see ``_sim_report``) and returns the ``SimResult``.
+    The Jobs tab lists dead and unfinished jobs first; the invariants tab starts with a legend
+    of the delivery check (ok / lost / duplicated / pending, one line each). A run
     blocks the calling thread (in a notebook the simulation runs in a helper thread and the
     kernel waits for it); the progress callback fires in that helper thread and only sets the
     bar's value, which ipykernel sends thread-safely while the kernel's own thread waits.
@@ -123,7 +129,7 @@ class SimDashboard(Shown):
         try:
             sim, until = scenario_from_params(params)
             result = sim.run(until, progress=self._on_progress)
-            self.progress.value = self.progress.max
+            self.status.value = _esc("drawing charts…")
             report = self._show(result, params)
         except Exception as exc:
             self.status.value = _esc(f"error: {type(exc).__name__}: {exc}")
@@ -131,9 +137,8 @@ class SimDashboard(Shown):
         finally:
             self.button.disabled = False
         self.result = result
-        self.status.value = _esc(
-            f"done: {params['jobs']} jobs, {int(report['ok'].sum())}/{len(report)} invariants "
-            f"ok; {result.summary()}")
+        self.progress.value = self.progress.max  # full only once everything is shown
+        self.status.value = _esc(status_text(result, params, report))
         return result
 
     def _clicked(self, _button: W.Button) -> None:
@@ -143,8 +148,10 @@ class SimDashboard(Shown):
             pass
 
     def _on_progress(self, t: float, until: float) -> None:
-        # Called from the simulation thread ~100 times; send only real changes.
-        value = min(self.progress.max, int(self.progress.max * t / until))
+        # Called from the simulation thread ~100 times; send only real changes. The run fills
+        # the bar to _RUN_SHARE; drawing the charts and tables fills the rest.
+        value = min(int(self.progress.max * _RUN_SHARE),
+                    int(self.progress.max * _RUN_SHARE * t / until))
         if value != self.progress.value:
             self.progress.value = value
 
@@ -161,10 +168,15 @@ class SimDashboard(Shown):
 
     def _show(self, result: SimResult, params: Mapping[str, Any]) -> pd.DataFrame:
         """Fill the tabs; return the invariant report."""
+        def drawn(n: int) -> None:  # 4 charts, then the tables: the last share of the bar
+            share = _RUN_SHARE + (1 - _RUN_SHARE) * n / 5
+            self.progress.value = max(self.progress.value, int(self.progress.max * share))
+
         self.panels.show_charts(result.job_events(), (
-            params["retry_backoff_s"], params["retry_backoff_max_s"], params["retry_jitter"]))
-        self.panels.show_table("jobs", result.jobs, "jobs")
+            params["retry_backoff_s"], params["retry_backoff_max_s"], params["retry_jitter"]),
+            max_attempts=params["max_attempts"], after_each=drawn)
+        self.panels.show_table("jobs", jobs_view(result), "jobs", intro=jobs_intro(result))
         report = result.check()
-        shown = report.assign(ok=report["ok"].map({True: "✔ ok", False: "✘ violated"}))
-        self.panels.show_table("invariants", shown, "invariants checked")
+        self.panels.show_table("invariants", invariants_frame(report), "invariants checked",
+                               intro=check_html(result))
         return report

@@ -9,7 +9,8 @@ are loaded with ``wait_until="commit"`` and reloaded once if the ready marker do
 
 Use from a test module::
 
-    from browser_util import browser, require_browser, serve_voila, open_page  # noqa: F401
+    from browser_util import (browser, print_screenshots, require_browser,  # noqa: F401
+                              serve_voila, open_page)
 
 ``browser`` is a session-scoped fixture (import it into the module; one Chromium per module
 that imports it — a conftest.py would make it one per session).
@@ -180,12 +181,33 @@ def save_artifacts(name: str, page: Any = None, server: VoilaServer | None = Non
 
 
 def screenshot(page: Any, name: str) -> Path:
-    """A full-page screenshot at test-artifacts/<name>.png (best effort, never raises)."""
+    """A full-page screenshot at test-artifacts/<name>.png (best effort, never raises).
+
+    test-artifacts/ is ignored by git; CI keeps it as the run's artifacts. Tests that import
+    the ``print_screenshots`` fixture print each saved path to the terminal.
+    """
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     with contextlib.suppress(Exception):
         page.screenshot(path=str(path), full_page=True, timeout=15_000)
+        SAVED.append(path)
     return path
+
+
+SAVED: list[Path] = []  # screenshots written during the current test
+
+
+@pytest.fixture(autouse=True)
+def print_screenshots(capsys: pytest.CaptureFixture[str]) -> Iterator[None]:
+    """After each test of a module that imports this fixture, print the screenshots it saved
+    to the terminal (past pytest's output capture), so a CI log says where they are."""
+    SAVED.clear()
+    yield
+    if SAVED:
+        with capsys.disabled():
+            for path in SAVED:
+                print(f"\nscreenshot saved: {path}")
+    SAVED.clear()
 
 
 @pytest.fixture(scope="module")

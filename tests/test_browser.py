@@ -2,8 +2,9 @@
 Chromium moves a slider, presses Run and reads the charts and tables the kernel sent back.
 
 Needs /usr/bin/chromium (``apt-get install -y chromium``); skipped locally without it, a failure
-with ``CI=true``. Leaves test-artifacts/dashboard.png always, and the page HTML and Voila log
-when it fails.
+with ``CI=true``. Leaves screenshots in test-artifacts/ (ignored by git, kept by CI, each path
+printed): dashboard.png (the leases chart), dashboard-jobs.png, dashboard-invariants.png and
+teaching-notebook.png; the page HTML and Voila log too when a test fails.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from browser_util import (  # noqa: F401 - browser is a fixture
     browser,
     new_context,
     open_page,
+    print_screenshots,
     save_artifacts,
     screenshot,
     serve_voila,
@@ -42,7 +44,7 @@ def test_dashboard_runs_a_simulation_from_the_browser(browser, tmp_path):  # noq
             page.locator("button.istos-run").click()
             status = page.locator(".istos-status", has_text="done:")
             status.wait_for(timeout=90_000)
-            assert "done: 190 jobs, 7/7 invariants ok" in status.inner_text()
+            assert "done: 190 jobs, 7/7 invariants hold" in status.inner_text()
             assert page.locator(".istos-progress").count() == 1
 
             chart = page.locator("img.istos-chart").first  # the leases tab is open
@@ -58,6 +60,17 @@ def test_dashboard_runs_a_simulation_from_the_browser(browser, tmp_path):  # noq
             rows.first.wait_for(state="visible", timeout=20_000)
             assert rows.count() == 190
             assert "190 jobs" in page.locator(".istos-table-jobs").inner_text()
+            # Dead and unfinished jobs come first, and the page says how many of each.
+            assert "done," in page.locator(".istos-table-jobs").inner_text()
+            screenshot(page, "dashboard-jobs")
+
+            page.get_by_role("tab", name="invariants", exact=True).click()
+            legend = page.locator(".istos-table-invariants .istos-legend")
+            legend.wait_for(state="visible", timeout=20_000)
+            words = legend.inner_text()
+            for word in ("ok", "lost", "duplicated", "pending"):
+                assert word in words, words
+            screenshot(page, "dashboard-invariants")
             page.get_by_role("tab", name="leases", exact=True).click()  # for the screenshot
             chart.wait_for(state="visible", timeout=20_000)
         except BaseException:

@@ -97,6 +97,33 @@ def test_gantt_one_bar_per_lease_coloured_by_outcome_on_its_lane() -> None:
     render(fig)
 
 
+def test_gantt_bars_are_outlined_so_back_to_back_leases_stay_apart() -> None:
+    bars = by_gid(lease_gantt(EVENTS).axes[0], "leases")
+    assert len(bars.get_edgecolor()) == 1 and bars.get_edgecolor()[0][3] == 1.0
+    assert to_rgba(bars.get_edgecolor()[0]) != to_rgba("white")  # a gap would erase thin bars
+    assert bars.get_linewidth()[0] > 0
+
+
+def test_gantt_links_each_expired_lease_to_the_next_claim_of_its_job() -> None:
+    ax = lease_gantt(EVENTS).axes[0]
+    # C expired on W2 (lane 2) at 7.0 and was claimed by W0 (lane 0) at 7.5; H likewise.
+    segments = [np.asarray(s) for s in by_gid(ax, "redelivery").get_segments()]
+    np.testing.assert_allclose(segments, [[(7.0, 2), (7.5, 0)], [(12.0, 2), (12.5, 0)]])
+    assert "expired → next claim" in [t.get_text() for t in ax.get_legend().get_texts()]
+    no_expiry = [x for x in EVENTS if x.kind != "lease_expired"]
+    assert not [a for a in lease_gantt(no_expiry).axes[0].get_children()
+                if a.get_gid() == "redelivery"]
+
+
+def test_crash_and_restart_markers_are_ringed_to_show_on_any_colour() -> None:
+    ax = lease_gantt(EVENTS).axes[0]
+    crash, restart = by_gid(ax, "crash"), by_gid(ax, "restart")
+    assert to_rgba(crash.get_facecolor()[0]) == to_rgba("black")
+    assert to_rgba(crash.get_edgecolor()[0]) == to_rgba("white")
+    assert to_rgba(restart.get_facecolor()[0]) == to_rgba("white")
+    assert to_rgba(restart.get_edgecolor()[0]) == to_rgba("black")
+
+
 def test_gantt_marks_crash_and_restart_on_the_lanes_of_that_node() -> None:
     ax = lease_gantt(EVENTS).axes[0]
     np.testing.assert_allclose(by_gid(ax, "crash").get_offsets(), [(3.0, 2)])  # n2 -> lane 2
@@ -152,6 +179,21 @@ def test_retry_timeline_job_selection() -> None:
     assert len(by_gid(ax, "attempts").get_paths()) == 3
 
 
+def test_retry_timeline_lanes_take_caller_labels_and_cut_long_ids() -> None:
+    ax = retry_timeline(EVENTS, job_ids=["B", "D"], labels={"B": "order 2"}).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["order 2", "D"]
+    ax = retry_timeline(EVENTS, job_ids=["B", "D"], labels=lambda j: f"#{j}").axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["#B", "#D"]
+    long_a, long_b = "a1b2c3d4" + "0" * 16, "e5f6a7b8" + "0" * 16
+    events = [claim(1.0, long_a, 1, W0), claim(1.0, long_b, 1, W1)]
+    ax = retry_timeline(events).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a1b2c3d4…", "e5f6a7b8…"]
+    same_prefix = [claim(1.0, "a1b2c3d4" + "0" * 16, 1, W0),
+                   claim(1.0, "a1b2c3d4" + "1" * 16, 1, W1)]
+    lanes = [t.get_text() for t in retry_timeline(same_prefix).axes[0].get_yticklabels()]
+    assert all(len(t) == 24 for t in lanes)  # cutting would merge them: ids kept whole
+
+
 # --- backoff curve ----------------------------------------------------------------------------
 
 def test_backoff_band_numbers() -> None:
@@ -171,22 +213,33 @@ def test_backoff_curve_band_nominal_and_observed_points() -> None:
     ax = backoff_curve(EVENTS, 1.0, 8.0, 0.25).axes[0]
     band = {tuple(v) for v in np.round(by_gid(ax, "backoff_band").get_paths()[0].vertices, 9)}
     # base 1 s doubling, capped at 8 s, +-25 % jitter (the high edge capped too); the curve
-    # runs one attempt past the cap.
+    # runs one attempt past the cap, flat across each attempt's strip (n +- 0.35).
     lows = [(1, 0.75), (2, 1.5), (3, 3.0), (4, 6.0), (5, 6.0)]
     highs = [(1, 1.25), (2, 2.5), (3, 5.0), (4, 8.0), (5, 8.0)]
-    assert band == set(lows) | set(highs)
+    assert band == {(round(n + d, 9), y) for n, y in lows + highs for d in (-0.35, 0.35)}
     nominal = by_gid(ax, "backoff_nominal")
-    np.testing.assert_allclose(nominal.get_xdata(), [1, 2, 3, 4, 5])
-    np.testing.assert_allclose(nominal.get_ydata(), [1, 2, 4, 8, 8])
-    np.testing.assert_allclose(by_gid(ax, "observed").get_offsets(), [(1, 1.2), (1, 1.0)])
+    np.testing.assert_allclose(nominal.get_xdata()[::2] + 0.35, [1, 2, 3, 4, 5])
+    np.testing.assert_allclose(nominal.get_ydata()[::2], [1, 2, 4, 8, 8])
+    # The dots of one attempt are spread sideways (a strip plot), in event order.
+    np.testing.assert_allclose(by_gid(ax, "observed").get_offsets(), [(0.7, 1.2), (1.3, 1.0)])
     # Lease-expiry retries (delay 0) are drawn apart from the backoff-driven ones.
-    np.testing.assert_allclose(by_gid(ax, "observed_immediate").get_offsets(), [(1, 0), (1, 0)])
+    np.testing.assert_allclose(by_gid(ax, "observed_immediate").get_offsets(),
+                               [(0.7, 0), (1.3, 0)])
+
+
+def test_backoff_band_stops_at_the_last_attempt_that_can_retry() -> None:
+    ax = backoff_curve(EVENTS, 1.0, 60.0, 0.25, max_attempts=4).axes[0]
+    np.testing.assert_allclose(by_gid(ax, "backoff_nominal").get_xdata()[::2] + 0.35, [1, 2, 3])
+    events = [retry(float(i), "j", 1, 1.0 + i / 100, "x") for i in range(200)]
+    xs = by_gid(backoff_curve(events, 1.0, 8.0, 0.5).axes[0], "observed").get_offsets()[:, 0]
+    assert len(set(np.round(xs, 6))) == 200 and 0.69 < xs.min() and xs.max() < 1.31
 
 
 def test_backoff_curve_extends_to_the_highest_observed_attempt() -> None:
     events = [retry(float(n), "j", n, 0.1, "x") for n in range(1, 10)]
     ax = backoff_curve(events, 1.0, 2.0, 0.0).axes[0]
-    assert list(by_gid(ax, "backoff_nominal").get_xdata()) == list(range(1, 10))
+    np.testing.assert_allclose(by_gid(ax, "backoff_nominal").get_xdata()[1::2] - 0.35,
+                               list(range(1, 10)))
 
 
 # --- depth, histogram, throughput -------------------------------------------------------------
@@ -259,3 +312,97 @@ def test_job_events_without_worker_or_priority_still_chart() -> None:
     ax = lease_gantt(events).axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["(unknown)", W0]
     np.testing.assert_allclose(by_gid(ax, "leases").get_facecolor(), rgba(["open", "open"]))
+
+
+# --- long streams and layout ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def busy() -> list[Any]:
+    """The simulator dashboard's default run: 200 jobs, crashes, retries, generated hex ids."""
+    from istos_nb.widgets_scenario import scenario_from_params
+
+    sim, until = scenario_from_params({"crashes_per_hour": 40.0, "fail_p": 0.3})
+    return sim.run(until).job_events()
+
+
+def test_a_flickering_depth_series_is_resampled_into_mean_and_range(busy: list[Any]) -> None:
+    depth = depth_frame(busy)
+    assert len(depth) > 400  # the counts change hundreds of times: steps would be a block
+    ax = depth_chart(busy).axes[0]
+    ready = by_gid(ax, "depth_ready")
+    assert len(ready.get_xdata()) == 201  # 200 bins, the last value held to the end
+    band = by_gid(ax, "depth_ready_range").get_paths()[0].vertices
+    assert band[:, 1].min() == 0 and band[:, 1].max() == depth["ready"].max()
+    # the line is the time-weighted mean: its area equals the exact step function's
+    t = np.append(depth["t"].to_numpy(), max(e["t"] for e in busy))
+    exact = float(np.sum(depth["ready"].to_numpy() * np.diff(t)))
+    xs, ys = ready.get_xdata(), ready.get_ydata()
+    np.testing.assert_allclose(float(np.sum(ys[:-1] * np.diff(xs))), exact, rtol=1e-9)
+    assert ax.get_ylim()[0] == 0
+
+
+def _texts(fig: Figure, renderer: Any) -> list[tuple[str, Any]]:
+    """(name, window bbox) of every text drawn outside the axes, and of the legend."""
+    ax = fig.axes[0]
+    found = [("title", ax.title), ("xlabel", ax.xaxis.label), ("ylabel", ax.yaxis.label)]
+    for axis, (lo, hi) in (("x", ax.get_xlim()), ("y", ax.get_ylim())):
+        ticks = getattr(ax, f"{axis}axis")
+        lo, hi = min(lo, hi), max(lo, hi)
+        slack = (hi - lo) * 1e-9  # a tick exactly on the limit is drawn
+        found += [(f"{axis}tick {t.get_text()}", t)
+                  for loc, t in zip(ticks.get_majorticklocs(), ticks.get_ticklabels())
+                  if lo - slack <= loc <= hi + slack]  # ticks out of view are not drawn
+    out = [(name, t.get_window_extent(renderer)) for name, t in found
+           if t.get_visible() and t.get_text()]
+    if ax.get_legend() is not None:
+        out.append(("legend", ax.get_legend().get_window_extent(renderer)))
+    return out
+
+
+def layout_problems(fig: Figure, dpi: int = 100) -> list[str]:
+    """Texts cut off by the figure edge, drawn over the axes, or over each other."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig.set_dpi(dpi)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    ax = fig.axes[0]
+    # x tick labels hang below the axes and y tick labels left of it: shrink the axes box by
+    # a pixel so a label touching its own axis line does not count.
+    inner = ax.get_window_extent(renderer).expanded(1, 1).padded(-1)
+    texts = _texts(fig, renderer)
+    problems = []
+    for name, box in texts:
+        if not fig.bbox.padded(1).contains(box.x0, box.y0) or \
+                not fig.bbox.padded(1).contains(box.x1, box.y1):
+            problems.append(f"{name} is cut off by the figure edge")
+        if box.overlaps(inner):
+            problems.append(f"{name} overlaps the axes")
+    for i, (name, box) in enumerate(texts):
+        for other, obox in texts[i + 1:]:
+            if box.padded(-0.5).overlaps(obox.padded(-0.5)):
+                problems.append(f"{name} overlaps {other}")
+    return problems
+
+
+@pytest.mark.parametrize("name", list(CHARTS))
+@pytest.mark.parametrize("stream", ["small", "busy", "empty"])
+@pytest.mark.parametrize("width", [None, 12.0], ids=["own-size", "dashboard-width"])
+def test_every_chart_renders_to_png_with_no_text_cut_off_or_overlapping(
+        name: str, stream: str, width: float | None, busy: list[Any]) -> None:
+    from istos_nb.charts import resize
+
+    events = {"small": EVENTS, "busy": busy, "empty": []}[stream]
+    fig = CHARTS[name](events)
+    if width is not None:
+        resize(fig, width)
+    ax = fig.axes[0]
+    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    if stream != "empty":  # an empty chart says "no events" instead of a legend
+        assert ax.get_legend() is not None and ax.get_legend().get_texts()
+    assert layout_problems(fig) == []
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    assert buf.getvalue()[:8] == b"\x89PNG\r\n\x1a\n"
+

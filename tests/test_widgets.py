@@ -206,20 +206,65 @@ def test_run_button_fills_progress_status_charts_and_tables():
     assert dash.result is not None
     assert dash.progress.value == dash.progress.max
     assert len(seen) > 20 and seen == sorted(seen)  # followed virtual time, in many steps
-    assert dash.status.value.startswith("done: 40 jobs, 9/9 invariants ok")
+    assert dash.status.value.startswith("done: 40 jobs, 9/9 invariants hold")
     assert not dash.button.disabled
     for name, image in dash.panels.images.items():
         height, width, _ = png_shape(image.value)
-        assert height > 100 and width > 300, name
+        assert width == 1200 and height > 300, name  # 12 in at 100 dpi, for every chart
         assert image.layout.display is None  # shown once drawn
+        assert image.layout.width == "100%"  # sized to the pane, not to its pixels
     jobs = table_rows(dash.panels.tables["jobs"].value)
     assert len(jobs) == 40
     assert sorted(r[0] for r in jobs) == sorted(dash.result.jobs["job_id"])
     invariants = table_rows(dash.panels.tables["invariants"].value)
     assert len(invariants) == len(dash.result.check()) == 9
-    assert all(row[1] == "✔ ok" for row in invariants)
+    assert all(row[1] == "✔ holds" for row in invariants)
     assert dash.panels.tab.titles == ("leases", "retries", "backoff", "depth", "jobs",
                                       "invariants")
+    dash.close()
+
+
+def test_status_jobs_tab_and_invariants_tab_use_the_same_words():
+    # Short leases and failures: some jobs dead, one whose handler ran twice, and dead jobs
+    # whose handler did finish once (dead by state, ok by the delivery check).
+    dash = SimDashboard({**SMALL, "fail_p": 0.4, "max_attempts": 2, "lease_s": 2.0,
+                         "seed": 3})
+    result = dash.run()
+    states = result.jobs["state"].value_counts()
+    counts = result.counts
+    status = dash.status.value
+    assert f"jobs: {states.get('done', 0)} done, {states.get('dead', 0)} dead, 0 unfinished" \
+        in status, status
+    assert (f"delivery check: ok {counts['ok']}, lost {counts['lost']}, "
+            f"duplicated {counts['duplicated']}, pending {counts['pending']}") in status
+    assert counts["duplicated"] > 0 and counts["ok"] > states["done"]  # the cases that confuse
+
+    jobs_html = dash.panels.tables["jobs"].value
+    rows = table_rows(jobs_html)
+    assert f"{states.get('done', 0)} done, {states.get('dead', 0)} dead" in jobs_html
+    state_col = [r[1] for r in rows]
+    n_dead = state_col.count("dead")
+    assert state_col[:n_dead] == ["dead"] * n_dead  # dead jobs first
+    checks = [r[2] for r in rows]
+    assert sum("ok" in c for c in checks) == counts["ok"]
+    assert sum("duplicated" in c for c in checks) == counts["duplicated"]
+    assert checks.count("pending") == counts["pending"]
+    assert set(checks) <= {"ok", "ok, duplicated", "pending", "lost"}
+
+    legend = dash.panels.tables["invariants"].value
+    for word in ("ok", "lost", "duplicated", "pending"):
+        assert f"<td><b>{word}</b></td><td>{counts[word]}</td>" in legend, word
+    dash.close()
+
+
+def test_progress_is_full_only_after_the_tabs_are_drawn(monkeypatch):
+    dash = SimDashboard(SMALL)
+    seen: list[tuple[int, bool]] = []
+    dash.progress.observe(lambda change: seen.append(
+        (change["new"], dash.panels.tables["invariants"].value != "")), names="value")
+    dash.run()
+    assert seen[-1] == (100, True)
+    assert all(not tables_done for value, tables_done in seen if value <= 90)
     dash.close()
 
 

@@ -46,11 +46,11 @@ def axes_for(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axe
     if ax is None:
         fig = Figure(figsize=figsize)
         return fig, fig.subplots(), True
-    fig = ax.figure
+    root: Any = ax.figure  # a Figure or a SubFigure
     # An Axes inside a SubFigure: hand back the root Figure, which is what callers display.
-    while not isinstance(fig, Figure) and getattr(fig, "figure", fig) is not fig:
-        fig = fig.figure
-    return fig, ax, False
+    while not isinstance(root, Figure) and getattr(root, "figure", root) is not root:
+        root = root.figure
+    return root, ax, False
 
 
 def done(fig: Figure, ax: Axes, owned: bool) -> Figure:
@@ -151,7 +151,7 @@ def bars(ax: Axes, y: np.ndarray, left: np.ndarray, width: np.ndarray, height: f
     lo, hi, right = y - height / 2, y + height / 2, left + width
     verts = np.stack([np.stack(corner, axis=-1) for corner in
                       ((left, lo), (left, hi), (right, hi), (right, lo))], axis=1)
-    coll = PolyCollection(verts.reshape(-1, 4, 2), gid=gid, **style)
+    coll = PolyCollection(list(verts.reshape(-1, 4, 2)), gid=gid, **style)
     ax.add_collection(coll)
     ax.autoscale_view()
     return coll

@@ -77,11 +77,17 @@ def redis_server_binary() -> str:
     return binary
 
 
-def start_throwaway_redis(port: int) -> subprocess.Popen[bytes]:
-    """Start a private redis-server on ``port`` (no persistence) and wait until it accepts."""
+def start_throwaway_redis(port: int, data_dir: str | None = None) -> subprocess.Popen[bytes]:
+    """Start a private redis-server on ``port`` and wait until it accepts.
+
+    No persistence, unless ``data_dir`` is given: then it keeps an append-only file there with
+    ``appendfsync always``, so a SIGKILLed server restarted on the same dir has every write.
+    """
+    persist = ["--appendonly", "no"] if data_dir is None else [
+        "--appendonly", "yes", "--appendfsync", "always", "--dir", data_dir]
     proc = subprocess.Popen(
         [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--daemonize", "no"],
+         *persist, "--daemonize", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 5.0

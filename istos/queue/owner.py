@@ -37,7 +37,7 @@ from ..errors import (
 )
 from ..events import JobEvent
 from ..node import Node
-from ..storage.base import Fence
+from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
 from .config import QueueConfig, check_delay, check_priority
 from .persist import Persister
@@ -64,7 +64,12 @@ class QueueOwner:
                                     on_failure=self._rolled_back, fence=fence)
         self._gen = 0  # bumped by every rollback: a request that saw one must not reply ok
         self.failed_at: float | None = None  # clock time of the last failed write
-        self.on_fenced: Callable[[], None] | None = None
+        # An HA leader's view of its lease: it serves only until then unless renewed, and
+        # wakes the election when it finds it lapsed or its epoch gone.
+        self.lease_until = float("inf")
+        self.wake_election: Callable[[], None] | None = None
+        self.storage: Storage = node.storage if fence is None else FencedStorage(
+            node.storage, fence, self._storage_fenced)
         self._pending_ids: dict[str, asyncio.Future[str]] = {}
         self._handle: Any = None
         self._timer: asyncio.Task[None] | None = None
@@ -123,12 +128,28 @@ class QueueOwner:
 
     # -- the request path --
     async def _on_request(self, key: str, payload: bytes) -> bytes:
+        """Serve one request from the mesh. A replica that is not (or no longer) the epoch's
+        leader raises instead, which the mesh turns into an error reply: a client takes the
+        first *ok* reply, so the live leader's answer wins over a stand-in's."""
+        self._check_leading()
         try:
             msg = codec.decode_message(payload)
         except ProtocolError as exc:
             log.warning("queue %s: rejected a malformed request: %s", self.name, exc)
             return codec.encode_message(error_reply(exc))
-        return codec.encode_message(await self.dispatch(msg))
+        reply = await self.dispatch(msg)
+        self._check_leading()
+        return codec.encode_message(reply)
+
+    def _check_leading(self) -> None:
+        if self.fence is None:
+            return
+        if not self.running:
+            raise FencedOut(f"queue {self.name!r}: this replica no longer leads")
+        if self.node.clock.now() >= self.lease_until:
+            if self.wake_election is not None:
+                self.wake_election()  # renew now
+            raise FencedOut(f"queue {self.name!r}: this replica's leader lease lapsed")
 
     async def dispatch(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Run one request (already decoded) and build its reply; never raises."""
@@ -337,6 +358,10 @@ class QueueOwner:
         if isinstance(exc, FencedOut):
             self.fenced()
 
+    def _storage_fenced(self) -> None:
+        self.failed_at = self.node.clock.now()
+        self.fenced()
+
     def _roll_back(self, undo: dict[str, Snapshot]) -> None:
         self._gen += 1
         self.state.rollback(undo)
@@ -355,8 +380,8 @@ class QueueOwner:
             self._handle = None
         if self._timer is not None:
             self._timer.cancel()
-        if self.on_fenced is not None:
-            self.on_fenced()
+        if self.wake_election is not None:
+            self.wake_election()
 
     def _after_change(self) -> None:
         dirty, events = self.state.drain()

@@ -11,8 +11,9 @@ Namespaces the engine uses (``{q}`` is the queue name):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 LEADER_NS = "#leader"
 """The namespace that leader leases live in (adapters may store them elsewhere)."""
@@ -100,3 +101,38 @@ class Storage(Protocol):
 
     async def read_leader(self, name: str) -> LeaderLease | None:
         """The lease's current state, or None if nobody ever held it."""
+
+
+class FencedStorage:
+    """A view of ``storage`` whose writes all carry ``fence`` (an HA leader's extensions, e.g.
+    chord barriers, write through it). Reads pass through; a write refused by the fence calls
+    ``on_fenced`` and raises FencedOut."""
+
+    def __init__(self, storage: Storage, fence: Fence, on_fenced: Callable[[], None]) -> None:
+        self.inner = storage
+        self.fence = fence
+        self._on_fenced = on_fenced
+        self.durable = storage.durable
+        self.shared = storage.shared
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # reads, leases and the rest pass through
+
+    async def apply(self, ns: str, puts: list[tuple[str, bytes]], deletes: list[str], *,
+                    fence: Fence | None = None) -> None:
+        from ..errors import FencedOut
+
+        try:
+            await self.inner.apply(ns, puts, deletes, fence=fence or self.fence)
+        except FencedOut:
+            self._on_fenced()
+            raise
+
+    async def put(self, ns: str, key: str, value: bytes) -> None:
+        await self.apply(ns, [(key, value)], [])
+
+    async def put_many(self, ns: str, items: list[tuple[str, bytes]]) -> None:
+        await self.apply(ns, items, [])
+
+    async def delete(self, ns: str, key: str) -> None:
+        await self.apply(ns, [], [key])

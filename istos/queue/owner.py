@@ -14,7 +14,7 @@ the owner's last failed write are returned without counting their attempt when t
 their worker may have been unable to ack (see :meth:`QueueState.sweep`).
 
 An HA leader passes its ``fence`` (leader lease and epoch): every write is conditional on it,
-and a write refused by the fence stops the owner at once (``on_fenced``); the election then
+and a write refused by the fence stops the owner at once (:meth:`fenced`); the election then
 reloads from storage before this replica serves again.
 """
 

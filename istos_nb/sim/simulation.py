@@ -23,6 +23,7 @@ from istos.queue.persist import decode_record
 from istos.storage.memory import MemoryStorage
 from istos.transport.local import LocalMesh
 
+from . import faults
 from .network import SimNetwork
 from .progress import auto_progress
 from .result import SimResult
@@ -138,9 +139,9 @@ class Simulation:
         if resume_at is not None and resume_at < at:
             raise ScenarioError(f"resume_at={resume_at} is before the freeze at={at}")
         self._freezes = True
-        self._schedule(at, f"freeze({node!r})", lambda: self._freeze(node))
+        self._schedule(at, f"freeze({node!r})", lambda: faults.freeze(self, node))
         if resume_at is not None:
-            self._schedule(resume_at, f"resume({node!r})", lambda: self._resume(node))
+            self._schedule(resume_at, f"resume({node!r})", lambda: faults.resume(self, node))
 
     def storage_outage(self, *, at: float, until: float) -> None:
         """Make the shared storage refuse every call from ``at`` to ``until`` (durable only)."""
@@ -230,7 +231,7 @@ class Simulation:
         self._loop = loop
         loop.set_task_factory(self._task_factory)
         if self._freezes:
-            loop.gate = _frozen_parking
+            loop.gate = faults.frozen_parking
         interrupted = False
         try:
             for name in self.nodes:
@@ -356,7 +357,7 @@ class Simulation:
         node.incarnation = None
         life.frozen, life.parked = False, []  # a frozen process can be killed too
         if life.link_cut:
-            self._cut_links(name, False)
+            faults.cut_links(self, name, False)
         life.app.kill()
         # In creation order (a WeakSet iterates by address, which would vary between runs).
         for task in self._loop.pending_tasks():
@@ -369,40 +370,6 @@ class Simulation:
         if self.nodes[name].incarnation is None:
             self._node_event(name, ev.RESTARTED)
             self._boot(name)
-
-    def _freeze(self, name: str) -> None:
-        life = self.nodes[name].incarnation
-        if life is None or life.frozen:
-            return
-        assert self._loop is not None
-        life.frozen = True
-        self._node_event(name, "frozen")
-
-        def lease_ran_out() -> None:
-            if life.frozen and not life.link_cut:
-                life.link_cut = True
-                self._cut_links(name, True)
-
-        self._loop.call_later(self.link_lease_s, lease_ran_out, context=contextvars.Context())
-
-    def _resume(self, name: str) -> None:
-        life = self.nodes[name].incarnation
-        if life is None or not life.frozen:
-            return
-        assert self._loop is not None
-        life.frozen = False
-        self._node_event(name, "resumed")
-        if life.link_cut:
-            life.link_cut = False
-            self._cut_links(name, False)
-        parked, life.parked = life.parked, []
-        for callback, args, context in parked:  # in the order they came due
-            context.run(self._loop.call_soon, callback, *args)
-
-    def _cut_links(self, name: str, cut: bool) -> None:
-        others = set(self.nodes) - {name}
-        (self.net.partition if cut else self.net.heal)({name}, others)
-        self.mesh.refresh_liveliness()
 
     def _storage(self, available: bool) -> None:
         self.shared_storage.available = available
@@ -468,8 +435,3 @@ class Simulation:
         except (IstosError, RuntimeError):
             pass  # recorded by whoever failed (e.g. the enqueue attempt row)
 
-
-def _frozen_parking() -> list[tuple[Any, tuple[Any, ...], contextvars.Context]] | None:
-    """The virtual loop's gate: a frozen incarnation's callbacks are parked, in order."""
-    life = current_incarnation.get()
-    return life.parked if life is not None and life.frozen else None

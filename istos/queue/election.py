@@ -6,7 +6,7 @@ decided by the shared storage: a leader lease ``ha:{queue}`` (holder, epoch, exp
 :meth:`~istos.storage.base.Storage.acquire_leader`). A replica leads only while it holds the
 lease at its epoch:
 
-- The leader renews the lease every ``renew_every`` (a third of ``ha_lease_s``, at most 0.5 s).
+- The leader renews the lease every ``renew_every`` (a quarter of ``ha_lease_s``, at most 0.25 s).
   If a renewal is refused (another epoch began), or it has not renewed for ``ha_lease_s``
   (storage unreachable), it stops serving at once.
 - Every write the leader makes carries its epoch as a fence, checked atomically with the write;
@@ -56,7 +56,7 @@ class Election:
         self.transitions = 0
         self.lease_name = f"ha:{config.name}"
         self.lease_s = config.ha_lease_s
-        self.renew_every = min(self.lease_s / 3, 0.5)
+        self.renew_every = min(self.lease_s / 4, 0.25)
         self._renewed_at = float("-inf")
         self._unrenewed: dict[str, tuple[float, float]] = {}  # holder -> (expiry, first seen)
         self._app: Istos | None = None

@@ -81,14 +81,15 @@ redis.call('HSET', KEYS[1], 'expires', ARGV[3])
 return 1
 """
 
-# KEYS[1] data hash, KEYS[2] expiry hash, KEYS[3] lease hash; ARGV: epoch, number of puts,
-# then key/value pairs, then keys to delete. 0 (nothing written) if the epoch moved on.
+# KEYS[1] data hash, KEYS[2] expiry hash, KEYS[3] lease hash; ARGV: epoch, holder, number of
+# puts, then key/value pairs, then keys to delete. 0 (nothing written) if the epoch moved on.
 _FENCED_APPLY_LUA = """
-if redis.call('HGET', KEYS[3], 'epoch') ~= ARGV[1] then
+local cur = redis.call('HMGET', KEYS[3], 'epoch', 'holder')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
   return 0
 end
-local last = 2 + 2 * tonumber(ARGV[2])
-local i = 3
+local last = 3 + 2 * tonumber(ARGV[3])
+local i = 4
 while i <= last do
   local j = math.min(i + 999, last)
   redis.call('HSET', KEYS[1], unpack(ARGV, i, j))
@@ -337,7 +338,7 @@ class RedisStoragePlugin:
 
     async def _fenced_apply(self, ns: str, mapping: dict[str, bytes], deletes: list[str],
                             fence: Fence) -> None:
-        args: list[Any] = [str(fence.epoch), str(len(mapping))]
+        args: list[Any] = [str(fence.epoch), fence.holder, str(len(mapping))]
         for key, value in mapping.items():
             args += (key, value)
         args += list(dict.fromkeys(deletes))

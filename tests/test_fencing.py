@@ -41,15 +41,18 @@ async def until(pred: Callable[[], bool], timeout_s: float = 5.0) -> None:
     await asyncio.wait_for(loop(), timeout_s)
 
 
-def replica(mesh: LocalMesh, name: str, storage: MemoryStorage) -> Istos:
+def replica(mesh: LocalMesh, name: str, storage: MemoryStorage, ha_lease_s: float = 0.6
+            ) -> Istos:
     app = Istos(storage=storage, transport=mesh.transport(name), node_id=name,
                 request_timeout_s=1.0)
-    app.queue("q", ha=True, ha_lease_s=0.6, lease_s=30, sweep_interval_s=0.05)
+    app.queue("q", ha=True, ha_lease_s=ha_lease_s, lease_s=30, sweep_interval_s=0.05)
     return app
 
 
-async def two_replicas(mesh: LocalMesh, storage: MemoryStorage) -> tuple[Istos, Istos]:
-    a, b = replica(mesh, "a", storage), replica(mesh, "b", storage)
+async def two_replicas(mesh: LocalMesh, storage: MemoryStorage, ha_lease_s: float = 1.5
+                       ) -> tuple[Istos, Istos]:
+    a = replica(mesh, "a", storage, ha_lease_s)
+    b = replica(mesh, "b", storage, ha_lease_s)
     await a.start()
     await until(lambda: a.is_active_owner("q"))
     await b.start()
@@ -71,7 +74,7 @@ async def test_leader_whose_epoch_was_taken_stops_and_reloads():
             lease = await storage.read_leader(LEASE)
             assert lease is not None and lease.epoch == first_epoch
             now = a.node.clock.now()
-            intruder = await storage.acquire_leader(LEASE, "intruder", now=now + 1.0, ttl_s=0.3)
+            intruder = await storage.acquire_leader(LEASE, "intruder", now=now + 2.0, ttl_s=0.3)
             assert intruder == first_epoch + 1
             rec = JobRecord("j-new", "q", b"\xa1x", 0, now)
             await storage.put("jobs:q", "j-new", encode_record(rec))
@@ -96,7 +99,7 @@ async def test_leader_whose_epoch_was_taken_stops_and_reloads():
 
 async def test_leader_that_cannot_renew_steps_down_then_recovers():
     mesh, storage = LocalMesh(), MemoryStorage(durable=True, shared=True)
-    a, b = await two_replicas(mesh, storage)
+    a, b = await two_replicas(mesh, storage, ha_lease_s=0.6)
     try:
         await a.enqueue("q", {"i": 0}, job_id="j0")
         storage.available = False  # the store goes away for longer than ha_lease_s
@@ -115,13 +118,16 @@ async def test_leader_that_cannot_renew_steps_down_then_recovers():
 async def test_partitioned_leader_that_still_renews_keeps_its_lease():
     cut = Cut()
     mesh, storage = LocalMesh(cut), MemoryStorage(durable=True, shared=True)
-    a, b = await two_replicas(mesh, storage)
+    # A lease far longer than a renewal interval: a loaded machine's loop stall is no lapse.
+    a, b = await two_replicas(mesh, storage, ha_lease_s=2.0)
     try:
         await until(lambda: len(b.elections["q"].alive) == 2)
         cut.cut.add(frozenset(("a", "b")))
         mesh.refresh_liveliness()
         await until(lambda: b.elections["q"].alive == {b.elections["q"].candidate})
-        await asyncio.sleep(1.5)  # more than two ha leases: b sees a gone, but a renews
+        # Nothing may happen, so nothing to wait for: watch for longer than a whole lease
+        # (and many of b's steal checks), during which a keeps renewing.
+        await asyncio.sleep(2.5)
         assert a.is_active_owner("q") and not b.is_active_owner("q")
         lease = await storage.read_leader(LEASE)
         assert lease is not None and lease.epoch == 1
@@ -132,10 +138,8 @@ async def test_partitioned_leader_that_still_renews_keeps_its_lease():
 
 async def test_dead_leader_is_replaced_without_waiting_for_its_lease():
     mesh, storage = LocalMesh(), MemoryStorage(durable=True, shared=True)
-    a = replica(mesh, "a", storage)
-    a.queues["q"] = type(a.queues["q"])(**{**_fields(a.queues["q"]), "ha_lease_s": 30.0})
-    b = replica(mesh, "b", storage)
-    b.queues["q"] = a.queues["q"]
+    a = replica(mesh, "a", storage, ha_lease_s=30.0)
+    b = replica(mesh, "b", storage, ha_lease_s=30.0)
     await a.start()
     await until(lambda: a.is_active_owner("q"))
     await b.start()
@@ -177,6 +181,3 @@ async def test_stand_in_refusal_does_not_hide_the_leaders_reply():
         await b.stop()
         await a.stop()
 
-
-def _fields(config: object) -> dict:
-    return {name: getattr(config, name) for name in config.__dataclass_fields__}  # type: ignore[attr-defined]

@@ -96,6 +96,28 @@ async def test_claims_during_an_outage_lease_nothing_and_burn_no_attempt(owner, 
     assert (await stored(redis_server, ids[0]))["state"] == "leased"
 
 
+async def test_writes_queued_behind_a_failing_one_fail_with_it(owner, redis_server):
+    """Group commit: a claim whose write waits behind a write that then times out (the store
+    is frozen) fails too, and memory forgets both: they were applied on top of each other."""
+    import signal
+
+    ids = [await owner.enqueue("q", {"i": i}) for i in range(4)]
+    state = owner.owners["q"].state
+    assert redis_server.proc is not None
+    redis_server.proc.send_signal(signal.SIGSTOP)
+    try:
+        first = asyncio.create_task(claim(owner, 2))
+        await asyncio.sleep(0.05)  # the first claim's write is in flight
+        second = asyncio.create_task(claim(owner, 2))
+        results = await asyncio.gather(first, second, return_exceptions=True)
+    finally:
+        redis_server.proc.send_signal(signal.SIGCONT)
+    assert all(isinstance(r, StorageUnavailable) for r in results), results
+    assert state.counts["ready"] == 4 and state.counts["leased"] == 0
+    assert all(state.jobs[j].attempts == 0 for j in ids)
+    assert len(await claim(owner, 4)) == 4
+
+
 async def test_failed_ack_leaves_memory_and_storage_agreeing(owner, redis_server):
     jid = await owner.enqueue("q", {"i": 0})
     (job,) = await claim(owner)

@@ -1,5 +1,6 @@
 """Durable storage cost: enqueue and ack at backlogs of 100, 10k and 100k jobs on Redis and
-PostgreSQL (must stay flat within 2x), and end-to-end throughput durable vs in memory.
+PostgreSQL (must stay flat within 2x), and end-to-end throughput durable vs in memory, plus
+Redis with ``ha=True`` (one replica, so it leads: every write carries its fencing epoch).
 
     python -m bench.durable [--runs 5] [--backlogs 100,10000,100000] [--ops 300]
 
@@ -93,10 +94,12 @@ async def per_op_cost(kind: str, backlog: int, ops: int) -> dict[str, float]:
 
 async def end_to_end(kind: str, jobs: int) -> float:
     tag = f"bench-{uuid.uuid4().hex[:8]}"
+    ha = kind.endswith("-ha")
+    kind = kind.removesuffix("-ha")
     storage = make_storage(kind, tag)
     mesh = LocalMesh()
     app = Istos(storage=storage, transport=mesh.transport("owner"))
-    app.queue("q")
+    app.queue("q", ha=ha)
     done = asyncio.Event()
     count = 0
 
@@ -109,6 +112,8 @@ async def end_to_end(kind: str, jobs: int) -> float:
 
     try:
         async with app.serving():
+            while not app.is_active_owner("q"):  # an HA replica leads once elected
+                await asyncio.sleep(0.01)
             t0 = time.perf_counter()
             await asyncio.gather(*(app.enqueue("q", {"i": i}) for i in range(jobs)))
             await asyncio.wait_for(done.wait(), 300)
@@ -137,7 +142,7 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"\nend to end, one process, concurrency 8, {args.e2e_jobs} jobs (median of "
           f"{args.runs})")
     base = None
-    for kind in ("memory", "redis", "postgres"):
+    for kind in ("memory", "redis", "redis-ha", "postgres"):
         rate = statistics.median([await end_to_end(kind, args.e2e_jobs)
                                   for _ in range(args.runs)])
         base = base or rate

@@ -32,7 +32,7 @@ from .queue.owner import QueueOwner
 from .queue.schedule import ScheduleMixin
 from .queue.worker import WorkerRunner
 from .queue.workflow import WorkflowMixin
-from .storage.base import Storage
+from .storage.base import Fence, Storage
 from .storage.memory import MemoryStorage
 from .transport.base import Transport
 
@@ -93,8 +93,8 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
     def queue(self, name: str, **options: Any) -> QueueConfig:
         """Own queue ``name`` on this node. Options as in the spec (``lease_s``, ``max_attempts``,
         ``retry_backoff_s``, ``retry_backoff_max_s``, ``retry_jitter``, ``keep_results``,
-        ``result_ttl_s``, ``sweep_interval_s``, ``ha``, ``admin``); invalid ones raise
-        :class:`ConfigError` (a ``ValueError``) naming the option.
+        ``result_ttl_s``, ``sweep_interval_s``, ``ha``, ``ha_lease_s``, ``admin``); invalid ones
+        raise :class:`ConfigError` (a ``ValueError``) naming the option.
         """
         config = QueueConfig.build(name, **options)
         if config.ha and not getattr(self.node.storage, "shared", False):
@@ -180,9 +180,11 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
             await self.stop()
             raise
 
-    async def _start_owner(self, config: QueueConfig) -> QueueOwner:
-        """Bind ``config``'s queue on this node (recovering it from storage if durable)."""
-        owner = QueueOwner(config, self.node)
+    async def _start_owner(self, config: QueueConfig, *, fence: Fence | None = None
+                           ) -> QueueOwner:
+        """Bind ``config``'s queue on this node (recovering it from storage if durable); an HA
+        leader passes its ``fence``, which every write of the owner then carries."""
+        owner = QueueOwner(config, self.node, fence=fence)
         self._setup_owner(owner)
         self.owners[config.name] = owner
         await owner.start()
@@ -247,6 +249,8 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         The simulator's crash. Memory is simply abandoned; with durable storage a restarted
         owner recovers from what was written through before the crash.
         """
+        for election in self.elections.values():
+            election.kill()  # no release: the lease stays until it expires or is taken over
         for runner in self.runners:
             runner.kill()
         for owner in self.owners.values():

@@ -10,6 +10,7 @@ The tree::
     ├── QueueNotFound                         the owner does not serve that queue
     ├── OwnerUnavailable                      no owner answered within the timeout
     ├── StorageUnavailable                    durable storage refused a write; nothing was accepted
+    │   └── FencedOut                         an HA leader's write refused: it lost its epoch
     ├── ProtocolError                         malformed or unsupported wire message
     ├── AdminDisabled                         admin action on a queue declared without admin=True
     ├── InvalidProgress (also ValueError)     ctx.progress() with a bad fraction or note
@@ -50,6 +51,13 @@ class OwnerUnavailable(IstosError):
 
 class StorageUnavailable(IstosError):
     """The storage backend failed; the operation was not accepted."""
+
+
+class FencedOut(StorageUnavailable):
+    """An HA leader's write was refused because another replica now holds the leadership epoch.
+
+    Nothing was written; the replica stops serving and reloads before it serves again.
+    """
 
 
 class ProtocolError(IstosError):

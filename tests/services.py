@@ -78,11 +78,17 @@ def redis_server_binary() -> str:
     return binary
 
 
-def start_throwaway_redis(port: int) -> subprocess.Popen[bytes]:
-    """Start a private redis-server on ``port`` (no persistence) and wait until it accepts."""
+def start_throwaway_redis(port: int, data_dir: str | None = None) -> subprocess.Popen[bytes]:
+    """Start a private redis-server on ``port`` and wait until it accepts.
+
+    No persistence, unless ``data_dir`` is given: then it keeps an append-only file there with
+    ``appendfsync always``, so a SIGKILLed server restarted on the same dir has every write.
+    """
+    persist = ["--appendonly", "no"] if data_dir is None else [
+        "--appendonly", "yes", "--appendfsync", "always", "--dir", data_dir]
     proc = subprocess.Popen(
         [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--daemonize", "no"],
+         *persist, "--daemonize", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 5.0
@@ -104,3 +110,71 @@ async def drop_postgres_table(url: str, table: str) -> None:
         await storage.drop_table()
     finally:
         await storage.close()
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of this test's own (initdb in a temp dir, a free port, fsync on),
+    run as the ``postgres`` OS user when the test runs as root. ``kill()`` SIGKILLs the
+    postmaster's whole process group (only what this object started); ``start()`` again runs
+    crash recovery on the same data directory."""
+
+    def __init__(self) -> None:
+        import shutil
+        import tempfile
+
+        self.initdb = shutil.which("initdb") or "/usr/local/bin/initdb"
+        self.postgres = shutil.which("postgres") or "/usr/local/bin/postgres"
+        if not os.path.exists(self.initdb) or not os.path.exists(self.postgres):
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail("initdb/postgres binaries are required in CI")
+            pytest.skip("initdb/postgres binaries not found")
+        self.dir = tempfile.mkdtemp(prefix="istos-pg-", dir="/tmp")
+        self.data = os.path.join(self.dir, "data")
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._user: str | None = None
+        if os.geteuid() == 0:  # postgres refuses to run as root
+            import pwd
+
+            entry = pwd.getpwnam("postgres")
+            os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+            self._user = "postgres"
+        subprocess.run([self.initdb, "-D", self.data, "-A", "trust", "-U", "postgres",
+                        "--no-sync"], check=True, user=self._user,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.postgres, "-D", self.data, "-p", str(self.port), "-k", self.dir,
+             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=on", "-c", "max_connections=50"],
+            user=self._user, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        isready = os.path.join(os.path.dirname(os.path.realpath(self.postgres)), "pg_isready")
+        deadline = time.monotonic() + 60.0
+        while subprocess.run([isready, "-q", "-h", "127.0.0.1", "-p", str(self.port)],
+                             check=False).returncode != 0:  # accepting, recovery done
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                pytest.fail(f"private postgres did not start on port {self.port}")
+            time.sleep(0.05)  # polling the server: there is no event to wait on
+
+    def kill(self) -> None:
+        import signal
+
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: only ours
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+            self.proc = None
+
+    def remove(self) -> None:
+        import shutil
+
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)

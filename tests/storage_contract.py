@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from istos.storage.base import Storage
+from istos.errors import FencedOut
+from istos.storage.base import Fence, Storage
 
 MakeStorage = Callable[[], Awaitable[Storage]]
 
@@ -301,3 +302,61 @@ class StorageContract:
         # Expiries are durable too.
         assert await fresh.put_if_absent("ledger", "live", b"x", now=NOW + 5) is False
         assert await fresh.put_if_absent("ledger", "dead", b"y", now=NOW + 5) is True
+
+    # -- leader leases and fenced writes ------------------------------------------------------
+
+    async def test_leader_lease_epochs_only_grow(self, storage: Storage) -> None:
+        assert await storage.read_leader("q") is None
+        assert await storage.acquire_leader("q", "a", now=NOW, ttl_s=5) == 1
+        assert await storage.acquire_leader("q", "b", now=NOW + 1, ttl_s=5) is None  # live
+        assert await storage.renew_leader("q", "a", 1, now=NOW + 4, ttl_s=5)
+        assert await storage.acquire_leader("q", "b", now=NOW + 8, ttl_s=5) is None  # renewed
+        lease = await storage.read_leader("q")
+        assert lease is not None and (lease.holder, lease.epoch) == ("a", 1)
+        assert lease.expires_at == NOW + 9
+        assert await storage.acquire_leader("q", "b", now=NOW + 9, ttl_s=5) == 2  # expired
+        assert not await storage.renew_leader("q", "a", 1, now=NOW + 9, ttl_s=5)
+        assert await storage.acquire_leader("q", "c", now=NOW + 10, ttl_s=5,
+                                            steal_from="b") == 3  # b is known to be gone
+        await storage.release_leader("q", "b", 2)  # not b's any more: no effect
+        assert await storage.acquire_leader("q", "a", now=NOW + 11, ttl_s=5) is None
+        await storage.release_leader("q", "c", 3)  # a clean stop frees it at once
+        assert await storage.acquire_leader("q", "a", now=NOW + 11, ttl_s=5) == 4
+        assert await storage.acquire_leader("other", "a", now=NOW, ttl_s=5) == 1
+
+    async def test_expired_lease_renews_while_nobody_took_it(self, storage: Storage) -> None:
+        assert await storage.acquire_leader("q", "a", now=NOW, ttl_s=1) == 1
+        assert await storage.renew_leader("q", "a", 1, now=NOW + 50, ttl_s=1)
+        assert not await storage.renew_leader("q", "b", 1, now=NOW + 50, ttl_s=1)
+
+    async def test_fenced_apply_writes_only_at_the_current_epoch(self, storage: Storage) -> None:
+        assert await storage.acquire_leader("q", "a", now=NOW, ttl_s=5) == 1
+        await storage.apply("jobs:q", [("j1", b"one")], [], fence=Fence("q", 1, "a"))
+        assert await storage.get("jobs:q", "j1") == b"one"
+        assert await storage.acquire_leader("q", "b", now=NOW + 6, ttl_s=5) == 2
+        with pytest.raises(FencedOut):
+            await storage.apply("jobs:q", [("j1", b"stale"), ("j2", b"two")], ["j1"],
+                                fence=Fence("q", 1, "a"))
+        assert dict(await storage.scan("jobs:q")) == {"j1": b"one"}  # nothing written
+        with pytest.raises(FencedOut):
+            await storage.apply("jobs:q", [("j3", b"x")], [], fence=Fence("never", 1, "a"))
+        many = [(f"k{i}", bytes([i % 256]) * 3) for i in range(2500)]
+        await storage.apply("jobs:q", many, ["j1"], fence=Fence("q", 2, "b"))
+        stored = dict(await storage.scan("jobs:q"))
+        assert len(stored) == 2500 and "j1" not in stored and stored["k7"] == b"\x07" * 3
+        await storage.apply("jobs:q", [], [f"k{i}" for i in range(2400)],
+                            fence=Fence("q", 2, "b"))
+        assert len(await storage.scan("jobs:q")) == 100
+
+    async def test_concurrent_acquire_has_one_winner(
+        self, storage: Storage, make_storage: MakeStorage
+    ) -> None:
+        instances = [storage]
+        if storage.shared:
+            instances += [await make_storage() for _ in range(3)]
+        for round_, now in enumerate((NOW, NOW + 100)):  # first leader, then after an expiry
+            calls = [inst.acquire_leader("race", f"r{n}-{i}", now=now, ttl_s=10)
+                     for n, inst in enumerate(instances) for i in range(RACERS // len(instances))]
+            results = await asyncio.wait_for(asyncio.gather(*calls), RACE_TIMEOUT_S)
+            winners = [r for r in results if r is not None]
+            assert winners == [round_ + 1], results

@@ -44,7 +44,7 @@ def test_dashboard_runs_a_simulation_from_the_browser(browser, tmp_path):  # noq
             page.locator("button.istos-run").click()
             status = page.locator(".istos-status", has_text="done:")
             status.wait_for(timeout=90_000)
-            assert "done: 190 jobs, 7/7 invariants hold" in status.inner_text()
+            assert "done: 190 jobs, 10/10 invariants hold" in status.inner_text()
             assert page.locator(".istos-progress").count() == 1
 
             chart = page.locator("img.istos-chart").first  # the leases tab is open

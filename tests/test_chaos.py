@@ -41,8 +41,8 @@ def mesh_configs(n: int) -> list[dict]:
 
 class Proc:
     def __init__(self, role: str, config: dict, prefix: str, url: str, ns: str,
-                 out: Path | None = None) -> None:
-        self.args = [sys.executable, NODE, role, json.dumps(config), prefix, url, ns]
+                 out: Path | None = None, node: str = NODE) -> None:
+        self.args = [sys.executable, node, role, json.dumps(config), prefix, url, ns]
         if out is not None:
             self.args.append(str(out))
         self.proc: subprocess.Popen[str] | None = None

@@ -93,7 +93,8 @@ async def test_restart_recovers_every_job_state(storage_factory):
             await wait_events(first, lambda ev: count(ev, "acked", ids["done"]) == 1
                               and count(ev, "dead_lettered", ids["fail"]) == 1
                               and count(ev, "claimed", ids["hang"]) == 1)
-        # worker gone (its hung job left to its lease); these two never get claimed
+            worker.kill()  # a crash: the hung job is left to its lease (a stop would release it)
+        # worker gone; these two never get claimed
         ids["ready"] = await first.enqueue("q", {"kind": "ready"}, priority=3)
         ids["delayed"] = await first.enqueue("q", {"kind": "delayed"}, delay_s=3600)
     # the first owner is gone; a new one, in "another process", reads the same store

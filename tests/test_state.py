@@ -188,3 +188,65 @@ def test_jittered_backoff_stays_in_band_and_under_cap():
         values = [backoff(attempt, policy, rng) for _ in range(200)]
         assert all(lo <= v <= hi <= 8.0 for v in values)
         assert max(values) - min(values) > 0  # jitter actually spreads retries
+
+
+# -- write, then apply: undo snapshots and rollback ------------------------------------------
+
+
+def fingerprint(s: QueueState) -> dict:
+    return {"counts": dict(s.counts), "dead": list(s.dead),
+            "jobs": {j: r.to_dict() for j, r in s.jobs.items()}}
+
+
+def test_rollback_puts_claims_acks_nacks_and_expiries_back_exactly():
+    s = make(keep_results=True)
+    for i in range(4):
+        s.enqueue(f"j{i}", b"x", 0.0, priority=i % 2)
+    s.drain()
+    held = s.claim(["w#0", "w#1"], 1.0)
+    s.drain()
+    s.track_undo()
+    before = fingerprint(s)
+    s.claim(["w#2", "w#3"], 2.0)  # leases the other two
+    s.ack(held[0].job_id, held[0].lease_token or "", 2.5, b"r")  # done (kept)
+    s.nack(held[1].job_id, held[1].lease_token or "", 2.5, "boom", RNG)  # back off
+    s.sweep(100.0)  # every lease expires
+    assert fingerprint(s) != before
+    s.rollback(s.take_undo())
+    assert fingerprint(s) == before
+    assert s.dirty == [] and s.events == []
+    # The restored heaps still work: the same two jobs are claimable, the leases still expire.
+    assert sorted(claim_ids(s, 4, 3.0)) == sorted({"j0", "j1", "j2", "j3"} - {
+        held[0].job_id, held[1].job_id})
+    assert s.sweep(100.0) == 4
+
+
+def test_rollback_restores_purged_dead_letters_and_drops_nothing_else():
+    s = make(max_attempts=1)
+    s.enqueue("d", b"x", 0.0)
+    (rec,) = s.claim(["w#0"], 0.0)
+    s.nack("d", rec.lease_token or "", 1.0, "boom", RNG)
+    s.track_undo()
+    s.take_undo()  # a checkpoint: the dead letter is what storage holds
+    before = fingerprint(s)
+    assert s.purge_dead(2.0) == 1 and not s.dead
+    s.rollback(s.take_undo())
+    assert fingerprint(s) == before and list(s.dead) == ["d"]
+
+
+def test_spared_and_released_leases_do_not_count_and_get_fresh_tokens():
+    s = make(max_attempts=1)
+    s.enqueue("j", b"x", 0.0)
+    (first,) = s.claim(["w#0"], 0.0)
+    token = first.lease_token or ""
+    assert s.sweep(20.0, spare_claimed_by=5.0) == 1  # claimed at 0, an outage seen at 5
+    assert first.state == READY and first.attempts == 0 and not s.dead
+    (again,) = s.claim(["w#0"], 21.0)
+    assert again.attempts == 1 and again.lease_token != token
+    assert s.ack("j", token, 21.5) == "stale"  # the old delivery settles nothing now
+    assert s.release("j", again.lease_token or "", 22.0) == "ok"
+    assert again.state == READY and again.attempts == 0
+    assert again.history[-1].outcome == "released"
+    (third,) = s.claim(["w#1"], 23.0)
+    assert s.sweep(40.0, spare_claimed_by=10.0) == 1  # the outage was before this claim
+    assert third.state == DEAD  # counted: max_attempts=1

@@ -206,7 +206,7 @@ def test_run_button_fills_progress_status_charts_and_tables():
     assert dash.result is not None
     assert dash.progress.value == dash.progress.max
     assert len(seen) > 20 and seen == sorted(seen)  # followed virtual time, in many steps
-    assert dash.status.value.startswith("done: 40 jobs, 9/9 invariants hold")
+    assert dash.status.value.startswith("done: 40 jobs, 10/10 invariants hold")
     assert not dash.button.disabled
     for name, image in dash.panels.images.items():
         height, width, _ = png_shape(image.value)
@@ -217,7 +217,7 @@ def test_run_button_fills_progress_status_charts_and_tables():
     assert len(jobs) == 40
     assert sorted(r[0] for r in jobs) == sorted(dash.result.jobs["job_id"])
     invariants = table_rows(dash.panels.tables["invariants"].value)
-    assert len(invariants) == len(dash.result.check()) == 9
+    assert len(invariants) == len(dash.result.check()) == 10
     assert all(row[1] == "✔ holds" for row in invariants)
     assert dash.panels.tab.titles == ("leases", "retries", "backoff", "depth", "jobs",
                                       "invariants")

@@ -19,6 +19,7 @@ from .owner import QueueOwner
 _ERRORS: dict[str, type[errors.IstosError]] = {
     cls.__name__: cls for cls in (
         errors.QueueNotFound, errors.OwnerUnavailable, errors.StorageUnavailable,
+        errors.FencedOut,
         errors.ProtocolError, errors.AdminDisabled, errors.InvalidJob, errors.ConfigError,
         errors.InvalidProgress,
     )

@@ -42,6 +42,7 @@ class QueueConfig:
     sweep_interval_s: float = 1.0
     ha: bool = False
     admin: bool = False
+    ha_lease_s: float = 5.0
 
     @classmethod
     def build(
@@ -49,6 +50,7 @@ class QueueConfig:
         retry_backoff_s: float = 1.0, retry_backoff_max_s: float = 600.0,
         retry_jitter: float = 0.1, keep_results: bool = False, result_ttl_s: float = 3600.0,
         sweep_interval_s: float | None = None, ha: bool = False, admin: bool = False,
+        ha_lease_s: float = 5.0,
     ) -> QueueConfig:
         check_queue_name(name)
         lease = _positive("lease_s", lease_s)
@@ -68,8 +70,9 @@ class QueueConfig:
         policy = QueuePolicy(lease_s=lease, max_attempts=max_attempts,
                              backoff=BackoffPolicy(base, cap, jitter),
                              keep_results=bool(keep_results), result_ttl_s=ttl)
+        ha_lease = _positive("ha_lease_s", ha_lease_s)
         return cls(name=name, policy=policy, sweep_interval_s=sweep, ha=bool(ha),
-                   admin=bool(admin))
+                   admin=bool(admin), ha_lease_s=ha_lease)
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,7 @@ def cancel(state: QueueState, job_id: str, now: float) -> str:
         return "cancelled"
     if rec.state == LEASED:
         if not rec.cancel_requested:
+            state._save(rec)  # a failed write puts the mark back (write, then apply)
             rec.cancel_requested = True
             state.dirty.append(rec)  # a restarted owner still knows, so it never retries it
             state._emit(now, rec, ev.CANCEL_REQUESTED, worker=rec.lease_worker)

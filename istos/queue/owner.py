@@ -4,6 +4,18 @@ It serves one request/reply key per queue (``{prefix}/q/{queue}/rpc``; see docs/
 writes every change through to storage before replying (when the storage is durable), sweeps
 expired leases on a timer that sleeps until the next deadline, nudges idle workers when jobs
 become claimable, and emits one :class:`JobEvent` per state change into the node's event log.
+
+Write, then apply (durable storage): a change counts only once its write succeeded. A failed
+write puts memory back as storage holds it (:meth:`QueueState.rollback`), emits nothing, and the
+request gets ``StorageUnavailable``; so a claim during an outage leases nothing and burns no
+attempt, and a failed ack leaves the job leased in memory as in storage. A lease expiry whose
+write fails is not applied (the sweeper retries it every sweep interval). Leases claimed before
+the owner's last failed write are returned without counting their attempt when they expire:
+their worker may have been unable to ack (see :meth:`QueueState.sweep`).
+
+An HA leader passes its ``fence`` (leader lease and epoch): every write is conditional on it,
+and a write refused by the fence stops the owner at once (:meth:`fenced`); the election then
+reloads from storage before this replica serves again.
 """
 
 from __future__ import annotations
@@ -18,16 +30,18 @@ from .. import codec
 from .. import events as ev
 from ..errors import (
     AdminDisabled,
+    FencedOut,
     IstosError,
     ProtocolError,
     StorageUnavailable,
 )
 from ..events import JobEvent
 from ..node import Node
+from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
 from .config import QueueConfig, check_delay, check_priority
 from .persist import Persister
-from .state import DEAD, DELAYED, DONE, READY, JobRecord, QueueState
+from .state import DEAD, DELAYED, DONE, READY, JobRecord, QueueState, Snapshot
 
 log = logging.getLogger("istos.owner")
 
@@ -37,13 +51,25 @@ NudgeListener = Callable[[int, "set[str]"], None]
 
 
 class QueueOwner:
-    def __init__(self, config: QueueConfig, node: Node) -> None:
+    def __init__(self, config: QueueConfig, node: Node, *, fence: Fence | None = None) -> None:
         self.config = config
         self.node = node
         self.name = config.name
         self.state = QueueState(config.name, config.policy, node=node.node_id)
         self.durable = bool(node.storage.durable)
-        self._persister = Persister(node.storage, f"jobs:{config.name}")
+        if self.durable:
+            self.state.track_undo()
+        self.fence = fence
+        self._persister = Persister(node.storage, f"jobs:{config.name}",
+                                    on_failure=self._rolled_back, fence=fence)
+        self._gen = 0  # bumped by every rollback: a request that saw one must not reply ok
+        self.failed_at: float | None = None  # clock time of the last failed write
+        # An HA leader's view of its lease: it serves only until then unless renewed, and
+        # wakes the election when it finds it lapsed or its epoch gone.
+        self.lease_until = float("inf")
+        self.wake_election: Callable[[], None] | None = None
+        self.storage: Storage = node.storage if fence is None else FencedStorage(
+            node.storage, fence, self._storage_fenced)
         self._pending_ids: dict[str, asyncio.Future[str]] = {}
         self._handle: Any = None
         self._timer: asyncio.Task[None] | None = None
@@ -62,7 +88,7 @@ class QueueOwner:
         self._ops: dict[str, Handler] = {
             "enqueue": self._op_enqueue, "claim": self._op_claim, "ack": self._op_ack,
             "nack": self._op_nack, "settle": self._op_settle, "result": self._op_result,
-            "dead": self._op_dead,
+            "dead": self._op_dead, "release": self._op_release,
             "ping": self._op_ping,
         }
 
@@ -102,12 +128,28 @@ class QueueOwner:
 
     # -- the request path --
     async def _on_request(self, key: str, payload: bytes) -> bytes:
+        """Serve one request from the mesh. A replica that is not (or no longer) the epoch's
+        leader raises instead, which the mesh turns into an error reply: a client takes the
+        first *ok* reply, so the live leader's answer wins over a stand-in's."""
+        self._check_leading()
         try:
             msg = codec.decode_message(payload)
         except ProtocolError as exc:
             log.warning("queue %s: rejected a malformed request: %s", self.name, exc)
             return codec.encode_message(error_reply(exc))
-        return codec.encode_message(await self.dispatch(msg))
+        reply = await self.dispatch(msg)
+        self._check_leading()
+        return codec.encode_message(reply)
+
+    def _check_leading(self) -> None:
+        if self.fence is None:
+            return
+        if not self.running:
+            raise FencedOut(f"queue {self.name!r}: this replica no longer leads")
+        if self.node.clock.now() >= self.lease_until:
+            if self.wake_election is not None:
+                self.wake_election()  # renew now
+            raise FencedOut(f"queue {self.name!r}: this replica's leader lease lapsed")
 
     async def dispatch(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Run one request (already decoded) and build its reply; never raises."""
@@ -178,6 +220,7 @@ class QueueOwner:
     async def _op_claim(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Claim one job per listed worker slot, after settling the acks/nacks the worker
         piggybacked on the request (one round trip instead of two)."""
+        gen = self._gen
         settled = await self._settle(msg["settle"]) if msg.get("settle") else None
         workers = [str(w) for w in msg["workers"]][:1024]
         jobs = self.state.claim(workers, self.node.clock.now())
@@ -187,7 +230,7 @@ class QueueOwner:
             self._hungry[node] = len(workers) - len(jobs)  # re-inserted: oldest hungry first
         else:
             self._hungry.pop(node, None)
-        await self._commit()
+        await self._commit(gen)
         pol = self.config.policy
         reply: dict[str, Any] = {"jobs": [
             {"job_id": r.job_id, "body": r.body, "attempt": r.attempts, "token": r.lease_token,
@@ -201,8 +244,9 @@ class QueueOwner:
 
     async def _op_settle(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Acks and nacks of several deliveries in one request, written in one group commit."""
+        gen = self._gen
         statuses = await self._settle(msg["items"])
-        await self._commit()
+        await self._commit(gen)
         return {"statuses": statuses}
 
     async def _settle(self, items: list[dict[str, Any]]) -> list[str]:
@@ -233,14 +277,26 @@ class QueueOwner:
                                self.node.rng)
 
     async def _op_ack(self, msg: dict[str, Any]) -> dict[str, Any]:
+        gen = self._gen
         status = await self._ack_one(str(msg["job_id"]), str(msg["token"]), msg.get("result"))
-        await self._commit()
+        await self._commit(gen)
         return {"status": status}
 
     async def _op_nack(self, msg: dict[str, Any]) -> dict[str, Any]:
         status = self._nack_one(str(msg["job_id"]), str(msg["token"]), msg.get("error"))
         await self._commit()
         return {"status": status}
+
+    async def _op_release(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Deliveries handed back unfinished by a worker shutting down: ready at once, their
+        attempts not counted (``items``: ``job_id`` and ``token`` of each)."""
+        items = msg["items"]
+        if len(items) > 4096:
+            raise ProtocolError(f"{len(items)} releases in one request; the limit is 4096")
+        now = self.node.clock.now()
+        statuses = [self.state.release(str(i["job_id"]), str(i["token"]), now) for i in items]
+        await self._commit()
+        return {"statuses": statuses}
 
     async def _op_result(self, msg: dict[str, Any]) -> dict[str, Any]:
         rec = self.state.jobs.get(str(msg["job_id"]))
@@ -269,29 +325,84 @@ class QueueOwner:
                                 "admin=True")
 
     # -- after every change --
-    async def _commit(self) -> None:
-        """Emit the events of the last change and write its records through to storage."""
-        dirty, events = self.state.drain()
+    async def _commit(self, gen: int | None = None) -> None:
+        """Write the last change's records through to storage, then emit its events.
+
+        ``gen``: the rollback generation when the request began; if a rollback happened since
+        (while the request awaited), its changes may be gone, so it fails rather than reply ok.
+        Raises StorageUnavailable (memory already rolled back) when the write fails.
+        """
+        state = self.state
+        if not self.durable:
+            dirty, events = state.drain()
+            self._publish(events)
+            self._after_change()
+            return
+        if gen is not None and gen != self._gen:
+            self._roll_back(state.take_undo())
+            raise StorageUnavailable(f"queue {self.name!r}: a storage write failed while this "
+                                     "request ran; nothing it changed was kept")
+        dirty, events = state.drain()
+        await self._persister.write(dirty, state.take_undo())
         self._publish(events)
-        if self.durable and dirty:
-            await self._persister.write(dirty)
         self._after_change()
+
+    def _rolled_back(self, undo: dict[str, Snapshot], exc: StorageUnavailable) -> None:
+        """The persister's failure hook: memory goes back to what storage holds."""
+        self.failed_at = self.node.clock.now()
+        log.warning("queue %s: write failed, %d job(s) rolled back: %s", self.name, len(undo),
+                    exc)
+        for job_id, snap in self.state.take_undo().items():  # changes not yet handed over
+            undo.setdefault(job_id, snap)
+        self._roll_back(undo)
+        if isinstance(exc, FencedOut):
+            self.fenced()
+
+    def _storage_fenced(self) -> None:
+        self.failed_at = self.node.clock.now()
+        self.fenced()
+
+    def _roll_back(self, undo: dict[str, Snapshot]) -> None:
+        self._gen += 1
+        self.state.rollback(undo)
+        if self.running:
+            self._reschedule.set()  # restored leases may be due
+
+    def fenced(self) -> None:
+        """Another replica holds the leadership epoch: stop serving at once (no write, no
+        event), and tell the election, which reloads before this replica serves again."""
+        if not self.running:
+            return
+        log.warning("queue %s: lost the leadership epoch; stopping at once", self.name)
+        self.running = False
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.wake_election is not None:
+            self.wake_election()
 
     def _after_change(self) -> None:
         dirty, events = self.state.drain()
-        self._publish(events)
         if self.durable and dirty:
-            # Changes from enqueue's duplicate path or the sweeper: write them in the background
-            # in order; recovery tolerates their loss (a lease falls back to ready).
-            asyncio.get_running_loop().create_task(self._persist_quietly(dirty))
+            # Changes outside a request (none at present): written in the background.
+            asyncio.get_running_loop().create_task(
+                self._persist_quietly(dirty, events, self.state.take_undo()))
+        else:
+            self._publish(events)
         if self.state.next_deadline_hint() < self._timer_target:
             self._reschedule.set()
 
-    async def _persist_quietly(self, dirty: list[JobRecord | str]) -> None:
+    async def _persist_quietly(self, dirty: list[JobRecord | str], events: list[JobEvent],
+                               undo: dict[str, Snapshot]) -> bool:
         try:
-            await self._persister.write(dirty)
+            await self._persister.write(dirty, undo)
         except StorageUnavailable as exc:
             log.warning("queue %s: background write failed: %s", self.name, exc)
+            return False
+        self._publish(events)
+        return True
 
     def _publish(self, events: list[JobEvent]) -> None:
         emit = self.node.events.emit
@@ -354,14 +465,18 @@ class QueueOwner:
             self._timer_target = float("inf")
             now = clock.now()
             before = self.state.counts[READY]
-            self.state.sweep(now)
+            self.state.sweep(now, spare_claimed_by=self.failed_at)
             promoted = self.state.counts[READY] - before
             dirty, events = self.state.drain()
-            self._publish(events)
+            if self.durable and dirty:
+                if not await self._persist_quietly(dirty, events, self.state.take_undo()):
+                    # Not applied (rolled back): retry after a sweep interval, not in a spin.
+                    await clock.sleep(interval)
+                    continue
+            else:
+                self._publish(events)
             if promoted > 0:
                 self.nudge(promoted)
-            if self.durable and dirty:
-                await self._persist_quietly(dirty)
 
     # -- read-only views --
     def stats(self) -> dict[str, Any]:

@@ -13,7 +13,10 @@ priority first, then FIFO by the time each job *became* ready, so a delayed or r
 behind those that were waiting before it.
 
 Every change is recorded twice for the owner to drain: the records to write through to storage
-(``dirty``) and the :class:`~istos.events.JobEvent` s to emit (``events``).
+(``dirty``) and the :class:`~istos.events.JobEvent` s to emit (``events``). With undo tracking on
+(durable owners), the first change of a record since the last :meth:`QueueState.take_undo` also
+saves a snapshot of it, so the owner can :meth:`QueueState.rollback` a change whose write failed
+(write, then apply: memory never runs ahead of storage).
 """
 
 from __future__ import annotations
@@ -108,6 +111,27 @@ _SCALAR_FIELDS = (
     "expires_at", "meta", "cancel_requested",
 )
 
+SPARED_ERROR = "lease expired during a storage outage (attempt not counted)"
+RELEASED = "released"
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """A record as it was before its first change since the last checkpoint (None: absent)."""
+
+    rec: JobRecord
+    fields: tuple[Any, ...] | None
+    history: list[Attempt]
+
+
+def snapshot(rec: JobRecord) -> Snapshot:
+    hist = list(rec.history)
+    if hist:  # only the last attempt is ever changed in place (_finish_attempt)
+        last = hist[-1]
+        hist[-1] = Attempt(last.attempt, last.worker, last.claimed_at, last.finished_at,
+                           last.outcome, last.error, last.backoff_s)
+    return Snapshot(rec, tuple(getattr(rec, name) for name in _SCALAR_FIELDS), hist)
+
 
 class QueueState:
     """The jobs of one queue. Not thread-safe; the owner calls it from one event loop."""
@@ -127,6 +151,63 @@ class QueueState:
         self._delayed: list[tuple[float, int, str]] = []
         self._leases: list[tuple[float, str, str]] = []
         self._expiry: list[tuple[float, str]] = []
+        self._undo: dict[str, Snapshot] | None = None  # None: undo tracking off
+        self._tokens = 0
+
+    # -- undo (write, then apply) -----------------------------------------------------------
+    def track_undo(self) -> None:
+        """Start saving snapshots of changed records (the durable owner's write-then-apply)."""
+        if self._undo is None:
+            self._undo = {}
+
+    def _save(self, rec: JobRecord) -> None:
+        undo = self._undo
+        if undo is not None and rec.job_id not in undo:
+            undo[rec.job_id] = snapshot(rec)
+
+    def take_undo(self) -> dict[str, Snapshot]:
+        """The snapshots saved since the last call (a checkpoint): hand them to the write."""
+        undo = self._undo
+        if undo is None or not undo:
+            return {}
+        self._undo = {}
+        return undo
+
+    def rollback(self, undo: dict[str, Snapshot]) -> None:
+        """Put every record in ``undo`` back as it was (a write of its changes failed).
+
+        Also drops the changes and events not yet drained, which were made on top of them.
+        """
+        self.dirty, self.events = [], []
+        for job_id, snap in undo.items():
+            cur = self.jobs.pop(job_id, None)
+            if cur is not None:
+                self.counts[cur.state] -= 1
+                self.dead.pop(job_id, None)
+            if snap.fields is None:
+                continue
+            rec = snap.rec
+            for name, value in zip(_SCALAR_FIELDS, snap.fields):
+                setattr(rec, name, value)
+            rec.history = snap.history
+            self._reinsert(rec)
+
+    def _reinsert(self, rec: JobRecord) -> None:
+        # Heap entries left from before are harmless duplicates: each is checked on its way out.
+        self.jobs[rec.job_id] = rec
+        self.counts[rec.state] += 1
+        if rec.state == READY:
+            heapq.heappush(self._ready, (-rec.priority, rec.ready_at, rec.seq, rec.job_id))
+        elif rec.state == DELAYED:
+            heapq.heappush(self._delayed, (rec.ready_at, rec.seq, rec.job_id))
+        elif rec.state == LEASED:
+            deadline = rec.lease_deadline if rec.lease_deadline is not None else 0.0
+            heapq.heappush(self._leases, (deadline, rec.lease_token or "", rec.job_id))
+        elif rec.state == DONE:
+            if rec.expires_at is not None:
+                heapq.heappush(self._expiry, (rec.expires_at, rec.job_id))
+        elif rec.state == DEAD:
+            self.dead[rec.job_id] = rec
 
     # -- enqueue ---------------------------------------------------------------------------
     def holds(self, job_id: str) -> bool:
@@ -181,9 +262,13 @@ class QueueState:
         return out
 
     def _lease(self, rec: JobRecord, worker: str, now: float) -> None:
+        self._save(rec)
         self._move(rec, LEASED)
         rec.attempts += 1
-        rec.lease_token = f"{rec.job_id}.{rec.attempts}"
+        # The counter keeps tokens unique when an attempt number is reused (a released or
+        # spared lease does not count its attempt).
+        self._tokens += 1
+        rec.lease_token = f"{rec.job_id}.{rec.attempts}.{self._tokens}"
         rec.lease_worker = worker
         rec.lease_deadline = now + self.policy.lease_s
         heapq.heappush(self._leases, (rec.lease_deadline, rec.lease_token, rec.job_id))
@@ -215,6 +300,7 @@ class QueueState:
         rec = self._holder(job_id, token)
         if rec is None:
             return "stale"
+        self._save(rec)
         self._finish_attempt(rec, now, ev.ACKED, None)
         self._emit(now, rec, ev.ACKED, worker=rec.lease_worker)
         if self.policy.keep_results:
@@ -237,8 +323,31 @@ class QueueState:
         self._fail(rec, now, ev.NACKED, error, rng)
         return "ok"
 
+    def release(self, job_id: str, token: str, now: float) -> str:
+        """Hand a delivery back unfinished (its worker shut down): ready again at once, and
+        the attempt does not count. Returns "ok", or "stale" as :meth:`ack` does."""
+        rec = self._holder(job_id, token)
+        if rec is None:
+            return "stale"
+        self._spare(rec, now, RELEASED, "released by its worker at shutdown")
+        return "ok"
+
+    def _spare(self, rec: JobRecord, now: float, outcome: str, error: str) -> None:
+        """Back to ready without counting the attempt (it was not the job's fault)."""
+        self._save(rec)
+        self._finish_attempt(rec, now, outcome, error, backoff_s=0.0)
+        rec.attempts = max(0, rec.attempts - 1)
+        rec.ready_at = now
+        if rec.state != READY:
+            self._move(rec, READY)
+        self._push_ready(rec)
+        self._emit(now, rec, ev.RETRY_SCHEDULED, delay_s=0.0, ready_at=now, error=error,
+                   spared=True)
+        self.dirty.append(rec)
+
     def _fail(self, rec: JobRecord, now: float, outcome: str, error: str,
               rng: random.Random | None) -> None:
+        self._save(rec)
         rec.last_error = error
         if rec.cancel_requested:  # a cancelled job is never retried nor dead-lettered
             self._finish_attempt(rec, now, outcome, error)
@@ -266,6 +375,7 @@ class QueueState:
 
     def end_cancelled(self, rec: JobRecord, now: float) -> None:
         """Move ``rec`` to ``cancelled``, kept (like a done job) for ``result_ttl_s``."""
+        self._save(rec)  # a failed write puts it back (write, then apply)
         self._move(rec, CANCELLED)
         rec.finished_at = now
         rec.expires_at = now + self.policy.result_ttl_s
@@ -281,10 +391,13 @@ class QueueState:
             last.backoff_s = backoff_s
 
     # -- time-driven transitions ---------------------------------------------------------------
-    def sweep(self, now: float) -> int:
+    def sweep(self, now: float, spare_claimed_by: float | None = None) -> int:
         """Reclaim expired leases (back to ready, or dead if out of attempts) and expire results.
 
         Returns the number of leases reclaimed. A lease is expired once ``now >= deadline``.
+        A lease claimed at or before ``spare_claimed_by`` (the owner's last failed storage write)
+        overlapped a storage outage: its worker may have been unable to ack, so it goes back to
+        ready without counting the attempt.
         """
         reclaimed = 0
         leases = self._leases
@@ -295,7 +408,11 @@ class QueueState:
                 continue
             reclaimed += 1
             self._emit(now, rec, ev.LEASE_EXPIRED, worker=rec.lease_worker, deadline=deadline)
-            self._fail(rec, now, ev.LEASE_EXPIRED, LEASE_EXPIRED_ERROR, None)
+            claimed_at = rec.history[-1].claimed_at if rec.history else now
+            if spare_claimed_by is not None and claimed_at <= spare_claimed_by:
+                self._spare(rec, now, ev.LEASE_EXPIRED, SPARED_ERROR)
+            else:
+                self._fail(rec, now, ev.LEASE_EXPIRED, LEASE_EXPIRED_ERROR, None)
         expiry = self._expiry
         while expiry and expiry[0][0] <= now:
             expires_at, job_id = heapq.heappop(expiry)
@@ -442,6 +559,7 @@ class QueueState:
         rec.state = state
 
     def _forget(self, rec: JobRecord) -> None:
+        self._save(rec)
         self.counts[rec.state] -= 1
         del self.jobs[rec.job_id]
         self.dead.pop(rec.job_id, None)

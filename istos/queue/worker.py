@@ -11,8 +11,10 @@ on the next claim, or leaves in one batched ``settle`` request at the end of the
 are idempotent (keyed by the lease token), so a lost one costs a redelivery, never a job.
 
 Shutdown: the dispatcher stops claiming; jobs in flight get ``shutdown_grace_s`` to finish and
-ack; any still running after that are cancelled *without* a nack, so they come back when their
-lease expires (a nack would burn an attempt for a job that did nothing wrong).
+ack; any still running after that (and prefetched jobs not started) are cancelled *without* a
+nack and handed back in one ``release`` request: ready again at once, their attempt not counted
+(a nack, or waiting for the lease to expire, would burn an attempt for a job that did nothing
+wrong). If the owner cannot take the release, they come back when their lease expires.
 
 Heartbeats, ``timeout_s`` and cancellation live in ``heartbeat.py`` (:class:`HeldLeases`): this
 module tells it when a job is claimed, started and finished.
@@ -99,6 +101,8 @@ class WorkerRunner:
         self._executor: ThreadPoolExecutor | None = None
         self._nudge_handle: Any = None
         self._stopping = False
+        self._killed = False
+        self._released: list[dict[str, Any]] = []  # jobs cancelled by shutdown, to hand back
         self._outbox: list[dict[str, Any]] = []
         self._flush_scheduled = False
         self._settling: set[asyncio.Task[None]] = set()
@@ -145,12 +149,16 @@ class WorkerRunner:
         self._flush_outbox()  # finished jobs' acks still go out before we leave
         if self._settling:
             await asyncio.gather(*self._settling, return_exceptions=True)
+        if self._released:
+            items, self._released = self._released, []
+            await self._send_release(items)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
     def kill(self) -> None:
         """Stop at once with no ack, no nack (a simulated crash)."""
         self._stopping = True
+        self._killed = True
         if self._nudge_handle is not None:
             self._nudge_handle.close()
         if self._dispatcher is not None:
@@ -244,6 +252,10 @@ class WorkerRunner:
                     if verdict == "cancelled":
                         outcome = {"job_id": job.job_id, "token": job.token, "op": "nack",
                                    "error": "JobCancelled: cancelled before it started"}
+        except asyncio.CancelledError:
+            if self._stopping and not self._killed:  # shutdown, not a crash: hand it back
+                self._released.append({"job_id": job.job_id, "token": job.token})
+            raise
         finally:
             if outcome is not None:
                 self.leases.annotate(job, outcome)  # the latest progress rides along
@@ -338,6 +350,21 @@ class WorkerRunner:
             self._count(items, reply.get("statuses") or [])
             return
         self.stats.failed_replies += len(items)
+
+    async def _send_release(self, items: list[dict[str, Any]]) -> None:
+        """Hand shutdown-cancelled jobs back (retried briefly; idempotent by token)."""
+        for attempt in range(3):
+            try:
+                await self.client.call("release", items=items)
+                return
+            except (OwnerUnavailable, StorageUnavailable) as exc:
+                log.warning("worker %s: releasing %d job(s) failed (%s)", self.slot_ids[0],
+                            len(items), exc)
+                await self.node.clock.sleep(0.05 * (attempt + 1))
+            except IstosError as exc:
+                log.error("worker %s: owner refused releasing %d job(s): %s",
+                          self.slot_ids[0], len(items), exc)
+                return
 
     def _count(self, items: list[dict[str, Any]], statuses: list[str]) -> None:
         for item, status in zip(items, statuses):

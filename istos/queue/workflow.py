@@ -295,19 +295,19 @@ class ChordBarriers:
     async def _load(self, chord_id: str, size: int) -> Barrier:
         barrier = self.cache.get(chord_id)
         if barrier is None:
-            raw = await self.owner.node.storage.get(self.ns, chord_id)
+            raw = await self.owner.storage.get(self.ns, chord_id)
             barrier = Barrier.decode(raw) if raw is not None else Barrier(size)
             if not barrier.fired:
                 self.cache[chord_id] = barrier
         return barrier
 
     async def _store(self, chord_id: str, barrier: Barrier) -> None:
-        await self.owner.node.storage.put(self.ns, chord_id, barrier.encode())
+        await self.owner.storage.put(self.ns, chord_id, barrier.encode())
 
     async def _prune(self, now: float) -> None:
         while self._tombstones and now - self._tombstones[0][0] >= TOMBSTONE_TTL_S:
             _, chord_id = self._tombstones.popleft()
-            await self.owner.node.storage.delete(self.ns, chord_id)
+            await self.owner.storage.delete(self.ns, chord_id)
 
     @asynccontextmanager
     async def _lock(self, chord_id: str) -> AsyncIterator[None]:

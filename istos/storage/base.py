@@ -11,7 +11,30 @@ Namespaces the engine uses (``{q}`` is the queue name):
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+LEADER_NS = "#leader"
+"""The namespace that leader leases live in (adapters may store them elsewhere)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A write condition: leader lease ``name`` must still be at ``epoch`` (held by ``holder``)."""
+
+    name: str
+    epoch: int
+    holder: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderLease:
+    """The state of a leader lease: who holds it, at which epoch, until when (caller clock)."""
+
+    holder: str
+    epoch: int
+    expires_at: float
 
 
 @runtime_checkable
@@ -31,8 +54,14 @@ class Storage(Protocol):
     async def put_many(self, ns: str, items: list[tuple[str, bytes]]) -> None:
         """Write several keys of one namespace in one round trip."""
 
-    async def apply(self, ns: str, puts: list[tuple[str, bytes]], deletes: list[str]) -> None:
-        """Write ``puts`` and delete ``deletes`` in one round trip (the owner's group commit)."""
+    async def apply(self, ns: str, puts: list[tuple[str, bytes]], deletes: list[str], *,
+                    fence: Fence | None = None) -> None:
+        """Write ``puts`` and delete ``deletes`` in one round trip (the owner's group commit).
+
+        With ``fence``, atomically with the write: if leader lease ``fence.name`` is not at
+        ``fence.epoch``, nothing is written and :class:`~istos.errors.FencedOut` is raised. The
+        check and the write are one atomic step, so no acquire can fall between them.
+        """
 
     async def get(self, ns: str, key: str) -> bytes | None: ...
 
@@ -49,3 +78,61 @@ class Storage(Protocol):
         An entry whose ``expires_at`` is <= ``now`` counts as absent. Time is passed in (not read)
         so the simulator's clocks apply.
         """
+
+    # -- leader leases (fenced HA leadership) ----------------------------------------------
+    # A leader lease has a holder, an epoch that only ever grows, and an expiry judged by the
+    # caller's ``now`` (as in put_if_absent). The epoch outlives the expiry: it is never reset.
+
+    async def acquire_leader(self, name: str, holder: str, *, now: float, ttl_s: float,
+                             steal_from: str | None = None) -> int | None:
+        """Take lease ``name`` for ``holder`` with a new epoch (previous + 1) if it is free,
+        expired (``expires_at <= now``), already ``holder``'s, or held by ``steal_from`` (a
+        holder the caller knows is gone). Returns the new epoch, or None if someone else holds
+        it. Atomic: of N racers, one wins."""
+
+    async def renew_leader(self, name: str, holder: str, epoch: int, *, now: float,
+                           ttl_s: float) -> bool:
+        """Extend ``holder``'s lease to ``now + ttl_s`` if it is still at ``epoch`` (even if it
+        expired meanwhile: nobody took it). False if another epoch began."""
+
+    async def release_leader(self, name: str, holder: str, epoch: int) -> None:
+        """Expire the lease now if ``holder`` still holds it at ``epoch`` (a clean stop), so a
+        standby need not wait for the expiry. The epoch is kept."""
+
+    async def read_leader(self, name: str) -> LeaderLease | None:
+        """The lease's current state, or None if nobody ever held it."""
+
+
+class FencedStorage:
+    """A view of ``storage`` whose writes all carry ``fence`` (an HA leader's extensions, e.g.
+    chord barriers, write through it). Reads pass through; a write refused by the fence calls
+    ``on_fenced`` and raises FencedOut."""
+
+    def __init__(self, storage: Storage, fence: Fence, on_fenced: Callable[[], None]) -> None:
+        self.inner = storage
+        self.fence = fence
+        self._on_fenced = on_fenced
+        self.durable = storage.durable
+        self.shared = storage.shared
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # reads, leases and the rest pass through
+
+    async def apply(self, ns: str, puts: list[tuple[str, bytes]], deletes: list[str], *,
+                    fence: Fence | None = None) -> None:
+        from ..errors import FencedOut
+
+        try:
+            await self.inner.apply(ns, puts, deletes, fence=fence or self.fence)
+        except FencedOut:
+            self._on_fenced()
+            raise
+
+    async def put(self, ns: str, key: str, value: bytes) -> None:
+        await self.apply(ns, [(key, value)], [])
+
+    async def put_many(self, ns: str, items: list[tuple[str, bytes]]) -> None:
+        await self.apply(ns, items, [])
+
+    async def delete(self, ns: str, key: str) -> None:
+        await self.apply(ns, [], [key])

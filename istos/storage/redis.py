@@ -4,6 +4,13 @@ Layout (``P`` is ``key_prefix``)::
 
     P:{ns}        HASH  key -> value bytes          (what get/put/scan read and write)
     P#exp:{ns}    HASH  key -> expires_at as text   (only keys written by put_if_absent with a TTL)
+    P#leader:{n}  HASH  holder, epoch, expires      (a leader lease; see acquire_leader)
+
+Leader leases: the epoch must only ever grow, so the lease hash never expires (a Redis TTL would
+delete the epoch with the lease and let a later leader reuse an old epoch); ``expires`` is the
+caller-clock time the lease runs out, compared inside the Lua script like put_if_absent's expiry.
+Acquire, renew and release are each one Lua script; a fenced ``apply`` checks the epoch and
+writes in one script, so no acquire can land between the check and the write.
 
 The expiry hash uses ``#exp:`` rather than a ``:exp`` suffix so that no namespace name can ever
 alias another namespace's expiry hash (namespaces such as ``events:{key}`` contain colons).
@@ -27,7 +34,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from istos.errors import ConfigError, StorageUnavailable
+from istos.errors import ConfigError, FencedOut, StorageUnavailable
+
+from .base import Fence, LeaderLease
 
 T = TypeVar("T")
 
@@ -49,6 +58,57 @@ end
 return 1
 """
 
+# KEYS[1] lease hash; ARGV: holder, now, expires_at, steal_from ('' = none). Returns the new
+# epoch, or -1 if a live lease is held by someone else.
+_ACQUIRE_LUA = """
+local cur = redis.call('HMGET', KEYS[1], 'holder', 'epoch', 'expires')
+if cur[1] and tonumber(cur[3]) > tonumber(ARGV[2]) and cur[1] ~= ARGV[1]
+    and cur[1] ~= ARGV[4] then
+  return -1
+end
+local epoch = (tonumber(cur[2]) or 0) + 1
+redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'epoch', tostring(epoch), 'expires', ARGV[3])
+return epoch
+"""
+
+# KEYS[1] lease hash; ARGV: holder, epoch, expires_at ('' = expire now). 1 if still held.
+_RENEW_LUA = """
+local cur = redis.call('HMGET', KEYS[1], 'holder', 'epoch')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'expires', ARGV[3])
+return 1
+"""
+
+# KEYS[1] data hash, KEYS[2] expiry hash, KEYS[3] lease hash; ARGV: epoch, holder, number of
+# puts, then key/value pairs, then keys to delete. 0 (nothing written) if the epoch moved on.
+_FENCED_APPLY_LUA = """
+local cur = redis.call('HMGET', KEYS[3], 'epoch', 'holder')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
+  return 0
+end
+local last = 3 + 2 * tonumber(ARGV[3])
+local i = 4
+while i <= last do
+  local j = math.min(i + 999, last)
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, j))
+  local names = {}
+  for k = i, j, 2 do names[#names + 1] = ARGV[k] end
+  redis.call('HDEL', KEYS[2], unpack(names))
+  i = j + 1
+end
+i = last + 1
+while i <= #ARGV do
+  local j = math.min(i + 999, #ARGV)
+  redis.call('HDEL', KEYS[1], unpack(ARGV, i, j))
+  redis.call('HDEL', KEYS[2], unpack(ARGV, i, j))
+  i = j + 1
+end
+return 1
+"""
+
+_RELEASED = "-1e300"  # an expiry before any caller's clock
 _SCAN_PAGE = 1000
 
 
@@ -112,6 +172,7 @@ class RedisStoragePlugin:
         self._deadline_s = 2 * (connect_timeout_s + op_timeout_s) + 0.5
         self._client: Any = None
         self._script: Any = None
+        self._scripts: dict[str, Any] = {}
 
     # -- keys ---------------------------------------------------------------------------------
 
@@ -120,6 +181,9 @@ class RedisStoragePlugin:
 
     def _exp_key(self, ns: str) -> str:
         return f"{self.key_prefix}#exp:{ns}"
+
+    def _leader_key(self, name: str) -> str:
+        return f"{self.key_prefix}#leader:{name}"
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -141,6 +205,9 @@ class RedisStoragePlugin:
             # register_script uses EVALSHA and reloads the script after a server restart
             # (NOSCRIPT), so recovery needs no extra handling here.
             self._script = self._client.register_script(_PUT_IF_ABSENT_LUA)
+            self._scripts = {name: self._client.register_script(src) for name, src in (
+                ("acquire", _ACQUIRE_LUA), ("renew", _RENEW_LUA),
+                ("fenced_apply", _FENCED_APPLY_LUA))}
         return self._client
 
     async def _call(self, op: str, fn: Callable[[Any], Awaitable[T]]) -> T:
@@ -164,6 +231,7 @@ class RedisStoragePlugin:
     async def close(self) -> None:
         """Release the connection pool. The instance may be opened again afterwards."""
         client, self._client, self._script = self._client, None, None
+        self._scripts = {}
         if client is not None:
             await client.aclose()
 
@@ -193,10 +261,15 @@ class RedisStoragePlugin:
 
         await self._call("put_many", run)
 
-    async def apply(self, ns: str, puts: list[tuple[str, bytes]], deletes: list[str]) -> None:
-        """Store ``puts`` and delete ``deletes`` in one MULTI/EXEC round trip."""
+    async def apply(self, ns: str, puts: list[tuple[str, bytes]], deletes: list[str], *,
+                    fence: Fence | None = None) -> None:
+        """Store ``puts`` and delete ``deletes`` in one MULTI/EXEC round trip (with ``fence``:
+        one Lua script that checks the epoch first; FencedOut if it moved on)."""
         mapping = dict(puts)
         if not mapping and not deletes:
+            return
+        if fence is not None:
+            await self._fenced_apply(ns, mapping, deletes, fence)
             return
 
         async def run(c: Any) -> None:
@@ -263,6 +336,63 @@ class RedisStoragePlugin:
 
         return bool(await self._call("put_if_absent", run))
 
+    async def _fenced_apply(self, ns: str, mapping: dict[str, bytes], deletes: list[str],
+                            fence: Fence) -> None:
+        args: list[Any] = [str(fence.epoch), fence.holder, str(len(mapping))]
+        for key, value in mapping.items():
+            args += (key, value)
+        args += list(dict.fromkeys(deletes))
+        keys = [self._data_key(ns), self._exp_key(ns), self._leader_key(fence.name)]
+
+        async def run(c: Any) -> Any:
+            self._ensure_client()
+            return await self._scripts["fenced_apply"](keys=keys, args=args, client=c)
+
+        if not await self._call("apply", run):
+            raise FencedOut(f"Redis at {self._safe_url}: leader lease {fence.name!r} is no "
+                            f"longer at epoch {fence.epoch}; nothing was written")
+
+    # -- leader leases ------------------------------------------------------------------------
+
+    async def acquire_leader(self, name: str, holder: str, *, now: float, ttl_s: float,
+                             steal_from: str | None = None) -> int | None:
+        """Take the lease with a new epoch if free, expired, ours or ``steal_from``'s."""
+        args = [holder, repr(float(now)), repr(float(now + ttl_s)), steal_from or ""]
+
+        async def run(c: Any) -> Any:
+            self._ensure_client()
+            return await self._scripts["acquire"](keys=[self._leader_key(name)], args=args,
+                                                  client=c)
+
+        epoch = int(await self._call("acquire_leader", run))
+        return None if epoch < 0 else epoch
+
+    async def _renew(self, op: str, name: str, holder: str, epoch: int, expires: str) -> bool:
+        args = [holder, str(epoch), expires]
+
+        async def run(c: Any) -> Any:
+            self._ensure_client()
+            return await self._scripts["renew"](keys=[self._leader_key(name)], args=args,
+                                                client=c)
+
+        return bool(await self._call(op, run))
+
+    async def renew_leader(self, name: str, holder: str, epoch: int, *, now: float,
+                           ttl_s: float) -> bool:
+        """Extend the lease if ``holder`` still holds it at ``epoch``."""
+        return await self._renew("renew_leader", name, holder, epoch, repr(float(now + ttl_s)))
+
+    async def release_leader(self, name: str, holder: str, epoch: int) -> None:
+        """Expire the lease now if still ``holder``'s at ``epoch`` (the epoch stays)."""
+        await self._renew("release_leader", name, holder, epoch, _RELEASED)
+
+    async def read_leader(self, name: str) -> LeaderLease | None:
+        raw = await self._call("read_leader", lambda c: c.hmget(
+            self._leader_key(name), "holder", "epoch", "expires"))
+        if raw[0] is None:
+            return None
+        return LeaderLease(raw[0].decode("utf-8"), int(raw[1]), float(raw[2]))
+
     # -- helpers (admin and tests) ------------------------------------------------------------
 
     async def clear_namespace(self, ns: str) -> None:
@@ -273,7 +403,7 @@ class RedisStoragePlugin:
     async def wipe(self) -> None:
         """Delete every key this plugin's prefix owns. Meant for tests; uses SCAN, not KEYS."""
         prefix = _glob_escape(self.key_prefix)
-        for pattern in (f"{prefix}:*", f"{prefix}#exp:*"):
+        for pattern in (f"{prefix}:*", f"{prefix}#exp:*", f"{prefix}#leader:*"):
             def collect(c: Any, p: str = pattern) -> Any:
                 return self._collect(c, p)
 

@@ -9,7 +9,14 @@ with ``CREATE TABLE IF NOT EXISTS``)::
     expires_at  DOUBLE PRECISION  NULL       -- caller-clock epoch seconds; NULL = never expires
     PRIMARY KEY (ns, key)
 
-``expires_at`` is only set by ``put_if_absent``; a plain ``put`` resets it to NULL. Expiry is
+``expires_at`` is only set by ``put_if_absent`` and leader leases; a plain ``put`` resets it to
+NULL. Leader leases are rows of namespace ``#leader`` (key: the lease name, value:
+``b"{epoch}\n{holder}"``, ``expires_at``: when it runs out). Acquiring is a read followed by a
+compare-and-set ``UPDATE .. WHERE value = :seen AND expires_at = :seen`` (or an ``INSERT .. ON
+CONFLICT DO NOTHING`` for the first leader), so of N racers one wins. A fenced ``apply`` starts
+its transaction with a no-op ``UPDATE`` of the lease row conditional on the fence's value: zero
+rows means another epoch began (nothing is written); otherwise the row stays locked until the
+write commits, so an acquire cannot fall between the check and the write. Expiry is
 judged by the ``now`` the caller passes in, never by the database clock, so the simulator's and
 skewed replicas' clocks apply. Like the in-memory adapter, an expired row stays readable by
 ``get``/``scan`` until replaced or deleted.
@@ -31,7 +38,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from istos.errors import ConfigError, StorageUnavailable
+from istos.errors import ConfigError, FencedOut, StorageUnavailable
+
+from .base import LEADER_NS, Fence, LeaderLease
 
 T = TypeVar("T")
 
@@ -235,8 +244,10 @@ class SQLAlchemyStoragePlugin:
 
         await self._call("put_many", run)
 
-    async def apply(self, ns: str, puts: list[tuple[str, bytes]], deletes: list[str]) -> None:
-        """Upsert ``puts`` and delete ``deletes`` in one transaction (one round trip each)."""
+    async def apply(self, ns: str, puts: list[tuple[str, bytes]], deletes: list[str], *,
+                    fence: Fence | None = None) -> None:
+        """Upsert ``puts`` and delete ``deletes`` in one transaction (one round trip each);
+        with ``fence``, the transaction first checks and locks the lease row (FencedOut)."""
         from sqlalchemy import delete
 
         t = self._table
@@ -245,6 +256,8 @@ class SQLAlchemyStoragePlugin:
         gone = list(dict.fromkeys(deletes))
 
         async def run(conn: Any) -> None:
+            if fence is not None:
+                await self._check_fence(conn, fence)
             for start in range(0, len(rows), _CHUNK_ROWS):
                 await conn.execute(self._upsert(rows[start : start + _CHUNK_ROWS]))
             for start in range(0, len(gone), _CHUNK_ROWS):
@@ -307,6 +320,87 @@ class SQLAlchemyStoragePlugin:
 
         return await self._call("put_if_absent", run)
 
+    # -- leader leases ------------------------------------------------------------------------
+
+    async def _check_fence(self, conn: Any, fence: Fence) -> None:
+        from sqlalchemy import update
+
+        t = self._table
+        result = await conn.execute(
+            update(t).where(t.c.ns == LEADER_NS, t.c.key == fence.name,
+                            t.c.value == _lease_value(fence.epoch, fence.holder))
+            .values(expires_at=t.c.expires_at))
+        if result.rowcount != 1:
+            raise FencedOut(f"database at {self._safe_url}: leader lease {fence.name!r} is no "
+                            f"longer at epoch {fence.epoch}; nothing was written")
+
+    async def acquire_leader(self, name: str, holder: str, *, now: float, ttl_s: float,
+                             steal_from: str | None = None) -> int | None:
+        """Take the lease with a new epoch if free, expired, ours or ``steal_from``'s."""
+        from sqlalchemy import select, update
+
+        t = self._table
+        expires = float(now + ttl_s)
+
+        async def run(conn: Any) -> int | None:
+            row = (await conn.execute(select(t.c.value, t.c.expires_at).where(
+                t.c.ns == LEADER_NS, t.c.key == name))).first()
+            if row is None:
+                stmt = self._insert().values(ns=LEADER_NS, key=name, expires_at=expires,
+                                             value=_lease_value(1, holder))
+                won = await conn.execute(stmt.on_conflict_do_nothing().returning(t.c.ns))
+                return 1 if won.first() is not None else None
+            seen = bytes(row.value)
+            epoch, current = _parse_lease(seen)
+            if row.expires_at > now and current not in (holder, steal_from):
+                return None
+            result = await conn.execute(
+                update(t).where(t.c.ns == LEADER_NS, t.c.key == name, t.c.value == seen,
+                                t.c.expires_at == row.expires_at)
+                .values(value=_lease_value(epoch + 1, holder), expires_at=expires))
+            return epoch + 1 if result.rowcount == 1 else None
+
+        return await self._call("acquire_leader", run)
+
+    async def _set_expiry(self, op: str, name: str, holder: str, epoch: int,
+                          expires: float) -> bool:
+        from sqlalchemy import update
+
+        t = self._table
+
+        async def run(conn: Any) -> bool:
+            result = await conn.execute(
+                update(t).where(t.c.ns == LEADER_NS, t.c.key == name,
+                                t.c.value == _lease_value(epoch, holder))
+                .values(expires_at=expires))
+            return bool(result.rowcount == 1)
+
+        return await self._call(op, run)
+
+    async def renew_leader(self, name: str, holder: str, epoch: int, *, now: float,
+                           ttl_s: float) -> bool:
+        """Extend the lease if ``holder`` still holds it at ``epoch``."""
+        return await self._set_expiry("renew_leader", name, holder, epoch, float(now + ttl_s))
+
+    async def release_leader(self, name: str, holder: str, epoch: int) -> None:
+        """Expire the lease now if still ``holder``'s at ``epoch`` (the epoch stays)."""
+        await self._set_expiry("release_leader", name, holder, epoch, -1e300)
+
+    async def read_leader(self, name: str) -> LeaderLease | None:
+        from sqlalchemy import select
+
+        t = self._table
+
+        async def run(conn: Any) -> LeaderLease | None:
+            row = (await conn.execute(select(t.c.value, t.c.expires_at).where(
+                t.c.ns == LEADER_NS, t.c.key == name))).first()
+            if row is None:
+                return None
+            epoch, holder = _parse_lease(bytes(row.value))
+            return LeaderLease(holder, epoch, float(row.expires_at))
+
+        return await self._call("read_leader", run)
+
     # -- helpers (tests) ----------------------------------------------------------------------
 
     async def drop_table(self) -> None:
@@ -321,3 +415,12 @@ class SQLAlchemyStoragePlugin:
 
         t = self._table
         await self._call("wipe", lambda conn: conn.execute(delete(t)))
+
+
+def _lease_value(epoch: int, holder: str) -> bytes:
+    return f"{epoch}\n{holder}".encode()
+
+
+def _parse_lease(value: bytes) -> tuple[int, str]:
+    epoch, _, holder = value.decode("utf-8").partition("\n")
+    return int(epoch), holder

@@ -182,8 +182,11 @@ class LocalTransport:
         if not targets:
             raise NoResponder(f"no queryable serves {key!r}")
         fut: asyncio.Future[bytes] = loop.create_future()
+        # As with Zenoh, the first OK reply wins; an error fails the query only once every
+        # target has failed (a stand-in's refusal must not hide the leader's answer).
+        unanswered = [len(targets)]
         for target in targets:
-            self._send_request(target, key, payload, fut)
+            self._send_request(target, key, payload, fut, unanswered)
         # A bare timer rather than asyncio.wait_for: this is the simulator's hottest path.
         timer = loop.call_later(timeout_s, _time_out, fut, key, timeout_s)
         try:
@@ -192,7 +195,7 @@ class LocalTransport:
             timer.cancel()
 
     def _send_request(self, target: _Entry, key: str, payload: bytes,
-                      fut: asyncio.Future[bytes]) -> None:
+                      fut: asyncio.Future[bytes], unanswered: list[int]) -> None:
         server = target.node
         delay = self.mesh.network.delay(self.node_id, server.node_id)
         if delay is None:
@@ -200,17 +203,18 @@ class LocalTransport:
 
         def arrive() -> None:
             if not target.closed:
-                server._spawn(self._serve(target, key, payload, fut))
+                server._spawn(self._serve(target, key, payload, fut, unanswered))
 
         server._deliver_call(arrive, delay=delay)
 
     async def _serve(self, target: _Entry, key: str, payload: bytes,
-                     fut: asyncio.Future[bytes]) -> None:
+                     fut: asyncio.Future[bytes], unanswered: list[int]) -> None:
         server = target.node
         try:
             reply = await target.callback(key, payload)
         except Exception as exc:  # the handler's bug must not look like a lost message
-            if not fut.done():
+            unanswered[0] -= 1
+            if not fut.done() and unanswered[0] <= 0:
                 fut.set_exception(TransportError(f"handler for {key!r} failed: {exc!r}"))
             return
         back = self.mesh.network.delay(server.node_id, self.node_id)

@@ -6,8 +6,11 @@ time and ``t_node`` the emitting node's clock), the workload's enqueue attempts 
 effects handlers completed.
 
 Counts follow Jepsen's total-queue checker: ``ok`` (accepted and processed), ``lost`` (accepted,
-never processed, no longer held), ``duplicated`` (processed more than once), ``unexpected``
-(processed but never enqueued), ``recovered`` (the producer saw an error, yet it was processed).
+never processed, held neither by a serving owner nor in storage), ``duplicated`` (processed more
+than once), ``unexpected`` (processed but never enqueued), ``recovered`` (the producer saw an
+error, yet it was processed), plus ``stranded``: accepted, never processed, still in storage,
+yet held by no serving owner (a frozen, fenced or stale owner sitting on it), so nobody will
+ever run it.
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ class RunRecord:
     attempts: list[dict[str, Any]]  # job_id, queue, status ("ok" | "failed"), t
     effects: list[dict[str, Any]]  # job_id, queue, node, t (a handler completed)
     queues: dict[str, QueueConfig]
-    held: set[str]  # job ids still held (pending or dead) by live owners at the end
+    held: set[str]  # job ids still held (pending or dead) by serving owners at the end
     volatile: bool
     owner_crashes: list[tuple[float, str]] = field(default_factory=list)  # (t, node)
     heartbeat: set[tuple[str, str]] = field(default_factory=set)  # (node, queue) heart-beating
     lossy: bool = False  # the network was configured to lose messages at some point
+    stored: set[str] = field(default_factory=set)  # job ids in durable storage at the end
 
 
 @dataclass
@@ -50,7 +54,9 @@ def delivery_counts(rec: RunRecord) -> dict[str, int]:
     known = {e["job_id"] for e in rec.events if e["kind"] == "enqueued"}
     tried = [a for a in rec.attempts if a["job_id"] is not None]
     accepted = [a for a in tried if a["status"] == "ok"]
-    lost = [a for a in accepted if done[a["job_id"]] == 0 and a["job_id"] not in rec.held]
+    unheld = [a for a in accepted if done[a["job_id"]] == 0 and a["job_id"] not in rec.held]
+    lost = [a for a in unheld if a["job_id"] not in rec.stored]
+    stranded = [a for a in unheld if a["job_id"] in rec.stored]
     expected = [a for a in lost if _lost_to_volatile_restart(rec, a)]
     return {
         "attempted": len(rec.attempts),
@@ -58,6 +64,7 @@ def delivery_counts(rec: RunRecord) -> dict[str, int]:
         "ok": sum(1 for a in accepted if done[a["job_id"]] > 0),
         "lost": len(lost) - len(expected),
         "lost_expected": len(expected),
+        "stranded": len(stranded),
         "duplicated": sum(1 for n in done.values() if n > 1),
         "unexpected": sum(1 for j in done if j not in known),
         "recovered": sum(1 for a in tried if a["status"] != "ok" and done[a["job_id"]] > 0),
@@ -76,7 +83,9 @@ def check(rec: RunRecord) -> list[Finding]:
     if counts["lost_expected"]:
         lost_detail += (f"; {counts['lost_expected']} lost to a volatile owner restart "
                         "(expected: use storage='durable')")
-    findings = [Finding("no accepted job lost", counts["lost"] == 0, lost_detail)]
+    findings = [Finding("no accepted job lost", counts["lost"] == 0, lost_detail),
+                Finding("no accepted job stranded (in storage, served by nobody)",
+                        counts["stranded"] == 0, f"{counts['stranded']} stranded")]
     findings += [
         _single_lease(rec), _attempts_bounded(rec), _backoff_respected(rec),
         _dead_after_max(rec), _fifo_within_priority(rec), _chord_once(rec),

@@ -28,6 +28,7 @@ class SimResult:
     effects: list[dict[str, Any]] = field(repr=False)
     queues: dict[str, QueueConfig] = field(repr=False)
     held: set[str] = field(repr=False)
+    stored: set[str] = field(repr=False)
     volatile: bool
     owner_crashes: list[tuple[float, str]] = field(repr=False)
     heartbeat: set[tuple[str, str]] = field(repr=False)
@@ -96,7 +97,7 @@ class SimResult:
     def _record(self) -> RunRecord:
         return RunRecord(events=self.events_raw, attempts=self.attempts, effects=self.effects,
                          queues=self.queues, held=self.held, volatile=self.volatile,
-                         owner_crashes=self.owner_crashes,
+                         owner_crashes=self.owner_crashes, stored=self.stored,
                          heartbeat=getattr(self, "heartbeat", set()),
                          lossy=getattr(self, "lossy", False))
 
@@ -104,5 +105,6 @@ class SimResult:
         c = self.counts
         return (f"seed {self.seed}: {self.virtual_s:.0f} virtual s in {self.wall_s:.2f} wall s "
                 f"(x{self.speedup:,.0f}); {len(self.events_raw)} events; ok {c['ok']}, "
-                f"lost {c['lost']}, duplicated {c['duplicated']}, pending {c['pending']}"
+                f"lost {c['lost']}, stranded {c['stranded']}, duplicated {c['duplicated']}, "
+                f"pending {c['pending']}"
                 + (" [interrupted]" if self.interrupted else ""))

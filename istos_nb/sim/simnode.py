@@ -34,6 +34,9 @@ class Incarnation:
     # weak: the loop keeps pending tasks alive; we only need them to cancel them on a crash
     tasks: weakref.WeakSet[asyncio.Task[Any]] = field(default_factory=weakref.WeakSet)
     context: contextvars.Context | None = None
+    frozen: bool = False  # SIGSTOP-like: its callbacks are parked until it resumes
+    parked: list[tuple[Any, tuple[Any, ...], contextvars.Context]] = field(default_factory=list)
+    link_cut: bool = False  # frozen past the link lease: peers have dropped its sessions
 
 
 class SimNode:

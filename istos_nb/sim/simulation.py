@@ -17,11 +17,13 @@ from collections.abc import Callable
 from typing import Any
 
 from istos import events as ev
-from istos.errors import IstosError
+from istos.errors import IstosError, StorageUnavailable
 from istos.events import JobEvent
+from istos.queue.persist import decode_record
 from istos.storage.memory import MemoryStorage
 from istos.transport.local import LocalMesh
 
+from . import faults
 from .network import SimNetwork
 from .progress import auto_progress
 from .result import SimResult
@@ -37,10 +39,14 @@ class ScenarioError(IstosError, ValueError):
 class Simulation:
     def __init__(self, seed: int = 0, *, storage: str = "volatile",
                  latency_s: tuple[float, float] = (0.0005, 0.002), loss: float = 0.0,
-                 request_timeout_s: float = 2.0) -> None:
+                 request_timeout_s: float = 2.0, link_lease_s: float = 10.0) -> None:
         if storage not in ("volatile", "durable"):
             raise ScenarioError(f"storage must be 'volatile' or 'durable', got {storage!r}")
+        if not link_lease_s > 0:
+            raise ScenarioError(f"link_lease_s must be > 0, got {link_lease_s!r}")
         self.seed = seed
+        self.link_lease_s = float(link_lease_s)
+        self._freezes = False
         self.storage_mode = storage
         self.request_timeout_s = request_timeout_s
         self.net = SimNetwork(random.Random(f"{seed}:network"), latency_s, loss)
@@ -124,6 +130,29 @@ class Simulation:
         if heal_at is not None:
             self._schedule(heal_at, "heal", lambda: self._partition(a, b, False))
 
+    def freeze(self, node: str, *, at: float, resume_at: float | None = None) -> None:
+        """Freeze ``node`` at ``at`` as SIGSTOP would: nothing of it runs (its timers and
+        incoming messages wait), yet its peers still see its sessions and liveliness tokens
+        until ``link_lease_s`` later, when they drop them (as Zenoh's link lease does). At
+        ``resume_at`` it carries on where it stopped, late timers first, its clock having
+        moved on; its sessions come back if they had been dropped."""
+        self._node(node)
+        if resume_at is not None and resume_at < at:
+            raise ScenarioError(f"resume_at={resume_at} is before the freeze at={at}")
+        self._freezes = True
+        self._schedule(at, f"freeze({node!r})", lambda: faults.freeze(self, node))
+        if resume_at is not None:
+            self._schedule(resume_at, f"resume({node!r})", lambda: faults.resume(self, node))
+
+    def storage_outage(self, *, at: float, until: float) -> None:
+        """Make the shared storage refuse every call from ``at`` to ``until`` (durable only)."""
+        if self.storage_mode != "durable":
+            raise ScenarioError("storage_outage needs Simulation(storage='durable')")
+        if not until >= at:
+            raise ScenarioError(f"storage outage ends (until={until}) before it starts ({at})")
+        self._schedule(at, "storage_outage", lambda: self._storage(False))
+        self._schedule(until, "storage_back", lambda: self._storage(True))
+
     def network(self, *, latency_s: tuple[float, float] | None = None,
                 loss: float | None = None, at: float | None = None) -> None:
         """Change latency and loss now (before the run) or at virtual time ``at``."""
@@ -201,6 +230,8 @@ class Simulation:
         loop = VirtualEventLoop()
         self._loop = loop
         loop.set_task_factory(self._task_factory)
+        if self._freezes:
+            loop.gate = faults.frozen_parking
         interrupted = False
         try:
             for name in self.nodes:
@@ -245,14 +276,24 @@ class Simulation:
                     t += restart_after or 0.0
 
     def _result(self, until: float, *, interrupted: bool, wall_s: float) -> SimResult:
+        # Held: by an owner that serves (a fenced or frozen one serves nobody).
         held: set[str] = set()
         for node in self.nodes.values():
-            if node.incarnation is not None:
-                for owner in node.incarnation.app.owners.values():
-                    held.update(j for j, r in owner.state.jobs.items() if r.state != "done")
+            life = node.incarnation
+            if life is not None and not life.frozen:
+                for owner in life.app.owners.values():
+                    if owner.running:
+                        held.update(j for j, r in owner.state.jobs.items()
+                                    if r.state != "done")
         queues = {q: c for n in self.nodes.values() for q, c in n.queues.items()}
+        stored: set[str] = set()
+        if self.storage_mode == "durable":  # dead letters are set aside, not stranded
+            for q in queues:
+                for job_id, raw in self.shared_storage._data.get(f"jobs:{q}", {}).items():
+                    if decode_record(raw).state != "dead":
+                        stored.add(job_id)
         return SimResult(events=list(self.events), attempts=list(self.attempts),
-                         effects=list(self.effects), queues=queues, held=held,
+                         effects=list(self.effects), queues=queues, held=held, stored=stored,
                          volatile=self.storage_mode == "volatile",
                          owner_crashes=list(self.owner_crashes), until=until,
                          heartbeat={(n.name, q) for n in self.nodes.values()
@@ -297,6 +338,12 @@ class Simulation:
     async def _start_app(self, node: SimNode, life: Incarnation) -> None:
         try:
             await life.app.start()
+        except StorageUnavailable as exc:
+            # As a supervisor would: a node that cannot reach its storage at start-up exits
+            # and is started again a second later.
+            self._node_event(node.name, "boot_failed", error=repr(exc))
+            assert self._loop is not None
+            self._loop.call_soon(self._crash, node.name, 1.0)
         except Exception as exc:  # a scenario bug must surface, not hang
             self._node_event(node.name, "boot_failed", error=repr(exc))
             raise
@@ -311,6 +358,9 @@ class Simulation:
         if life.app.queues:
             self.owner_crashes.append((self._loop.time(), name))
         node.incarnation = None
+        life.frozen, life.parked = False, []  # a frozen process can be killed too
+        if life.link_cut:
+            faults.cut_links(self, name, False)
         life.app.kill()
         # In creation order (a WeakSet iterates by address, which would vary between runs).
         for task in self._loop.pending_tasks():
@@ -323,6 +373,10 @@ class Simulation:
         if self.nodes[name].incarnation is None:
             self._node_event(name, ev.RESTARTED)
             self._boot(name)
+
+    def _storage(self, available: bool) -> None:
+        self.shared_storage.available = available
+        self._node_event("storage", "storage_up" if available else "storage_down")
 
     def _partition(self, a: set[str], b: set[str], cut: bool) -> None:
         (self.net.partition if cut else self.net.heal)(a, b)

@@ -209,6 +209,10 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-ty
         super().__init__(selector)
         selector.vloop = self
         self._clock_resolution = _RESOLUTION
+        # Freezing (SIGSTOP-like): when set, every callback asks ``gate()`` in its own context
+        # as it comes due; a list back means "frozen": it is parked there to run on resume.
+        self.gate: Callable[[], list[tuple[Any, tuple[Any, ...], contextvars.Context]] | None
+                            ] | None = None
 
     if TYPE_CHECKING:
         # BaseEventLoop internals this loop builds on, absent from typeshed's stubs. They are
@@ -259,6 +263,8 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-ty
         if self._debug:
             self._check_thread()
             self._check_callback(callback, "call_at")
+        if self.gate is not None:
+            callback, args = self._gated, (callback, *args)
         timer = _SeqTimerHandle(when, callback, args, self, context)
         timer._seq = self._next_seq()
         if timer._source_traceback:
@@ -266,6 +272,23 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-ty
         heapq.heappush(self._scheduled, timer)
         timer._scheduled = True
         return timer
+
+    def call_soon(  # type: ignore[override]  # as call_at above
+        self, callback: Callable[..., object], *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Handle:
+        """As asyncio's (gated while a freeze is possible: see ``gate``)."""
+        if self.gate is not None:
+            callback, args = self._gated, (callback, *args)
+        return super().call_soon(callback, *args, context=context)
+
+    def _gated(self, callback: Callable[..., object], *args: Any) -> None:
+        gate = self.gate
+        parked = gate() if gate is not None else None
+        if parked is None:
+            callback(*args)
+        else:
+            parked.append((callback, args, contextvars.copy_context()))
 
     def create_task(
         self, coro: Coroutine[Any, Any, T] | Generator[Any, None, T], *, name: object = None,

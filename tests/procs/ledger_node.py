@@ -1,0 +1,65 @@
+"""An owner, HA replica or worker OS process for the ledger chaos tests.
+
+argv: role config_json prefix storage_url storage_ns [ledger_path]
+role "owner" | "replica" (ha=True) | "worker". Workers append one JSON line per finished job
+({"i", "attempt", "pid"}) to ledger_path and fsync it *before* acking, so the ledger holds
+every side effect that happened, even if the process is SIGKILLed right after.
+env: ISTOS_HA_LEASE_S (default 1.5), ISTOS_LEASE_S (job lease, default 2),
+ISTOS_MAX_ATTEMPTS (default 50).
+Owners print READY; replicas print LEADING / STANDBY on every change of their role.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+from istos import Istos, JobContext, RedisStoragePlugin, SQLAlchemyStoragePlugin
+
+
+def storage(url: str, ns: str):
+    if url.startswith("redis"):
+        return RedisStoragePlugin(url, key_prefix=ns, connect_timeout_s=0.5, op_timeout_s=0.5)
+    return SQLAlchemyStoragePlugin(url, table=ns, op_timeout_s=1.0)
+
+
+async def main() -> None:
+    role, config, prefix, url, ns = sys.argv[1], json.loads(sys.argv[2]), *sys.argv[3:6]
+    ledger = sys.argv[6] if len(sys.argv) > 6 else None
+    app = Istos(storage=storage(url, ns) if role != "worker" else None, zenoh=config,
+                prefix=prefix, node_id=f"{role}-{os.getpid()}", request_timeout_s=2.0,
+                shutdown_grace_s=1.0)
+    if role in ("owner", "replica"):
+        app.queue("q", lease_s=float(os.environ.get("ISTOS_LEASE_S", "2")),
+                  sweep_interval_s=0.1,
+                  max_attempts=int(os.environ.get("ISTOS_MAX_ATTEMPTS", "50")),
+                  retry_backoff_s=0.05,
+                  ha=role == "replica",
+                  ha_lease_s=float(os.environ.get("ISTOS_HA_LEASE_S", "1.5")))
+    else:
+        assert ledger is not None
+        fd = os.open(ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+        @app.worker("q", concurrency=8, poll_interval_s=0.2)
+        async def work(job: dict, ctx: JobContext) -> None:
+            await asyncio.sleep(0.002)
+            line = json.dumps({"i": job["i"], "attempt": ctx.attempt, "pid": os.getpid()})
+            os.write(fd, (line + "\n").encode())
+            os.fsync(fd)  # the side effect is durable before the ack leaves
+
+    async with app.serving():
+        print("READY", flush=True)
+        leading = None
+        while True:
+            if role == "replica":
+                now = app.is_active_owner("q")
+                if now != leading:
+                    leading = now
+                    print("LEADING" if now else "STANDBY", flush=True)
+            await asyncio.sleep(0.02)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

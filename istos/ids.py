@@ -4,16 +4,31 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 
 
 class IdSource:
-    """Short random hex ids from a seedable rng (the simulator seeds it; live nodes use urandom)."""
+    """Short random hex ids from a seedable rng (the simulator seeds it; live nodes use urandom).
 
-    def __init__(self, rng: random.Random | None = None) -> None:
+    Lease tokens (:meth:`token`) must be unguessable to other sessions, so a live source draws
+    them from the OS (``secrets``); a source given ``token_rng`` (the simulator, seeded tests)
+    draws them from that rng instead, keeping runs reproducible. Tokens never consume the id
+    rng, so ids are the same sequence either way.
+    """
+
+    def __init__(self, rng: random.Random | None = None, *,
+                 token_rng: random.Random | None = None) -> None:
         self._rng = rng if rng is not None else random.Random(os.urandom(16))
+        self._token_rng = token_rng
 
     def new(self) -> str:
         return f"{self._rng.getrandbits(96):024x}"
+
+    def token(self) -> str:
+        """A fresh 128-bit lease token (32 hex characters)."""
+        if self._token_rng is not None:
+            return f"{self._token_rng.getrandbits(128):032x}"
+        return secrets.token_hex(16)
 
 
 def node_rng(seed: int | None = None) -> random.Random:

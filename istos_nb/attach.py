@@ -178,15 +178,16 @@ class LiveQueue:
         while len(rows) < limit:
             page = min(size, limit - len(rows))
             try:
-                got = self._call("jobs", state=state, where=dict(where or {}),
-                                 offset=offset + len(rows), limit=page)["jobs"]
+                reply = self._call("jobs", state=state, where=dict(where or {}),
+                                   offset=offset + len(rows), limit=page)
+                got = reply["jobs"]
             except _ReplyTooLarge:
                 if page == 1:  # cannot happen: one body (<= 1 MiB) fits in one message
                     raise
                 size = max(1, page // 2)  # big bodies: smaller pages
                 continue
             rows.extend({**r, "data": _decode(r.get("body"))} for r in got)
-            if len(got) < page:
+            if not got or (len(got) < page and not reply.get("more")):  # more: cut by bytes
                 break
         return _table(_JOB_COLUMNS, rows)
 
@@ -206,7 +207,7 @@ class LiveQueue:
                 page_size = max(1, page_size // 4)  # big histories: smaller pages
                 continue
             dead.extend(reply["dead"])
-            if not reply["dead"] or len(dead) >= reply.get("total", len(dead)):
+            if not reply["dead"] or not reply.get("more", len(dead) < reply.get("total", 0)):
                 break
         return _table(_DEAD_COLUMNS, [{**d, "data": _decode(d.get("body"))} for d in dead])
 

@@ -11,17 +11,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from .. import codec, errors
+from .. import codec, errors, protocol
 from ..node import Node
 from ..transport.base import NoResponder, TransportError, TransportTimeout
 from .owner import QueueOwner
 
-_ERRORS: dict[str, type[errors.IstosError]] = {
-    cls.__name__: cls for cls in (
-        errors.QueueNotFound, errors.OwnerUnavailable, errors.StorageUnavailable,
-        errors.ProtocolError, errors.AdminDisabled, errors.InvalidJob, errors.ConfigError,
-    )
-}
+_ERRORS = protocol.ERROR_CLASSES
 
 
 def raise_for_reply(reply: dict[str, Any], queue: str) -> dict[str, Any]:
@@ -45,7 +40,7 @@ class OwnerClient:
         Raises :class:`OwnerUnavailable` when no owner answers within ``timeout_s`` (default: the
         node's ``request_timeout_s``).
         """
-        msg = {"v": codec.PROTOCOL_VERSION, "op": op, **fields}
+        msg = {"v": protocol.VERSION, "op": op, **fields}
         owner = self._local_owner()
         if owner is not None and owner.running:
             return raise_for_reply(await owner.dispatch(msg), self.queue)

@@ -57,8 +57,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from .. import codec
-from ..errors import ConfigError, IstosError
+from .. import codec, protocol
+from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
 from ..hooks import AppHooks
 from .config import check_priority, check_queue_name
 from .state import JobRecord
@@ -146,6 +146,16 @@ class WorkflowMixin(AppHooks):
             await self.enqueue(cb_queue, {"results": [], "input": extra}, priority=prio,
                                job_id=f"{chord_id}.callback")
             return chord_id
+        try:  # the largest member meta, checked before anything is sent
+            protocol.meta("chord meta", {"chord": {"id": chord_id, "index": len(items),
+                                                   "size": len(items), "callback": cb_queue,
+                                                   "input": extra}})
+        except ProtocolError as exc:
+            raise InvalidJob(f"chord on queue {queue!r}: {exc}") from None
+        # The member queue's owner holds the barrier before any member exists: it refuses
+        # chord meta pointing at a barrier it does not hold.
+        await self.client(queue).call("chord_open", chord_id=chord_id, size=len(items),
+                                      callback=cb_queue)
         for index, item in enumerate(items):
             meta = {"chord": {"id": chord_id, "index": index, "size": len(items),
                               "callback": cb_queue, "input": extra}}
@@ -163,6 +173,8 @@ class WorkflowMixin(AppHooks):
         a remote owner. Raises :class:`IstosError` if the queue holds no dead job of that id.
 
         This is deliberate, like re-enqueueing a dead letter by hand: fix the cause first.
+        It changes a job's fate, so the owner's queue must be declared with ``admin=True``
+        (:class:`AdminDisabled` otherwise), like ``requeue`` and ``purge_dead``.
         A plain ``enqueue`` of the dead job's data is a different job with no workflow meta and
         does not release a stalled chord.
         """
@@ -179,9 +191,11 @@ class WorkflowMixin(AppHooks):
         super()._setup_owner(owner)
         barriers = ChordBarriers(owner, self)
         owner.ack_hooks.append(barriers.on_ack)
+        owner.meta_check = barriers.check_meta
+        owner.extra_ops["chord_open"] = barriers.op_open
 
         async def requeue(msg: dict[str, Any]) -> dict[str, Any]:
-            return await requeue_dead_op(owner, str(msg["job_id"]))
+            return await requeue_dead_op(owner, msg["job_id"])  # admin-gated by dispatch
 
         owner.extra_ops["requeue_dead"] = requeue
 
@@ -226,16 +240,19 @@ class Barrier:
     results: dict[int, bytes] = field(default_factory=dict)
     fired: bool = False
     fired_at: float | None = None
+    callback: str | None = None  # None: opened before barriers recorded their callback
 
     def encode(self) -> bytes:
         return msgpack.packb({"size": self.size, "results": self.results, "fired": self.fired,
-                              "fired_at": self.fired_at}, use_bin_type=True)
+                              "fired_at": self.fired_at, "callback": self.callback},
+                             use_bin_type=True)
 
     @classmethod
     def decode(cls, raw: bytes) -> Barrier:
         d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
         return cls(size=int(d["size"]), results={int(k): v for k, v in d["results"].items()},
-                   fired=bool(d["fired"]), fired_at=d.get("fired_at"))
+                   fired=bool(d["fired"]), fired_at=d.get("fired_at"),
+                   callback=d.get("callback"))
 
 
 class ChordBarriers:
@@ -292,6 +309,55 @@ class ChordBarriers:
         self._tombstones.append((now, chord_id))
         await self._prune(now)
 
+    async def op_open(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The ``chord_open`` op: hold a barrier for a chord about to enqueue its members."""
+        chord_id, size, callback = msg["chord_id"], msg["size"], msg["callback"]
+        try:
+            check_queue_name(callback)
+        except ConfigError as exc:
+            raise InvalidJob(f"chord_open: callback {exc}") from None
+        async with self._lock(chord_id):
+            held = await self._find(chord_id)
+            if held is not None:
+                if held.size != size or held.callback not in (None, callback):
+                    raise InvalidJob(f"chord {chord_id!r} is already open with another size "
+                                     "or callback")
+                return {"opened": False}
+            barrier = Barrier(size, callback=callback)
+            await self._store(chord_id, barrier)
+            self.cache[chord_id] = barrier
+        return {"opened": True}
+
+    async def check_meta(self, job_id: str, meta: dict[str, Any]) -> None:
+        """Refuse (:class:`InvalidJob`) a ``meta`` the workflow code would not have written:
+        another shape, a job id that does not match it, or a chord barrier this owner does
+        not hold (a producer must not make the owner enqueue callbacks it chose)."""
+        if set(meta) == {"chain"}:
+            check_chain_meta(self.owner.name, job_id, meta["chain"])
+            return
+        if set(meta) != {"chord"}:
+            raise InvalidJob(f"job {job_id!r}: meta must be a workflow's ({{'chain': ...}} or "
+                             f"{{'chord': ...}}), got keys {sorted(map(str, meta))[:5]}")
+        chord = meta["chord"]
+        _check_shape(job_id, chord, ("id", "index", "size", "callback", "input"))
+        size, index = chord["size"], chord["index"]
+        if type(size) is not int or type(index) is not int or not 0 <= index < size:
+            raise InvalidJob(f"job {job_id!r}: chord index/size must be integers with "
+                             f"0 <= index < size, got {index!r}/{size!r}")
+        if not isinstance(chord["id"], str) or job_id != f"{chord['id']}.{index}":
+            raise InvalidJob(f"job {job_id!r}: a chord member's id is '<chord id>.<index>'")
+        held = await self._find(chord["id"])
+        if held is None or held.size != size or held.callback not in (None, chord["callback"]):
+            raise InvalidJob(f"job {job_id!r}: queue {self.owner.name!r} holds no open chord "
+                             f"{chord['id']!r} of that size and callback (use app.chord)")
+
+    async def _find(self, chord_id: str) -> Barrier | None:
+        barrier = self.cache.get(chord_id)
+        if barrier is None:
+            raw = await self.owner.node.storage.get(self.ns, chord_id)
+            barrier = Barrier.decode(raw) if raw is not None else None
+        return barrier
+
     async def _load(self, chord_id: str, size: int) -> Barrier:
         barrier = self.cache.get(chord_id)
         if barrier is None:
@@ -323,3 +389,28 @@ class ChordBarriers:
                 del self._locks[chord_id]
             else:
                 self._locks[chord_id] = (lock, users - 1)
+
+
+def _check_shape(job_id: str, value: Any, keys: tuple[str, ...]) -> None:
+    if not isinstance(value, dict) or set(value) != set(keys):
+        raise InvalidJob(f"job {job_id!r}: workflow meta must be a map of exactly "
+                         f"{', '.join(keys)}")
+
+
+def check_chain_meta(queue: str, job_id: str, step: Any) -> None:
+    """The shape ``chain`` and its continuations write: ``{id, queues, step, priority}``, the
+    job id ``'<id>.<step>'`` and this queue at ``queues[step]``."""
+    _check_shape(job_id, step, ("id", "queues", "step", "priority"))
+    queues, index, prio = step["queues"], step["step"], step["priority"]
+    try:
+        if not isinstance(queues, list) or not queues or len(queues) > 1000:
+            raise ConfigError("chain queues must be a list of 1 to 1000 queue names")
+        for name in queues:
+            check_queue_name(name)
+        check_priority(prio)
+    except ConfigError as exc:
+        raise InvalidJob(f"job {job_id!r}: {exc}") from None
+    if type(index) is not int or not 0 <= index < len(queues) or queues[index] != queue:
+        raise InvalidJob(f"job {job_id!r}: chain step {index!r} is not queue {queue!r}")
+    if not isinstance(step["id"], str) or job_id != f"{step['id']}.{index}":
+        raise InvalidJob(f"job {job_id!r}: a chain step's id is '<chain id>.<step>'")

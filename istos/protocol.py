@@ -1,0 +1,439 @@
+"""The wire protocol of a queue's owner, in one place (docs/protocol.md describes it in words).
+
+Op names, the limits and caps, one request schema per op, and the shape of every reply. The
+owner validates each request against its op's schema *before* its handler runs, so nothing a
+malformed request carries ever reaches the queue's state; the client side imports the same
+limits to refuse bad input before sending. A rejection is always the typed error map::
+
+    {"v": 1, "ok": False, "error": <IstosError subclass name>, "message": <text>}
+
+Checks validate, they never coerce: ``"5"`` is not a priority, ``True`` and ``1.0`` are not a
+version, a list is not a job id. Unknown extra fields are ignored (version 1 may grow optional
+fields, see docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import msgpack
+
+from . import codec, errors
+from .errors import InvalidJob, IstosError, ProtocolError
+
+VERSION = codec.PROTOCOL_VERSION
+MAX_BODY_BYTES = codec.MAX_BODY_BYTES  # a job body or an ack's result
+FRAME_CAP = codec.MAX_MESSAGE_BYTES  # no message, request or reply, is larger
+ENVELOPE_RESERVE = 16 << 10  # room a reply keeps for everything but its list of items
+PAGE_BUDGET = FRAME_CAP - ENVELOPE_RESERVE  # bytes of items one reply may carry
+
+MAX_JOB_ID_BYTES = 200  # a job id is a storage key too (the SQL adapter's column is 255)
+MAX_TOKEN_BYTES = 64
+MAX_SLOT_ID_BYTES = 256  # worker slot ids and node ids
+MAX_SLOTS = 1024  # worker slots in one claim
+MAX_SETTLE_ITEMS = 4096  # acks/nacks in one request
+MAX_ERROR_BYTES = 1024  # a nack's error text is kept up to this many bytes (cut, not refused)
+MAX_META_BYTES = 16 << 10
+MAX_META_DEPTH = 16
+MAX_WHERE_KEYS = 16
+MAX_WHERE_PATH_BYTES = 256
+MAX_WHERE_PATH_PARTS = 16
+MAX_WHERE_VALUE_DEPTH = 8
+MAX_PRIORITY = (1 << 31) - 1  # priorities are in [-MAX_PRIORITY, MAX_PRIORITY]
+MAX_DELAY_S = 10 * 365 * 86_400.0
+MAX_OFFSET = 1 << 31
+MAX_PAGE = 1000  # jobs, dead and leases pages
+MAX_EVENTS = 5000  # events per reply
+MAX_FOLLOW_TTL_S = 30.0
+MAX_ID_LIST = 4096  # job ids in one purge_dead
+MAX_NODES_WALKED = 100_000  # a nesting check gives up (and refuses) past this many values
+
+SETTLE_OPS = ("ack", "nack")
+JOB_STATES = ("ready", "delayed", "leased", "done", "dead")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_TOKEN = re.compile(r"[0-9A-Za-z._:-]+")
+
+Check = Callable[[str, Any], None]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One request field: its check, whether it must be present, and the error it raises."""
+
+    name: str
+    check: Check
+    required: bool = False
+    error: type[IstosError] = ProtocolError
+
+
+# -- checks (each raises ProtocolError naming the field; Field.error may retype it) -------------
+def _fail(name: str, why: str, value: Any) -> None:
+    shown = repr(value)
+    raise ProtocolError(f"{name} {why}, got {shown[:60] + '...' if len(shown) > 60 else shown}")
+
+
+def integer(lo: int, hi: int) -> Check:
+    def check(name: str, value: Any) -> None:
+        if type(value) is not int:
+            _fail(name, "must be an integer", value)
+        if not lo <= value <= hi:
+            _fail(name, f"must be between {lo} and {hi}", value)
+    return check
+
+
+def number(lo: float, hi: float) -> Check:
+    def check(name: str, value: Any) -> None:
+        if type(value) not in (int, float) or not math.isfinite(value):
+            _fail(name, "must be a finite number", value)
+        if not lo <= value <= hi:
+            _fail(name, f"must be between {lo:g} and {hi:g}", value)
+    return check
+
+
+def binary(max_bytes: int, *, nil: bool = False) -> Check:
+    def check(name: str, value: Any) -> None:
+        if value is None and nil:
+            return
+        if type(value) is not bytes:
+            _fail(name, "must be bin (msgpack bytes)", value)
+        if len(value) > max_bytes:
+            raise ProtocolError(f"{name} is {len(value)} bytes; the limit is {max_bytes}")
+    return check
+
+
+def text(max_bytes: int, *, nil: bool = False, empty: bool = True) -> Check:
+    def check(name: str, value: Any) -> None:
+        if value is None and nil:
+            return
+        if type(value) is not str:
+            _fail(name, "must be a string", value)
+        if not empty and not value:
+            _fail(name, "must not be empty", value)
+        if len(value) > max_bytes or len(value.encode("utf-8", "surrogatepass")) > max_bytes:
+            raise ProtocolError(f"{name} is longer than {max_bytes} bytes")
+    return check
+
+
+def identifier(max_bytes: int) -> Check:
+    """A non-empty string of at most ``max_bytes`` UTF-8 bytes without NUL or control chars."""
+    base = text(max_bytes, empty=False)
+
+    def check(name: str, value: Any) -> None:
+        base(name, value)
+        if _CONTROL.search(value):
+            _fail(name, "must not contain NUL or control characters", value)
+    return check
+
+
+check_job_id = identifier(MAX_JOB_ID_BYTES)
+check_slot_id = identifier(MAX_SLOT_ID_BYTES)
+
+
+def token(name: str, value: Any) -> None:
+    if type(value) is not str or not 0 < len(value) <= MAX_TOKEN_BYTES \
+            or _TOKEN.fullmatch(value) is None:
+        _fail(name, f"must be a lease token (1-{MAX_TOKEN_BYTES} characters of [0-9A-Za-z._:-])",
+              value)
+
+
+def boolean(name: str, value: Any) -> None:
+    if type(value) is not bool:
+        _fail(name, "must be true or false", value)
+
+
+def one_of(*choices: Any, nil: bool = True) -> Check:
+    def check(name: str, value: Any) -> None:
+        if value is None and nil:
+            return
+        if type(value) is not str or value not in choices:
+            _fail(name, f"must be one of {', '.join(map(str, choices))}", value)
+    return check
+
+
+def nesting(value: Any, max_depth: int) -> int:
+    """The nesting depth of ``value`` (a scalar is 0); raises past ``max_depth`` or when the
+    value holds more than ``MAX_NODES_WALKED`` items (iterative: no recursion limit to hit)."""
+    deepest, walked = 0, 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = list(item.keys()) + list(item.values())
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        depth += 1
+        if depth > max_depth:
+            raise ProtocolError(f"nested deeper than {max_depth} levels")
+        deepest = max(deepest, depth)
+        for child in children:
+            walked += 1
+            if walked > MAX_NODES_WALKED:
+                raise ProtocolError(f"holds more than {MAX_NODES_WALKED} values")
+            stack.append((child, depth))
+    return deepest
+
+
+def meta(name: str, value: Any) -> None:
+    """Generic bounds of a job's ``meta``; its workflow shape is checked by the workflow code."""
+    if value is None:
+        return
+    if type(value) is not dict:
+        _fail(name, "must be a map or nil", value)
+    try:
+        nesting(value, MAX_META_DEPTH)
+    except ProtocolError as exc:
+        raise ProtocolError(f"{name} {exc}") from None
+    size = encoded_size(value)
+    if size > MAX_META_BYTES:
+        raise ProtocolError(f"{name} is {size} bytes encoded; the limit is {MAX_META_BYTES}")
+
+
+def where(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if type(value) is not dict:
+        _fail(name, "must be a map of dotted paths to values", value)
+    if len(value) > MAX_WHERE_KEYS:
+        raise ProtocolError(f"{name} has {len(value)} keys; the limit is {MAX_WHERE_KEYS}")
+    for path, expected in value.items():
+        text(MAX_WHERE_PATH_BYTES, empty=False)(f"{name} path", path)
+        if path.count(".") >= MAX_WHERE_PATH_PARTS:
+            raise ProtocolError(f"{name} path {path[:40]!r}... has more than "
+                                f"{MAX_WHERE_PATH_PARTS} parts")
+        try:
+            nesting(expected, MAX_WHERE_VALUE_DEPTH)
+        except ProtocolError as exc:
+            raise ProtocolError(f"{name} value of {path!r} {exc}") from None
+
+
+def list_of(item: Check, max_items: int, *, nil: bool = False, empty: bool = True) -> Check:
+    def check(name: str, value: Any) -> None:
+        if value is None and nil:
+            return
+        if type(value) is not list:
+            _fail(name, "must be a list", value)
+        if len(value) > max_items:
+            raise ProtocolError(f"{name} has {len(value)} items; the limit is {max_items}")
+        if not empty and not value:
+            _fail(name, "must not be empty", value)
+        for i, entry in enumerate(value):
+            item(f"{name}[{i}]", entry)
+    return check
+
+
+_SETTLE_ITEM = (
+    Field("op", one_of(*SETTLE_OPS, nil=False), required=True),
+    Field("job_id", check_job_id, required=True),
+    Field("token", token, required=True),
+    Field("result", binary(MAX_BODY_BYTES, nil=True)),
+    Field("error", text(1 << 20, nil=True)),  # longer than MAX_ERROR_BYTES is cut, not refused
+)
+
+
+def settle_item(name: str, value: Any) -> None:
+    if type(value) is not dict:
+        _fail(name, "must be a map {op, job_id, token, result?, error?}", value)
+    check_fields(value, _SETTLE_ITEM, prefix=f"{name}.")
+
+
+# -- the schemas --------------------------------------------------------------------------------
+_JOB_ID = Field("job_id", check_job_id, required=True)
+_OFFSET = Field("offset", integer(0, MAX_OFFSET))
+_PAGE = Field("limit", integer(1, 1 << 31))  # larger than the op's cap means the cap
+
+SCHEMAS: dict[str, tuple[Field, ...]] = {
+    "ping": (),
+    "enqueue": (
+        Field("body", binary(MAX_BODY_BYTES), required=True, error=InvalidJob),
+        Field("job_id", check_job_id, error=InvalidJob),  # the owner picks one if absent
+        Field("delay_s", number(0.0, MAX_DELAY_S), error=InvalidJob),
+        Field("priority", integer(-MAX_PRIORITY, MAX_PRIORITY), error=InvalidJob),
+        Field("meta", meta, error=InvalidJob),
+    ),
+    "claim": (
+        Field("workers", list_of(check_slot_id, MAX_SLOTS, empty=False), required=True),
+        Field("node", text(MAX_SLOT_ID_BYTES)),
+        Field("settle", list_of(settle_item, MAX_SETTLE_ITEMS, nil=True)),
+    ),
+    "settle": (Field("items", list_of(settle_item, MAX_SETTLE_ITEMS), required=True),),
+    "ack": (_JOB_ID, Field("token", token, required=True),
+            Field("result", binary(MAX_BODY_BYTES, nil=True))),
+    "nack": (_JOB_ID, Field("token", token, required=True),
+             Field("error", text(1 << 20, nil=True))),
+    "result": (_JOB_ID,),
+    "dead": (_OFFSET, _PAGE),
+    "requeue_dead": (_JOB_ID,),
+    "chord_open": (
+        Field("chord_id", check_job_id, required=True),
+        Field("size", integer(1, 1 << 20), required=True),
+        Field("callback", text(MAX_JOB_ID_BYTES, empty=False), required=True),
+    ),
+    "stats": (),
+    "jobs": (Field("state", one_of(*JOB_STATES)), Field("where", where), _OFFSET, _PAGE),
+    "leases": (_OFFSET, _PAGE),
+    "why": (_JOB_ID,),
+    "events": (_PAGE,),
+    "follow": (Field("ttl_s", number(0.0, 1e9)),),
+    "requeue": (_JOB_ID,),
+    "purge_dead": (Field("job_ids", list_of(check_job_id, MAX_ID_LIST, nil=True)),),
+    "pause": (),
+    "resume": (),
+}
+"""Every op an owner answers, with the fields it reads. Ops another module registers on the
+owner without an entry here get the envelope check only."""
+
+ADMIN_OPS = frozenset({"requeue", "requeue_dead", "purge_dead", "pause", "resume", "cancel"})
+"""Ops that change a job's fate other than enqueue/claim/ack/nack: they need ``admin=True``."""
+
+
+def check_fields(msg: dict[str, Any], fields: tuple[Field, ...], prefix: str = "") -> None:
+    for spec in fields:
+        value = msg.get(spec.name)
+        if value is None and spec.name not in msg:
+            if spec.required:
+                raise ProtocolError(f"missing field {prefix}{spec.name}")
+            continue
+        try:
+            spec.check(prefix + spec.name, value)
+        except ProtocolError as exc:
+            if spec.error is ProtocolError:
+                raise
+            raise spec.error(str(exc)) from None
+
+
+def check_envelope(msg: Any) -> str:
+    """The op of a decoded request; raises :class:`ProtocolError` if it is no request at all."""
+    if type(msg) is not dict:
+        raise ProtocolError("a request must be a map")
+    version = msg.get("v")
+    if type(version) is not int or version != VERSION:
+        raise ProtocolError(f"unsupported protocol version {version!r} (this node speaks "
+                            f"{VERSION}, an integer)")
+    op = msg.get("op")
+    if not isinstance(op, str):
+        raise ProtocolError(f"op must be a string, got {repr(op)[:60]}")
+    return op
+
+
+def check_request(msg: Any, known: Callable[[str], bool]) -> str:
+    """Validate a request against its op's schema; returns the op. ``known`` says whether the
+    owner serves an op (extra ops registered by other modules count)."""
+    op = check_envelope(msg)
+    fields = SCHEMAS.get(op)
+    if fields is None and not known(op):
+        raise ProtocolError(f"unknown op {op[:40]!r}")
+    if fields:
+        check_fields(msg, fields)
+    return op
+
+
+def clip_error(error: str | None) -> str:
+    """A nack's error text as stored: at most ``MAX_ERROR_BYTES`` UTF-8 bytes."""
+    if not error:
+        return "error"
+    if len(error) <= MAX_ERROR_BYTES // 4:
+        return error
+    raw = error.encode("utf-8", "replace")
+    if len(raw) <= MAX_ERROR_BYTES:
+        return error
+    return raw[:MAX_ERROR_BYTES - 3].decode("utf-8", "ignore") + "..."
+
+
+# -- replies ------------------------------------------------------------------------------------
+ERROR_CLASSES: dict[str, type[IstosError]] = {
+    cls.__name__: cls for cls in (
+        errors.QueueNotFound, errors.OwnerUnavailable, errors.StorageUnavailable,
+        errors.ProtocolError, errors.AdminDisabled, errors.InvalidJob, errors.ConfigError,
+        errors.CronError, errors.HAConfigError,
+    )
+}
+"""The error names a reply may carry, and the class a client raises for each (any other
+name becomes :class:`~istos.errors.RemoteError`)."""
+
+def error_reply(exc: BaseException) -> dict[str, Any]:
+    """The rejection map; the error name is always an :class:`IstosError` subclass."""
+    name = type(exc).__name__ if isinstance(exc, IstosError) else "ProtocolError"
+    return {"v": VERSION, "ok": False, "error": name, "message": str(exc)[:2000]}
+
+
+def encode_reply(reply: dict[str, Any]) -> bytes:
+    """Encode a reply; one that cannot be encoded or is over the frame cap becomes an error."""
+    try:
+        raw = codec.encode_message(reply)
+    except (TypeError, ValueError, OverflowError) as exc:
+        return codec.encode_message(error_reply(ProtocolError(f"reply not encodable: {exc}")))
+    if len(raw) > FRAME_CAP:
+        return codec.encode_message(error_reply(ProtocolError(
+            f"reply of {len(raw)} bytes exceeds the frame cap {FRAME_CAP}")))
+    return raw
+
+
+def encoded_size(value: Any) -> int:
+    return len(msgpack.packb(value, use_bin_type=True))
+
+
+def claimed_size(job_id: str, body: bytes, token: str, worker: str, last_error: str | None,
+                 meta_value: dict[str, Any] | None) -> int:
+    """An upper bound of one job's entry in a claim reply, without encoding the body."""
+    size = len(body) + 3 * (len(job_id) + len(token) + len(worker)) + 128
+    if last_error:
+        size += 4 * len(last_error)
+    if meta_value:
+        size += encoded_size(meta_value)
+    return size
+
+
+def page(items: Iterable[T], render: Callable[[T], dict[str, Any]], limit: int,
+         budget: int = PAGE_BUDGET) -> tuple[list[dict[str, Any]], bool]:
+    """Render items into a page of at most ``limit`` entries and ``budget`` encoded bytes.
+
+    Returns the page and whether more items remain. The first item is always taken (every
+    item fits alone in a frame: the limits above make sure of it), so paging always advances.
+    """
+    out: list[dict[str, Any]] = []
+    used = 0
+    it: Iterator[T] = iter(items)
+    for item in it:
+        if len(out) >= limit:
+            return out, True
+        entry = render(item)
+        size = encoded_size(entry)
+        if out and used + size > budget:
+            return out, True
+        out.append(entry)
+        used += size
+    return out, False
+
+
+class RejectLog:
+    """Rate-limited logging of rejected requests: one line per (peer, kind) per interval, with
+    the number suppressed since, so a flood of bad requests cannot fill the log."""
+
+    def __init__(self, log: Callable[..., None], interval_s: float = 10.0,
+                 max_keys: int = 4096) -> None:
+        self._log = log
+        self.interval_s = interval_s
+        self._max_keys = max_keys
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def note(self, peer: str, kind: str, message: str, now: float) -> bool:
+        """Log (or count) one rejection; True if a line was written."""
+        key = (peer[:64], kind)
+        seen = self._last.get(key)
+        if seen is not None and now - seen[0] < self.interval_s:
+            self._last[key] = (seen[0], seen[1] + 1)
+            return False
+        if seen is None and len(self._last) >= self._max_keys:
+            self._last.clear()  # bounded memory: forgetting only costs an extra line per key
+        suppressed = 0 if seen is None else seen[1]
+        self._last[key] = (now, 0)
+        more = f" ({suppressed} more suppressed)" if suppressed else ""
+        self._log("rejected %s request from %s: %s%s", kind, key[0], message[:200], more)
+        return True

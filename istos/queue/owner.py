@@ -59,10 +59,12 @@ class QueueOwner:
         self._nudge_scheduled = False
         # Worker nodes whose last claim left slots empty, and how many: a nudge wakes only
         # as many of them as there are new jobs (the reference woke every idle loop per job).
+        # Two tables, each bounded: nodes whose claims have returned jobs before (nudged
+        # first) and the others, so idle claims from many made-up node ids can neither grow
+        # the owner's memory nor push real workers out or take their nudges.
         self._hungry: dict[str, int] = {}
-        # Nodes whose claims have returned jobs, most recent last: a nudge goes to them first,
-        # so idle claims from many made-up node ids cannot take the nudges of real workers.
-        self._known: dict[str, None] = {}
+        self._hungry_new: dict[str, int] = {}
+        self._known: dict[str, None] = {}  # nodes that have taken a job, most recent last
         self._poke: set[str] = set()  # nodes nudged at once (their claim was cut by size)
         self.meta_check: MetaCheck | None = None  # installed by the workflow code
         self.rejects = protocol.RejectLog(log.warning)
@@ -242,15 +244,17 @@ class QueueOwner:
         """Remember who is idle (bounded), who has taken jobs, and nudge a node whose claim
         the frame cap cut short, so it comes back for the rest at once."""
         self._hungry.pop(node, None)
+        self._hungry_new.pop(node, None)
         if took:
             self._known.pop(node, None)
             self._known[node] = None  # re-inserted: most recently working last
             if len(self._known) > MAX_KNOWN_WORKERS:
                 del self._known[next(iter(self._known))]
         if free > 0:
-            self._hungry[node] = free  # re-inserted: oldest hungry first
-            if len(self._hungry) > MAX_HUNGRY:
-                del self._hungry[next(iter(self._hungry))]
+            table = self._hungry if node in self._known else self._hungry_new
+            table[node] = free  # re-inserted: oldest hungry first
+            if len(table) > MAX_HUNGRY:
+                del table[next(iter(table))]
         if cut:
             self._poke.add(node)
             self.nudge(0)
@@ -375,17 +379,17 @@ class QueueOwner:
 
     def _flush_nudges(self) -> None:
         count, self._nudge_count, self._nudge_scheduled = self._nudge_count, 0, False
-        if not self.running or ((count <= 0 or not self._hungry) and not self._poke):
+        if not self.running or (count <= 0 and not self._poke):
             return
         targets, self._poke = self._poke, set()
         # Nodes known to take jobs first, then the others, each oldest-hungry first.
-        ordered = [n for n in self._hungry if n in self._known] + \
-            [n for n in self._hungry if n not in self._known]
-        for node in ordered:
-            if count <= 0:
-                break
-            targets.add(node)
-            count -= self._hungry.pop(node)  # it re-registers if its next claim is short
+        for table in (self._hungry, self._hungry_new):
+            while count > 0 and table:
+                node = next(iter(table))
+                targets.add(node)
+                count -= table.pop(node)  # it re-registers if its next claim is short
+        if not targets:
+            return
         for listener in self.nudge_listeners:
             listener(len(targets), targets)
         remote = targets - {self.node.node_id}

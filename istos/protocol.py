@@ -124,6 +124,9 @@ def identifier(max_bytes: int) -> Check:
     base = text(max_bytes, empty=False)
 
     def check(name: str, value: Any) -> None:
+        if type(value) is str and 0 < len(value) <= max_bytes and value.isascii() \
+                and value.isprintable():
+            return  # the common case, decided without encoding or a regex
         base(name, value)
         if _CONTROL.search(value):
             _fail(name, "must not contain NUL or control characters", value)
@@ -135,6 +138,9 @@ check_slot_id = identifier(MAX_SLOT_ID_BYTES)
 
 
 def token(name: str, value: Any) -> None:
+    if type(value) is str and 0 < len(value) <= MAX_TOKEN_BYTES and value.isascii() \
+            and value.isalnum():
+        return  # the owner's tokens are hex
     if type(value) is not str or not 0 < len(value) <= MAX_TOKEN_BYTES \
             or _TOKEN.fullmatch(value) is None:
         _fail(name, f"must be a lease token (1-{MAX_TOKEN_BYTES} characters of [0-9A-Za-z._:-])",
@@ -413,27 +419,36 @@ def page(items: Iterable[T], render: Callable[[T], dict[str, Any]], limit: int,
 
 
 class RejectLog:
-    """Rate-limited logging of rejected requests: one line per (peer, kind) per interval, with
-    the number suppressed since, so a flood of bad requests cannot fill the log."""
+    """Rate-limited logging of rejected requests: one line per (peer, kind) per interval, and
+    at most ``max_lines`` lines per interval in all (peer names come from the requests, so a
+    flood could invent new ones), each line saying how many were suppressed before it."""
 
     def __init__(self, log: Callable[..., None], interval_s: float = 10.0,
-                 max_keys: int = 4096) -> None:
+                 max_keys: int = 4096, max_lines: int = 50) -> None:
         self._log = log
         self.interval_s = interval_s
         self._max_keys = max_keys
-        self._last: dict[tuple[str, str], tuple[float, int]] = {}
+        self._max_lines = max_lines
+        self._last: dict[tuple[str, str], float] = {}
+        self._window = (float("-inf"), 0)  # (start, lines written in it)
+        self.suppressed = 0
 
     def note(self, peer: str, kind: str, message: str, now: float) -> bool:
         """Log (or count) one rejection; True if a line was written."""
         key = (peer[:64], kind)
-        seen = self._last.get(key)
-        if seen is not None and now - seen[0] < self.interval_s:
-            self._last[key] = (seen[0], seen[1] + 1)
+        last = self._last.get(key)
+        start, lines = self._window
+        if now - start >= self.interval_s:
+            start, lines = now, 0
+        if (last is not None and now - last < self.interval_s) or lines >= self._max_lines:
+            self._window = (start, lines)
+            self.suppressed += 1
             return False
-        if seen is None and len(self._last) >= self._max_keys:
+        if last is None and len(self._last) >= self._max_keys:
             self._last.clear()  # bounded memory: forgetting only costs an extra line per key
-        suppressed = 0 if seen is None else seen[1]
-        self._last[key] = (now, 0)
-        more = f" ({suppressed} more suppressed)" if suppressed else ""
+        self._last[key] = now
+        self._window = (start, lines + 1)
+        more = f" ({self.suppressed} similar suppressed before)" if self.suppressed else ""
+        self.suppressed = 0
         self._log("rejected %s request from %s: %s%s", kind, key[0], message[:200], more)
         return True

@@ -211,6 +211,17 @@ async def test_rejections_are_logged_once_per_peer_and_kind_per_interval(mesh, c
     assert len(lines) == 2, [r.getMessage() for r in lines]
 
 
+def test_reject_log_caps_lines_per_interval_whatever_the_peer_names():
+    lines: list[str] = []
+    rejects = protocol.RejectLog(lambda fmt, *args: lines.append(fmt % args), interval_s=10.0,
+                                 max_lines=5)
+    for i in range(1000):
+        rejects.note(f"peer-{i}", "enqueue/ProtocolError", "bad", now=100.0 + i * 0.001)
+    assert len(lines) == 5
+    rejects.note("peer-x", "enqueue/ProtocolError", "bad", now=111.0)  # the next interval
+    assert len(lines) == 6 and "995 similar suppressed" in lines[-1]
+
+
 async def test_producer_supplied_workflow_meta_is_refused_at_enqueue(mesh):
     owner = app_on(mesh, "owner")
     owner.queue("q")

@@ -58,8 +58,7 @@ async def owner_main(config: dict[str, Any], prefix: str, jobs: int) -> None:
             line = await asyncio.to_thread(sys.stdin.readline)
             if not line.strip():
                 return
-            print(TAG + json.dumps({"hungry": len(owner._hungry) + len(owner._hungry_new)}),
-                  flush=True)
+            print(TAG + json.dumps({"hungry": len(owner.hungry)}), flush=True)
 
 
 async def pickups(config: dict[str, Any], prefix: str, seconds: float, abuse: Any,

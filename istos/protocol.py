@@ -14,16 +14,29 @@ fields, see docs/protocol.md).
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgpack
 
 from . import codec, errors
 from .errors import InvalidJob, IstosError, ProtocolError
+from .schema import (
+    Field,
+    binary,
+    check_fields,
+    fail,
+    identifier,
+    integer,
+    list_of,
+    nesting,
+    number,
+    one_of,
+    text,
+)
+
+T = TypeVar("T")
 
 VERSION = codec.PROTOCOL_VERSION
 MAX_BODY_BYTES = codec.MAX_BODY_BYTES  # a job body or an ack's result
@@ -50,88 +63,10 @@ MAX_PAGE = 1000  # jobs, dead and leases pages
 MAX_EVENTS = 5000  # events per reply
 MAX_FOLLOW_TTL_S = 30.0
 MAX_ID_LIST = 4096  # job ids in one purge_dead
-MAX_NODES_WALKED = 100_000  # a nesting check gives up (and refuses) past this many values
 
 SETTLE_OPS = ("ack", "nack")
 JOB_STATES = ("ready", "delayed", "leased", "done", "dead")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _TOKEN = re.compile(r"[0-9A-Za-z._:-]+")
-
-Check = Callable[[str, Any], None]
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Field:
-    """One request field: its check, whether it must be present, and the error it raises."""
-
-    name: str
-    check: Check
-    required: bool = False
-    error: type[IstosError] = ProtocolError
-
-
-# -- checks (each raises ProtocolError naming the field; Field.error may retype it) -------------
-def _fail(name: str, why: str, value: Any) -> None:
-    shown = repr(value)
-    raise ProtocolError(f"{name} {why}, got {shown[:60] + '...' if len(shown) > 60 else shown}")
-
-
-def integer(lo: int, hi: int) -> Check:
-    def check(name: str, value: Any) -> None:
-        if type(value) is not int:
-            _fail(name, "must be an integer", value)
-        if not lo <= value <= hi:
-            _fail(name, f"must be between {lo} and {hi}", value)
-    return check
-
-
-def number(lo: float, hi: float) -> Check:
-    def check(name: str, value: Any) -> None:
-        if type(value) not in (int, float) or not math.isfinite(value):
-            _fail(name, "must be a finite number", value)
-        if not lo <= value <= hi:
-            _fail(name, f"must be between {lo:g} and {hi:g}", value)
-    return check
-
-
-def binary(max_bytes: int, *, nil: bool = False) -> Check:
-    def check(name: str, value: Any) -> None:
-        if value is None and nil:
-            return
-        if type(value) is not bytes:
-            _fail(name, "must be bin (msgpack bytes)", value)
-        if len(value) > max_bytes:
-            raise ProtocolError(f"{name} is {len(value)} bytes; the limit is {max_bytes}")
-    return check
-
-
-def text(max_bytes: int, *, nil: bool = False, empty: bool = True) -> Check:
-    def check(name: str, value: Any) -> None:
-        if value is None and nil:
-            return
-        if type(value) is not str:
-            _fail(name, "must be a string", value)
-        if not empty and not value:
-            _fail(name, "must not be empty", value)
-        if len(value) > max_bytes or len(value.encode("utf-8", "surrogatepass")) > max_bytes:
-            raise ProtocolError(f"{name} is longer than {max_bytes} bytes")
-    return check
-
-
-def identifier(max_bytes: int) -> Check:
-    """A non-empty string of at most ``max_bytes`` UTF-8 bytes without NUL or control chars."""
-    base = text(max_bytes, empty=False)
-
-    def check(name: str, value: Any) -> None:
-        if type(value) is str and 0 < len(value) <= max_bytes and value.isascii() \
-                and value.isprintable():
-            return  # the common case, decided without encoding or a regex
-        base(name, value)
-        if _CONTROL.search(value):
-            _fail(name, "must not contain NUL or control characters", value)
-    return check
-
 
 check_job_id = identifier(MAX_JOB_ID_BYTES)
 check_slot_id = identifier(MAX_SLOT_ID_BYTES)
@@ -143,47 +78,8 @@ def token(name: str, value: Any) -> None:
         return  # the owner's tokens are hex
     if type(value) is not str or not 0 < len(value) <= MAX_TOKEN_BYTES \
             or _TOKEN.fullmatch(value) is None:
-        _fail(name, f"must be a lease token (1-{MAX_TOKEN_BYTES} characters of [0-9A-Za-z._:-])",
+        fail(name, f"must be a lease token (1-{MAX_TOKEN_BYTES} characters of [0-9A-Za-z._:-])",
               value)
-
-
-def boolean(name: str, value: Any) -> None:
-    if type(value) is not bool:
-        _fail(name, "must be true or false", value)
-
-
-def one_of(*choices: Any, nil: bool = True) -> Check:
-    def check(name: str, value: Any) -> None:
-        if value is None and nil:
-            return
-        if type(value) is not str or value not in choices:
-            _fail(name, f"must be one of {', '.join(map(str, choices))}", value)
-    return check
-
-
-def nesting(value: Any, max_depth: int) -> int:
-    """The nesting depth of ``value`` (a scalar is 0); raises past ``max_depth`` or when the
-    value holds more than ``MAX_NODES_WALKED`` items (iterative: no recursion limit to hit)."""
-    deepest, walked = 0, 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Iterable[Any] = list(item.keys()) + list(item.values())
-        elif isinstance(item, (list, tuple)):
-            children = item
-        else:
-            continue
-        depth += 1
-        if depth > max_depth:
-            raise ProtocolError(f"nested deeper than {max_depth} levels")
-        deepest = max(deepest, depth)
-        for child in children:
-            walked += 1
-            if walked > MAX_NODES_WALKED:
-                raise ProtocolError(f"holds more than {MAX_NODES_WALKED} values")
-            stack.append((child, depth))
-    return deepest
 
 
 def meta(name: str, value: Any) -> None:
@@ -191,7 +87,7 @@ def meta(name: str, value: Any) -> None:
     if value is None:
         return
     if type(value) is not dict:
-        _fail(name, "must be a map or nil", value)
+        fail(name, "must be a map or nil", value)
     try:
         nesting(value, MAX_META_DEPTH)
     except ProtocolError as exc:
@@ -205,7 +101,7 @@ def where(name: str, value: Any) -> None:
     if value is None:
         return
     if type(value) is not dict:
-        _fail(name, "must be a map of dotted paths to values", value)
+        fail(name, "must be a map of dotted paths to values", value)
     if len(value) > MAX_WHERE_KEYS:
         raise ProtocolError(f"{name} has {len(value)} keys; the limit is {MAX_WHERE_KEYS}")
     for path, expected in value.items():
@@ -219,21 +115,6 @@ def where(name: str, value: Any) -> None:
             raise ProtocolError(f"{name} value of {path!r} {exc}") from None
 
 
-def list_of(item: Check, max_items: int, *, nil: bool = False, empty: bool = True) -> Check:
-    def check(name: str, value: Any) -> None:
-        if value is None and nil:
-            return
-        if type(value) is not list:
-            _fail(name, "must be a list", value)
-        if len(value) > max_items:
-            raise ProtocolError(f"{name} has {len(value)} items; the limit is {max_items}")
-        if not empty and not value:
-            _fail(name, "must not be empty", value)
-        for i, entry in enumerate(value):
-            item(f"{name}[{i}]", entry)
-    return check
-
-
 _SETTLE_ITEM = (
     Field("op", one_of(*SETTLE_OPS, nil=False), required=True),
     Field("job_id", check_job_id, required=True),
@@ -245,7 +126,7 @@ _SETTLE_ITEM = (
 
 def settle_item(name: str, value: Any) -> None:
     if type(value) is not dict:
-        _fail(name, "must be a map {op, job_id, token, result?, error?}", value)
+        fail(name, "must be a map {op, job_id, token, result?, error?}", value)
     check_fields(value, _SETTLE_ITEM, prefix=f"{name}.")
 
 
@@ -297,21 +178,6 @@ owner without an entry here get the envelope check only."""
 
 ADMIN_OPS = frozenset({"requeue", "requeue_dead", "purge_dead", "pause", "resume", "cancel"})
 """Ops that change a job's fate other than enqueue/claim/ack/nack: they need ``admin=True``."""
-
-
-def check_fields(msg: dict[str, Any], fields: tuple[Field, ...], prefix: str = "") -> None:
-    for spec in fields:
-        value = msg.get(spec.name)
-        if value is None and spec.name not in msg:
-            if spec.required:
-                raise ProtocolError(f"missing field {prefix}{spec.name}")
-            continue
-        try:
-            spec.check(prefix + spec.name, value)
-        except ProtocolError as exc:
-            if spec.error is ProtocolError:
-                raise
-            raise spec.error(str(exc)) from None
 
 
 def check_envelope(msg: Any) -> str:

@@ -14,7 +14,7 @@ import pytest
 from helpers import count, wait_events
 
 from istos import AdminDisabled, InvalidJob, Istos, codec, protocol
-from istos.queue.owner import MAX_HUNGRY
+from istos.queue.hungry import MAX_HUNGRY
 from istos.transport.local import LocalMesh
 
 
@@ -287,8 +287,23 @@ async def test_fake_empty_claims_neither_grow_memory_nor_take_real_workers_nudge
         await wait_events(owner, lambda ev: count(ev, "acked") == 1)
         for i in range(3 * MAX_HUNGRY):
             await raw(probe, "q", op="claim", workers=["s0", "s1"], node=f"fake-{i}")
-        assert len(qowner._hungry) + len(qowner._hungry_new) <= 2 * MAX_HUNGRY
+        assert len(qowner.hungry) <= 2 * MAX_HUNGRY
         nudged.clear()
         await owner.enqueue("q", {"n": 1})
         await wait_events(owner, lambda ev: count(ev, "acked") == 2)
     assert ran == [0, 1] and worker.node.node_id in nudged[0]
+
+
+def test_hungry_nodes_prefer_proven_workers_and_stay_bounded():
+    from istos.queue.hungry import HungryNodes
+
+    hungry = HungryNodes()
+    hungry.note_claim("real", 0, took=True, cut=False)  # it has taken a job before
+    hungry.note_claim("real", 2, took=False, cut=False)  # ...and is idle now
+    for i in range(5 * MAX_HUNGRY):
+        hungry.note_claim(f"fake-{i}", 1, took=False, cut=False)
+    assert len(hungry) == MAX_HUNGRY + 1
+    assert hungry.take(1) == {"real"}  # not the oldest fakes
+    assert hungry.take(2) == {f"fake-{4 * MAX_HUNGRY}", f"fake-{4 * MAX_HUNGRY + 1}"}
+    hungry.note_claim("cut", 0, took=True, cut=True)
+    assert hungry.take(0) == {"cut"} and hungry.take(0) == set()

@@ -27,6 +27,7 @@ from ..events import JobEvent
 from ..node import Node
 from ..wakeup import Wakeup
 from .config import QueueConfig
+from .hungry import HungryNodes
 from .persist import Persister
 from .state import DEAD, DELAYED, DONE, READY, JobRecord, QueueState
 
@@ -36,9 +37,6 @@ Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 AckHook = Callable[[JobRecord, "bytes | None"], Awaitable[None]]
 NudgeListener = Callable[[int, "set[str]"], None]
 MetaCheck = Callable[[str, "dict[str, Any]"], Awaitable[None]]
-
-MAX_HUNGRY = 1024  # worker nodes remembered as idle; the oldest is forgotten past this
-MAX_KNOWN_WORKERS = 1024  # nodes that have taken a job, nudged before unproven ones
 
 
 class QueueOwner:
@@ -59,13 +57,7 @@ class QueueOwner:
         self._nudge_scheduled = False
         # Worker nodes whose last claim left slots empty, and how many: a nudge wakes only
         # as many of them as there are new jobs (the reference woke every idle loop per job).
-        # Two tables, each bounded: nodes whose claims have returned jobs before (nudged
-        # first) and the others, so idle claims from many made-up node ids can neither grow
-        # the owner's memory nor push real workers out or take their nudges.
-        self._hungry: dict[str, int] = {}
-        self._hungry_new: dict[str, int] = {}
-        self._known: dict[str, None] = {}  # nodes that have taken a job, most recent last
-        self._poke: set[str] = set()  # nodes nudged at once (their claim was cut by size)
+        self.hungry = HungryNodes()
         self.meta_check: MetaCheck | None = None  # installed by the workflow code
         self.rejects = protocol.RejectLog(log.warning)
         self.nudge_listeners: list[NudgeListener] = []
@@ -225,7 +217,9 @@ class QueueOwner:
         node: str = msg.get("node") or ""
         more = len(jobs) < len(workers) and self.state.counts[READY] > 0 \
             and not self.state.paused
-        self._note_claim(node, len(workers) - len(jobs), took=bool(jobs), cut=more)
+        self.hungry.note_claim(node, len(workers) - len(jobs), took=bool(jobs), cut=more)
+        if more:
+            self.nudge(0)  # the poked node comes back for the rest at once
         await self._commit()
         pol = self.config.policy
         reply: dict[str, Any] = {"jobs": [
@@ -239,25 +233,6 @@ class QueueOwner:
         if settled is not None:
             reply["settled"] = settled
         return reply
-
-    def _note_claim(self, node: str, free: int, *, took: bool, cut: bool) -> None:
-        """Remember who is idle (bounded), who has taken jobs, and nudge a node whose claim
-        the frame cap cut short, so it comes back for the rest at once."""
-        self._hungry.pop(node, None)
-        self._hungry_new.pop(node, None)
-        if took:
-            self._known.pop(node, None)
-            self._known[node] = None  # re-inserted: most recently working last
-            if len(self._known) > MAX_KNOWN_WORKERS:
-                del self._known[next(iter(self._known))]
-        if free > 0:
-            table = self._hungry if node in self._known else self._hungry_new
-            table[node] = free  # re-inserted: oldest hungry first
-            if len(table) > MAX_HUNGRY:
-                del table[next(iter(table))]
-        if cut:
-            self._poke.add(node)
-            self.nudge(0)
 
     async def _op_settle(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Acks and nacks of several deliveries in one request, written in one group commit."""
@@ -379,15 +354,9 @@ class QueueOwner:
 
     def _flush_nudges(self) -> None:
         count, self._nudge_count, self._nudge_scheduled = self._nudge_count, 0, False
-        if not self.running or (count <= 0 and not self._poke):
+        if not self.running:
             return
-        targets, self._poke = self._poke, set()
-        # Nodes known to take jobs first, then the others, each oldest-hungry first.
-        for table in (self._hungry, self._hungry_new):
-            while count > 0 and table:
-                node = next(iter(table))
-                targets.add(node)
-                count -= table.pop(node)  # it re-registers if its next claim is short
+        targets = self.hungry.take(count)
         if not targets:
             return
         for listener in self.nudge_listeners:

@@ -62,6 +62,7 @@ from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
 from ..hooks import AppHooks
 from .config import check_priority, check_queue_name
 from .state import JobRecord
+from .workflow_meta import check_workflow_meta
 
 if TYPE_CHECKING:
     from ..node import Node
@@ -332,20 +333,10 @@ class ChordBarriers:
         """Refuse (:class:`InvalidJob`) a ``meta`` the workflow code would not have written:
         another shape, a job id that does not match it, or a chord barrier this owner does
         not hold (a producer must not make the owner enqueue callbacks it chose)."""
-        if set(meta) == {"chain"}:
-            check_chain_meta(self.owner.name, job_id, meta["chain"])
-            return
-        if set(meta) != {"chord"}:
-            raise InvalidJob(f"job {job_id!r}: meta must be a workflow's ({{'chain': ...}} or "
-                             f"{{'chord': ...}}), got keys {sorted(map(str, meta))[:5]}")
-        chord = meta["chord"]
-        _check_shape(job_id, chord, ("id", "index", "size", "callback", "input"))
-        size, index = chord["size"], chord["index"]
-        if type(size) is not int or type(index) is not int or not 0 <= index < size:
-            raise InvalidJob(f"job {job_id!r}: chord index/size must be integers with "
-                             f"0 <= index < size, got {index!r}/{size!r}")
-        if not isinstance(chord["id"], str) or job_id != f"{chord['id']}.{index}":
-            raise InvalidJob(f"job {job_id!r}: a chord member's id is '<chord id>.<index>'")
+        chord = check_workflow_meta(self.owner.name, job_id, meta)
+        if chord is None:
+            return  # a chain step
+        size = chord["size"]
         held = await self._find(chord["id"])
         if held is None or held.size != size or held.callback not in (None, chord["callback"]):
             raise InvalidJob(f"job {job_id!r}: queue {self.owner.name!r} holds no open chord "
@@ -390,27 +381,3 @@ class ChordBarriers:
             else:
                 self._locks[chord_id] = (lock, users - 1)
 
-
-def _check_shape(job_id: str, value: Any, keys: tuple[str, ...]) -> None:
-    if not isinstance(value, dict) or set(value) != set(keys):
-        raise InvalidJob(f"job {job_id!r}: workflow meta must be a map of exactly "
-                         f"{', '.join(keys)}")
-
-
-def check_chain_meta(queue: str, job_id: str, step: Any) -> None:
-    """The shape ``chain`` and its continuations write: ``{id, queues, step, priority}``, the
-    job id ``'<id>.<step>'`` and this queue at ``queues[step]``."""
-    _check_shape(job_id, step, ("id", "queues", "step", "priority"))
-    queues, index, prio = step["queues"], step["step"], step["priority"]
-    try:
-        if not isinstance(queues, list) or not queues or len(queues) > 1000:
-            raise ConfigError("chain queues must be a list of 1 to 1000 queue names")
-        for name in queues:
-            check_queue_name(name)
-        check_priority(prio)
-    except ConfigError as exc:
-        raise InvalidJob(f"job {job_id!r}: {exc}") from None
-    if type(index) is not int or not 0 <= index < len(queues) or queues[index] != queue:
-        raise InvalidJob(f"job {job_id!r}: chain step {index!r} is not queue {queue!r}")
-    if not isinstance(step["id"], str) or job_id != f"{step['id']}.{index}":
-        raise InvalidJob(f"job {job_id!r}: a chain step's id is '<chain id>.<step>'")

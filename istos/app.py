@@ -62,6 +62,10 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         if node_id is None and transport is not None:
             node_id = transport.node_id
         node_id = node_id or f"{socket.gethostname()}-{os.getpid()}-{rng.getrandbits(24):06x}"
+        try:  # node ids travel in every claim (and in slot ids): the owner checks them
+            protocol.check_slot_id("node_id", node_id)
+        except ProtocolError as exc:
+            raise ConfigError(str(exc)) from None
         id_seed = rng.getrandbits(64)
         # A seeded app (the simulator) gets reproducible lease tokens; a live one OS-random ones.
         ids = IdSource(random.Random(id_seed),

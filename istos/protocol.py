@@ -176,6 +176,40 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
 """Every op an owner answers, with the fields it reads. Ops another module registers on the
 owner without an entry here get the envelope check only."""
 
+REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    op: (frozenset(always.split()), frozenset(optional.split())) for op, always, optional in (
+        ("ping", "node queue", ""),
+        ("enqueue", "job_id created", ""),
+        ("claim", "jobs max_attempts keep_results lease_s", "more settled"),
+        ("settle", "statuses", ""),
+        ("ack", "status", ""),
+        ("nack", "status", ""),
+        ("result", "state result", "error"),
+        ("dead", "dead total more next_offset", ""),
+        ("requeue_dead", "status", "job_id state"),
+        ("chord_open", "opened", ""),
+        ("stats", "stats", ""),
+        ("jobs", "jobs offset limit more next_offset", ""),
+        ("leases", "leases more next_offset", ""),
+        ("why", "why", ""),
+        ("events", "events more", ""),
+        ("follow", "key ttl_s", ""),
+        ("requeue", "job_id", ""),
+        ("purge_dead", "purged", ""),
+        ("pause", "paused", ""),
+        ("resume", "paused", ""),
+    )
+}
+"""The fields of each op's success reply besides ``v`` and ``ok``: (always, sometimes)."""
+CLAIMED_JOB = ("job_id", "body", "attempt", "token", "worker", "deadline", "last_error", "meta")
+DEAD_LETTER = ("job_id", "body", "attempts", "last_error", "history", "meta", "finished_at")
+HISTORY_ENTRY = ("attempt", "worker", "claimed_at", "finished_at", "outcome", "error",
+                 "backoff_s")
+EVENT = ("t", "node", "queue", "job_id", "kind", "attempt", "worker", "detail")
+LEASE = ("job_id", "worker", "deadline", "attempt")  # never the token
+JOB_SUMMARY = ("job_id", "state", "priority", "attempts", "enqueued_at", "ready_at", "worker",
+               "deadline", "last_error", "body")
+
 ADMIN_OPS = frozenset({"requeue", "requeue_dead", "purge_dead", "pause", "resume", "cancel"})
 """Ops that change a job's fate other than enqueue/claim/ack/nack: they need ``admin=True``."""
 
@@ -316,5 +350,5 @@ class RejectLog:
         self._window = (start, lines + 1)
         more = f" ({self.suppressed} similar suppressed before)" if self.suppressed else ""
         self.suppressed = 0
-        self._log("rejected %s request from %s: %s%s", kind, key[0], message[:200], more)
+        self._log("rejected %s request from %r: %s%s", kind, key[0], message[:200], more)
         return True

@@ -307,3 +307,44 @@ def test_hungry_nodes_prefer_proven_workers_and_stay_bounded():
     assert hungry.take(2) == {f"fake-{4 * MAX_HUNGRY}", f"fake-{4 * MAX_HUNGRY + 1}"}
     hungry.note_claim("cut", 0, took=True, cut=True)
     assert hungry.take(0) == {"cut"} and hungry.take(0) == set()
+
+
+async def test_every_op_replies_with_the_fields_the_protocol_names(mesh):
+    """protocol.REPLIES (and docs/protocol.md) against what an owner actually sends."""
+    owner, worker = app_on(mesh, "owner"), app_on(mesh, "worker")
+    owner.queue("q", max_attempts=1, admin=True, keep_results=True)
+
+    @worker.worker("q")
+    async def fail(job: Any) -> None:
+        raise RuntimeError("dead")
+
+    probe = mesh.transport("probe")
+    await probe.start()
+    async with owner.serving():
+        async with worker.serving():
+            await owner.enqueue("q", 1, job_id="d1")
+            await wait_events(owner, lambda ev: count(ev, "dead_lettered") == 1)
+        calls = {
+            "ping": {}, "enqueue": {"body": b"\x01", "job_id": "j1"}, "stats": {},
+            "claim": {"workers": ["s"], "node": "p"}, "settle": {"items": []},
+            "ack": {"job_id": "x", "token": "t"}, "nack": {"job_id": "x", "token": "t"},
+            "result": {"job_id": "d1"}, "dead": {}, "jobs": {}, "leases": {},
+            "why": {"job_id": "j1"}, "events": {}, "follow": {}, "requeue": {"job_id": "d1"},
+            "chord_open": {"chord_id": "c", "size": 1, "callback": "q"},
+            "requeue_dead": {"job_id": "d1"}, "purge_dead": {}, "pause": {}, "resume": {},
+        }
+        assert set(calls) == set(protocol.SCHEMAS) == set(protocol.REPLIES)
+        replies = {op: await raw(probe, "q", op=op, **fields) for op, fields in calls.items()}
+    for op, reply in replies.items():
+        always, sometimes = protocol.REPLIES[op]
+        assert reply.pop("v") == 1 and reply.pop("ok") is True, (op, reply)
+        assert always <= set(reply) <= always | sometimes, (op, sorted(reply))
+    job = replies["claim"]["jobs"][0]
+    assert tuple(job) == protocol.CLAIMED_JOB
+    assert replies["result"]["state"] == "dead" and replies["requeue_dead"]["job_id"] == "d1"
+    assert set(replies["leases"]["leases"][0]) == set(protocol.LEASE)
+    assert set(replies["jobs"]["jobs"][0]) == set(protocol.JOB_SUMMARY)
+    assert all(tuple(e) == protocol.EVENT for e in replies["events"]["events"])
+    letter = replies["dead"]["dead"][0]
+    assert tuple(letter) == protocol.DEAD_LETTER
+    assert tuple(letter["history"][0]) == protocol.HISTORY_ENTRY

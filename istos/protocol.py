@@ -285,10 +285,11 @@ def encoded_size(value: Any) -> int:
     return len(msgpack.packb(value, use_bin_type=True))
 
 
-def claimed_size(job_id: str, body: bytes, token: str, worker: str, last_error: str | None,
+def claimed_size(job_id: str, body: bytes, worker: str, last_error: str | None,
                  meta_value: dict[str, Any] | None) -> int:
-    """An upper bound of one job's entry in a claim reply, without encoding the body."""
-    size = len(body) + 3 * (len(job_id) + len(token) + len(worker)) + 128
+    """An upper bound of one job's entry in a claim reply (its token at the longest), without
+    encoding the body: strings count 4 bytes a character (the most UTF-8 takes)."""
+    size = len(body) + 4 * (len(job_id) + len(worker)) + MAX_TOKEN_BYTES + 128
     if last_error:
         size += 4 * len(last_error)
     if meta_value:

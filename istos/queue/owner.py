@@ -412,8 +412,7 @@ def dead_letter(rec: JobRecord) -> dict[str, Any]:
 
 
 def _claimed_size(rec: JobRecord, worker: str) -> int:
-    return protocol.claimed_size(rec.job_id, rec.body, "t" * protocol.MAX_TOKEN_BYTES, worker,
-                                 rec.last_error, rec.meta)
+    return protocol.claimed_size(rec.job_id, rec.body, worker, rec.last_error, rec.meta)
 
 
 error_reply = protocol.error_reply

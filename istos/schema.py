@@ -16,6 +16,7 @@ from typing import Any
 
 from .errors import IstosError, ProtocolError
 
+_ABSENT = object()
 MAX_NODES_WALKED = 100_000  # a nesting check gives up (and refuses) past this many values
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -40,6 +41,8 @@ def fail(name: str, why: str, value: Any) -> None:
 
 def integer(lo: int, hi: int) -> Check:
     def check(name: str, value: Any) -> None:
+        if type(value) is int and lo <= value <= hi:
+            return
         if type(value) is not int:
             fail(name, "must be an integer", value)
         if not lo <= value <= hi:
@@ -49,6 +52,8 @@ def integer(lo: int, hi: int) -> Check:
 
 def number(lo: float, hi: float) -> Check:
     def check(name: str, value: Any) -> None:
+        if (type(value) is float or type(value) is int) and lo <= value <= hi:
+            return  # finite bounds: NaN and the infinities fail the comparison
         if type(value) not in (int, float) or not math.isfinite(value):
             fail(name, "must be a finite number", value)
         if not lo <= value <= hi:
@@ -58,6 +63,8 @@ def number(lo: float, hi: float) -> Check:
 
 def binary(max_bytes: int, *, nil: bool = False) -> Check:
     def check(name: str, value: Any) -> None:
+        if type(value) is bytes and len(value) <= max_bytes:
+            return
         if value is None and nil:
             return
         if type(value) is not bytes:
@@ -149,14 +156,16 @@ def list_of(item: Check, max_items: int, *, nil: bool = False, empty: bool = Tru
 
 
 def check_fields(msg: dict[str, Any], fields: tuple[Field, ...], prefix: str = "") -> None:
+    get = msg.get
     for spec in fields:
-        value = msg.get(spec.name)
-        if value is None and spec.name not in msg:
+        name = spec.name
+        value = get(name, _ABSENT)
+        if value is _ABSENT:
             if spec.required:
-                raise ProtocolError(f"missing field {prefix}{spec.name}")
+                raise ProtocolError(f"missing field {prefix}{name}")
             continue
         try:
-            spec.check(prefix + spec.name, value)
+            spec.check(prefix + name if prefix else name, value)
         except ProtocolError as exc:
             if spec.error is ProtocolError:
                 raise

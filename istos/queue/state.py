@@ -214,8 +214,7 @@ class QueueState:
         constant time, so response timing does not leak a token's prefix.
         """
         rec = self.jobs.get(job_id)
-        if rec is None or rec.lease_token is None or not hmac.compare_digest(
-                rec.lease_token.encode(), token.encode()):
+        if rec is None or rec.lease_token is None or not _same_token(rec.lease_token, token):
             return None
         if rec.state == LEASED:
             return rec
@@ -461,3 +460,10 @@ class QueueState:
         dirty, events = self.dirty, self.events
         self.dirty, self.events = [], []
         return dirty, events
+
+
+def _same_token(held: str, given: str) -> bool:
+    try:
+        return hmac.compare_digest(held, given)  # str compare: both ASCII (the schema says)
+    except TypeError:  # a non-ASCII token from a direct caller: not ours, whatever it is
+        return False

@@ -88,13 +88,16 @@ def meta(name: str, value: Any) -> None:
         return
     if type(value) is not dict:
         fail(name, "must be a map or nil", value)
+    try:  # the size first: encoding in C is cheaper than walking a big map in Python
+        size = encoded_size(value)
+    except (TypeError, ValueError, OverflowError) as exc:  # msgpack's own depth limit, too
+        raise ProtocolError(f"{name} cannot be encoded: {exc}") from None
+    if size > MAX_META_BYTES:
+        raise ProtocolError(f"{name} is {size} bytes encoded; the limit is {MAX_META_BYTES}")
     try:
         nesting(value, MAX_META_DEPTH)
     except ProtocolError as exc:
         raise ProtocolError(f"{name} {exc}") from None
-    size = encoded_size(value)
-    if size > MAX_META_BYTES:
-        raise ProtocolError(f"{name} is {size} bytes encoded; the limit is {MAX_META_BYTES}")
 
 
 def where(name: str, value: Any) -> None:

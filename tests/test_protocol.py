@@ -348,3 +348,33 @@ async def test_every_op_replies_with_the_fields_the_protocol_names(mesh):
     letter = replies["dead"]["dead"][0]
     assert tuple(letter) == protocol.DEAD_LETTER
     assert tuple(letter["history"][0]) == protocol.HISTORY_ENTRY
+
+
+async def test_inspection_pages_are_bounded_by_bytes_and_count_and_say_more(mesh):
+    owner = app_on(mesh, "owner")
+    owner.queue("q")
+    probe = mesh.transport("probe")
+    await probe.start()
+    async with owner.serving():
+        for n in range(3):
+            await owner.enqueue("q", {"n": n, "pad": "z" * 600_000}, job_id=f"big{n}")
+        seen, offset = [], 0
+        while True:
+            page = await raw(probe, "q", op="jobs", offset=offset, limit=1000)
+            assert len(page["jobs"]) >= 1
+            seen += [j["job_id"] for j in page["jobs"]]
+            offset = page["next_offset"]
+            if not page["more"]:
+                break
+        assert seen == ["big0", "big1", "big2"] and offset == 3
+        got = await raw(probe, "q", op="claim", workers=["a", "b", "c"], node="n")
+        assert len(got["jobs"]) == 1 and got["more"] is True
+        await raw(probe, "q", op="claim", workers=["a", "b"], node="n")
+        leases = await raw(probe, "q", op="leases", limit=1)
+        assert len(leases["leases"]) == 1 and leases["more"] is True
+        assert (await raw(probe, "q", op="leases"))["more"] is False
+        for i in range(protocol.MAX_EVENTS):
+            await owner.enqueue("q", i, job_id=f"e{i}")
+        events = await raw(probe, "q", op="events", limit=10 ** 6)
+        assert len(events["events"]) == protocol.MAX_EVENTS and events["more"] is True
+        assert events["events"][-1]["job_id"] == f"e{protocol.MAX_EVENTS - 1}"  # newest kept

@@ -231,10 +231,76 @@ def check_envelope(msg: Any) -> str:
     return op
 
 
+# -- fast paths: the hot ops' usual, plainly valid shape, accepted in one expression ----------
+# Each accepts a strict subset of what its schema accepts (tests/test_protocol.py checks that
+# on the hostile generator's messages); anything else goes through the schema, which names the
+# problem.
+def _id(v: Any, limit: int) -> bool:
+    return type(v) is str and 0 < len(v) <= limit and v.isascii() and v.isprintable()
+
+
+def _tok(v: Any) -> bool:
+    return type(v) is str and 0 < len(v) <= MAX_TOKEN_BYTES and v.isascii() and v.isalnum()
+
+
+def _bin(r: Any) -> bool:
+    return r is None or (type(r) is bytes and len(r) <= MAX_BODY_BYTES)
+
+
+def _err(e: Any) -> bool:
+    return e is None or (type(e) is str and len(e) <= 1 << 18)  # 4 bytes a char: < 1 MiB
+
+
+def _item(i: Any) -> bool:
+    return type(i) is dict and i.get("op") in SETTLE_OPS and _fast_ack(i) \
+        and _err(i.get("error"))
+
+
+def _fast_ack(m: dict[str, Any]) -> bool:
+    return _id(m.get("job_id"), MAX_JOB_ID_BYTES) and _tok(m.get("token")) \
+        and _bin(m.get("result"))
+
+
+def _fast_nack(m: dict[str, Any]) -> bool:
+    return _id(m.get("job_id"), MAX_JOB_ID_BYTES) and _tok(m.get("token")) \
+        and _err(m.get("error"))
+
+
+def _fast_settle(m: dict[str, Any]) -> bool:
+    items = m.get("items")
+    return type(items) is list and len(items) <= MAX_SETTLE_ITEMS and all(map(_item, items))
+
+
+def _fast_claim(m: dict[str, Any]) -> bool:
+    w, n, s = m.get("workers"), m.get("node", ""), m.get("settle")
+    return type(w) is list and 0 < len(w) <= MAX_SLOTS \
+        and all(_id(x, MAX_SLOT_ID_BYTES) for x in w) \
+        and type(n) is str and len(n) <= MAX_SLOT_ID_BYTES and n.isascii() \
+        and (s is None or (type(s) is list and len(s) <= MAX_SETTLE_ITEMS
+                           and all(map(_item, s))))
+
+
+def _fast_enqueue(m: dict[str, Any]) -> bool:
+    b, d, p = m.get("body"), m.get("delay_s", 0), m.get("priority", 0)
+    return type(b) is bytes and len(b) <= MAX_BODY_BYTES and m.get("meta") is None \
+        and _id(m.get("job_id", "x"), MAX_JOB_ID_BYTES) \
+        and (type(d) is float or type(d) is int) and 0 <= d <= MAX_DELAY_S \
+        and type(p) is int and -MAX_PRIORITY <= p <= MAX_PRIORITY
+
+
+FAST: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "enqueue": _fast_enqueue, "claim": _fast_claim, "settle": _fast_settle,
+    "ack": _fast_ack, "nack": _fast_nack,
+}
+
+
 def check_request(msg: Any, known: Callable[[str], bool]) -> str:
     """Validate a request against its op's schema; returns the op. ``known`` says whether the
     owner serves an op (extra ops registered by other modules count)."""
     op = check_envelope(msg)
+    fast = FAST.get(op)
+    if fast is not None and fast(msg):
+        return op
     fields = SCHEMAS.get(op)
     if fields is None and not known(op):
         raise ProtocolError(f"unknown op {op[:40]!r}")

@@ -10,10 +10,11 @@ import asyncio
 import logging
 from typing import Any
 
+import msgpack
 import pytest
 from helpers import count, wait_events
 
-from istos import AdminDisabled, InvalidJob, Istos, codec, protocol
+from istos import AdminDisabled, InvalidJob, Istos, codec, protocol, schema
 from istos.queue.hungry import MAX_HUNGRY
 from istos.transport.local import LocalMesh
 
@@ -378,3 +379,34 @@ async def test_inspection_pages_are_bounded_by_bytes_and_count_and_say_more(mesh
         events = await raw(probe, "q", op="events", limit=10 ** 6)
         assert len(events["events"]) == protocol.MAX_EVENTS and events["more"] is True
         assert events["events"][-1]["job_id"] == f"e{protocol.MAX_EVENTS - 1}"  # newest kept
+
+
+def test_fast_paths_accept_only_what_the_schemas_accept():
+    """The hot ops' fast paths (protocol.FAST) must never let through what the schema would
+    refuse: checked on every message of the hostile generator, plus valid ones."""
+    from test_hostile import SEED, generate
+
+    valid = [
+        {"op": "enqueue", "body": b"x", "job_id": "j", "delay_s": 1.5, "priority": -3},
+        {"op": "enqueue", "body": b"x", "meta": None},
+        {"op": "claim", "workers": ["n:f#0"], "settle": [
+            {"op": "nack", "job_id": "j", "token": "ab12", "error": "boom"}]},
+        {"op": "settle", "items": [{"op": "ack", "job_id": "j", "token": "t", "result": b""}]},
+        {"op": "ack", "job_id": "j", "token": "t"}, {"op": "nack", "job_id": "j", "token": "t"},
+    ]
+    accepted = 0
+    for raw_msg in generate(SEED, 3000):
+        try:
+            msg = msgpack.unpackb(raw_msg, raw=False, strict_map_key=False)
+        except Exception:
+            continue
+        if not isinstance(msg, dict) or not isinstance(msg.get("op"), str) \
+                or msg["op"] not in protocol.FAST:
+            continue
+        if protocol.FAST[msg["op"]](msg):
+            accepted += 1
+            schema.check_fields(msg, protocol.SCHEMAS[msg["op"]])  # must not raise
+    for msg in valid:
+        assert protocol.FAST[msg["op"]](msg), msg
+        schema.check_fields(msg, protocol.SCHEMAS[msg["op"]])
+    assert accepted < 3000  # the generator's messages are malformed: few pass any fast path

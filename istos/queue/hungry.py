@@ -11,7 +11,7 @@ real workers out of the tables or take their nudges.
 from __future__ import annotations
 
 MAX_HUNGRY = 1024  # idle nodes remembered per table; the oldest is forgotten past this
-MAX_KNOWN_WORKERS = 1024  # nodes that have taken a job, most recent kept
+MAX_KNOWN_WORKERS = 1024  # nodes that have taken a job (only a claim that got jobs adds one)
 
 
 class HungryNodes:
@@ -20,7 +20,7 @@ class HungryNodes:
     def __init__(self) -> None:
         self.proven: dict[str, int] = {}  # node -> free slots, oldest hungry first
         self.unproven: dict[str, int] = {}
-        self.known: dict[str, None] = {}  # nodes that have taken a job, most recent last
+        self.known: dict[str, None] = {}  # nodes that have taken a job, in that order
         self.poked: set[str] = set()  # nudged at the next flush whatever the count
 
     def __len__(self) -> int:
@@ -31,9 +31,8 @@ class HungryNodes:
         whether the frame cap ``cut`` it short (then the node is poked to come back at once)."""
         self.proven.pop(node, None)
         self.unproven.pop(node, None)
-        if took:
-            self.known.pop(node, None)
-            self.known[node] = None  # re-inserted: most recently working last
+        if took and node not in self.known:
+            self.known[node] = None  # first seen working: the oldest is forgotten first
             if len(self.known) > MAX_KNOWN_WORKERS:
                 del self.known[next(iter(self.known))]
         if free > 0:

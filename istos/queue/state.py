@@ -177,11 +177,13 @@ class QueueState:
         self.promote_due(now)
         out: list[JobRecord] = []
         used = 0
+        sized = budget is not None and size_of is not None and len(workers) > 1
         for worker in workers:
             rec = self._peek_ready()
             if rec is None:
                 break
-            if budget is not None and size_of is not None:
+            if sized:  # (one slot: its job is leased whatever its size)
+                assert budget is not None and size_of is not None
                 used += size_of(rec, worker)
                 if out and used > budget:
                     break
@@ -214,7 +216,12 @@ class QueueState:
         constant time, so response timing does not leak a token's prefix.
         """
         rec = self.jobs.get(job_id)
-        if rec is None or rec.lease_token is None or not _same_token(rec.lease_token, token):
+        if rec is None or rec.lease_token is None:
+            return None
+        try:  # str compare: both ASCII (the schema says so for tokens from the wire)
+            if not hmac.compare_digest(rec.lease_token, token):
+                return None
+        except TypeError:  # a non-ASCII token from a direct caller: not one we issued
             return None
         if rec.state == LEASED:
             return rec
@@ -461,9 +468,3 @@ class QueueState:
         self.dirty, self.events = [], []
         return dirty, events
 
-
-def _same_token(held: str, given: str) -> bool:
-    try:
-        return hmac.compare_digest(held, given)  # str compare: both ASCII (the schema says)
-    except TypeError:  # a non-ASCII token from a direct caller: not ours, whatever it is
-        return False

@@ -58,7 +58,9 @@ async def owner_main(config: dict[str, Any], prefix: str, jobs: int) -> None:
             line = await asyncio.to_thread(sys.stdin.readline)
             if not line.strip():
                 return
-            print(TAG + json.dumps({"hungry": len(owner.hungry)}), flush=True)
+            # (an engine from before the bounded tables has a plain dict instead)
+            hungry = getattr(owner, "hungry", None) or getattr(owner, "_hungry", {})
+            print(TAG + json.dumps({"hungry": len(hungry)}), flush=True)
 
 
 async def pickups(config: dict[str, Any], prefix: str, seconds: float, abuse: Any,

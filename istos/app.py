@@ -16,9 +16,9 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
-from . import codec
+from . import codec, protocol
 from .clock import Clock, SystemClock
-from .errors import ConfigError, HAConfigError, IstosError
+from .errors import ConfigError, HAConfigError, InvalidJob, IstosError, ProtocolError
 from .events import EventLog
 from .ids import IdSource
 from .node import Node
@@ -58,12 +58,21 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
     ) -> None:
         if request_timeout_s <= 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {request_timeout_s!r}")
+        seeded = rng is not None
         rng = rng if rng is not None else random.Random(os.urandom(16))
         if node_id is None and transport is not None:
             node_id = transport.node_id
         node_id = node_id or f"{socket.gethostname()}-{os.getpid()}-{rng.getrandbits(24):06x}"
+        try:  # node ids travel in every claim (and in slot ids): the owner checks them
+            protocol.check_slot_id("node_id", node_id)
+        except ProtocolError as exc:
+            raise ConfigError(str(exc)) from None
+        id_seed = rng.getrandbits(64)
+        # A seeded app (the simulator) gets reproducible lease tokens; a live one OS-random ones.
+        ids = IdSource(random.Random(id_seed),
+                       token_rng=random.Random(f"tokens:{id_seed}") if seeded else None)
         self.node = Node(node_id=node_id, clock=clock or SystemClock(), rng=rng,
-                         ids=IdSource(random.Random(rng.getrandbits(64))),
+                         ids=ids,
                          storage=storage if storage is not None else MemoryStorage(),
                          transport=transport, prefix=prefix,
                          request_timeout_s=request_timeout_s, sync_inline=sync_inline,
@@ -301,6 +310,11 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         delay, prio = check_delay(delay_s), check_priority(priority)
         if job_id is not None and (not isinstance(job_id, str) or not job_id):
             raise ConfigError(f"job_id must be a non-empty string, got {job_id!r}")
+        if job_id is not None:
+            try:
+                protocol.check_job_id("job_id", job_id)
+            except ProtocolError as exc:
+                raise InvalidJob(f"queue {name!r}: {exc}") from None
         self._require_serving()
         # The id is chosen here, not by the owner, so a retried request cannot create a twin.
         jid = job_id or self.node.ids.new()
@@ -316,10 +330,10 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         and ``history`` (one entry per attempt)."""
         self._require_serving()
         page: list[dict[str, Any]] = []
-        while True:  # the owner pages its answer; fetch every page
+        while True:  # the owner pages its answer (by count and bytes); fetch every page
             reply = await self.client(name).call("dead", offset=len(page), limit=1000)
             page.extend(reply["dead"])
-            if not reply["dead"] or len(page) >= reply.get("total", 0):
+            if not reply["dead"] or not reply.get("more", len(page) < reply.get("total", 0)):
                 break
         out = []
         for d in page:

@@ -19,8 +19,9 @@ TIME_COLUMNS = ("enqueued_at", "ready_at", "deadline", "claimed_at", "finished_a
 
 def times_of_day(df: pd.DataFrame, columns: Iterable[str] | None = None,
                  fmt: str = "%H:%M:%S.%f") -> pd.DataFrame:
-    """A copy of ``df`` with epoch-second ``columns`` (default: those of :data:`TIME_COLUMNS`
-    present) shown as UTC times of day, to the millisecond; missing times become "".
+    """A copy of ``df`` with epoch-second or datetime ``columns`` (default: those of
+    :data:`TIME_COLUMNS` present) shown as UTC times of day, to the millisecond; missing times
+    become "".
 
     Raises KeyError naming a requested column that ``df`` lacks. ``df`` itself is unchanged.
     """
@@ -30,7 +31,11 @@ def times_of_day(df: pd.DataFrame, columns: Iterable[str] | None = None,
         raise KeyError(f"no such column(s) {missing}; the frame has {list(df.columns)}")
     out = df.copy()
     for column in wanted:
-        stamps = pd.to_datetime(pd.to_numeric(out[column], errors="coerce"), unit="s")
+        col = out[column]
+        if pd.api.types.is_datetime64_any_dtype(col):  # live frames: tz-aware UTC already
+            stamps = col.dt.tz_convert("UTC") if col.dt.tz is not None else col
+        else:  # epoch seconds (simulation frames, raw replies)
+            stamps = pd.to_datetime(pd.to_numeric(col, errors="coerce"), unit="s")
         text = stamps.dt.strftime(fmt)
         if fmt.endswith("%f"):
             text = text.str[:-3]  # microseconds -> milliseconds

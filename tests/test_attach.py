@@ -169,8 +169,8 @@ async def test_admin_ops_when_the_queue_opted_in():
             handed: list[int] = []
             claim = qowner.state.claim
 
-            def counting_claim(workers: list[str], now: float) -> list[Any]:
-                got = claim(workers, now)
+            def counting_claim(workers: list[str], now: float, **kw: Any) -> list[Any]:
+                got = claim(workers, now, **kw)
                 handed.append(len(got))
                 if len(handed) >= 3:
                     asked.set()

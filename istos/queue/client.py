@@ -11,19 +11,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from .. import codec, errors
+from .. import codec, errors, protocol
 from ..node import Node
 from ..transport.base import NoResponder, TransportError, TransportTimeout
 from .owner import QueueOwner
 
-_ERRORS: dict[str, type[errors.IstosError]] = {
-    cls.__name__: cls for cls in (
-        errors.QueueNotFound, errors.OwnerUnavailable, errors.StorageUnavailable,
-        errors.FencedOut,
-        errors.ProtocolError, errors.AdminDisabled, errors.InvalidJob, errors.ConfigError,
-        errors.InvalidProgress,
-    )
-}
+_ERRORS = protocol.ERROR_CLASSES
 
 
 def raise_for_reply(reply: dict[str, Any], queue: str) -> dict[str, Any]:
@@ -47,10 +40,11 @@ class OwnerClient:
         Raises :class:`OwnerUnavailable` when no owner answers within ``timeout_s`` (default: the
         node's ``request_timeout_s``).
         """
-        msg = {"v": codec.PROTOCOL_VERSION, "op": op, **fields}
+        msg = {"v": protocol.VERSION, "op": op, **fields}
         owner = self._local_owner()
         if owner is not None and owner.running:
-            return raise_for_reply(await owner.dispatch(msg), self.queue)
+            # In-process: the app built these fields from values it checked itself.
+            return raise_for_reply(await owner.dispatch(msg, trusted=True), self.queue)
         return raise_for_reply(await self._remote(msg, timeout_s), self.queue)
 
     async def _remote(self, msg: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:

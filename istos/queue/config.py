@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..protocol import MAX_DELAY_S, MAX_PRIORITY
 from .backoff import BackoffPolicy
 from .state import QueuePolicy
 
@@ -104,10 +105,16 @@ class WorkerConfig:
 
 
 def check_delay(delay_s: object) -> float:
-    return _positive("delay_s", delay_s, allow_zero=True)
+    delay = _positive("delay_s", delay_s, allow_zero=True)
+    if delay > MAX_DELAY_S:
+        raise ConfigError(f"delay_s must be at most {MAX_DELAY_S:g} (ten years), got {delay_s!r}")
+    return delay
 
 
 def check_priority(priority: object) -> int:
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise ConfigError(f"priority must be an integer, got {priority!r}")
+    if not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ConfigError(f"priority must be between {-MAX_PRIORITY} and {MAX_PRIORITY}, got "
+                          f"{priority!r}")
     return priority

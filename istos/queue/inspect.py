@@ -14,21 +14,23 @@ its interest within ``FOLLOW_TTL_S``, so an owner nobody inspects pays nothing.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import deque
 from typing import Any
 
-from .. import codec
+from .. import codec, protocol
 from .. import events as ev
 from ..events import JobEvent
 from .config import QueueConfig
 from .owner import QueueOwner, dead_letter
 from .state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord
 
-FOLLOW_TTL_S = 30.0
-MAX_PAGE = 1000
-MAX_EVENTS_PER_REPLY = 5000  # ~170 bytes each: well under the 1 MiB message cap
-SCAN_SLICE = 1000  # a payload search yields to the loop this often, so claims keep flowing
+FOLLOW_TTL_S = protocol.MAX_FOLLOW_TTL_S
+MAX_PAGE = protocol.MAX_PAGE
+MAX_EVENTS_PER_REPLY = protocol.MAX_EVENTS  # and never more bytes than a page holds
+SCAN_SLICE = 256  # a payload search yields to the loop at least this often...
+SCAN_SLICE_S = 0.004  # ...and after this long, so claims and stats keep flowing
 
 
 class Inspector:
@@ -98,53 +100,60 @@ class Inspector:
         return {"stats": out}
 
     async def op_jobs(self, msg: dict[str, Any]) -> dict[str, Any]:
-        state = msg.get("state")
-        where = msg.get("where") or {}
-        offset = max(0, int(msg.get("offset", 0)))
-        limit = min(MAX_PAGE, max(1, int(msg.get("limit", 100))))
+        """A page of jobs (by state, by payload fields), bounded by count and bytes."""
+        offset = msg.get("offset", 0)
+        limit = min(MAX_PAGE, msg.get("limit", 100))
+        paths = [(str(path).split("."), value) for path, value in (msg.get("where") or {}).items()]
         matched: list[JobRecord] = []
         skipped = 0
         # A snapshot of the records, walked in slices: a payload search over a deep queue must
         # not stall the owner's claims and acks while it decodes bodies.
-        records = list(self.owner.state.iter_state(state))
-        for start in range(0, len(records), SCAN_SLICE):
+        records = list(self.owner.state.iter_state(msg.get("state")))
+        clock, start = self.owner.node.clock, 0
+        while start < len(records) and len(matched) <= limit:
+            slice_end = clock.monotonic() + SCAN_SLICE_S
             for rec in records[start:start + SCAN_SLICE]:
-                if where and not _payload_matches(rec.body, where):
+                start += 1
+                if paths and (start & 7) == 0 and clock.monotonic() >= slice_end:
+                    break  # this slice took its time: let others in (a big body is slow)
+                if paths and not _payload_matches(rec.body, paths):
                     continue
                 if skipped < offset:
                     skipped += 1
                     continue
                 matched.append(rec)
-                if len(matched) >= limit:
+                if len(matched) > limit:
                     break
-            if len(matched) >= limit:
-                break
-            if where:
+            if paths and start < len(records):
                 # Let other requests in between slices: asyncio.sleep(0) yields the loop, and
                 # a zero time.sleep hands over the GIL, which the mesh's receiving thread needs
                 # to queue their callbacks (otherwise it waits a full GIL switch interval).
                 time.sleep(0)
                 await asyncio.sleep(0)
-        return {"jobs": [job_summary(r) for r in matched], "offset": offset, "limit": limit}
+        jobs, more = protocol.page(matched, job_summary, limit)
+        return {"jobs": jobs, "offset": offset, "limit": limit, "more": more,
+                "next_offset": offset + len(jobs)}
 
     async def op_leases(self, msg: dict[str, Any]) -> dict[str, Any]:
-        return {"leases": [{"job_id": r.job_id, "worker": r.lease_worker,
-                            "deadline": r.lease_deadline, "attempt": r.attempts}
-                           for r in self.owner.state.iter_state(LEASED)]}
+        """Live leases (never their tokens), paged by count and bytes."""
+        offset = msg.get("offset", 0)
+        limit = min(MAX_PAGE, msg.get("limit", MAX_PAGE))
+        leased = itertools.islice(self.owner.state.iter_state(LEASED), offset, None)
+        leases, more = protocol.page(leased, lease_summary, limit)
+        return {"leases": leases, "more": more, "next_offset": offset + len(leases)}
 
     async def op_why(self, msg: dict[str, Any]) -> dict[str, Any]:
-        return {"why": explain(self.owner, str(msg["job_id"]))}
+        return {"why": explain(self.owner, msg["job_id"])}
 
     async def op_events(self, msg: dict[str, Any]) -> dict[str, Any]:
-        limit = min(MAX_EVENTS_PER_REPLY, max(1, int(msg.get("limit", 1000))))
-        mine: list[dict[str, Any]] = []
-        for event in self.owner.node.events.newest_first():  # stop at limit: no full copy
-            if event.queue == self.owner.name:
-                mine.append(event.to_dict())
-                if len(mine) >= limit:
-                    break
-        mine.reverse()
-        return {"events": mine}
+        """The newest events of this queue (at most ``limit`` and one page of bytes), oldest
+        first; ``more`` says older ones were left out."""
+        limit = min(MAX_EVENTS_PER_REPLY, msg.get("limit", 1000))
+        name = self.owner.name
+        mine = (e for e in self.owner.node.events.newest_first() if e.queue == name)
+        events, more = protocol.page(mine, JobEvent.to_dict, limit)  # stops early: no copy
+        events.reverse()
+        return {"events": events, "more": more}
 
     async def op_follow(self, msg: dict[str, Any]) -> dict[str, Any]:
         ttl = min(FOLLOW_TTL_S, max(1.0, float(msg.get("ttl_s", FOLLOW_TTL_S))))
@@ -155,7 +164,7 @@ class Inspector:
     # -- admin ops --
     async def op_requeue(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.owner.require_admin("requeue")
-        rec = self.owner.state.dead.get(str(msg["job_id"]))
+        rec = self.owner.state.dead.get(msg["job_id"])
         if rec is None:
             return {"job_id": None}
         new_id = self.owner.node.ids.new()
@@ -189,6 +198,11 @@ def queue_policy(config: QueueConfig) -> dict[str, Any]:
             "retry_backoff_max_s": policy.backoff.max_s, "retry_jitter": policy.backoff.jitter,
             "keep_results": policy.keep_results, "result_ttl_s": policy.result_ttl_s,
             "admin": config.admin}
+
+
+def lease_summary(rec: JobRecord) -> dict[str, Any]:
+    return {"job_id": rec.job_id, "worker": rec.lease_worker, "deadline": rec.lease_deadline,
+            "attempt": rec.attempts}
 
 
 def job_summary(rec: JobRecord) -> dict[str, Any]:
@@ -245,14 +259,15 @@ def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
     return out
 
 
-def _payload_matches(body: bytes, where: dict[str, Any]) -> bool:
+def _payload_matches(body: bytes, where: list[tuple[list[str], Any]]) -> bool:
+    """Whether the decoded body has every (already split) path equal to its value."""
     try:
         data = codec.decode_body(body)
     except Exception:
         return False
-    for path, expected in where.items():
+    for parts, expected in where:
         value: Any = data
-        for part in str(path).split("."):
+        for part in parts:
             if not isinstance(value, dict) or part not in value:
                 return False
             value = value[part]

@@ -26,11 +26,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .. import codec
+from .. import codec, protocol
 from .. import events as ev
 from ..errors import (
     AdminDisabled,
     FencedOut,
+    InvalidJob,
     IstosError,
     ProtocolError,
     StorageUnavailable,
@@ -39,7 +40,8 @@ from ..events import JobEvent
 from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
-from .config import QueueConfig, check_delay, check_priority
+from .config import QueueConfig
+from .hungry import HungryNodes
 from .persist import Persister
 from .state import DEAD, DELAYED, DONE, READY, JobRecord, QueueState, Snapshot
 
@@ -48,6 +50,7 @@ log = logging.getLogger("istos.owner")
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 AckHook = Callable[[JobRecord, "bytes | None"], Awaitable[None]]
 NudgeListener = Callable[[int, "set[str]"], None]
+MetaCheck = Callable[[str, "dict[str, Any]"], Awaitable[None]]
 
 
 class QueueOwner:
@@ -55,7 +58,8 @@ class QueueOwner:
         self.config = config
         self.node = node
         self.name = config.name
-        self.state = QueueState(config.name, config.policy, node=node.node_id)
+        self.state = QueueState(config.name, config.policy, node=node.node_id,
+                                tokens=node.ids.token)
         self.durable = bool(node.storage.durable)
         if self.durable:
             self.state.track_undo()
@@ -79,7 +83,9 @@ class QueueOwner:
         self._nudge_scheduled = False
         # Worker nodes whose last claim left slots empty, and how many: a nudge wakes only
         # as many of them as there are new jobs (the reference woke every idle loop per job).
-        self._hungry: dict[str, int] = {}
+        self.hungry = HungryNodes()
+        self.meta_check: MetaCheck | None = None  # installed by the workflow code
+        self.rejects = protocol.RejectLog(log.warning)
         self.nudge_listeners: list[NudgeListener] = []
         self.ack_hooks: list[AckHook] = []
         self.extra_ops: dict[str, Handler] = {}
@@ -135,11 +141,11 @@ class QueueOwner:
         try:
             msg = codec.decode_message(payload)
         except ProtocolError as exc:
-            log.warning("queue %s: rejected a malformed request: %s", self.name, exc)
+            self._rejected("?", "undecodable", exc)
             return codec.encode_message(error_reply(exc))
         reply = await self.dispatch(msg)
         self._check_leading()
-        return codec.encode_message(reply)
+        return protocol.encode_reply(reply)
 
     def _check_leading(self) -> None:
         if self.fence is None:
@@ -151,13 +157,31 @@ class QueueOwner:
                 self.wake_election()  # renew now
             raise FencedOut(f"queue {self.name!r}: this replica's leader lease lapsed")
 
-    async def dispatch(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Run one request (already decoded) and build its reply; never raises."""
-        op = msg.get("op")
-        handler = self._ops.get(op) or self.extra_ops.get(op)  # type: ignore[arg-type]
+    def _handler(self, op: str) -> Handler | None:
+        return self._ops.get(op) or self.extra_ops.get(op)
+
+    async def dispatch(self, msg: dict[str, Any], *, trusted: bool = False) -> dict[str, Any]:
+        """Run one request (already decoded) and build its reply; never raises.
+
+        The request is checked against its op's schema (:mod:`istos.protocol`) before its
+        handler runs, so a malformed one changes nothing. ``trusted`` (this node's own app
+        calling in-process, with fields it built from checked values) skips that check, not
+        the admin rule.
+        """
+        try:
+            op = msg["op"] if trusted else \
+                protocol.check_request(msg, lambda name: self._handler(name) is not None)
+        except IstosError as exc:
+            peer = msg.get("node") if isinstance(msg, dict) else None
+            self._rejected(peer if isinstance(peer, str) else "?",
+                           str(msg.get("op"))[:40] if isinstance(msg, dict) else "?", exc)
+            return error_reply(exc)
+        handler = self._handler(op)
         if handler is None:
             return error_reply(ProtocolError(f"unknown op {op!r} for queue {self.name!r}"))
         try:
+            if op in protocol.ADMIN_OPS:
+                self.require_admin(op)
             reply = await handler(msg)
         except IstosError as exc:
             return error_reply(exc)
@@ -168,17 +192,25 @@ class QueueOwner:
         reply["v"] = codec.PROTOCOL_VERSION
         return reply
 
+    def _rejected(self, peer: str, kind: str, exc: IstosError) -> None:
+        self.rejects.note(peer, f"{kind}/{type(exc).__name__}", f"queue {self.name}: {exc}",
+                          self.node.clock.monotonic())
+
     async def _op_ping(self, msg: dict[str, Any]) -> dict[str, Any]:
         return {"node": self.node.node_id, "queue": self.name}
 
     async def _op_enqueue(self, msg: dict[str, Any]) -> dict[str, Any]:
-        body = msg["body"]
-        if not isinstance(body, bytes):
-            raise ProtocolError("enqueue body must be bytes")
         job_id = msg.get("job_id") or self.node.ids.new()
+        meta = msg.get("meta")
+        if meta is not None and not self.state.holds(job_id):
+            # Workflow metadata makes the owner (or a worker) enqueue follow-up jobs, so only
+            # shapes the workflow code writes are accepted, checked before anything is stored.
+            if self.meta_check is None:
+                raise InvalidJob(f"queue {self.name!r} accepts no job meta")
+            await self.meta_check(job_id, meta)
         created = await self.enqueue(
-            body, job_id=str(job_id), delay_s=check_delay(msg.get("delay_s", 0.0)),
-            priority=check_priority(msg.get("priority", 0)), meta=msg.get("meta"))
+            msg["body"], job_id=job_id, delay_s=float(msg.get("delay_s", 0.0)),
+            priority=msg.get("priority", 0), meta=meta)
         return {"job_id": job_id, "created": created}
 
     async def enqueue(self, body: bytes, *, job_id: str, delay_s: float = 0.0,
@@ -222,14 +254,18 @@ class QueueOwner:
         piggybacked on the request (one round trip instead of two)."""
         gen = self._gen
         settled = await self._settle(msg["settle"]) if msg.get("settle") else None
-        workers = [str(w) for w in msg["workers"]][:1024]
-        jobs = self.state.claim(workers, self.node.clock.now())
-        node = str(msg.get("node") or "")
-        if len(jobs) < len(workers):
-            self._hungry.pop(node, None)
-            self._hungry[node] = len(workers) - len(jobs)  # re-inserted: oldest hungry first
-        else:
-            self._hungry.pop(node, None)
+        workers: list[str] = msg["workers"]
+        # Slots are filled only while the reply stays under the frame cap; the first job is
+        # always taken (a body at the size limit fits a reply alone).
+        budget = protocol.PAGE_BUDGET - 8 * len(settled or ())
+        jobs = self.state.claim(workers, self.node.clock.now(), budget=budget,
+                                size_of=_claimed_size)
+        node: str = msg.get("node") or ""
+        more = len(jobs) < len(workers) and self.state.counts[READY] > 0 \
+            and not self.state.paused
+        self.hungry.note_claim(node, len(workers) - len(jobs), took=bool(jobs), cut=more)
+        if more:
+            self.nudge(0)  # the poked node comes back for the rest at once
         await self._commit(gen)
         pol = self.config.policy
         reply: dict[str, Any] = {"jobs": [
@@ -238,6 +274,8 @@ class QueueOwner:
              "last_error": r.last_error, "meta": r.meta}
             for r in jobs], "max_attempts": pol.max_attempts, "keep_results": pol.keep_results,
             "lease_s": pol.lease_s}
+        if more:
+            reply["more"] = True
         if settled is not None:
             reply["settled"] = settled
         return reply
@@ -250,11 +288,9 @@ class QueueOwner:
         return {"statuses": statuses}
 
     async def _settle(self, items: list[dict[str, Any]]) -> list[str]:
-        if len(items) > 4096:
-            raise ProtocolError(f"{len(items)} acks/nacks in one request; the limit is 4096")
         statuses = []
-        for item in items:
-            job_id, token = str(item["job_id"]), str(item["token"])
+        for item in items:  # each item was checked against protocol.SETTLE_ITEM
+            job_id, token = item["job_id"], item["token"]
             try:
                 if item.get("op") == "nack":
                     statuses.append(self._nack_one(job_id, token, item.get("error")))
@@ -266,24 +302,24 @@ class QueueOwner:
         return statuses
 
     async def _ack_one(self, job_id: str, token: str, result: bytes | None) -> str:
-        rec = self.state.jobs.get(job_id)
-        if rec is not None and rec.lease_token == token:
+        rec = self.state.holder(job_id, token)
+        if rec is not None:
             for hook in self.ack_hooks:  # workflow barriers, before the ack is recorded
                 await hook(rec, result)
         return self.state.ack(job_id, token, self.node.clock.now(), result)
 
     def _nack_one(self, job_id: str, token: str, error: str | None) -> str:
-        return self.state.nack(job_id, token, self.node.clock.now(), str(error or "error"),
-                               self.node.rng)
+        return self.state.nack(job_id, token, self.node.clock.now(),
+                               protocol.clip_error(error), self.node.rng)
 
     async def _op_ack(self, msg: dict[str, Any]) -> dict[str, Any]:
         gen = self._gen
-        status = await self._ack_one(str(msg["job_id"]), str(msg["token"]), msg.get("result"))
+        status = await self._ack_one(msg["job_id"], msg["token"], msg.get("result"))
         await self._commit(gen)
         return {"status": status}
 
     async def _op_nack(self, msg: dict[str, Any]) -> dict[str, Any]:
-        status = self._nack_one(str(msg["job_id"]), str(msg["token"]), msg.get("error"))
+        status = self._nack_one(msg["job_id"], msg["token"], msg.get("error"))
         await self._commit()
         return {"status": status}
 
@@ -299,7 +335,7 @@ class QueueOwner:
         return {"statuses": statuses}
 
     async def _op_result(self, msg: dict[str, Any]) -> dict[str, Any]:
-        rec = self.state.jobs.get(str(msg["job_id"]))
+        rec = self.state.jobs.get(msg["job_id"])
         if rec is None:
             return {"state": "unknown", "result": None}
         result = rec.result if rec.state == DONE else None
@@ -311,12 +347,14 @@ class QueueOwner:
         return out
 
     async def _op_dead(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Dead letters, oldest first, paged (``offset``, ``limit`` <= 1000) so that a large
-        dead-letter list never exceeds the message size cap."""
-        offset = max(0, int(msg.get("offset", 0)))
-        limit = min(1000, max(1, int(msg.get("limit", 1000))))
-        page = list(itertools.islice(self.state.dead.values(), offset, offset + limit))
-        return {"dead": [dead_letter(r) for r in page], "total": len(self.state.dead)}
+        """Dead letters, oldest first, paged by count (``limit`` <= 1000) and by bytes, so a
+        page never exceeds the frame cap; ``more`` says whether a next page exists."""
+        offset = msg.get("offset", 0)
+        limit = min(protocol.MAX_PAGE, msg.get("limit", protocol.MAX_PAGE))
+        dead, more = protocol.page(itertools.islice(self.state.dead.values(), offset, None),
+                                   dead_letter, limit)
+        return {"dead": dead, "total": len(self.state.dead), "more": more,
+                "next_offset": offset + len(dead)}
 
     # -- admin helpers shared with inspection --
     def require_admin(self, action: str) -> None:
@@ -430,15 +468,11 @@ class QueueOwner:
 
     def _flush_nudges(self) -> None:
         count, self._nudge_count, self._nudge_scheduled = self._nudge_count, 0, False
-        if not self.running or count <= 0 or not self._hungry:
+        if not self.running:
             return
-        targets: set[str] = set()
-        for node, free in list(self._hungry.items()):
-            if count <= 0:
-                break
-            targets.add(node)
-            count -= free
-            del self._hungry[node]  # it re-registers if its next claim comes back short
+        targets = self.hungry.take(count)
+        if not targets:
+            return
         for listener in self.nudge_listeners:
             listener(len(targets), targets)
         remote = targets - {self.node.node_id}
@@ -495,7 +529,9 @@ def dead_letter(rec: JobRecord) -> dict[str, Any]:
             "meta": rec.meta, "finished_at": rec.finished_at}
 
 
-def error_reply(exc: Exception) -> dict[str, Any]:
-    return {"v": codec.PROTOCOL_VERSION, "ok": False, "error": type(exc).__name__,
-            "message": str(exc)}
+def _claimed_size(rec: JobRecord, worker: str) -> int:
+    return protocol.claimed_size(rec.job_id, rec.body, worker, rec.last_error, rec.meta)
+
+
+error_reply = protocol.error_reply
 

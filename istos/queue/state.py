@@ -22,8 +22,9 @@ saves a snapshot of it, so the owner can :meth:`QueueState.rollback` a change wh
 from __future__ import annotations
 
 import heapq
+import hmac
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,8 +137,12 @@ def snapshot(rec: JobRecord) -> Snapshot:
 class QueueState:
     """The jobs of one queue. Not thread-safe; the owner calls it from one event loop."""
 
-    def __init__(self, queue: str, policy: QueuePolicy, *, node: str = "") -> None:
+    def __init__(self, queue: str, policy: QueuePolicy, *, node: str = "",
+                 tokens: Callable[[], str] | None = None) -> None:
         self.queue = queue
+        # Lease tokens come from the node's id source: unguessable on a live node, seeded in
+        # the simulator. Without one (pure tests) a counter makes them unique, not secret.
+        self._tokens = tokens
         self.policy = policy
         self.node = node
         self.jobs: dict[str, JobRecord] = {}
@@ -147,12 +152,12 @@ class QueueState:
         self.events: list[JobEvent] = []
         self.paused = False
         self._seq = 0
+        self._leased = 0
         self._ready: list[tuple[int, float, int, str]] = []
         self._delayed: list[tuple[float, int, str]] = []
-        self._leases: list[tuple[float, str, str]] = []
+        self._leases: list[tuple[float, str, str]] = []  # (deadline, token, job_id)
         self._expiry: list[tuple[float, str]] = []
         self._undo: dict[str, Snapshot] | None = None  # None: undo tracking off
-        self._tokens = 0
 
     # -- undo (write, then apply) -----------------------------------------------------------
     def track_undo(self) -> None:
@@ -203,7 +208,7 @@ class QueueState:
         elif rec.state == LEASED:
             deadline = rec.lease_deadline if rec.lease_deadline is not None else 0.0
             heapq.heappush(self._leases, (deadline, rec.lease_token or "", rec.job_id))
-        elif rec.state == DONE:
+        elif rec.state in (DONE, CANCELLED):
             if rec.expires_at is not None:
                 heapq.heappush(self._expiry, (rec.expires_at, rec.job_id))
         elif rec.state == DEAD:
@@ -247,16 +252,29 @@ class QueueState:
         return True
 
     # -- claim -----------------------------------------------------------------------------
-    def claim(self, workers: list[str], now: float) -> list[JobRecord]:
-        """Lease up to one job per entry of ``workers`` (worker slot ids), best first."""
+    def claim(self, workers: list[str], now: float, *, budget: int | None = None,
+              size_of: Callable[[JobRecord, str], int] | None = None) -> list[JobRecord]:
+        """Lease up to one job per entry of ``workers`` (worker slot ids), best first.
+
+        With ``budget`` and ``size_of``, stop before the job whose size would take the total
+        past ``budget`` (the first job is always leased), leaving it ready at the head.
+        """
         if self.paused:
             return []
         self.promote_due(now)
         out: list[JobRecord] = []
+        used = 0
+        sized = budget is not None and size_of is not None and len(workers) > 1
         for worker in workers:
-            rec = self._pop_ready()
+            rec = self._peek_ready()
             if rec is None:
                 break
+            if sized:  # (one slot: its job is leased whatever its size)
+                assert budget is not None and size_of is not None
+                used += size_of(rec, worker)
+                if out and used > budget:
+                    break
+            heapq.heappop(self._ready)
             self._lease(rec, worker, now)
             out.append(rec)
         return out
@@ -265,13 +283,11 @@ class QueueState:
         self._save(rec)
         self._move(rec, LEASED)
         rec.attempts += 1
-        # The counter keeps tokens unique when an attempt number is reused (a released or
-        # spared lease does not count its attempt).
-        self._tokens += 1
-        rec.lease_token = f"{rec.job_id}.{rec.attempts}.{self._tokens}"
+        self._leased += 1
+        rec.lease_token = self._tokens() if self._tokens is not None else f"t{self._leased}"
         rec.lease_worker = worker
         rec.lease_deadline = now + self.policy.lease_s
-        heapq.heappush(self._leases, (rec.lease_deadline, rec.lease_token, rec.job_id))
+        heapq.heappush(self._leases, (rec.lease_deadline, rec.lease_token or "", rec.job_id))
         rec.history.append(Attempt(rec.attempts, worker, now))
         if len(rec.history) > self.policy.history_limit:
             # keep the first attempt: it says how the job's story started
@@ -281,10 +297,19 @@ class QueueState:
                    deadline=rec.lease_deadline, lease_s=self.policy.lease_s)
 
     # -- ack / nack --------------------------------------------------------------------------
-    def _holder(self, job_id: str, token: str) -> JobRecord | None:
-        """The record if ``token`` is its latest lease and that delivery has not ended."""
+    def holder(self, job_id: str, token: str) -> JobRecord | None:
+        """The record if ``token`` is its latest lease and that delivery has not ended.
+
+        The one token check: ack, nack (and any lease extension) go through it. Compared in
+        constant time, so response timing does not leak a token's prefix.
+        """
         rec = self.jobs.get(job_id)
-        if rec is None or rec.lease_token != token:
+        if rec is None or rec.lease_token is None:
+            return None
+        try:  # str compare: both ASCII (the schema says so for tokens from the wire)
+            if not hmac.compare_digest(rec.lease_token, token):
+                return None
+        except TypeError:  # a non-ASCII token from a direct caller: not one we issued
             return None
         if rec.state == LEASED:
             return rec
@@ -295,9 +320,11 @@ class QueueState:
             return rec
         return None
 
+    _holder = holder  # the name the workflow code uses
+
     def ack(self, job_id: str, token: str, now: float, result: bytes | None = None) -> str:
         """Finish a delivery. Returns "ok", or "stale" if that lease is no longer the job's."""
-        rec = self._holder(job_id, token)
+        rec = self.holder(job_id, token)
         if rec is None:
             return "stale"
         self._save(rec)
@@ -316,7 +343,7 @@ class QueueState:
 
     def nack(self, job_id: str, token: str, now: float, error: str, rng: random.Random) -> str:
         """Fail a delivery: back off and retry, or dead-letter after ``max_attempts``."""
-        rec = self._holder(job_id, token)
+        rec = self.holder(job_id, token)
         if rec is None:
             return "stale"
         self._emit(now, rec, ev.NACKED, worker=rec.lease_worker, error=error)
@@ -575,3 +602,4 @@ class QueueState:
         dirty, events = self.dirty, self.events
         self.dirty, self.events = [], []
         return dirty, events
+

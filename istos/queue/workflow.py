@@ -57,11 +57,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from .. import codec
-from ..errors import ConfigError, IstosError
+from .. import codec, protocol
+from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
 from ..hooks import AppHooks
 from .config import check_priority, check_queue_name
 from .state import JobRecord
+from .workflow_meta import check_workflow_meta
 
 if TYPE_CHECKING:
     from ..node import Node
@@ -146,6 +147,16 @@ class WorkflowMixin(AppHooks):
             await self.enqueue(cb_queue, {"results": [], "input": extra}, priority=prio,
                                job_id=f"{chord_id}.callback")
             return chord_id
+        try:  # the largest member meta, checked before anything is sent
+            protocol.meta("chord meta", {"chord": {"id": chord_id, "index": len(items),
+                                                   "size": len(items), "callback": cb_queue,
+                                                   "input": extra}})
+        except ProtocolError as exc:
+            raise InvalidJob(f"chord on queue {queue!r}: {exc}") from None
+        # The member queue's owner holds the barrier before any member exists: it refuses
+        # chord meta pointing at a barrier it does not hold.
+        await self.client(queue).call("chord_open", chord_id=chord_id, size=len(items),
+                                      callback=cb_queue)
         for index, item in enumerate(items):
             meta = {"chord": {"id": chord_id, "index": index, "size": len(items),
                               "callback": cb_queue, "input": extra}}
@@ -163,6 +174,8 @@ class WorkflowMixin(AppHooks):
         a remote owner. Raises :class:`IstosError` if the queue holds no dead job of that id.
 
         This is deliberate, like re-enqueueing a dead letter by hand: fix the cause first.
+        It changes a job's fate, so the owner's queue must be declared with ``admin=True``
+        (:class:`AdminDisabled` otherwise), like ``requeue`` and ``purge_dead``.
         A plain ``enqueue`` of the dead job's data is a different job with no workflow meta and
         does not release a stalled chord.
         """
@@ -179,9 +192,11 @@ class WorkflowMixin(AppHooks):
         super()._setup_owner(owner)
         barriers = ChordBarriers(owner, self)
         owner.ack_hooks.append(barriers.on_ack)
+        owner.meta_check = barriers.check_meta
+        owner.extra_ops["chord_open"] = barriers.op_open
 
         async def requeue(msg: dict[str, Any]) -> dict[str, Any]:
-            return await requeue_dead_op(owner, str(msg["job_id"]))
+            return await requeue_dead_op(owner, msg["job_id"])  # admin-gated by dispatch
 
         owner.extra_ops["requeue_dead"] = requeue
 
@@ -226,16 +241,19 @@ class Barrier:
     results: dict[int, bytes] = field(default_factory=dict)
     fired: bool = False
     fired_at: float | None = None
+    callback: str | None = None  # None: opened before barriers recorded their callback
 
     def encode(self) -> bytes:
         return msgpack.packb({"size": self.size, "results": self.results, "fired": self.fired,
-                              "fired_at": self.fired_at}, use_bin_type=True)
+                              "fired_at": self.fired_at, "callback": self.callback},
+                             use_bin_type=True)
 
     @classmethod
     def decode(cls, raw: bytes) -> Barrier:
         d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
         return cls(size=int(d["size"]), results={int(k): v for k, v in d["results"].items()},
-                   fired=bool(d["fired"]), fired_at=d.get("fired_at"))
+                   fired=bool(d["fired"]), fired_at=d.get("fired_at"),
+                   callback=d.get("callback"))
 
 
 class ChordBarriers:
@@ -292,6 +310,45 @@ class ChordBarriers:
         self._tombstones.append((now, chord_id))
         await self._prune(now)
 
+    async def op_open(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The ``chord_open`` op: hold a barrier for a chord about to enqueue its members."""
+        chord_id, size, callback = msg["chord_id"], msg["size"], msg["callback"]
+        try:
+            check_queue_name(callback)
+        except ConfigError as exc:
+            raise InvalidJob(f"chord_open: callback {exc}") from None
+        async with self._lock(chord_id):
+            held = await self._find(chord_id)
+            if held is not None:
+                if held.size != size or held.callback not in (None, callback):
+                    raise InvalidJob(f"chord {chord_id!r} is already open with another size "
+                                     "or callback")
+                return {"opened": False}
+            barrier = Barrier(size, callback=callback)
+            await self._store(chord_id, barrier)
+            self.cache[chord_id] = barrier
+        return {"opened": True}
+
+    async def check_meta(self, job_id: str, meta: dict[str, Any]) -> None:
+        """Refuse (:class:`InvalidJob`) a ``meta`` the workflow code would not have written:
+        another shape, a job id that does not match it, or a chord barrier this owner does
+        not hold (a producer must not make the owner enqueue callbacks it chose)."""
+        chord = check_workflow_meta(self.owner.name, job_id, meta)
+        if chord is None:
+            return  # a chain step
+        size = chord["size"]
+        held = await self._find(chord["id"])
+        if held is None or held.size != size or held.callback not in (None, chord["callback"]):
+            raise InvalidJob(f"job {job_id!r}: queue {self.owner.name!r} holds no open chord "
+                             f"{chord['id']!r} of that size and callback (use app.chord)")
+
+    async def _find(self, chord_id: str) -> Barrier | None:
+        barrier = self.cache.get(chord_id)
+        if barrier is None:
+            raw = await self.owner.node.storage.get(self.ns, chord_id)
+            barrier = Barrier.decode(raw) if raw is not None else None
+        return barrier
+
     async def _load(self, chord_id: str, size: int) -> Barrier:
         barrier = self.cache.get(chord_id)
         if barrier is None:
@@ -323,3 +380,4 @@ class ChordBarriers:
                 del self._locks[chord_id]
             else:
                 self._locks[chord_id] = (lock, users - 1)
+

@@ -1,0 +1,451 @@
+"""The wire protocol of a queue's owner, in one place (docs/protocol.md describes it in words).
+
+Op names, the limits and caps, one request schema per op, and the shape of every reply. The
+owner validates each request against its op's schema *before* its handler runs, so nothing a
+malformed request carries ever reaches the queue's state; the client side imports the same
+limits to refuse bad input before sending. A rejection is always the typed error map::
+
+    {"v": 1, "ok": False, "error": <IstosError subclass name>, "message": <text>}
+
+Checks validate, they never coerce: ``"5"`` is not a priority, ``True`` and ``1.0`` are not a
+version, a list is not a job id. Unknown extra fields are ignored (version 1 may grow optional
+fields, see docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import msgpack
+
+from . import codec, errors
+from .errors import InvalidJob, IstosError, ProtocolError
+from .schema import (
+    Field,
+    binary,
+    check_fields,
+    fail,
+    identifier,
+    integer,
+    list_of,
+    nesting,
+    number,
+    one_of,
+    text,
+)
+
+T = TypeVar("T")
+
+VERSION = codec.PROTOCOL_VERSION
+MAX_BODY_BYTES = codec.MAX_BODY_BYTES  # a job body or an ack's result
+FRAME_CAP = codec.MAX_MESSAGE_BYTES  # no message, request or reply, is larger
+ENVELOPE_RESERVE = 16 << 10  # room a reply keeps for everything but its list of items
+PAGE_BUDGET = FRAME_CAP - ENVELOPE_RESERVE  # bytes of items one reply may carry
+
+MAX_JOB_ID_BYTES = 200  # a job id is a storage key too (the SQL adapter's column is 255)
+MAX_TOKEN_BYTES = 64
+MAX_SLOT_ID_BYTES = 256  # worker slot ids and node ids
+MAX_SLOTS = 1024  # worker slots in one claim
+MAX_SETTLE_ITEMS = 4096  # acks/nacks in one request
+MAX_ERROR_BYTES = 1024  # a nack's error text is kept up to this many bytes (cut, not refused)
+MAX_META_BYTES = 16 << 10
+MAX_META_DEPTH = 16
+MAX_WHERE_KEYS = 16
+MAX_WHERE_PATH_BYTES = 256
+MAX_WHERE_PATH_PARTS = 16
+MAX_WHERE_VALUE_DEPTH = 8
+MAX_PRIORITY = (1 << 31) - 1  # priorities are in [-MAX_PRIORITY, MAX_PRIORITY]
+MAX_DELAY_S = 10 * 365 * 86_400.0
+MAX_OFFSET = 1 << 31
+MAX_PAGE = 1000  # jobs, dead and leases pages
+MAX_EVENTS = 5000  # events per reply
+MAX_FOLLOW_TTL_S = 30.0
+MAX_ID_LIST = 4096  # job ids in one purge_dead
+
+SETTLE_OPS = ("ack", "nack")
+JOB_STATES = ("ready", "delayed", "leased", "done", "dead", "cancelled")
+MAX_EXTEND_ITEMS = 1024  # leases renewed by one heartbeat request
+_TOKEN = re.compile(r"[0-9A-Za-z._:-]+")
+
+check_job_id = identifier(MAX_JOB_ID_BYTES)
+check_slot_id = identifier(MAX_SLOT_ID_BYTES)
+
+
+def token(name: str, value: Any) -> None:
+    if type(value) is str and 0 < len(value) <= MAX_TOKEN_BYTES and value.isascii() \
+            and value.isalnum():
+        return  # the owner's tokens are hex
+    if type(value) is not str or not 0 < len(value) <= MAX_TOKEN_BYTES \
+            or _TOKEN.fullmatch(value) is None:
+        fail(name, f"must be a lease token (1-{MAX_TOKEN_BYTES} characters of [0-9A-Za-z._:-])",
+              value)
+
+
+def meta(name: str, value: Any) -> None:
+    """Generic bounds of a job's ``meta``; its workflow shape is checked by the workflow code."""
+    if value is None:
+        return
+    if type(value) is not dict:
+        fail(name, "must be a map or nil", value)
+    try:  # the size first: encoding in C is cheaper than walking a big map in Python
+        size = encoded_size(value)
+    except (TypeError, ValueError, OverflowError) as exc:  # msgpack's own depth limit, too
+        raise ProtocolError(f"{name} cannot be encoded: {exc}") from None
+    if size > MAX_META_BYTES:
+        raise ProtocolError(f"{name} is {size} bytes encoded; the limit is {MAX_META_BYTES}")
+    try:
+        nesting(value, MAX_META_DEPTH)
+    except ProtocolError as exc:
+        raise ProtocolError(f"{name} {exc}") from None
+
+
+def where(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if type(value) is not dict:
+        fail(name, "must be a map of dotted paths to values", value)
+    if len(value) > MAX_WHERE_KEYS:
+        raise ProtocolError(f"{name} has {len(value)} keys; the limit is {MAX_WHERE_KEYS}")
+    for path, expected in value.items():
+        text(MAX_WHERE_PATH_BYTES, empty=False)(f"{name} path", path)
+        if path.count(".") >= MAX_WHERE_PATH_PARTS:
+            raise ProtocolError(f"{name} path {path[:40]!r}... has more than "
+                                f"{MAX_WHERE_PATH_PARTS} parts")
+        try:
+            nesting(expected, MAX_WHERE_VALUE_DEPTH)
+        except ProtocolError as exc:
+            raise ProtocolError(f"{name} value of {path!r} {exc}") from None
+
+
+_SETTLE_ITEM = (
+    Field("op", one_of(*SETTLE_OPS, nil=False), required=True),
+    Field("job_id", check_job_id, required=True),
+    Field("token", token, required=True),
+    Field("result", binary(MAX_BODY_BYTES, nil=True)),
+    Field("error", text(1 << 20, nil=True)),  # longer than MAX_ERROR_BYTES is cut, not refused
+)
+
+
+def settle_item(name: str, value: Any) -> None:
+    if type(value) is not dict:
+        fail(name, "must be a map {op, job_id, token, result?, error?}", value)
+    check_fields(value, _SETTLE_ITEM, prefix=f"{name}.")
+
+
+_LEASE_ITEM = (
+    Field("job_id", check_job_id, required=True),
+    Field("token", token, required=True),
+)
+
+
+def lease_item(name: str, value: Any) -> None:
+    """An ``extend`` or ``release`` item: ``{job_id, token, ...}`` (an extend item's progress
+    and note are checked by the op itself, which answers ``InvalidProgress``)."""
+    if type(value) is not dict:
+        fail(name, "must be a map {job_id, token, ...}", value)
+    check_fields(value, _LEASE_ITEM, prefix=f"{name}.")
+
+
+# -- the schemas --------------------------------------------------------------------------------
+_JOB_ID = Field("job_id", check_job_id, required=True)
+_OFFSET = Field("offset", integer(0, MAX_OFFSET))
+_PAGE = Field("limit", integer(1, 1 << 31))  # larger than the op's cap means the cap
+
+SCHEMAS: dict[str, tuple[Field, ...]] = {
+    "ping": (),
+    "enqueue": (
+        Field("body", binary(MAX_BODY_BYTES), required=True, error=InvalidJob),
+        Field("job_id", check_job_id, error=InvalidJob),  # the owner picks one if absent
+        Field("delay_s", number(0.0, MAX_DELAY_S), error=InvalidJob),
+        Field("priority", integer(-MAX_PRIORITY, MAX_PRIORITY), error=InvalidJob),
+        Field("meta", meta, error=InvalidJob),
+    ),
+    "claim": (
+        Field("workers", list_of(check_slot_id, MAX_SLOTS, empty=False), required=True),
+        Field("node", text(MAX_SLOT_ID_BYTES)),
+        Field("settle", list_of(settle_item, MAX_SETTLE_ITEMS, nil=True)),
+    ),
+    "settle": (Field("items", list_of(settle_item, MAX_SETTLE_ITEMS), required=True),),
+    "ack": (_JOB_ID, Field("token", token, required=True),
+            Field("result", binary(MAX_BODY_BYTES, nil=True))),
+    "nack": (_JOB_ID, Field("token", token, required=True),
+             Field("error", text(1 << 20, nil=True))),
+    "result": (_JOB_ID,),
+    "dead": (_OFFSET, _PAGE),
+    "requeue_dead": (_JOB_ID,),
+    "chord_open": (
+        Field("chord_id", check_job_id, required=True),
+        Field("size", integer(1, 1 << 20), required=True),
+        Field("callback", text(MAX_JOB_ID_BYTES, empty=False), required=True),
+    ),
+    "stats": (),
+    "jobs": (Field("state", one_of(*JOB_STATES)), Field("where", where), _OFFSET, _PAGE),
+    "leases": (_OFFSET, _PAGE),
+    "why": (_JOB_ID,),
+    "events": (_PAGE,),
+    "follow": (Field("ttl_s", number(0.0, 1e9)),),
+    "requeue": (_JOB_ID,),
+    "purge_dead": (Field("job_ids", list_of(check_job_id, MAX_ID_LIST, nil=True)),),
+    "pause": (),
+    "resume": (),
+    "cancel": (_JOB_ID,),
+    "extend": (Field("items", list_of(lease_item, MAX_EXTEND_ITEMS), required=True),),
+    "release": (Field("items", list_of(lease_item, MAX_SETTLE_ITEMS), required=True),),
+    "enqueue_slot": (
+        Field("body", binary(MAX_BODY_BYTES), required=True, error=InvalidJob),
+        Field("job_id", check_job_id, required=True, error=InvalidJob),
+        Field("period_s", number(0.0, 1e11), required=True, error=InvalidJob),  # cron: years
+    ),
+}
+"""Every op an owner answers, with the fields it reads. Ops another module registers on the
+owner without an entry here get the envelope check only."""
+
+REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    op: (frozenset(always.split()), frozenset(optional.split())) for op, always, optional in (
+        ("ping", "node queue", ""),
+        ("enqueue", "job_id created", ""),
+        ("claim", "jobs max_attempts keep_results lease_s", "more settled cancel"),
+        ("settle", "statuses", ""),
+        ("ack", "status", ""),
+        ("nack", "status", ""),
+        ("result", "state result", "error"),
+        ("dead", "dead total more next_offset", ""),
+        ("requeue_dead", "status", "job_id state"),
+        ("chord_open", "opened", ""),
+        ("stats", "stats", ""),
+        ("jobs", "jobs offset limit more next_offset", ""),
+        ("leases", "leases more next_offset", ""),
+        ("why", "why", ""),
+        ("events", "events more", ""),
+        ("follow", "key ttl_s", ""),
+        ("requeue", "job_id", ""),
+        ("purge_dead", "purged", ""),
+        ("pause", "paused", ""),
+        ("resume", "paused", ""),
+        ("cancel", "status", ""),
+        ("extend", "statuses", ""),
+        ("release", "statuses", ""),
+        ("enqueue_slot", "job_id created", ""),
+    )
+}
+"""The fields of each op's success reply besides ``v`` and ``ok``: (always, sometimes)."""
+CLAIMED_JOB = ("job_id", "body", "attempt", "token", "worker", "deadline", "last_error", "meta")
+DEAD_LETTER = ("job_id", "body", "attempts", "last_error", "history", "meta", "finished_at")
+HISTORY_ENTRY = ("attempt", "worker", "claimed_at", "finished_at", "outcome", "error",
+                 "backoff_s")
+EVENT = ("t", "node", "queue", "job_id", "kind", "attempt", "worker", "detail")
+LEASE = ("job_id", "worker", "deadline", "attempt")  # never the token
+JOB_SUMMARY = ("job_id", "state", "priority", "attempts", "enqueued_at", "ready_at", "worker",
+               "deadline", "last_error", "body", "progress", "progress_note")
+
+ADMIN_OPS = frozenset({"requeue", "requeue_dead", "purge_dead", "pause", "resume", "cancel"})
+"""Ops that change a job's fate other than enqueue/claim/ack/nack: they need ``admin=True``."""
+
+
+def check_envelope(msg: Any) -> str:
+    """The op of a decoded request; raises :class:`ProtocolError` if it is no request at all."""
+    if type(msg) is not dict:
+        raise ProtocolError("a request must be a map")
+    version = msg.get("v")
+    if type(version) is not int or version != VERSION:
+        raise ProtocolError(f"unsupported protocol version {version!r} (this node speaks "
+                            f"{VERSION}, an integer)")
+    op = msg.get("op")
+    if not isinstance(op, str):
+        raise ProtocolError(f"op must be a string, got {repr(op)[:60]}")
+    return op
+
+
+# -- fast paths: the hot ops' usual, plainly valid shape, accepted in one expression ----------
+# Each accepts a strict subset of what its schema accepts (tests/test_protocol.py checks that
+# on the hostile generator's messages); anything else goes through the schema, which names the
+# problem.
+def _id(v: Any, limit: int) -> bool:
+    return type(v) is str and 0 < len(v) <= limit and v.isascii() and v.isprintable()
+
+
+def _tok(v: Any) -> bool:
+    return type(v) is str and 0 < len(v) <= MAX_TOKEN_BYTES and v.isascii() and v.isalnum()
+
+
+def _bin(r: Any) -> bool:
+    return r is None or (type(r) is bytes and len(r) <= MAX_BODY_BYTES)
+
+
+def _err(e: Any) -> bool:
+    return e is None or (type(e) is str and len(e) <= 1 << 18)  # 4 bytes a char: < 1 MiB
+
+
+def _item(i: Any) -> bool:
+    return type(i) is dict and i.get("op") in SETTLE_OPS and _fast_ack(i) \
+        and _err(i.get("error"))
+
+
+def _fast_ack(m: dict[str, Any]) -> bool:
+    return _id(m.get("job_id"), MAX_JOB_ID_BYTES) and _tok(m.get("token")) \
+        and _bin(m.get("result"))
+
+
+def _fast_nack(m: dict[str, Any]) -> bool:
+    return _id(m.get("job_id"), MAX_JOB_ID_BYTES) and _tok(m.get("token")) \
+        and _err(m.get("error"))
+
+
+def _fast_settle(m: dict[str, Any]) -> bool:
+    items = m.get("items")
+    return type(items) is list and len(items) <= MAX_SETTLE_ITEMS and all(map(_item, items))
+
+
+def _fast_claim(m: dict[str, Any]) -> bool:
+    w, n, s = m.get("workers"), m.get("node", ""), m.get("settle")
+    return type(w) is list and 0 < len(w) <= MAX_SLOTS \
+        and all(_id(x, MAX_SLOT_ID_BYTES) for x in w) \
+        and type(n) is str and len(n) <= MAX_SLOT_ID_BYTES and n.isascii() \
+        and (s is None or (type(s) is list and len(s) <= MAX_SETTLE_ITEMS
+                           and all(map(_item, s))))
+
+
+def _fast_enqueue(m: dict[str, Any]) -> bool:
+    b, d, p = m.get("body"), m.get("delay_s", 0), m.get("priority", 0)
+    return type(b) is bytes and len(b) <= MAX_BODY_BYTES and m.get("meta") is None \
+        and _id(m.get("job_id", "x"), MAX_JOB_ID_BYTES) \
+        and (type(d) is float or type(d) is int) and 0 <= d <= MAX_DELAY_S \
+        and type(p) is int and -MAX_PRIORITY <= p <= MAX_PRIORITY
+
+
+FAST: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "enqueue": _fast_enqueue, "claim": _fast_claim, "settle": _fast_settle,
+    "ack": _fast_ack, "nack": _fast_nack,
+}
+
+
+def check_request(msg: Any, known: Callable[[str], bool]) -> str:
+    """Validate a request against its op's schema; returns the op. ``known`` says whether the
+    owner serves an op (extra ops registered by other modules count)."""
+    op = check_envelope(msg)
+    fast = FAST.get(op)
+    if fast is not None and fast(msg):
+        return op
+    fields = SCHEMAS.get(op)
+    if fields is None and not known(op):
+        raise ProtocolError(f"unknown op {op[:40]!r}")
+    if fields:
+        check_fields(msg, fields)
+    return op
+
+
+def clip_error(error: str | None) -> str:
+    """A nack's error text as stored: at most ``MAX_ERROR_BYTES`` UTF-8 bytes."""
+    if not error:
+        return "error"
+    if len(error) <= MAX_ERROR_BYTES // 4:
+        return error
+    raw = error.encode("utf-8", "replace")
+    if len(raw) <= MAX_ERROR_BYTES:
+        return error
+    return raw[:MAX_ERROR_BYTES - 3].decode("utf-8", "ignore") + "..."
+
+
+# -- replies ------------------------------------------------------------------------------------
+ERROR_CLASSES: dict[str, type[IstosError]] = {
+    cls.__name__: cls for cls in (
+        errors.QueueNotFound, errors.OwnerUnavailable, errors.StorageUnavailable,
+        errors.ProtocolError, errors.AdminDisabled, errors.InvalidJob, errors.ConfigError,
+        errors.CronError, errors.HAConfigError, errors.FencedOut, errors.InvalidProgress,
+    )
+}
+"""The error names a reply may carry, and the class a client raises for each (any other
+name becomes :class:`~istos.errors.RemoteError`)."""
+
+def error_reply(exc: BaseException) -> dict[str, Any]:
+    """The rejection map; the error name is always an :class:`IstosError` subclass."""
+    name = type(exc).__name__ if isinstance(exc, IstosError) else "ProtocolError"
+    return {"v": VERSION, "ok": False, "error": name, "message": str(exc)[:2000]}
+
+
+def encode_reply(reply: dict[str, Any]) -> bytes:
+    """Encode a reply; one that cannot be encoded or is over the frame cap becomes an error."""
+    try:
+        raw = codec.encode_message(reply)
+    except (TypeError, ValueError, OverflowError) as exc:
+        return codec.encode_message(error_reply(ProtocolError(f"reply not encodable: {exc}")))
+    if len(raw) > FRAME_CAP:
+        return codec.encode_message(error_reply(ProtocolError(
+            f"reply of {len(raw)} bytes exceeds the frame cap {FRAME_CAP}")))
+    return raw
+
+
+def encoded_size(value: Any) -> int:
+    return len(msgpack.packb(value, use_bin_type=True))
+
+
+def claimed_size(job_id: str, body: bytes, worker: str, last_error: str | None,
+                 meta_value: dict[str, Any] | None) -> int:
+    """An upper bound of one job's entry in a claim reply (its token at the longest), without
+    encoding the body: strings count 4 bytes a character (the most UTF-8 takes)."""
+    size = len(body) + 4 * (len(job_id) + len(worker)) + MAX_TOKEN_BYTES + 128
+    if last_error:
+        size += 4 * len(last_error)
+    if meta_value:
+        size += encoded_size(meta_value)
+    return size
+
+
+def page(items: Iterable[T], render: Callable[[T], dict[str, Any]], limit: int,
+         budget: int = PAGE_BUDGET) -> tuple[list[dict[str, Any]], bool]:
+    """Render items into a page of at most ``limit`` entries and ``budget`` encoded bytes.
+
+    Returns the page and whether more items remain. The first item is always taken (every
+    item fits alone in a frame: the limits above make sure of it), so paging always advances.
+    """
+    out: list[dict[str, Any]] = []
+    used = 0
+    it: Iterator[T] = iter(items)
+    for item in it:
+        if len(out) >= limit:
+            return out, True
+        entry = render(item)
+        size = encoded_size(entry)
+        if out and used + size > budget:
+            return out, True
+        out.append(entry)
+        used += size
+    return out, False
+
+
+class RejectLog:
+    """Rate-limited logging of rejected requests: one line per (peer, kind) per interval, and
+    at most ``max_lines`` lines per interval in all (peer names come from the requests, so a
+    flood could invent new ones), each line saying how many were suppressed before it."""
+
+    def __init__(self, log: Callable[..., None], interval_s: float = 10.0,
+                 max_keys: int = 4096, max_lines: int = 50) -> None:
+        self._log = log
+        self.interval_s = interval_s
+        self._max_keys = max_keys
+        self._max_lines = max_lines
+        self._last: dict[tuple[str, str], float] = {}
+        self._window = (float("-inf"), 0)  # (start, lines written in it)
+        self.suppressed = 0
+
+    def note(self, peer: str, kind: str, message: str, now: float) -> bool:
+        """Log (or count) one rejection; True if a line was written."""
+        key = (peer[:64], kind)
+        last = self._last.get(key)
+        start, lines = self._window
+        if now - start >= self.interval_s:
+            start, lines = now, 0
+        if (last is not None and now - last < self.interval_s) or lines >= self._max_lines:
+            self._window = (start, lines)
+            self.suppressed += 1
+            return False
+        if last is None and len(self._last) >= self._max_keys:
+            self._last.clear()  # bounded memory: forgetting only costs an extra line per key
+        self._last[key] = now
+        self._window = (start, lines + 1)
+        more = f" ({self.suppressed} similar suppressed before)" if self.suppressed else ""
+        self.suppressed = 0
+        self._log("rejected %s request from %r: %s%s", kind, key[0], message[:200], more)
+        return True

@@ -1,0 +1,369 @@
+"""Hostile input against a real owner over Zenoh (issue 11).
+
+The owner is its own OS process (tests/procs/hostile_owner.py). This process sends it a seeded
+stream of over 5,000 malformed requests as raw Zenoh queries on the rpc key -- every op, every
+field, the envelope, undecodable and oversized frames -- plus the cases the issue names, while a
+real worker runs a set of known jobs. Every reply must be a typed error map, the owner must
+still answer ``ping``, every known job must run exactly once with its body intact, and the
+owner's RSS may grow only a bounded amount (printed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgpack
+from zenoh_util import isolated_configs, unique_prefix, wait_until
+
+from istos import Istos, codec, protocol
+
+PROC = str(Path(__file__).parent / "procs" / "hostile_owner.py")
+SEED = 1111
+N_MESSAGES = 5200
+MAX_RSS_GROWTH_KB = 96 << 10  # the first flood: allocator arenas for 1 MiB frames, caches
+MAX_RSS_REPEAT_KB = 16 << 10  # the same flood again: no growth proportional to the traffic
+
+
+def deep(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = {"k": value}
+    return value
+
+
+# -- the generator ---------------------------------------------------------------------------
+def bad_ids(rng: random.Random) -> list[Any]:
+    return [[], ["a"], {}, 1, 1.5, True, None, b"id", "", "a" * 201,
+            "a" * rng.randint(202, 4000), "a\x00b", "line\nbreak", "\x7f", ["a", "b"]]
+
+
+def bad_ints(lo: int, hi: int) -> list[Any]:
+    return ["1", 1.0, True, None, lo - 1, hi + 1, 2 ** 63, -(2 ** 63), float("nan"),
+            float("inf"), [], {}, b"1"]
+
+
+def bad_numbers(lo: float, hi: float) -> list[Any]:
+    return ["1", True, None, float("nan"), float("inf"), float("-inf"), lo - 1, hi * 2 + 1,
+            [], {}, b"0"]
+
+
+def bad_bins(max_bytes: int, nil: bool) -> list[Any]:
+    out: list[Any] = ["text", 1, [], {}, True, 1.5]
+    return out if nil else [*out, None]
+
+
+def bad_settle_items() -> list[Any]:
+    item = {"op": "ack", "job_id": "x", "token": "t"}
+    return [None, {}, "x", 1, [1], ["x"], [{}], [{**item, "op": "frob"}], [{**item, "op": 1}],
+            [{"op": "ack"}], [{**item, "job_id": [1]}], [{**item, "job_id": ""}],
+            [{**item, "token": ["t"]}], [{**item, "token": "t" * 65}],
+            [{**item, "token": "bad token"}], [{**item, "result": "str"}],
+            [{**item, "op": "nack", "error": 5}], [item] * (protocol.MAX_SETTLE_ITEMS + 1)]
+
+
+def bad_wheres() -> list[Any]:
+    return ["x", 1, [], True, {"a" * 300: 1}, {".".join(["a"] * 50_000): 1},
+            {str(i): 1 for i in range(protocol.MAX_WHERE_KEYS + 1)}, {"a": deep(20)},
+            {1: 1}, {"": 1}, {"a": [deep(10)]}]
+
+
+def bad_metas() -> list[Any]:
+    forged = {"chord": {"id": "c9", "index": 0, "size": 1, "callback": "idle", "input": 1}}
+    return ["x", 1, [], True, deep(1023), deep(protocol.MAX_META_DEPTH + 1), {"anything": 1},
+            {"blob": "m" * (protocol.MAX_META_BYTES + 1)}, forged,
+            {"chain": {"id": "k"}}, {"chain": {"id": "k", "queues": ["q"], "step": 5,
+                                               "priority": 0}},
+            {"chain": {"id": "k", "queues": "q", "step": 0, "priority": 0}}]
+
+
+def field_bad_values(rng: random.Random) -> dict[str, list[Any]]:
+    ids = bad_ids(rng)
+    return {
+        "job_id": ids, "chord_id": ids,
+        "token": [*ids, "t" * 65, "tok en", "\u00e9t\u00e9"],
+        "body": [*bad_bins(protocol.MAX_BODY_BYTES, False), b"\x01" * (protocol.MAX_BODY_BYTES
+                                                                       + 1)],
+        "result": bad_bins(protocol.MAX_BODY_BYTES, True),
+        "delay_s": bad_numbers(0, protocol.MAX_DELAY_S),
+        "priority": bad_ints(-protocol.MAX_PRIORITY, protocol.MAX_PRIORITY),
+        "meta": bad_metas(),
+        "workers": [None, [], "s", [1], [["x"]], [""], ["a" * 257], ["\x00"], {},
+                    ["s"] * (protocol.MAX_SLOTS + 1)],
+        "node": [1, [], {}, True, "n" * 257, b"n"],
+        "settle": bad_settle_items()[1:], "items": bad_settle_items(),
+        "error": [1, [], {}, True, b"e"],
+        "offset": bad_ints(0, protocol.MAX_OFFSET), "limit": bad_ints(1, 1 << 31),
+        "size": bad_ints(1, 1 << 20),
+        "callback": [1, [], None, "", "a" * 201, "bad*name", "a//b"],
+        "state": ["frob", 1, [], True, ""], "where": bad_wheres(),
+        "ttl_s": bad_numbers(0, 1e9), "job_ids": ["x", 1, [1], [""], ["a"] * 4097, {}],
+    }
+
+
+TEMPLATES: dict[str, dict[str, Any]] = {
+    "enqueue": {"body": b"x", "job_id": "hostile", "delay_s": 0, "priority": 0},
+    "claim": {"workers": ["s"], "node": "h"},
+    "settle": {"items": [{"op": "ack", "job_id": "x", "token": "t"}]},
+    "ack": {"job_id": "x", "token": "t"}, "nack": {"job_id": "x", "token": "t", "error": "e"},
+    "result": {"job_id": "x"}, "why": {"job_id": "x"}, "dead": {"offset": 0, "limit": 5},
+    "requeue_dead": {"job_id": "x"}, "requeue": {"job_id": "x"},
+    "chord_open": {"chord_id": "c", "size": 1, "callback": "idle"},
+    "jobs": {"state": "ready", "where": {"a": 1}, "offset": 0, "limit": 5},
+    "leases": {"offset": 0, "limit": 5}, "events": {"limit": 5}, "follow": {"ttl_s": 1},
+    "purge_dead": {"job_ids": ["x"]}, "ping": {}, "stats": {}, "pause": {}, "resume": {},
+}
+ADMIN_ONLY = ("requeue_dead", "requeue", "purge_dead", "pause", "resume")
+
+
+def envelope_mutations(rng: random.Random, op: str) -> list[Any]:
+    base = {"v": 1, "op": op, **TEMPLATES[op]}
+    out: list[Any] = []
+    for v in (0, 2, 1.0, True, "1", [1], 2 ** 40, -1, None):
+        out.append({**base, "v": v})
+    out.append({k: x for k, x in base.items() if k != "v"})
+    for bad_op in (1, None, [], "frob", "", op.upper(), "o" * 1000, {"op": op}):
+        out.append({**base, "op": bad_op})
+    out.append({k: x for k, x in base.items() if k != "op"})
+    return out
+
+
+def raw_frames(rng: random.Random) -> list[bytes]:
+    good = codec.encode_message({"v": 1, "op": "enqueue", **TEMPLATES["enqueue"]})
+    return [b"", b"\xc1", good[:len(good) // 2], bytes(rng.getrandbits(8) for _ in range(64)),
+            msgpack.packb([1, 2, 3]), msgpack.packb("str"), msgpack.packb(None),
+            msgpack.packb(7), b"\x00" * (protocol.FRAME_CAP + 1)]
+
+
+def generate(seed: int, n: int) -> list[bytes]:
+    """Every (op, field) bad value, every envelope mutation and raw frame once, then random
+    picks among them (with fresh random strings) until ``n`` messages."""
+    rng = random.Random(seed)
+    out: list[bytes] = []
+
+    def one(op: str, field: str | None, value: Any, drop: bool = False) -> bytes:
+        msg = {"v": 1, "op": op, **TEMPLATES[op], "node": f"h{rng.randrange(50)}"}
+        if field is not None:
+            if drop:
+                del msg[field]
+            else:
+                msg[field] = value
+        return codec.encode_message(msg)
+
+    cases: list[tuple[str, str | None, Any, bool]] = []
+    for op, template in TEMPLATES.items():
+        bad = field_bad_values(rng)
+        fields = [f for f in (*template, "node") if op == "claim" or f != "node"]
+        if op == "claim":
+            fields.append("settle")
+        for field in fields:
+            for value in bad[field]:
+                cases.append((op, field, value, False))
+        for field in protocol.SCHEMAS[op]:
+            if field.required:
+                cases.append((op, field.name, None, True))
+    for op, field, value, drop in cases:
+        out.append(one(op, field, value, drop))
+    for op in TEMPLATES:
+        out.extend(codec.encode_message(m) for m in envelope_mutations(rng, op))
+    out.extend(raw_frames(rng))
+    while len(out) < n:
+        pick = rng.random()
+        if pick < 0.8:
+            op, field, _, drop = rng.choice(cases)
+            assert field is not None
+            out.append(one(op, field, rng.choice(field_bad_values(rng)[field]), drop))
+        elif pick < 0.95:
+            out.append(codec.encode_message(rng.choice(envelope_mutations(rng,
+                                                                          rng.choice(
+                                                                              list(TEMPLATES))))))
+        else:
+            out.append(bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 200))))
+    return out
+
+
+# -- the test ---------------------------------------------------------------------------------
+class OwnerProc:
+    def __init__(self, config: dict[str, Any], prefix: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, PROC, json.dumps(config), prefix],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env=dict(os.environ))
+
+    async def line(self) -> str:
+        assert self.proc.stdout is not None
+        return (await asyncio.wait_for(asyncio.to_thread(self.proc.stdout.readline), 20)).strip()
+
+    async def rss_kb(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("rss\n")
+        self.proc.stdin.flush()
+        return int((await self.line()).split()[1])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+def check_typed_error(raw: bytes, expected: tuple[str, ...] | None = None) -> str:
+    assert len(raw) <= protocol.FRAME_CAP
+    reply = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    assert isinstance(reply, dict) and type(reply.get("v")) is int and reply["v"] == 1, reply
+    assert reply.get("ok") is False, reply
+    assert reply["error"] in protocol.ERROR_CLASSES and isinstance(reply["message"], str), reply
+    if expected is not None:
+        assert reply["error"] in expected, reply
+    return str(reply["error"])
+
+
+async def test_hostile_messages_get_typed_errors_and_known_jobs_survive():
+    configs, prefix = isolated_configs(3), unique_prefix()
+    owner = OwnerProc(configs[0], prefix)
+    producer = Istos(zenoh=configs[1], prefix=prefix, node_id="producer")
+    worker = Istos(zenoh=configs[2], prefix=prefix, node_id="worker")
+    runs: Counter[int] = Counter()
+    bodies: dict[int, str] = {}
+    release, held = asyncio.Event(), asyncio.Event()
+
+    @worker.worker("q", concurrency=8)
+    async def work(job: dict[str, Any]) -> dict[str, Any]:
+        if job.get("hold"):
+            held.set()
+            await release.wait()
+            return {"by": "worker"}
+        runs[job["i"]] += 1
+        bodies[job["i"]] = hashlib.sha256(job["pad"].encode()).hexdigest()
+        return {"i": job["i"]}
+
+    @worker.worker("deadq", concurrency=4)
+    async def fail(job: dict[str, Any]) -> None:
+        raise RuntimeError("dead on purpose")
+
+    rng = random.Random(SEED)
+    known = {i: "".join(rng.choice("abcdef") for _ in range(rng.randrange(0, 3000)))
+             for i in range(100)}
+    known[100] = known[101] = "p" * 700_000  # the named case: two 700 KB jobs, co-claimed
+    try:
+        assert await owner.line() == "READY"
+        async with producer.serving():
+            transport = producer.node.transport
+            assert transport is not None
+            rpc = f"{prefix}/q/q/rpc"
+
+            async def send(payload: bytes, key: str = rpc) -> bytes:
+                return await transport.query(key, payload, 15.0)
+
+            await wait_until(lambda: _answers(producer), timeout_s=15, what="owner reachable")
+            # The 700 KB jobs first, so the worker's first claim of 8 slots meets both.
+            for i, pad in sorted(known.items(), key=lambda item: -len(item[1])):
+                await producer.enqueue("q", {"i": i, "pad": pad}, job_id=f"known-{i}")
+            for n in range(12):  # the named case: twelve 600 KB dead letters
+                await producer.enqueue("deadq", {"n": n, "pad": "d" * 600_000})
+            rss_before = await owner.rss_kb()
+            messages = generate(SEED, N_MESSAGES)
+            assert len(messages) >= 5000
+            names: Counter[str] = Counter()
+
+            async def flood() -> None:
+                for start in range(0, len(messages), 64):
+                    replies = await asyncio.gather(*(send(m) for m in messages[start:start + 64]))
+                    names.update(check_typed_error(r) for r in replies)
+
+            async with worker.serving():  # the known jobs run while the flood goes on
+                await asyncio.gather(flood(), wait_for(lambda: len(runs) == len(known), 60,
+                                                       "known jobs ran"))
+                await named_cases(producer, send, prefix, held, release)
+                rss_mid = await owner.rss_kb()
+                await flood()  # again: a steady state grows no further
+                for i in range(2000):  # fake empty claims from many node ids
+                    await send(codec.encode_message({"v": 1, "op": "claim", "workers": ["s"],
+                                                     "node": f"fake-{i}"}),
+                               f"{prefix}/q/idle/rpc")
+                rss_after = await owner.rss_kb()
+                ping = codec.decode_message(await send(codec.encode_message(
+                    {"v": 1, "op": "ping"})))
+                assert ping["ok"] is True and ping["queue"] == "q"
+                dead = await producer.dead_letters("deadq")
+                assert sorted(d["data"]["n"] for d in dead) == list(range(12))
+        growth, again = rss_after - rss_before, rss_after - rss_mid
+        print(f"\nhostile: 2 x {len(messages)} malformed messages -> {dict(names)}; owner RSS "
+              f"{rss_before / 1024:.0f} MiB -> {rss_mid / 1024:.0f} MiB after the first flood "
+              f"-> {rss_after / 1024:.0f} MiB after the second and 2,000 fake claims "
+              f"(+{growth / 1024:.1f} MiB in all, +{again / 1024:.1f} MiB the second time)")
+        assert growth < MAX_RSS_GROWTH_KB and again < MAX_RSS_REPEAT_KB
+        assert dict(runs) == dict.fromkeys(known, 1)  # every known job ran exactly once
+        assert bodies == {i: hashlib.sha256(pad.encode()).hexdigest()
+                          for i, pad in known.items()}
+    finally:
+        owner.stop()
+
+
+def _answers(app: Istos) -> Any:
+    async def probe() -> bool:
+        try:
+            await app.client("q").call("ping", timeout_s=0.5)
+        except Exception:
+            return False
+        return True
+    return probe()
+
+
+async def wait_for(pred: Any, timeout_s: float, what: str) -> None:
+    await wait_until(pred, timeout_s=timeout_s, what=what)
+
+
+async def named_cases(producer: Istos, send: Any, prefix: str, held: asyncio.Event,
+                      release: asyncio.Event) -> None:
+    """The cases of the issue, one by one, with the error each must get."""
+    def msg(**fields: Any) -> bytes:
+        return codec.encode_message({"v": 1, **fields})
+
+    cases: list[tuple[dict[str, Any], tuple[str, ...]]] = [
+        ({"op": "enqueue", "body": b"x", "job_id": ["list"]}, ("InvalidJob",)),
+        ({"op": "enqueue", "body": b"x", "job_id": ""}, ("InvalidJob",)),
+        ({"op": "enqueue", "body": b"x", "job_id": "i" * 1_000_000}, ("InvalidJob",)),
+        ({"op": "enqueue", "body": b"x", "job_id": "p", "priority": 2 ** 63}, ("InvalidJob",)),
+        ({"op": "enqueue", "body": b"x", "job_id": "m", "meta": deep(1023)}, ("InvalidJob",)),
+        ({"op": "enqueue", "body": b"x", "job_id": "c.0", "meta": {"chord": {
+            "id": "c", "index": 0, "size": 1, "callback": "idle", "input": 1}}}, ("InvalidJob",)),
+        ({"op": "settle", "items": [{"op": "frob", "job_id": "known-0", "token": "t"}]},
+         ("ProtocolError",)),
+        ({"op": "requeue_dead", "job_id": "x"}, ("AdminDisabled",)),
+        ({"op": "jobs", "where": {".".join(["a"] * 50_000): 1}}, ("ProtocolError",)),
+    ]
+    for fields, expected in cases:
+        check_typed_error(await send(msg(**fields)), expected)
+    for v in (1.0, True):
+        raw = codec.encode_message({"v": v, "op": "ping"})
+        check_typed_error(await send(raw), ("ProtocolError",))
+    # A forged ack: the lease is listed, its token is not, and guesses are stale.
+    jid = await producer.enqueue("q", {"hold": True}, job_id="held")
+    await asyncio.wait_for(held.wait(), 10)
+    leases = codec.decode_message(await send(msg(op="leases")))["leases"]
+    lease = next(item for item in leases if item["job_id"] == jid)
+    assert "token" not in lease
+    for guess in (f"{jid}.{lease['attempt']}", f"{jid}.1"):
+        forged = codec.decode_message(await send(msg(
+            op="ack", job_id=jid, token=guess, result=codec.encode_body({"by": "mallory"}))))
+        assert forged["status"] == "stale"
+        for _ in range(3):
+            nack = codec.decode_message(await send(msg(op="nack", job_id=jid, token=guess,
+                                                       error="forged")))
+            assert nack["status"] == "stale"
+    release.set()
+    await wait_until(lambda: _result_is(producer, jid), timeout_s=10, what="held job acked")
+
+
+def _result_is(app: Istos, jid: str) -> Any:
+    async def probe() -> bool:
+        got = await app.result("q", jid)
+        return bool(got["state"] == "done" and got["result"] == {"by": "worker"})
+    return probe()

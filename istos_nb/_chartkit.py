@@ -19,6 +19,7 @@ from matplotlib.patches import Patch
 # One colour per meaning, the same in every chart, so a glance transfers between them.
 OUTCOME_COLORS: dict[str, str] = {
     "acked": "tab:green", "nacked": "tab:orange", "expired": "tab:red", "open": "tab:gray",
+    "cancelled": "tab:brown",
 }
 FINISH_COLORS: dict[str, str] = {"done": "tab:green", "dead": "tab:red"}
 DEPTH_COLORS: dict[str, str] = {

@@ -111,9 +111,10 @@ def lease_gantt(events: EventsLike, ax: Axes | None = None,
     lease, in claim order as in ``leases_frame``, each face coloured by ``OUTCOME_COLORS``;
     open leases run to the last event of the stream. A dashed line (gid ``"redelivery"``, one
     segment per expired lease in claim order) runs from each expired lease's end to the next
-    claim of the same job, wherever it landed. A node crash draws a white-ringed black ``X``
-    (gid ``"crash"``) on every lane of that node; a restart a black-ringed white triangle
-    (``"restart"``).
+    claim of the same job, wherever it landed. Each heartbeat renewal (``lease_extended``)
+    draws a black tick (gid ``"renewal"``) on its holder's lane at the renewal time. A node
+    crash draws a white-ringed black ``X`` (gid ``"crash"``) on every lane of that node; a
+    restart a black-ringed white triangle (``"restart"``).
     """
     df = events_frame(events)
     fig, ax, owned = axes_for(ax, (10, 4))
@@ -137,6 +138,15 @@ def lease_gantt(events: EventsLike, ax: Axes | None = None,
         ax.add_collection(LineCollection(segments, gid="redelivery", zorder=2.5, **_REDELIVERY))
         extra.append(Line2D([], [], color="0.25", linestyle=(0, (3, 2)),
                             label="expired → next claim"))
+    renewed = df[df["kind"] == ev.LEASE_EXTENDED]
+    ticks = [(t - t0, lane[w]) for t, w in zip(renewed["t"], renewed["worker"], strict=True)
+             if w in lane]
+    if ticks:
+        xs, ys = zip(*ticks, strict=True)
+        ax.scatter(xs, ys, marker="|", s=90, color="black", linewidths=1.2, zorder=2.8,
+                   gid="renewal")
+        extra.append(Line2D([], [], marker="|", color="black", linestyle="none",
+                            markersize=9, label="lease renewed"))
     nodes = node_events_frame(df)
     for kind, style, gid in ((ev.CRASHED, CRASH_STYLE, "crash"),
                              (ev.RESTARTED, RESTART_STYLE, "restart")):

@@ -71,7 +71,8 @@ def bar_extents(coll: Any) -> list[tuple[float, float, float]]:
 
 
 # The fixed colour of each outcome, the same in every chart.
-COLORS = {"acked": "tab:green", "nacked": "tab:orange", "expired": "tab:red", "open": "tab:gray"}
+COLORS = {"acked": "tab:green", "nacked": "tab:orange", "expired": "tab:red", "open": "tab:gray",
+          "cancelled": "tab:brown"}
 
 
 def rgba(outcomes: list[str]) -> np.ndarray:
@@ -134,6 +135,27 @@ def test_gantt_marks_crash_and_restart_on_the_lanes_of_that_node() -> None:
                                [(3.0, 2), (13.5, 0), (13.5, 1)])
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend[:4] == ["acked", "nacked", "expired", "open"] and "node crashed" in legend
+
+
+def test_gantt_ticks_each_heartbeat_renewal_on_its_holders_lane() -> None:
+    renewed = EVENTS + [e(9.8, "lease_extended", "G", 1, W1, deadline=39.8),
+                        e(11.0, "lease_extended", "G", 1, W1, deadline=41.0)]
+    ax = lease_gantt(renewed).axes[0]
+    lanes = [t.get_text() for t in ax.get_yticklabels()]
+    np.testing.assert_allclose(by_gid(ax, "renewal").get_offsets(),
+                               [(9.8, lanes.index(W1)), (11.0, lanes.index(W1))])
+    assert len(by_gid(ax, "leases").get_paths()) == len(LEASES)  # renewals are not new bars
+    assert "lease renewed" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert not [a for a in lease_gantt(EVENTS).axes[0].get_children()
+                if a.get_gid() == "renewal"]
+
+
+def test_gantt_colours_a_cancelled_lease_as_cancelled() -> None:
+    stream = [enq(0.0, "K"), claim(1.0, "K", 1, W0), e(2.0, "cancel_requested", "K", 1, W0),
+              e(2.5, "nacked", "K", 1, W0, error="JobCancelled: cancelled"),
+              e(2.5, "cancelled", "K", 1, W0)]
+    bars = by_gid(lease_gantt(stream).axes[0], "leases")
+    np.testing.assert_allclose(bars.get_facecolor(), rgba(["cancelled"]))
 
 
 def test_gantt_time_is_relative_to_the_first_event() -> None:

@@ -1,8 +1,8 @@
 """``istos``, the operator's command line: look at live queues without writing Python.
 
 ``istos stats|jobs|why|dead|leases|follow QUEUE [...] --zenoh CONFIG --prefix P [--json]``, the
-admin commands ``requeue``, ``purge-dead``, ``pause``, ``resume`` (refused unless the queue was
-declared with ``admin=True``), ``istos metrics QUEUE... --port N`` (Prometheus text on
+admin commands ``requeue``, ``purge-dead``, ``pause``, ``resume``, ``cancel`` (refused unless
+the queue was declared with ``admin=True``), ``istos metrics QUEUE... --port N`` (Prometheus text on
 ``/metrics``) and ``istos dashboard QUEUE`` (the LiveDashboard through Voila on 127.0.0.1).
 
 Tables are for people (local times, ages, one-line payloads); ``--json`` prints one JSON document
@@ -81,6 +81,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="delete every dead letter")
     command("pause", "admin: stop claims on a queue")
     command("resume", "admin: let workers claim again")
+    p = command("cancel", "admin: cancel a job (a running one is stopped by its worker)")
+    p.add_argument("job_id", metavar="JOB_ID")
     p = command("metrics", "serve Prometheus metrics of queues on /metrics (read-only)", "many")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -191,6 +193,16 @@ async def _pause_resume(op: Operator, args: argparse.Namespace, out: Any) -> int
                  f"queue {args.queue} {'paused' if paused else 'resumed'}")
 
 
+async def _cancel(op: Operator, args: argparse.Namespace, out: Any) -> int:
+    status = str((await op.call(args.queue, "cancel", job_id=args.job_id))["status"])
+    if status == "unknown":
+        raise LookupError(f"queue {args.queue!r} holds no job {args.job_id!r}")
+    words = {"cancelled": "cancelled", "cancelling": "cancelling: its worker is told to stop it",
+             "too_late": "too late: it already finished"}
+    return _emit(out, args, {"job_id": args.job_id, "status": status},
+                 f"{args.job_id}: {words.get(status, status)}")
+
+
 async def _dashboard(op: Operator, args: argparse.Namespace, out: Any) -> int:
     from .cli_dashboard import serve_dashboard
 
@@ -200,7 +212,8 @@ async def _dashboard(op: Operator, args: argparse.Namespace, out: Any) -> int:
 
 _HANDLERS = {"stats": _stats, "jobs": _jobs, "why": _why, "dead": _dead, "leases": _leases,
              "follow": _follow, "requeue": _requeue, "purge-dead": _purge,
-             "pause": _pause_resume, "resume": _pause_resume, "dashboard": _dashboard}
+             "pause": _pause_resume, "resume": _pause_resume, "cancel": _cancel,
+             "dashboard": _dashboard}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -165,6 +165,11 @@ def test_cli_on_a_live_owner_through_a_router(mesh):
     assert missing.returncode == 1 and "no dead job" in missing.stderr
     assert cli("purge-dead", "jobs/email", *common).returncode == 2  # ids or --all
     assert "purged 1" in cli("purge-dead", "jobs/email", "--all", *common).stdout
+    cancelled = json.loads(cli("cancel", "jobs/email", ids[3], *common, "--json").stdout)
+    assert cancelled == {"job_id": ids[3], "status": "cancelled"}
+    assert "cancelling" in cli("cancel", "jobs/email", held_id, *common).stdout
+    assert "too late" in cli("cancel", "jobs/email", ids[3], *common).stdout
+    assert cli("cancel", "jobs/email", "no-such-job", *common).returncode == 1
     refused = cli("pause", "plain", *common)
     assert refused.returncode == 1 and "admin=True" in refused.stderr
     assert "Traceback" not in refused.stderr and refused.stderr.count("\n") == 1

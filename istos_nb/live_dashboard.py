@@ -100,7 +100,8 @@ class LiveDashboard(Shown):
                                                               height="auto"))
         self.admin_buttons = {name: W.Button(description=label) for name, label in (
             ("pause", "Pause queue"), ("resume", "Resume queue"), ("requeue", "Requeue job"),
-            ("purge", "Purge dead job"), ("purge-all", "Purge all dead"))}
+            ("purge", "Purge dead job"), ("purge-all", "Purge all dead"),
+            ("cancel-job", "Cancel job"))}
         self.admin_row = W.HBox(list(self.admin_buttons.values()),
                                 layout=W.Layout(display="none"))
         self.confirm_text = W.HTML()
@@ -215,7 +216,8 @@ class LiveDashboard(Shown):
     # -- admin, behind a confirmation ----------------------------------------------------------
     def ask(self, action: str) -> None:
         """Show the confirmation for admin ``action`` (pause, resume, requeue, purge,
-        purge-all); nothing is sent before :meth:`confirm`. Only when the owner said admin."""
+        purge-all, cancel-job); nothing is sent before :meth:`confirm`. Only when the owner
+        said admin."""
         if not self.admin:
             raise PermissionError("this queue was not declared with admin=True")
         job = self.job_id.value.strip()
@@ -226,7 +228,12 @@ class LiveDashboard(Shown):
             "requeue": (f"Requeue dead job {job} under a new id?", lambda: lq.requeue(job)),
             "purge": (f"Delete dead job {job} for good?", lambda: lq.purge_dead([job])),
             "purge-all": ("Delete ALL dead letters for good?", lambda: lq.purge_dead()),
+            "cancel-job": (f"Cancel job {job}? (a running job is stopped by its worker)",
+                           lambda: lq.cancel(job)),
         }
+        if action == "cancel-job" and not job:
+            self.status.value = _esc("pick a job in the job tab first")
+            return
         if action in ("requeue", "purge") and not job:
             self.status.value = _esc("pick a dead job in the job tab first")
             return

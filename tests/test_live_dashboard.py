@@ -93,6 +93,11 @@ async def test_live_dashboard_policy_jobs_tab_detail_and_confirmed_admin():
             new_id = dash.confirm()
             assert new_id not in (dead_id, done_id, *ids)
             assert (lq.jobs(state="ready", limit=None).job_id == new_id).any()
+            dash.job_id.value = new_id
+            dash.ask("cancel-job")
+            assert new_id in dash.confirm_text.value
+            assert dash.confirm() == "cancelled"
+            assert lq.why(new_id)["state"] == "cancelled"
             dash.ask("pause")
             dash.confirm()
             assert lq.stats()["paused"] is True and "PAUSED" in dash.stats_line.value

@@ -370,17 +370,6 @@ async def test_oversized_message_is_refused_with_an_error_reply(mesh):
     await probe.close()
 
 
-def _max_leased(events) -> int:
-    leased = peak = 0
-    for e in events:
-        if e.kind == "claimed":
-            leased += 1
-            peak = max(peak, leased)
-        elif e.kind in ("acked", "nacked", "lease_expired"):
-            leased -= 1
-    return peak
-
-
 async def test_automatic_prefetch_only_for_jobs_short_next_to_the_lease(mesh):
     owner = app_on(mesh, "owner")
     owner.queue("short", lease_s=30.0)
@@ -402,8 +391,11 @@ async def test_automatic_prefetch_only_for_jobs_short_next_to_the_lease(mesh):
         async with worker.serving():
             events = await wait_events(
                 owner, lambda ev: count(ev, "acked") == 400, timeout_s=30)
-    short = [e for e in events if e.queue == "short"]
+            held = {r.config.queue: r.stats.peak_held for r in worker.runners}
     long = [e for e in events if e.queue == "long"]
-    assert _max_leased(short) > 2  # warmed up: claims ran ahead of the two slots
-    assert _max_leased(long) == 2  # never more leases than slots
+    # Counted by the worker, not from the owner's events: an ack sent in its own settle
+    # request can reach the owner after the claim for the freed slot (a third lease for an
+    # instant on the owner's side although the worker runs two jobs).
+    assert held["short"] > 2  # warmed up: claims ran ahead of the two slots
+    assert held["long"] == 2  # never more jobs held than slots
     assert {e.worker for e in long if e.kind == "claimed"} == {"worker:slow#0", "worker:slow#1"}

@@ -67,6 +67,7 @@ class WorkerStats:
     nacked: int = 0
     failed_replies: int = 0
     not_started: int = 0  # prefetched jobs dropped because their lease ended while waiting
+    peak_held: int = 0  # most jobs held at once (running + prefetched): > concurrency = prefetch
     slot_ids: list[str] = field(default_factory=list)
 
 
@@ -235,6 +236,9 @@ class WorkerRunner:
             task = asyncio.get_running_loop().create_task(self._run(job))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        held = len(self.slot_ids) - len(self._free)
+        if held > self.stats.peak_held:
+            self.stats.peak_held = held
         if reply.get("cancel"):
             self.leases.cancel(reply["cancel"])
         return jobs

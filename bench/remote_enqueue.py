@@ -48,7 +48,7 @@ QUEUE = "bench/jobs"
 RESULT_TAG = "@@RESULT "
 PAYLOAD = b"x" * 120
 LAYERS = ("raw", "raw inline", "raw express", "raw->transport", "transport->raw", "transport",
-          "transport express", "ping", "ping 200B", "call enqueue",
+          "transport express", "transport inline", "ping", "ping 200B", "call enqueue",
           "enqueue")
 # Extra server-side transports, each its own session, for the A/B layers above.
 SERVER_EXTRAS: dict[str, dict[str, Any]] = {"echox": {"express": True}}
@@ -84,7 +84,7 @@ async def server(spec: dict[str, Any]) -> None:
     import zenoh
 
     from istos import Istos
-    from istos.transport.zenoh import ZenohTransport
+    from istos.transport.zenoh import ZenohHandle, ZenohTransport
 
     apply_class_settings(spec["variant"])
     app = Istos(zenoh=spec["cfg"], prefix=spec["prefix"])
@@ -123,6 +123,15 @@ async def server(spec: dict[str, Any]) -> None:
                                              zenoh.handlers.Callback(raw, indirect=False)),
                    session.declare_queryable(f"{spec['prefix']}/rawx", raw_express)]
         await transport.declare_queryable(f"{spec['prefix']}/echo", echo)  # type: ignore
+        # The echo as ZenohTransport serves it, but with the query callback inline on Zenoh's
+        # network thread (indirect=False) instead of Zenoh's default Python callback thread.
+        inline = ZenohHandle(transport, "inline echo")  # type: ignore[arg-type]
+
+        def on_query_inline(query: zenoh.Query) -> None:
+            transport._post(transport._serve, inline, query, "echoi", echo)  # type: ignore
+
+        handles.append(session.declare_queryable(
+            f"{spec['prefix']}/echoi", zenoh.handlers.Callback(on_query_inline, indirect=False)))
         extras = []
         for i, (key, attrs) in enumerate(SERVER_EXTRAS.items()):
             extra = ZenohTransport(spec["extra_cfgs"][i], node_id=f"extra-{key}")
@@ -155,7 +164,7 @@ async def client(spec: dict[str, Any]) -> dict[str, Any]:
         session = transport._session  # type: ignore[attr-defined]
         owner = app.client(QUEUE)
         await owner.call("ping")  # waits for the route
-        for key in ("raw", "rawi", "rawx", "echo", *SERVER_EXTRAS):
+        for key in ("raw", "rawi", "rawx", "echo", "echoi", *SERVER_EXTRAS):
             await transport.query(f"{p}/{key}", b"", 5.0)
 
         def raw_get(key: str, express: bool = False) -> None:
@@ -178,6 +187,7 @@ async def client(spec: dict[str, Any]) -> dict[str, Any]:
             "transport->raw": lambda: transport.query(f"{p}/rawi", PAYLOAD, 5.0),
             "transport": lambda: transport.query(f"{p}/echo", PAYLOAD, 5.0),
             "transport express": lambda: query_express(f"{p}/echox"),
+            "transport inline": lambda: transport.query(f"{p}/echoi", PAYLOAD, 5.0),
             "ping": lambda: owner.call("ping"),
             "ping 200B": lambda: owner.call("ping", pad=b"x" * 180),
             "call enqueue": lambda: owner.call("enqueue", body=b"\x82" + b"x" * 99,

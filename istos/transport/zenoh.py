@@ -114,7 +114,11 @@ class _PendingQuery:
             self._owner._post(self._err, text)
 
     def on_done(self) -> None:
-        self._owner._post(self._done)
+        # Once the future holds a reply, the final message changes nothing: skipping its hop
+        # saves the loop a wake-up per request. (A benign cross-thread read: at worst the
+        # hop is taken and _done finds the future resolved.)
+        if not self.fut.done():
+            self._owner._post(self._done)
 
     # -- loop thread
     def _ok(self, payload: bytes) -> None:
@@ -204,6 +208,11 @@ class ZenohTransport:
     :class:`~istos.errors.ConfigError` here, or from :meth:`start` when only opening the
     session reveals it (bad or busy endpoint).
     """
+
+    #: Zenoh's ``express`` on queries and replies (sent at once, never batched). Off by
+    #: default: measured here it did not shorten our round trip, and Zenoh documents a
+    #: throughput cost (bench/remote_enqueue.py, bench/README.md). Settable per instance.
+    express: bool = False
 
     def __init__(self, config: ZenohConfigLike = None, *, node_id: str) -> None:
         self.node_id = node_id
@@ -303,7 +312,7 @@ class ZenohTransport:
             _reply_err(query, key, f"{type(exc).__name__}: {exc}")
         else:
             try:
-                query.reply(reply_key, result)
+                query.reply(reply_key, result, express=self.express)
             except Exception as exc:  # closed session, or a result that is not bytes
                 log.warning("could not reply to query on %r: %s", key, exc)
                 _reply_err(query, key, f"reply failed: {exc}")
@@ -327,6 +336,7 @@ class ZenohTransport:
                 payload=payload,
                 timeout=timeout_s + _ZENOH_TIMEOUT_SLACK_S,
                 consolidation=zenoh.ConsolidationMode.NONE,  # deliver replies as they arrive
+                express=self.express,
             )
         except zenoh.ZError as exc:
             pending._fail(TransportError(f"query on {key!r} failed: {exc}"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import hashlib
 import json
 import math
 import os
@@ -241,6 +242,18 @@ def test_same_trace_in_a_subprocess_with_another_hash_seed():
             check=True,
         )
         assert json.loads(proc.stdout) == here
+
+
+# The trace's digest as the loop produced it before its hot path was rewritten (issue 18):
+# a faster loop must run the same callbacks in the same order, to the last float bit.
+PINNED_TRACE = ("4ec8faafbb894c875e5ae14aa3c0d1aa46827e313af34e13e8bc74db0d1fffda", 2739)
+
+
+@pytest.mark.timeout(30)
+def test_trace_matches_the_digest_pinned_before_the_loop_was_optimised():
+    trace = _trace()
+    digest = hashlib.sha256(json.dumps(trace).encode()).hexdigest()
+    assert (digest, len(trace)) == PINNED_TRACE
 
 
 # -- bounded runs and quiescence -----------------------------------------------------------

@@ -1,0 +1,21 @@
+"""Byte-exact determinism pinned across code changes: seeded runs keep their recorded digests.
+
+``test_sim.py`` checks that one build gives the same stream twice; this checks that the stream
+is the one recorded in ``sim_digests.json`` (see ``sim_digests.py`` for when and how to
+regenerate it), so a speed-up of the loop or the mesh cannot silently reorder events.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sim_digests import PINNED, SCENARIOS, compute
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_seeded_run_matches_its_pinned_digest(name: str) -> None:
+    pinned = json.loads(PINNED.read_text())[name]
+    got = compute(name)
+    assert got["events"] == pinned["events"], f"{name}: event count changed"
+    assert got["digest"] == pinned["digest"], f"{name}: same count, different stream"

@@ -28,6 +28,7 @@ import contextvars
 import heapq
 import threading
 import time
+from asyncio import format_helpers
 from asyncio.base_events import _format_handle  # type: ignore[attr-defined]
 from asyncio.log import logger
 from collections.abc import Callable
@@ -197,13 +198,23 @@ class VirtualScheduling:
         # Only what is ready now runs in this iteration; callbacks it schedules wait for the next.
         if self._debug:
             self._run_ready_debug(len(ready))
-            return
-        popleft = ready.popleft
+        else:
+            self._run_ready(len(ready))
+
+    def _run_ready(self, ntodo: int) -> None:
+        popleft = self._ready.popleft
         handle: Any = None
-        for _ in range(len(ready)):
+        for _ in range(ntodo):
             handle = popleft()
-            if not handle._cancelled:
-                handle._run()
+            if handle._cancelled:
+                continue
+            # Handle._run, inlined (one Python call less per callback)
+            try:
+                handle._context.run(handle._callback, *handle._args)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                _report_callback_error(handle, exc)
         handle = None  # as asyncio: break cycles when an exception occurs
 
     def _drop_cancelled(self) -> list[TimerEntry]:
@@ -245,3 +256,14 @@ class VirtualScheduling:
                     logger.warning("Executing %s took %.3f seconds", _format_handle(handle), dt)
             finally:
                 self._current_handle = None
+
+
+def _report_callback_error(handle: Any, exc: BaseException) -> None:
+    """What ``Handle._run`` does when its callback raises (outside debug mode)."""
+    source = format_helpers._format_callback_source(  # type: ignore[attr-defined]
+        handle._callback, handle._args)
+    context: dict[str, Any] = {"message": f"Exception in callback {source}", "exception": exc,
+                               "handle": handle}
+    if handle._source_traceback:
+        context["source_traceback"] = handle._source_traceback
+    handle._loop.call_exception_handler(context)

@@ -666,3 +666,28 @@ def test_call_soon_ping_pong_is_fast(loop):
     elapsed = time.perf_counter() - t0
     assert count == n
     assert elapsed < 10  # ~0.5 s on a loaded 2-core box; a regression to blocking waits fails
+
+
+# -- garbage collection during a run -------------------------------------------------------
+
+
+def test_fewer_gc_pauses_raises_the_young_threshold_and_restores_it():
+    import gc
+
+    from istos_nb.sim.vrun import GC_GEN0_THRESHOLD, fewer_gc_pauses
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        with fewer_gc_pauses():
+            assert gc.get_threshold() == (GC_GEN0_THRESHOLD, 10, 10)
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(0)  # a process that turned the collector off keeps it off
+        with fewer_gc_pauses():
+            assert gc.get_threshold()[0] == 0
+        with pytest.raises(ZeroDivisionError), fewer_gc_pauses():
+            gc.set_threshold(700, 10, 10)  # restored to what it was on entry, even on error
+            raise ZeroDivisionError
+        assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*before)

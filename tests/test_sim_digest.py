@@ -7,15 +7,16 @@ regenerate it), so a speed-up of the loop or the mesh cannot silently reorder ev
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from sim_digests import PINNED, SCENARIOS, compute
+from sim_digests import PY, SCENARIOS, compute, pinned
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_seeded_run_matches_its_pinned_digest(name: str) -> None:
-    pinned = json.loads(PINNED.read_text())[name]
+    table = pinned()
+    if table is None:
+        pytest.skip(f"no digests pinned for Python {PY} (see tests/sim_digests.py)")
+    pinned_run = table[name]
     got = compute(name)
-    assert got["events"] == pinned["events"], f"{name}: event count changed"
-    assert got["digest"] == pinned["digest"], f"{name}: same count, different stream"
+    assert got["events"] == pinned_run["events"], f"{name}: event count changed"
+    assert got["digest"] == pinned_run["digest"], f"{name}: same count, different stream"

@@ -265,6 +265,65 @@ def test_trace_matches_the_digest_pinned_before_the_loop_was_optimised():
     assert hashlib.sha256(json.dumps(trace).encode()).hexdigest() == expected
 
 
+def _tie_trace(loop: VirtualEventLoop) -> list:
+    """call_soon, call_later(0), call_at ties and cancellations, recorded in firing order."""
+    out: list = []
+
+    def note(tag):
+        out.append((loop.time(), tag))
+        if tag == "a0":
+            loop.call_soon(note, "soon-from-a0")
+            loop.call_later(0, note, "later0-from-a0")
+            loop.call_at(loop.time(), note, "at-now-from-a0")
+
+    for i in range(5):
+        loop.call_at(1.0, note, f"a{i}")
+        loop.call_later(1.0, note, f"b{i}")
+    loop.call_at(0.5, note, "cancelled").cancel()
+    loop.call_soon(note, "soon")
+    loop.call_at(2.0, loop.stop)
+    loop.run_forever()
+    return out
+
+
+@pytest.mark.timeout(10)
+def test_ties_fire_in_call_order_and_debug_mode_runs_the_same_order():
+    plain, debug = VirtualEventLoop(), VirtualEventLoop()
+    debug.set_debug(True)
+    try:
+        first, second = _tie_trace(plain), _tie_trace(debug)
+    finally:
+        plain.shutdown()
+        debug.shutdown()
+    tags = [tag for _, tag in first]
+    assert tags[:6] == ["soon", "a0", "b0", "a1", "b1", "a2"]
+    # what a0 scheduled runs after every callback already due at t=1
+    assert tags[-3:] == ["soon-from-a0", "later0-from-a0", "at-now-from-a0"]
+    assert "cancelled" not in tags
+    assert first == second
+
+
+@pytest.mark.timeout(10)
+def test_a_raising_callback_is_reported_and_the_loop_goes_on(loop):
+    reported: list = []
+    loop.set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+    ran: list = []
+
+    def boom():
+        raise ZeroDivisionError("boom")
+
+    loop.call_soon(boom)
+    loop.call_later(1.0, boom)
+    loop.call_later(2.0, ran.append, "after")
+    loop.run_until(3.0)
+    assert ran == ["after"]
+    assert len(reported) == 2
+    assert all(isinstance(ctx["exception"], ZeroDivisionError) for ctx in reported)
+    assert reported[0]["message"].startswith("Exception in callback")
+    assert "boom" in reported[0]["message"]
+    assert isinstance(reported[1]["handle"], asyncio.TimerHandle)
+
+
 # -- bounded runs and quiescence -----------------------------------------------------------
 
 

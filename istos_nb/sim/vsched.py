@@ -26,6 +26,7 @@ import asyncio
 import collections
 import contextvars
 import heapq
+import math
 import threading
 import time
 from asyncio import format_helpers
@@ -50,6 +51,25 @@ _Handle = asyncio.Handle
 _TimerHandle = asyncio.TimerHandle
 
 TimerEntry = tuple[float, int, asyncio.TimerHandle]
+_INF = float("inf")
+
+
+class TimerHandle(asyncio.TimerHandle):
+    """asyncio's TimerHandle with a cheaper ``cancel()``: one call instead of three
+    (``TimerHandle.cancel``, the loop's ``_timer_handle_cancelled``, ``Handle.cancel``), same
+    effect. Every request's timeout timer is cancelled when its reply comes; outside debug mode
+    only (the loop builds stock handles in debug mode)."""
+
+    __slots__ = ()
+
+    def cancel(self) -> None:
+        if self._cancelled:
+            return
+        if self._scheduled:  # type: ignore[attr-defined]
+            self._loop._timer_cancelled_count += 1  # type: ignore[attr-defined]
+        self._cancelled = True
+        self._callback = None
+        self._args = None  # type: ignore[assignment]
 
 
 class VirtualScheduling:
@@ -70,6 +90,9 @@ class VirtualScheduling:
         _current_handle: asyncio.Handle | None
         slow_callback_duration: float
         _selector: Any
+        _stop_event: threading.Event | None
+        _limit: float | None
+        _real_pending: int
 
         def _check_closed(self) -> None: ...
 
@@ -89,7 +112,7 @@ class VirtualScheduling:
 
     # The stubs type these with TypeVarTuple (callback and args checked together); the runtime
     # signatures are the same, so the overrides are sound.
-    def call_soon(  # type: ignore[override]
+    def call_soon(
         self,
         callback: Callable[..., object],
         *args: Any,
@@ -109,9 +132,9 @@ class VirtualScheduling:
         handle._repr = None
         handle._source_traceback = None
         self._ready.append(handle)
-        return handle  # type: ignore[no-any-return]
+        return handle
 
-    def call_later(  # type: ignore[override]
+    def call_later(
         self,
         delay: float,
         callback: Callable[..., object],
@@ -123,7 +146,7 @@ class VirtualScheduling:
             raise TypeError("delay must not be None")
         return self._timer(self._now + delay, callback, args, context)
 
-    def call_at(  # type: ignore[override]
+    def call_at(
         self,
         when: float,
         callback: Callable[..., object],
@@ -149,7 +172,7 @@ class VirtualScheduling:
             if timer._source_traceback:
                 del timer._source_traceback[-1]
         else:
-            timer = _new(_TimerHandle)
+            timer = _new(TimerHandle)
             timer._context = context if context is not None else _copy_context()
             timer._loop = self
             timer._callback = callback
@@ -160,11 +183,11 @@ class VirtualScheduling:
             timer._when = when
         _heappush(self._scheduled, (when, self._next_seq(), timer))
         timer._scheduled = True
-        return timer  # type: ignore[no-any-return]
+        return timer
 
     # -- one iteration ----------------------------------------------------------------------
 
-    def _run_once(self) -> None:
+    def _run_once(self) -> None:  # noqa: C901, PLR0912 - the hot path, kept in one piece
         """One loop iteration, as ``BaseEventLoop._run_once`` (see the module docstring)."""
         heap = self._scheduled
         count = len(heap)
@@ -183,10 +206,18 @@ class VirtualScheduling:
         # asyncio waits for I/O for `timeout` seconds: 0 when callbacks are ready, the loop is
         # stopping or the first timer is due; otherwise the idle handler moves the clock.
         if not events and not ready and not self._stopping:
-            if not heap:
-                events = self._on_idle(float("inf"))
-            elif heap[0][0] > self._now:
-                events = self._on_idle(heap[0][0])
+            when = heap[0][0] if heap else _INF
+            if when > self._now:
+                stop, limit = self._stop_event, self._limit
+                if (when < _INF and not self._real_pending and (limit is None or when <= limit)
+                        and (stop is None or not stop.is_set())):
+                    # _on_idle's usual case, inlined (it runs once per virtual instant):
+                    # nothing else to wait for, so jump the clock to the next timer.
+                    self._now = float(when)
+                    if when + self._clock_resolution == when:  # see VirtualEventLoop._advance
+                        self._clock_resolution = math.ulp(when)
+                else:
+                    events = self._on_idle(when)
         if events:
             self._process_events(events)
         events = None  # as asyncio: break cycles when an exception occurs
@@ -220,7 +251,7 @@ class VirtualScheduling:
     def _drop_cancelled(self) -> list[TimerEntry]:
         live = []
         for entry in self._scheduled:
-            if entry[2]._cancelled:  # type: ignore[attr-defined]
+            if entry[2]._cancelled:
                 entry[2]._scheduled = False  # type: ignore[attr-defined]
             else:
                 live.append(entry)
@@ -239,18 +270,18 @@ class VirtualScheduling:
         if threading.active_count() > 1:
             time.sleep(0)
         self._check_stop()
-        return self._selector.select(0)  # type: ignore[no-any-return]
+        return self._selector.select(0)
 
     def _run_ready_debug(self, ntodo: int) -> None:
         """The ready queue run as asyncio's debug mode does: warn about slow callbacks."""
         for _ in range(ntodo):
             handle = self._ready.popleft()
-            if handle._cancelled:  # type: ignore[attr-defined]
+            if handle._cancelled:
                 continue
             try:
                 self._current_handle = handle
                 t0 = self.time()
-                handle._run()  # type: ignore[attr-defined]
+                handle._run()
                 dt = self.time() - t0
                 if dt >= self.slow_callback_duration:
                     logger.warning("Executing %s took %.3f seconds", _format_handle(handle), dt)
@@ -260,7 +291,7 @@ class VirtualScheduling:
 
 def _report_callback_error(handle: Any, exc: BaseException) -> None:
     """What ``Handle._run`` does when its callback raises (outside debug mode)."""
-    source = format_helpers._format_callback_source(  # type: ignore[attr-defined]
+    source = format_helpers._format_callback_source(
         handle._callback, handle._args)
     context: dict[str, Any] = {"message": f"Exception in callback {source}", "exception": exc,
                                "handle": handle}

@@ -158,7 +158,9 @@ def test_determinism_across_processes():
     for hashseed in ("1", "999"):
         out = subprocess.run([sys.executable, script, here, "11"], capture_output=True,
                              text=True, timeout=120, env={"PYTHONHASHSEED": hashseed,
-                                                          "PATH": "/usr/bin:/bin"})
+                                                          "PATH": "/usr/bin:/bin",
+                                                          # this checkout, not an installed copy
+                                                          "PYTHONPATH": str(Path(here).parent)})
         assert out.returncode == 0, out.stderr
         digests.add(out.stdout.strip())
     local = hashlib.sha256(

@@ -7,6 +7,7 @@ body's shape.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import msgpack
@@ -18,10 +19,24 @@ MAX_BODY_BYTES = 1 << 20  # 1 MiB: larger payloads belong in object storage, ref
 MAX_MESSAGE_BYTES = MAX_BODY_BYTES + (64 << 10)
 
 
+# msgpack.packb builds a Packer per call, which costs more than packing a small message; a
+# Packer is reusable (it resets after each pack, and after an error) but not thread-safe, so
+# each thread keeps its own.
+_local = threading.local()
+
+
+def _pack(obj: Any) -> bytes:
+    try:
+        packer = _local.packer
+    except AttributeError:
+        packer = _local.packer = msgpack.Packer(use_bin_type=True)
+    return packer.pack(obj)  # type: ignore[no-any-return]
+
+
 def encode_body(data: Any, *, queue: str = "?") -> bytes:
     """Encode a job body; raise :class:`InvalidJob` before anything is sent if it cannot be."""
     try:
-        raw = msgpack.packb(data, use_bin_type=True)
+        raw = _pack(data)
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidJob(
             f"job body for queue {queue!r} cannot be encoded with msgpack: {exc}; "
@@ -39,7 +54,7 @@ def decode_body(raw: bytes) -> Any:
 
 
 def encode_message(msg: dict[str, Any]) -> bytes:
-    return msgpack.packb(msg, use_bin_type=True)
+    return _pack(msg)
 
 
 def decode_message(raw: bytes) -> dict[str, Any]:

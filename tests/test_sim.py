@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import subprocess
 import sys
 import time
@@ -158,10 +157,10 @@ def test_determinism_across_processes():
     digests = set()
     for hashseed in ("1", "999"):
         out = subprocess.run([sys.executable, script, here, "11"], capture_output=True,
-                             text=True, timeout=120, env={
-                                 "PYTHONHASHSEED": hashseed, "PATH": "/usr/bin:/bin",
-                                 # the code under test, not whatever is installed
-                                 "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+                             text=True, timeout=120, env={"PYTHONHASHSEED": hashseed,
+                                                          "PATH": "/usr/bin:/bin",
+                                                          # this checkout, not an installed copy
+                                                          "PYTHONPATH": str(Path(here).parent)})
         assert out.returncode == 0, out.stderr
         digests.add(out.stdout.strip())
     local = hashlib.sha256(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -27,6 +28,10 @@ from .base import (
     TransportTimeout,
     key_matches,
 )
+
+# Every query and put matches its key against each registration; the same few pairs recur for
+# the whole run (a queue's rpc, nudge, result keys), so the answers are cached.
+_matches = functools.lru_cache(maxsize=4096)(key_matches)
 
 
 class NetworkModel(Protocol):
@@ -152,15 +157,15 @@ class LocalTransport:
                       delay: float = 0.0) -> None:
         """Run ``fn(*args)`` on this node, in its context, if it is still alive then."""
         loop, ctx = self._loop_or_fail(), self._context
-
-        def run() -> None:
-            if self.alive:
-                fn(*args)
-
+        # A bound method and the args, not a closure: this runs for every message simulated.
         if delay > 0:
-            loop.call_later(delay, run, context=ctx)
+            loop.call_later(delay, self._run_if_alive, fn, args, context=ctx)
         else:
-            loop.call_soon(run, context=ctx)
+            loop.call_soon(self._run_if_alive, fn, args, context=ctx)
+
+    def _run_if_alive(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        if self.alive:
+            fn(*args)
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         # Called from a callback already running in this node's context (see _deliver_call),
@@ -178,7 +183,7 @@ class LocalTransport:
         loop = self._loop_or_fail()
         if not self.alive:
             raise TransportError(f"node {self.node_id!r} is down")
-        targets = [q for q in self.mesh._queryables if key_matches(q.key, key) and q.node.alive]
+        targets = [q for q in self.mesh._queryables if _matches(q.key, key) and q.node.alive]
         if not targets:
             raise NoResponder(f"no queryable serves {key!r}")
         fut: asyncio.Future[bytes] = loop.create_future()
@@ -200,12 +205,12 @@ class LocalTransport:
         delay = self.mesh.network.delay(self.node_id, server.node_id)
         if delay is None:
             return  # lost on the way: the requester times out
+        server._deliver_call(self._arrive, target, key, payload, fut, unanswered, delay=delay)
 
-        def arrive() -> None:
-            if not target.closed:
-                server._spawn(self._serve(target, key, payload, fut, unanswered))
-
-        server._deliver_call(arrive, delay=delay)
+    def _arrive(self, target: _Entry, key: str, payload: bytes, fut: asyncio.Future[bytes],
+                unanswered: list[int]) -> None:
+        if not target.closed:
+            target.node._spawn(self._serve(target, key, payload, fut, unanswered))
 
     async def _serve(self, target: _Entry, key: str, payload: bytes,
                      fut: asyncio.Future[bytes], unanswered: list[int]) -> None:
@@ -221,17 +226,13 @@ class LocalTransport:
         if back is None:
             return
 
-        def resolve() -> None:
-            if not fut.done():
-                fut.set_result(reply)
-
-        self._deliver_call(resolve, delay=back)
+        self._deliver_call(_resolve, fut, reply, delay=back)
 
     async def put(self, key: str, payload: bytes) -> None:
         if not self.alive:
             return
         for sub in list(self.mesh._subscribers):
-            if sub.node.alive and key_matches(sub.key, key):
+            if sub.node.alive and _matches(sub.key, key):
                 delay = self.mesh.network.delay(self.node_id, sub.node.node_id)
                 if delay is not None:
                     sub.node._deliver_call(self._sample_to, sub, key, payload, delay=delay)
@@ -259,6 +260,11 @@ class LocalTransport:
         return sorted({t.key for t in self.mesh._tokens
                        if key_matches(key_expr, t.key) and t.node.alive
                        and (t.node is self or net.reachable(t.node.node_id, self.node_id))})
+
+
+def _resolve(fut: asyncio.Future[bytes], reply: bytes) -> None:
+    if not fut.done():
+        fut.set_result(reply)
 
 
 def _time_out(fut: asyncio.Future[bytes], key: str, timeout_s: float) -> None:

@@ -29,6 +29,7 @@ from .progress import auto_progress
 from .result import SimResult
 from .simnode import Incarnation, SimNode, current_incarnation, instrument
 from .vloop import VirtualEventLoop, VirtualLoopInterrupted, run_in_thread
+from .vrun import fewer_gc_pauses
 from .workload import Workload
 
 
@@ -241,7 +242,8 @@ class Simulation:
             self._plan_random_crashes(loop, until)
             if progress is not None:
                 self._report_progress(loop, until, progress)
-            loop.run_until(until)
+            with fewer_gc_pauses():  # the run's speed, not its events: see vrun.py
+                loop.run_until(until)
         except (VirtualLoopInterrupted, KeyboardInterrupt):
             interrupted = True  # stop where we are: the result holds what happened so far
         finally:

@@ -6,10 +6,12 @@
 straight to the next timer, so an hour of simulated waiting costs no wall time. This is trio's
 ``MockClock(autojump_threshold=0)`` and the ``looptime`` package's idea, done on the stock loop.
 
-How it works. ``BaseEventLoop._run_once`` asks its selector to wait ``timeout`` seconds for I/O
-(``0`` when callbacks are ready, the distance to the next timer, or ``None`` when nothing is
-scheduled). Our selector never waits for real: it moves the virtual clock to the next timer's
-``when`` and returns at once, and ``_run_once`` then finds that timer due in the same iteration.
+How it works. Where ``BaseEventLoop._run_once`` would ask its selector to wait ``timeout``
+seconds for I/O (none when callbacks are ready; else the distance to the next timer, or forever
+when nothing is scheduled), this loop never waits for real: it moves the virtual clock to the
+next timer's ``when`` and runs that timer in the same iteration. The iteration itself, and
+``call_soon`` / ``call_later`` / ``call_at``, live in :mod:`istos_nb.sim.vsched`, which mirrors
+asyncio's code on a cheaper timer heap.
 
 Guarantees:
 
@@ -39,9 +41,7 @@ Nothing here touches the event loop policy or the thread's "current" loop.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextvars
-import heapq
 import itertools
 import math
 import selectors
@@ -52,6 +52,8 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from istos.errors import IstosError
+
+from .vsched import _POLL_EVERY, VirtualScheduling
 
 if TYPE_CHECKING:
     from .vrun import run_in_thread, run_virtual
@@ -73,10 +75,6 @@ _INF = math.inf
 # monotonic resolution (15.6 ms on Windows) so that the same program coalesces the same way
 # everywhere.
 _RESOLUTION = 1e-9
-# On the hot path (callbacks ready) the real selector is only polled every this many iterations:
-# threads put their callbacks straight into the ready queue, so the poll is only needed to
-# drain the self-pipe and to notice `stop_event`. It is 1 µs of syscall per iteration otherwise.
-_POLL_EVERY = 64
 # Real-time waits are sliced so that `stop_event` is honoured while waiting.
 _REAL_WAIT_SLICE_S = 0.05
 # Virtual seconds cancelled tasks get to finish their cleanup in `shutdown()`.
@@ -108,69 +106,7 @@ class VirtualLoopInterrupted(VirtualLoopError):
     """
 
 
-class _SeqTimerHandle(asyncio.TimerHandle):
-    """A TimerHandle ordered by ``(when, seq)``: equal times fire in scheduling order.
-
-    ``when()`` is untouched; ``_seq`` only breaks ties inside the loop's heap.
-    """
-
-    __slots__ = ("_seq",)
-    _seq: int
-
-    if TYPE_CHECKING:  # asyncio.TimerHandle internals, absent from typeshed's stubs
-        _when: float
-        _scheduled: bool
-        _source_traceback: list[Any] | None
-
-    def __lt__(self, other: Any) -> bool:
-        when, other_when = self._when, other._when
-        if when == other_when:
-            return self._seq < other._seq
-        return when < other_when
-
-    def __le__(self, other: Any) -> bool:
-        return not other < self
-
-    def __gt__(self, other: Any) -> bool:
-        return other < self
-
-    def __ge__(self, other: Any) -> bool:
-        return not self < other
-
-
-class _VirtualSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
-    """The loop's selector: polls real I/O without blocking and hands idle time to the loop."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.vloop: VirtualEventLoop | None = None
-        self._countdown = _POLL_EVERY
-
-    def real_select(self, timeout: float | None) -> list[tuple[selectors.SelectorKey, int]]:
-        """The underlying OS-level select (real time)."""
-        return super().select(timeout)
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        self._countdown -= 1
-        if self._countdown <= 0:
-            self._countdown = _POLL_EVERY
-            assert self.vloop is not None
-            # A virtual loop never blocks, so it would hold the GIL for as long as it runs; a
-            # thread that must set the stop event or post a callback could starve for seconds.
-            # Hand the GIL over briefly (a zero sleep releases it) when there is such a thread.
-            if threading.active_count() > 1:
-                time.sleep(0)
-            self.vloop._check_stop()
-            events = super().select(0)
-            if events:
-                return events
-        if timeout == 0:  # callbacks are ready, or the loop is stopping
-            return []
-        assert self.vloop is not None
-        return self.vloop._on_idle(timeout)
-
-
-class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-type]
+class VirtualEventLoop(VirtualScheduling, asyncio.SelectorEventLoop):  # type: ignore[misc]
     """An asyncio event loop on virtual time; see the module docstring for the guarantees.
 
     ``start`` is the initial ``time()``. ``stop_event`` (default: the one :func:`run_in_thread`
@@ -205,9 +141,8 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-ty
             stop_event = getattr(_ambient, "stop_event", None)
         self._stop_event = stop_event
         self._allow_real_wait_s = float(allow_real_wait_s)
-        selector = _VirtualSelector()
-        super().__init__(selector)
-        selector.vloop = self
+        self._countdown = _POLL_EVERY  # iterations until the real selector is polled
+        super().__init__(selectors.DefaultSelector())
         self._clock_resolution = _RESOLUTION
         # Freezing (SIGSTOP-like): when set, every callback asks ``gate()`` in its own context
         # as it comes due; a list back means "frozen": it is parked there to run on resume.
@@ -215,18 +150,9 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-ty
                             ] | None = None
 
     if TYPE_CHECKING:
-        # BaseEventLoop internals this loop builds on, absent from typeshed's stubs. They are
-        # stable across 3.10-3.13 (the versions call_at below mirrors).
-        _ready: collections.deque[asyncio.Handle]
-        _scheduled: list[_SeqTimerHandle]  # call_at is the only way in (call_later uses it)
+        # BaseEventLoop internals this loop builds on, absent from typeshed's stubs (stable
+        # across 3.10-3.13); the scheduling ones are declared in vsched.VirtualScheduling.
         _selector: selectors.BaseSelector
-        _debug: bool
-
-        def _check_closed(self) -> None: ...
-
-        def _check_thread(self) -> None: ...
-
-        def _check_callback(self, callback: object, method: str) -> None: ...
 
     # -- the clock --------------------------------------------------------------------------
 
@@ -242,36 +168,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-ty
             if when + self._clock_resolution == when:
                 self._clock_resolution = math.ulp(when)
 
-    # -- scheduling -------------------------------------------------------------------------
-
-    # The stubs type these with TypeVarTuple (callback and args checked together); the runtime
-    # signatures are the same, so the override is sound.
-    def call_at(  # type: ignore[override]
-        self,
-        when: float,
-        callback: Callable[..., object],
-        *args: Any,
-        context: contextvars.Context | None = None,
-    ) -> asyncio.TimerHandle:
-        """As asyncio's ``call_at``; equal ``when`` values fire in call order."""
-        # Mirrors BaseEventLoop.call_at (3.10-3.13), building a tie-breaking handle instead.
-        if when is None:
-            raise TypeError("when cannot be None")
-        if when != when:
-            raise ValueError("when cannot be NaN")
-        self._check_closed()
-        if self._debug:
-            self._check_thread()
-            self._check_callback(callback, "call_at")
-        if self.gate is not None:
-            callback, args = self._gated, (callback, *args)
-        timer = _SeqTimerHandle(when, callback, args, self, context)
-        timer._seq = self._next_seq()
-        if timer._source_traceback:
-            del timer._source_traceback[-1]
-        heapq.heappush(self._scheduled, timer)
-        timer._scheduled = True
-        return timer
+    # -- tasks ------------------------------------------------------------------------------
 
     def call_soon(  # type: ignore[override]  # as call_at above
         self, callback: Callable[..., object], *args: Any,
@@ -365,15 +262,15 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-ty
                 "clear the event and run again to resume"
             )
 
-    def _on_idle(self, timeout: float | None) -> list[tuple[selectors.SelectorKey, int]]:
-        """Called instead of a blocking select: move the clock, or decide the run is over."""
+    def _on_idle(self, when: float) -> list[tuple[selectors.SelectorKey, int]]:
+        """Called where asyncio would block in select: nothing is ready and the first live
+        timer is due at ``when`` (``inf``: no timer), later than now. Move the clock there, or
+        decide the run is over; return real I/O events if the loop waited for a thread."""
         self._check_stop()
         if self._ready:  # another thread slipped a callback in: run it before time moves
             return []
         if self._real_pending:  # an executor job is in flight: time waits for it
             return self._wait_real(None)
-        # _run_once has just dropped cancelled timers from the head, so this one is live.
-        when = _INF if timeout is None else self._scheduled[0]._when
         limit = self._limit
         if when == _INF:  # nothing will ever happen by itself
             events = self._wait_real(self._allow_real_wait_s)
@@ -396,8 +293,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-ty
     def _wait_real(self, limit_s: float | None) -> list[tuple[selectors.SelectorKey, int]]:
         """Wait in real time (up to ``limit_s``; None: no limit) for a thread to wake us."""
         selector = self._selector
-        assert isinstance(selector, _VirtualSelector)
-        events = selector.real_select(0)
+        events = selector.select(0)
         # Real time is the point here: it bounds how long we wait for another thread.
         deadline = None if limit_s is None else time.monotonic() + limit_s
         while not events and not self._ready:
@@ -407,7 +303,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-ty
                 slice_s = min(slice_s, deadline - time.monotonic())
                 if slice_s <= 0:
                     break
-            events = selector.real_select(slice_s)
+            events = selector.select(slice_s)
         return events
 
     def pending_tasks(self) -> list[asyncio.Task[Any]]:
@@ -463,13 +359,6 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-ty
             self.run_until_complete(self.shutdown_default_executor())
         finally:
             self.close()
-
-    def close(self) -> None:
-        selector = self._selector
-        super().close()
-        if isinstance(selector, _VirtualSelector):
-            selector.vloop = None  # break the loop <-> selector cycle
-
 
 def _describe_task(task: asyncio.Task[Any]) -> str:
     coro = task.get_coro()

@@ -12,15 +12,23 @@ into a clean stop. Nothing here touches the event loop policy or the thread's "c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import gc
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from . import vloop
 from .vloop import VirtualEventLoop
 
-__all__ = ["run_in_thread", "run_virtual"]
+__all__ = ["fewer_gc_pauses", "run_in_thread", "run_virtual"]
+
+# Allocations between two young-generation collections while a simulation runs (CPython's
+# default is 700). A run allocates and frees millions of short-lived objects (tasks, futures,
+# handles, messages); collecting every 700 of them, and now and then walking every object in
+# the process, costs 5-10% of a 10k-job run.
+GC_GEN0_THRESHOLD = 50_000
 
 T = TypeVar("T")
 
@@ -35,6 +43,24 @@ def _as_coroutine(main: Any) -> Coroutine[Any, Any, Any]:
 
         return call()
     raise TypeError(f"expected a coroutine or a callable returning an awaitable, got {main!r}")
+
+
+@contextlib.contextmanager
+def fewer_gc_pauses() -> Iterator[None]:
+    """Collect cyclic garbage less often inside the block; restore the thresholds after.
+
+    Only the young generation's threshold is raised (to :data:`GC_GEN0_THRESHOLD`), so cycles
+    are still collected, just in larger batches; reference counting frees everything else at
+    once, as always. A collector the process disabled (threshold 0) stays disabled. The
+    setting is process-wide for the duration of the block.
+    """
+    before = gc.get_threshold()
+    if before[0] > 0:
+        gc.set_threshold(max(before[0], GC_GEN0_THRESHOLD), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def run_virtual(

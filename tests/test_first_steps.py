@@ -61,8 +61,12 @@ def _make_n(target: str) -> list[str]:
     if make is None:
         pytest.skip("make is not installed")
     bin_dir = Path(sys.executable).parent
-    out = subprocess.run([make, "-n", target, f"VENV={bin_dir.parent}", f"BIN={bin_dir}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=30, check=True)
+    # Under `make test` the outer make's MAKELEVEL/MAKEFLAGS would make this one print
+    # "Entering/Leaving directory" lines: run it as a top-level make.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    out = subprocess.run([make, "--no-print-directory", "-n", target, f"VENV={bin_dir.parent}",
+                          f"BIN={bin_dir}"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=30, check=True, env=env)
     return [line for line in out.stdout.replace("\\\n", " ").splitlines() if line.strip()]
 
 

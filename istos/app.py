@@ -26,6 +26,7 @@ from .pubsub import PubSubMixin
 from .queue.client import OwnerClient
 from .queue.config import QueueConfig, WorkerConfig, check_delay, check_priority, check_queue_name
 from .queue.election import Election
+from .queue.extension import Hooks
 from .queue.inspect import Inspector
 from .queue.leases_ext import LeaseOps
 from .queue.owner import QueueOwner
@@ -180,9 +181,9 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
                 await runner.start()
             for config in self.queues.values():
                 if config.ha:
-                    election = Election(config)
+                    election = self._election(config)
                     self.elections[config.name] = election
-                    await election.start(self)
+                    await election.start()
             for plugin in self._plugins:
                 await plugin.start(self)
         except BaseException:
@@ -199,6 +200,18 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         await owner.start()
         return owner
 
+    def _election(self, config: QueueConfig) -> Election:
+        name = config.name
+
+        async def start(fence: Fence) -> QueueOwner:
+            return await self._start_owner(config, fence=fence)
+
+        async def stop() -> None:
+            await self._stop_owner(name)
+
+        return Election(config, self.node, start_owner=start, stop_owner=stop,
+                        current_owner=lambda: self.owners.get(name))
+
     async def _stop_owner(self, name: str) -> None:
         owner = self.owners.pop(name, None)
         if owner is not None:
@@ -207,11 +220,13 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
     def _setup_owner(self, owner: QueueOwner) -> None:
         """Install hooks on a new owner; mixins extend this and call ``super()``."""
         super()._setup_owner(owner)
-        Inspector(owner)
-        LeaseOps(owner).cancel_listeners.append(
+        owner.extend(Inspector(owner))
+        leases = LeaseOps(owner)
+        leases.cancel_listeners.append(
             lambda node, jobs: self._cancel_local(owner.name, node, jobs))
+        owner.extend(leases)
         # In-process workers are nudged directly; remote ones over the mesh.
-        owner.nudge_listeners.append(lambda n, to: self._nudge_local(owner.name, to))
+        owner.extend(Hooks(on_nudge=lambda n, to: self._nudge_local(owner.name, to)))
 
     def _nudge_local(self, queue: str, targets: set[str]) -> None:
         if self.node.node_id not in targets:
@@ -238,7 +253,7 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         for plugin in reversed(self._plugins):
             await plugin.stop(self)
         for election in self.elections.values():
-            await election.stop(self)
+            await election.stop()
         self.elections.clear()
         await asyncio.gather(*(r.stop() for r in self.runners), return_exceptions=True)
         self.runners.clear()

@@ -41,15 +41,13 @@ from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
 from .config import QueueConfig
+from .extension import Handler, OwnerExtension, overrides
 from .hungry import HungryNodes
 from .persist import Persister
 from .state import DEAD, DELAYED, DONE, READY, JobRecord, QueueState, Snapshot
 
 log = logging.getLogger("istos.owner")
 
-Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-AckHook = Callable[[JobRecord, "bytes | None"], Awaitable[None]]
-NudgeListener = Callable[[int, "set[str]"], None]
 MetaCheck = Callable[[str, "dict[str, Any]"], Awaitable[None]]
 
 
@@ -86,10 +84,10 @@ class QueueOwner:
         self.hungry = HungryNodes()
         self.meta_check: MetaCheck | None = None  # installed by the workflow code
         self.rejects = protocol.RejectLog(log.warning)
-        self.nudge_listeners: list[NudgeListener] = []
-        self.ack_hooks: list[AckHook] = []
-        self.extra_ops: dict[str, Handler] = {}
-        self.stop_hooks: list[Callable[[], None]] = []
+        self.extensions: list[OwnerExtension] = []  # see extend()
+        self._before_ack: list[OwnerExtension] = []
+        self._on_stop: list[OwnerExtension] = []
+        self._on_nudge: list[OwnerExtension] = []
         self.running = False
         self._ops: dict[str, Handler] = {
             "enqueue": self._op_enqueue, "claim": self._op_claim, "ack": self._op_ack,
@@ -97,6 +95,20 @@ class QueueOwner:
             "dead": self._op_dead, "release": self._op_release,
             "ping": self._op_ping,
         }
+
+    def extend(self, ext: OwnerExtension, *, first: bool = False) -> None:
+        """Add an extension (:mod:`istos.queue.extension`): its ops are served from now on,
+        and its hooks run after those of the extensions added before it (``first``: before)."""
+        self._ops.update(ext.ops())
+        for hook, hooked in (("before_ack", self._before_ack), ("on_stop", self._on_stop),
+                             ("on_nudge", self._on_nudge)):
+            if overrides(ext, hook):
+                hooked.insert(0 if first else len(hooked), ext)
+        self.extensions.append(ext)
+
+    def handler(self, op: str) -> Handler | None:
+        """The handler serving ``op`` now (None: the owner does not serve it)."""
+        return self._ops.get(op)
 
     # -- lifecycle --
     async def start(self) -> None:
@@ -123,8 +135,8 @@ class QueueOwner:
             await asyncio.gather(self._timer, return_exceptions=True)
             self._timer = None
         self._emit_queue_event(ev.OWNER_DOWN)
-        for hook in self.stop_hooks:
-            hook()
+        for ext in self._on_stop:
+            ext.on_stop()
 
     def kill(self) -> None:
         """Stop at once without emitting or writing anything (a simulated crash)."""
@@ -157,9 +169,6 @@ class QueueOwner:
                 self.wake_election()  # renew now
             raise FencedOut(f"queue {self.name!r}: this replica's leader lease lapsed")
 
-    def _handler(self, op: str) -> Handler | None:
-        return self._ops.get(op) or self.extra_ops.get(op)
-
     async def dispatch(self, msg: dict[str, Any], *, trusted: bool = False) -> dict[str, Any]:
         """Run one request (already decoded) and build its reply; never raises.
 
@@ -170,13 +179,13 @@ class QueueOwner:
         """
         try:
             op = msg["op"] if trusted else \
-                protocol.check_request(msg, lambda name: self._handler(name) is not None)
+                protocol.check_request(msg, self._ops.__contains__)
         except IstosError as exc:
             peer = msg.get("node") if isinstance(msg, dict) else None
             self._rejected(peer if isinstance(peer, str) else "?",
                            str(msg.get("op"))[:40] if isinstance(msg, dict) else "?", exc)
             return error_reply(exc)
-        handler = self._handler(op)
+        handler = self._ops.get(op)
         if handler is None:
             return error_reply(ProtocolError(f"unknown op {op!r} for queue {self.name!r}"))
         try:
@@ -304,8 +313,8 @@ class QueueOwner:
     async def _ack_one(self, job_id: str, token: str, result: bytes | None) -> str:
         rec = self.state.holder(job_id, token)
         if rec is not None:
-            for hook in self.ack_hooks:  # workflow barriers, before the ack is recorded
-                await hook(rec, result)
+            for ext in self._before_ack:  # workflow barriers, before the ack is recorded
+                await ext.before_ack(rec, result)
         return self.state.ack(job_id, token, self.node.clock.now(), result)
 
     def _nack_one(self, job_id: str, token: str, error: str | None) -> str:
@@ -473,8 +482,8 @@ class QueueOwner:
         targets = self.hungry.take(count)
         if not targets:
             return
-        for listener in self.nudge_listeners:
-            listener(len(targets), targets)
+        for ext in self._on_nudge:
+            ext.on_nudge(len(targets), targets)
         remote = targets - {self.node.node_id}
         if remote and self.node.transport is not None:
             payload = codec.encode_message({"v": codec.PROTOCOL_VERSION,

@@ -60,6 +60,7 @@ from ..errors import ConfigError, ProtocolError
 from ..hooks import AppHooks
 from . import cron as cronlib
 from .config import check_queue_name
+from .extension import Hooks
 from .slots import RecentSlots
 
 if TYPE_CHECKING:
@@ -187,7 +188,7 @@ class ScheduleMixin(AppHooks):
     def _setup_owner(self, owner: QueueOwner) -> None:
         """Every owner answers ``enqueue_slot``, so a schedule declared on any node reaches it."""
         super()._setup_owner(owner)
-        owner.extra_ops["enqueue_slot"] = SlotEnqueuer(owner).op
+        owner.extend(Hooks(ops={"enqueue_slot": SlotEnqueuer(owner).op}))
 
     def _beat(self) -> Beat:
         beat: Beat | None = self.__dict__.get("_schedule_beat")

@@ -61,6 +61,7 @@ from .. import codec, protocol
 from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
 from ..hooks import AppHooks
 from .config import check_priority, check_queue_name
+from .extension import Hooks
 from .state import JobRecord
 from .workflow_meta import check_workflow_meta
 
@@ -191,14 +192,13 @@ class WorkflowMixin(AppHooks):
     def _setup_owner(self, owner: QueueOwner) -> None:
         super()._setup_owner(owner)
         barriers = ChordBarriers(owner, self)
-        owner.ack_hooks.append(barriers.on_ack)
         owner.meta_check = barriers.check_meta
-        owner.extra_ops["chord_open"] = barriers.op_open
 
         async def requeue(msg: dict[str, Any]) -> dict[str, Any]:
             return await requeue_dead_op(owner, msg["job_id"])  # admin-gated by dispatch
 
-        owner.extra_ops["requeue_dead"] = requeue
+        owner.extend(Hooks(ops={"chord_open": barriers.op_open, "requeue_dead": requeue},
+                           before_ack=barriers.on_ack))
 
     async def _continue_hook(self, meta: dict[str, Any], result: Any) -> None:
         step = meta.get("chain")

@@ -21,7 +21,7 @@ from .clock import Clock, SystemClock
 from .errors import ConfigError, HAConfigError, InvalidJob, IstosError, ProtocolError
 from .events import EventLog
 from .ids import IdSource
-from .node import Node
+from .node import Node, RunSync
 from .pubsub import PubSubMixin
 from .queue.client import OwnerClient
 from .queue.config import QueueConfig, WorkerConfig, check_delay, check_priority, check_queue_name
@@ -55,7 +55,7 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         transport: Transport | None = None, clock: Clock | None = None,
         rng: random.Random | None = None, node_id: str | None = None, prefix: str = "istos",
         request_timeout_s: float = 5.0, shutdown_grace_s: float = 10.0,
-        sync_inline: bool = False, event_buffer: int = 10_000,
+        run_sync: RunSync | None = None, event_buffer: int = 10_000,
     ) -> None:
         if request_timeout_s <= 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {request_timeout_s!r}")
@@ -76,7 +76,7 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
                          ids=ids,
                          storage=storage if storage is not None else MemoryStorage(),
                          transport=transport, prefix=prefix,
-                         request_timeout_s=request_timeout_s, sync_inline=sync_inline,
+                         request_timeout_s=request_timeout_s, run_sync=run_sync,
                          events=EventLog(event_buffer))
         self._zenoh_config = zenoh
         self._own_transport = transport is None
@@ -280,7 +280,7 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         for owner in self.owners.values():
             owner.kill()
         transport = self.node.transport
-        if transport is not None and hasattr(transport, "kill"):
+        if transport is not None:
             transport.kill()
         self._serving = False
 

@@ -251,14 +251,16 @@ class _Subscriber:
         try:
             if sub.is_async:
                 await sub.fn(data, **kwargs)
-            elif self.node.sync_inline:
-                sub.fn(data, **kwargs)
             else:
-                loop = asyncio.get_running_loop()
-                await loop.run_in_executor(None, functools.partial(sub.fn, data, **kwargs))
+                await (self.node.run_sync or _on_default_executor)(
+                    functools.partial(sub.fn, data, **kwargs))
         except Exception:
             log.exception("subscriber %s on %r failed on event seq=%s",
                           sub.name, sub.key, event.seq)
+
+
+async def _on_default_executor(call: Callable[[], Any]) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(None, call)
 
 
 class _PubSubPlugin:

@@ -25,7 +25,8 @@ from .. import events as ev
 from ..events import JobEvent
 from .config import QueueConfig
 from .extension import Handler, OwnerExtension
-from .owner import QueueOwner, dead_letter
+from .job_ops import dead_letter
+from .owner import QueueOwner
 from .state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord
 
 FOLLOW_TTL_S = protocol.MAX_FOLLOW_TTL_S

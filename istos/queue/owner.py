@@ -37,7 +37,7 @@ from ..errors import (
     ProtocolError,
     StorageUnavailable,
 )
-from ..events import JobEvent
+from ..events import EventKind, JobEvent
 from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
@@ -356,7 +356,7 @@ class QueueOwner:
         if claimable:
             self.nudge(claimable)
 
-    def _emit_queue_event(self, kind: str, **detail: Any) -> None:
+    def _emit_queue_event(self, kind: EventKind, **detail: Any) -> None:
         self.node.events.emit(JobEvent(self.node.clock.now(), self.node.node_id, self.name, "",
                                        kind, 0, None, detail))
 

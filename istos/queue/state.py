@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import events as ev
-from ..events import JobEvent
+from ..events import EventKind, JobEvent
 from .backoff import backoff
 from .heaps import JobHeaps
 from .records import (
@@ -418,7 +418,7 @@ class QueueState:
         self.dead.pop(rec.job_id, None)
         self.dirty.append(rec.job_id)
 
-    def _emit(self, now: float, rec: JobRecord, kind: str, worker: str | None = None,
+    def _emit(self, now: float, rec: JobRecord, kind: EventKind, worker: str | None = None,
               **detail: Any) -> None:
         self.events.append(JobEvent(now, self.node, self.queue, rec.job_id, kind,
                                     rec.attempts, worker, detail))

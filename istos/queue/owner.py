@@ -45,6 +45,7 @@ from .config import QueueConfig
 from .extension import Handler, OwnerExtension, overrides
 from .hungry import HungryNodes
 from .job_ops import JobOps
+from .nudges import Nudges
 from .persist import Persister
 from .state import READY, JobRecord, QueueState, Snapshot
 
@@ -79,8 +80,6 @@ class QueueOwner:
         self._timer: asyncio.Task[None] | None = None
         self._reschedule = Wakeup()
         self._timer_target = float("inf")
-        self._nudge_count = 0
-        self._nudge_scheduled = False
         # Worker nodes whose last claim left slots empty, and how many: a nudge wakes only
         # as many of them as there are new jobs (the reference woke every idle loop per job).
         self.hungry = HungryNodes()
@@ -90,6 +89,7 @@ class QueueOwner:
         self._before_ack: list[OwnerExtension] = []
         self._on_stop: list[OwnerExtension] = []
         self._on_nudge: list[OwnerExtension] = []
+        self.nudges = Nudges(node, self.name, self.hungry, self._on_nudge, lambda: self.running)
         self.running = False
         self.job_ops = JobOps(self)
         self._ops: dict[str, Handler] = {
@@ -360,29 +360,9 @@ class QueueOwner:
         self.node.events.emit(JobEvent(self.node.clock.now(), self.node.node_id, self.name, "",
                                        kind, 0, None, detail))
 
-    # -- nudges --
     def nudge(self, count: int) -> None:
-        """Tell idle workers that ``count`` jobs became claimable; coalesced per loop turn."""
-        self._nudge_count += count
-        if not self._nudge_scheduled:
-            self._nudge_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_nudges)
-
-    def _flush_nudges(self) -> None:
-        count, self._nudge_count, self._nudge_scheduled = self._nudge_count, 0, False
-        if not self.running:
-            return
-        targets = self.hungry.take(count)
-        if not targets:
-            return
-        for ext in self._on_nudge:
-            ext.on_nudge(len(targets), targets)
-        remote = targets - {self.node.node_id}
-        if remote and self.node.transport is not None:
-            payload = codec.encode_message({"v": codec.PROTOCOL_VERSION,
-                                            "to": sorted(remote)})
-            asyncio.get_running_loop().create_task(
-                self.node.transport.put(self.node.key(self.name, "nudge"), payload))
+        """Tell idle workers that ``count`` jobs became claimable (``nudges.py``)."""
+        self.nudges.nudge(count)
 
     # -- the sweeper --
     async def _sweep_loop(self) -> None:

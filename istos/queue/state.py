@@ -217,8 +217,6 @@ class QueueState:
             return rec
         return None
 
-    _holder = holder  # the name the workflow code uses
-
     def ack(self, job_id: str, token: str, now: float, result: bytes | None = None) -> str:
         """Finish a delivery. Returns "ok", or "stale" if that lease is no longer the job's."""
         rec = self.holder(job_id, token)
@@ -250,7 +248,7 @@ class QueueState:
     def release(self, job_id: str, token: str, now: float) -> str:
         """Hand a delivery back unfinished (its worker shut down): ready again at once, and
         the attempt does not count. Returns "ok", or "stale" as :meth:`ack` does."""
-        rec = self._holder(job_id, token)
+        rec = self.holder(job_id, token)
         if rec is None:
             return "stale"
         self._spare(rec, now, RELEASED, "released by its worker at shutdown")

@@ -281,7 +281,7 @@ class ChordBarriers:
         if meta is None or rec.lease_token is None:
             return
         # Only an ack the state will accept counts (not, say, one for a job that went dead).
-        if self.owner.state._holder(rec.job_id, rec.lease_token) is None:
+        if self.owner.state.holder(rec.job_id, rec.lease_token) is None:
             return
         chord_id = str(meta["id"])
         async with self._lock(chord_id):

@@ -22,6 +22,7 @@ from typing import Any
 
 from bench._common import make_job, unique_prefix, zenoh_configs
 from istos import Istos
+from istos.queue.extension import Hooks
 
 
 def _apps() -> tuple[Istos, Istos]:
@@ -48,14 +49,15 @@ async def traffic(held: int, window_s: float, lease_s: float) -> dict[str, Any]:
     counts = {"requests": 0, "items": 0}
     async with owner.serving():
         served = owner.owners["q"]
-        extend = served.extra_ops["extend"]
+        extend = served.handler("extend")
+        assert extend is not None
 
         async def counting(msg: dict[str, Any]) -> dict[str, Any]:
             counts["requests"] += 1
             counts["items"] += len(msg.get("items") or ())
             return await extend(msg)
 
-        served.extra_ops["extend"] = counting
+        served.extend(Hooks(ops={"extend": counting}))
         for i in range(held):
             await owner.enqueue("q", make_job(i))
         async with worker.serving():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -18,20 +19,23 @@ from typing import Any, TypeVar
 
 from . import codec, protocol
 from .clock import Clock, SystemClock
+from .delegate import delegate
 from .errors import ConfigError, HAConfigError, InvalidJob, IstosError, ProtocolError
 from .events import EventLog
 from .ids import IdSource
-from .node import Node
-from .pubsub import PubSubMixin
+from .ledger import Ledger
+from .node import Node, RunSync
+from .pubsub import PubSub, Subscription
 from .queue.client import OwnerClient
 from .queue.config import QueueConfig, WorkerConfig, check_delay, check_priority, check_queue_name
 from .queue.election import Election
+from .queue.extension import Hooks
 from .queue.inspect import Inspector
 from .queue.leases_ext import LeaseOps
 from .queue.owner import QueueOwner
-from .queue.schedule import ScheduleMixin
+from .queue.schedule import Schedules
 from .queue.worker import WorkerRunner
-from .queue.workflow import WorkflowMixin
+from .queue.workflow import Workflows
 from .storage.base import Fence, Storage
 from .storage.memory import MemoryStorage
 from .transport.base import Transport
@@ -40,21 +44,36 @@ log = logging.getLogger("istos")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
+class Istos:
     """One node of an Istos mesh.
 
     ``storage``: where owners write their jobs through (default: in memory, volatile).
     ``zenoh``: a ``zenoh.Config``, a path to a JSON5 config file, or a dict; None uses Zenoh's
     defaults (peer mode with multicast scouting: nodes on one host find each other).
     The keyword-only arguments inject the other ports (the simulator and tests use them).
+
+    Workflows, schedules, pub/sub and the idempotency ledger are components the app owns
+    (``app.workflows``, ``app.schedules``, ``app.pubsub``, ``app.ledger``); the methods below
+    that name one are those components' own, delegated.
     """
+
+    chain = delegate("workflows", Workflows.chain)
+    group = delegate("workflows", Workflows.group)
+    chord = delegate("workflows", Workflows.chord)
+    requeue_dead = delegate("workflows", Workflows.requeue_dead)
+    schedule = delegate("schedules", Schedules.schedule)
+    subscribe = delegate("pubsub", PubSub.subscribe)
+    publish = delegate("pubsub", PubSub.publish)
+    idempotent = delegate("ledger", Ledger.claim)
+    ledger_status = delegate("ledger", Ledger.status)
+    ledger_purge = delegate("ledger", Ledger.purge_expired)
 
     def __init__(
         self, storage: Storage | None = None, zenoh: Any = None, *,
         transport: Transport | None = None, clock: Clock | None = None,
         rng: random.Random | None = None, node_id: str | None = None, prefix: str = "istos",
         request_timeout_s: float = 5.0, shutdown_grace_s: float = 10.0,
-        sync_inline: bool = False, event_buffer: int = 10_000,
+        run_sync: RunSync | None = None, event_buffer: int = 10_000,
     ) -> None:
         if request_timeout_s <= 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {request_timeout_s!r}")
@@ -75,7 +94,7 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
                          ids=ids,
                          storage=storage if storage is not None else MemoryStorage(),
                          transport=transport, prefix=prefix,
-                         request_timeout_s=request_timeout_s, sync_inline=sync_inline,
+                         request_timeout_s=request_timeout_s, run_sync=run_sync,
                          events=EventLog(event_buffer))
         self._zenoh_config = zenoh
         self._own_transport = transport is None
@@ -88,10 +107,25 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         self._serving = False
         self._plugins: list[Any] = []  # components with async start()/stop() (schedules...)
         self.elections: dict[str, Election] = {}
+        # The components call back into the app through late-bound callables where the app's
+        # method may be replaced on the instance (tests gate schedules by is_active_owner).
+        self.ledger = Ledger(self.node)
+        self.pubsub = PubSub(self.node, add_plugin=self.add_plugin,
+                             serving=lambda: self._serving,
+                             require_serving=self._require_serving)
+        self.schedules = Schedules(self.node, self.queues, client=self.client,
+                                   is_active_owner=lambda q: self.is_active_owner(q),
+                                   add_plugin=self.add_plugin, serving=lambda: self._serving)
+        self.workflows = Workflows(self.node, self.enqueue, self.client, self._require_serving)
 
     @property
     def node_id(self) -> str:
         return self.node.node_id
+
+    @property
+    def subscriptions(self) -> list[Subscription]:
+        """The subscriptions declared on this app."""
+        return self.pubsub.subscriptions
 
     @property
     def events(self) -> EventLog:
@@ -180,16 +214,19 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
                 await runner.start()
             for config in self.queues.values():
                 if config.ha:
-                    election = Election(config)
+                    election = Election(  # it brings the owner up and down, nothing else
+                        config, node, start_owner=functools.partial(self._start_owner, config),
+                        stop_owner=functools.partial(self._stop_owner, config.name),
+                        current_owner=functools.partial(self.owners.get, config.name))
                     self.elections[config.name] = election
-                    await election.start(self)
+                    await election.start()
             for plugin in self._plugins:
                 await plugin.start(self)
         except BaseException:
             await self.stop()
             raise
 
-    async def _start_owner(self, config: QueueConfig, *, fence: Fence | None = None
+    async def _start_owner(self, config: QueueConfig, fence: Fence | None = None
                            ) -> QueueOwner:
         """Bind ``config``'s queue on this node (recovering it from storage if durable); an HA
         leader passes its ``fence``, which every write of the owner then carries."""
@@ -205,13 +242,20 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
             await owner.stop()
 
     def _setup_owner(self, owner: QueueOwner) -> None:
-        """Install hooks on a new owner; mixins extend this and call ``super()``."""
-        super()._setup_owner(owner)
-        Inspector(owner)
-        LeaseOps(owner).cancel_listeners.append(
+        """Install the extensions every owner of this app serves (before it binds its queue)."""
+        self.schedules.setup_owner(owner)
+        self.workflows.setup_owner(owner)
+        owner.extend(Inspector(owner))
+        leases = LeaseOps(owner)
+        leases.cancel_listeners.append(
             lambda node, jobs: self._cancel_local(owner.name, node, jobs))
+        owner.extend(leases)
         # In-process workers are nudged directly; remote ones over the mesh.
-        owner.nudge_listeners.append(lambda n, to: self._nudge_local(owner.name, to))
+        owner.extend(Hooks(on_nudge=lambda n, to: self._nudge_local(owner.name, to)))
+
+    async def _continue_hook(self, meta: dict[str, Any], result: Any) -> None:
+        """Run by a worker after its function returned, before it acks (workflows)."""
+        await self.workflows.continue_after(meta, result)
 
     def _nudge_local(self, queue: str, targets: set[str]) -> None:
         if self.node.node_id not in targets:
@@ -238,7 +282,7 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         for plugin in reversed(self._plugins):
             await plugin.stop(self)
         for election in self.elections.values():
-            await election.stop(self)
+            await election.stop()
         self.elections.clear()
         await asyncio.gather(*(r.stop() for r in self.runners), return_exceptions=True)
         self.runners.clear()
@@ -265,7 +309,7 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         for owner in self.owners.values():
             owner.kill()
         transport = self.node.transport
-        if transport is not None and hasattr(transport, "kill"):
+        if transport is not None:
             transport.kill()
         self._serving = False
 

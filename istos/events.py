@@ -9,30 +9,37 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
 # Kinds an owner emits. The simulator adds "crashed" and "restarted" for nodes.
-ENQUEUED = "enqueued"
-DUPLICATE_ENQUEUE = "duplicate_enqueue"
-CLAIMED = "claimed"
-ACKED = "acked"
-NACKED = "nacked"
-LEASE_EXPIRED = "lease_expired"
-RETRY_SCHEDULED = "retry_scheduled"
-DEAD_LETTERED = "dead_lettered"
-RESULT_EXPIRED = "result_expired"
-PURGED = "purged"
-OWNER_UP = "owner_up"
-OWNER_DOWN = "owner_down"
-CRASHED = "crashed"
-RESTARTED = "restarted"
+ENQUEUED: Final = "enqueued"
+DUPLICATE_ENQUEUE: Final = "duplicate_enqueue"
+CLAIMED: Final = "claimed"
+ACKED: Final = "acked"
+NACKED: Final = "nacked"
+LEASE_EXPIRED: Final = "lease_expired"
+RETRY_SCHEDULED: Final = "retry_scheduled"
+DEAD_LETTERED: Final = "dead_lettered"
+RESULT_EXPIRED: Final = "result_expired"
+PURGED: Final = "purged"
+OWNER_UP: Final = "owner_up"
+OWNER_DOWN: Final = "owner_down"
+CRASHED: Final = "crashed"
+RESTARTED: Final = "restarted"
 # Heartbeats, progress and cancellation (see istos/queue/leasing.py).
-LEASE_EXTENDED = "lease_extended"
-PROGRESS = "progress"
-CANCEL_REQUESTED = "cancel_requested"
-CANCELLED = "cancelled"
+LEASE_EXTENDED: Final = "lease_extended"
+PROGRESS: Final = "progress"
+CANCEL_REQUESTED: Final = "cancel_requested"
+CANCELLED: Final = "cancelled"
 
-EVENT_KINDS = (
+EventKind = Literal[
+    "enqueued", "duplicate_enqueue", "claimed", "acked", "nacked", "lease_expired",
+    "retry_scheduled", "dead_lettered", "result_expired", "purged", "owner_up", "owner_down",
+    "crashed", "restarted", "lease_extended", "progress", "cancel_requested", "cancelled",
+]
+"""The kind of a :class:`JobEvent` (one of :data:`EVENT_KINDS`)."""
+
+EVENT_KINDS: tuple[EventKind, ...] = (
     ENQUEUED, DUPLICATE_ENQUEUE, CLAIMED, ACKED, NACKED, LEASE_EXPIRED, RETRY_SCHEDULED,
     DEAD_LETTERED, RESULT_EXPIRED, PURGED, OWNER_UP, OWNER_DOWN, CRASHED, RESTARTED,
     LEASE_EXTENDED, PROGRESS, CANCEL_REQUESTED, CANCELLED,
@@ -54,7 +61,7 @@ class JobEvent:
     node: str
     queue: str
     job_id: str
-    kind: str
+    kind: EventKind
     attempt: int = 0
     worker: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)

@@ -117,7 +117,12 @@ class Ledger:
     def claim(self, key: str, *, ttl_s: float = DEFAULT_TTL_S,
               in_progress_ttl_s: float = DEFAULT_IN_PROGRESS_TTL_S,
               ) -> AbstractAsyncContextManager[bool]:
-        """An async context manager yielding True once per ``key`` within ``ttl_s``.
+        """``async with app.idempotent(key) as first:`` — True once per key within ``ttl_s``.
+
+        Across every process sharing this app's storage, atomically under concurrent callers.
+        A block that raises is forgotten (the next caller gets True); one that crashes holds
+        the key for ``in_progress_ttl_s``. Needs only the storage, so it works outside
+        ``serving()`` too (a web handler, a script).
 
         Raises :class:`ConfigError` at once for a bad key or duration, and
         :class:`~istos.errors.StorageUnavailable` on entry (nothing claimed) or on a normal exit
@@ -176,7 +181,8 @@ class Ledger:
             await self._storage.delete(NS, f"run|{key}")
 
     async def status(self, key: str) -> str | None:
-        """``"done"`` (within its TTL), ``"in_progress"`` (a live claim) or None."""
+        """``"done"`` (within its TTL), ``"in_progress"`` (a live claim) or None for an
+        idempotency key (``app.ledger_status``; serving or not)."""
         check_ledger_key(key)
         now = self._clock.now()
         for leaf, state in (("done", DONE), ("run", IN_PROGRESS)):
@@ -186,7 +192,8 @@ class Ledger:
         return None
 
     async def purge_expired(self) -> int:
-        """Delete every expired record; returns how many. Scans the namespace: an admin task.
+        """Delete every expired record; returns how many (``app.ledger_purge``). Scans the
+        namespace: an admin task (run it from a schedule).
 
         Each candidate is read again just before its delete, because the scan may be old by
         then (a key re-claimed meanwhile holds a fresh record that must survive). The port has

@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .clock import Clock
 from .events import EventLog
 from .ids import IdSource
 from .storage.base import Storage
 from .transport.base import Transport
+
+RunSync = Callable[[Callable[[], Any]], Awaitable[Any]]
+"""The executor port: how the engine runs a plain (sync) worker or subscriber function.
+
+Awaited with the call (its arguments bound); returns its result or raises its exception.
+"""
+
+
+async def run_inline(call: Callable[[], Any]) -> Any:
+    """Run ``call`` on the loop, right away (the simulator's executor: virtual time does not
+    pass while a plain function runs, so running it on a thread would only add nondeterminism)."""
+    return call()
 
 
 @dataclass
@@ -22,7 +36,9 @@ class Node:
     transport: Transport | None = None
     prefix: str = "istos"
     request_timeout_s: float = 5.0
-    sync_inline: bool = False  # the simulator runs plain (sync) workers on the loop
+    # How plain (sync) functions run; None: on threads (each worker's own pool, sized to its
+    # concurrency; subscribers on the loop's default executor).
+    run_sync: RunSync | None = None
     events: EventLog = field(default_factory=EventLog)
 
     def key(self, queue: str, leaf: str) -> str:

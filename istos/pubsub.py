@@ -1,4 +1,4 @@
-"""Publish/subscribe over the mesh, optionally durable, and the idempotency ledger's entry point.
+"""Publish/subscribe over the mesh, optionally durable (``app.publish``, ``app.subscribe``).
 
 An event is not a job: every live subscriber gets every event (fan-out), nobody acks, nothing is
 retried. Reach for a work queue when exactly one worker must do something.
@@ -44,16 +44,13 @@ import inspect
 import logging
 import math
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import codec
 from .errors import ConfigError, InvalidJob, IstosError, ProtocolError
 from .evhistory import HEAD_NS as HEAD_NS  # re-exported: it was defined here
 from .evhistory import History, _decode_event, _Event
-from .hooks import AppHooks
-from .ledger import DEFAULT_IN_PROGRESS_TTL_S, DEFAULT_TTL_S, Ledger
 from .queue.config import check_queue_name
 
 if TYPE_CHECKING:
@@ -251,14 +248,16 @@ class _Subscriber:
         try:
             if sub.is_async:
                 await sub.fn(data, **kwargs)
-            elif self.node.sync_inline:
-                sub.fn(data, **kwargs)
             else:
-                loop = asyncio.get_running_loop()
-                await loop.run_in_executor(None, functools.partial(sub.fn, data, **kwargs))
+                await (self.node.run_sync or _on_default_executor)(
+                    functools.partial(sub.fn, data, **kwargs))
         except Exception:
             log.exception("subscriber %s on %r failed on event seq=%s",
                           sub.name, sub.key, event.seq)
+
+
+async def _on_default_executor(call: Callable[[], Any]) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(None, call)
 
 
 class _PubSubPlugin:
@@ -280,13 +279,6 @@ class _PubSubPlugin:
         await asyncio.gather(*(r.stop() for r in running))
 
 
-@dataclass
-class _PubSubState:
-    history: History
-    plugin: _PubSubPlugin | None = None
-    durable_names: set[tuple[str, str]] = field(default_factory=set)
-
-
 def _wants_meta(fn: Callable[..., Any]) -> bool:
     try:
         return "meta" in inspect.signature(fn).parameters
@@ -294,28 +286,28 @@ def _wants_meta(fn: Callable[..., Any]) -> bool:
         return False
 
 
-class PubSubMixin(AppHooks):
-    """``subscribe`` / ``publish`` (see the module docstring) and ``idempotent`` (the ledger)."""
+class PubSub:
+    """``subscribe`` and ``publish`` of one app (``app.pubsub``; see the module docstring).
 
-    if TYPE_CHECKING:
-        node: Node
-        _serving: bool
+    Runs on the app's node; its subscribers start and stop with the app as a plugin
+    (``add_plugin``), registered with the first subscription declared. ``serving`` and
+    ``require_serving`` are the app's own checks.
+    """
 
-        def _require_serving(self) -> None: ...
-
-        def add_plugin(self, plugin: Any) -> None: ...
-
-    def _pubsub(self) -> _PubSubState:
-        state: _PubSubState | None = getattr(self, "_pubsub_state", None)
-        if state is None:
-            state = _PubSubState(History(self.node.storage))
-            self._pubsub_state = state
-        return state
+    def __init__(self, node: Node, *, add_plugin: Callable[[Any], None],
+                 serving: Callable[[], bool], require_serving: Callable[[], None]) -> None:
+        self.node = node
+        self.history = History(node.storage)
+        self.plugin: _PubSubPlugin | None = None
+        self.durable_names: set[tuple[str, str]] = set()
+        self._add_plugin = add_plugin
+        self._serving = serving
+        self._require_serving = require_serving
 
     @property
     def subscriptions(self) -> list[Subscription]:
         """The subscriptions declared on this app."""
-        plugin = self._pubsub().plugin
+        plugin = self.plugin
         return [] if plugin is None else list(plugin.subscriptions)
 
     def subscribe(self, key: str, *, durable: bool = False, name: str | None = None,
@@ -336,23 +328,22 @@ class PubSubMixin(AppHooks):
         def register(fn: F) -> F:
             if not callable(fn):
                 raise ConfigError(f"@app.subscribe({key!r}) must decorate a function")
-            if self._serving:
+            if self._serving():
                 raise ConfigError(f"@app.subscribe({key!r}) after the app started serving; "
                                   "declare subscriptions before serving()")
             label = name or f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
-            state = self._pubsub()
             if durable:
                 if len(key) + 1 + len(label) > _MAX_STORED_KEY:
                     raise ConfigError(f"durable subscriber name {label[:40]!r}... is too long "
                                       f"for key {key!r}; pass a shorter name=")
-                if (key, label) in state.durable_names:
+                if (key, label) in self.durable_names:
                     raise ConfigError(f"durable subscriber {label!r} on {key!r} is declared "
                                       "twice; give each a distinct name=")
-                state.durable_names.add((key, label))
-            if state.plugin is None:
-                state.plugin = _PubSubPlugin(state.history)
-                self.add_plugin(state.plugin)
-            state.plugin.subscriptions.append(Subscription(
+                self.durable_names.add((key, label))
+            if self.plugin is None:
+                self.plugin = _PubSubPlugin(self.history)
+                self._add_plugin(self.plugin)
+            self.plugin.subscriptions.append(Subscription(
                 key, fn, bool(durable), label, poll, _wants_meta(fn),
                 inspect.iscoroutinefunction(fn)))
             return fn
@@ -388,29 +379,8 @@ class PubSubMixin(AppHooks):
         seq = None
         if durable:
             record = codec.encode_message({**msg, "exp": now + ttl})
-            seq = await self._pubsub().history.append(key, record, now=now, limit=history_limit)
+            seq = await self.history.append(key, record, now=now, limit=history_limit)
             msg["seq"] = seq
         assert node.transport is not None  # serving
         await node.transport.put(f"{node.prefix}/ev/{key}", codec.encode_message(msg))
         return seq
-
-    # -- the idempotency ledger (istos.ledger) --
-    def idempotent(self, key: str, *, ttl_s: float = DEFAULT_TTL_S,
-                   in_progress_ttl_s: float = DEFAULT_IN_PROGRESS_TTL_S,
-                   ) -> AbstractAsyncContextManager[bool]:
-        """``async with app.idempotent(key) as first:`` — True once per key within ``ttl_s``.
-
-        Across every process sharing this app's storage, atomically under concurrent callers.
-        A block that raises is forgotten (the next caller gets True); one that crashes holds
-        the key for ``in_progress_ttl_s``. Needs only the storage, so it works outside
-        ``serving()`` too (a web handler, a script). Contract in :mod:`istos.ledger`.
-        """
-        return Ledger(self.node).claim(key, ttl_s=ttl_s, in_progress_ttl_s=in_progress_ttl_s)
-
-    async def ledger_status(self, key: str) -> str | None:
-        """``"done"``, ``"in_progress"`` or None for an idempotency key (serving or not)."""
-        return await Ledger(self.node).status(key)
-
-    async def ledger_purge(self) -> int:
-        """Delete expired ledger records (a namespace scan: run it from a schedule)."""
-        return await Ledger(self.node).purge_expired()

@@ -23,6 +23,7 @@ from helpers import count, wait_events
 from zenoh_util import isolated_configs, unique_prefix, wait_until
 
 from istos import AdminDisabled, Istos, IstosError, JobContext, OwnerUnavailable, codec
+from istos.queue.extension import Hooks
 from istos_nb import LiveQueue, attach
 
 PROCS = Path(__file__).parent / "procs"
@@ -345,7 +346,8 @@ async def test_follow_merges_ring_snapshot_and_live_stream_once_each():
     configs, prefix = isolated_configs(2), unique_prefix()
     with ThreadOwner(configs[0], prefix, "q") as owner:
         qowner = owner.app.owners["q"]
-        ring_op = qowner.extra_ops["events"]
+        ring_op = qowner.handler("events")
+        assert ring_op is not None
 
         async def ring_with_overlap(msg: dict[str, Any]) -> dict[str, Any]:
             # Emitted once the owner publishes and before it reads its ring for the snapshot:
@@ -353,7 +355,7 @@ async def test_follow_merges_ring_snapshot_and_live_stream_once_each():
             await qowner.enqueue(codec.encode_body({"n": 1}), job_id="overlap")
             return await ring_op(msg)
 
-        qowner.extra_ops["events"] = ring_with_overlap
+        qowner.extend(Hooks(ops={"events": ring_with_overlap}))
         with attach("q", configs[1], prefix=prefix) as lq:
             lq.follow()
             await wait_until(lambda: lq.stream_stats["received"] == 1, what="live copy")

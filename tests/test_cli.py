@@ -178,7 +178,8 @@ def test_cli_on_a_live_owner_through_a_router(mesh):
 
 def _following(owner: Any) -> bool:
     # The owner publishes only once a follower asked (istos.queue.inspect.Inspector).
-    return bool(owner.extra_ops["follow"].__self__._follow_until)
+    follow = owner.handler("follow")
+    return bool(follow.__self__._follow_until)
 
 
 async def _set(event: asyncio.Event) -> None:

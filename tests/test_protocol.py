@@ -15,6 +15,7 @@ import pytest
 from helpers import count, wait_events
 
 from istos import AdminDisabled, InvalidJob, Istos, codec, protocol, schema
+from istos.queue.extension import Hooks
 from istos.queue.hungry import MAX_HUNGRY
 from istos.transport.local import LocalMesh
 
@@ -283,7 +284,7 @@ async def test_fake_empty_claims_neither_grow_memory_nor_take_real_workers_nudge
     nudged: list[set[str]] = []
     async with owner.serving(), worker.serving():
         qowner = owner.owners["q"]
-        qowner.nudge_listeners.append(lambda n, to: nudged.append(set(to)))
+        qowner.extend(Hooks(on_nudge=lambda n, to: nudged.append(set(to))))
         await owner.enqueue("q", {"n": 0})
         await wait_events(owner, lambda ev: count(ev, "acked") == 1)
         for i in range(3 * MAX_HUNGRY):

@@ -20,6 +20,7 @@ from services import drop_postgres_table, postgres_url, redis_url
 
 from istos import ConfigError, Istos, IstosError, JobContext, MemoryStorage
 from istos.clock import ManualClock
+from istos.node import run_inline
 from istos.pubsub import CURSOR_NS, EventMeta
 from istos.transport.local import LocalMesh
 
@@ -117,8 +118,8 @@ async def test_plain_function_runs_in_a_thread(mesh):
     assert all(t != loop_thread for _, t in inbox.items)
 
 
-async def test_plain_function_inline_when_sync_inline(mesh):
-    pub, sub = app_on(mesh, "pub"), app_on(mesh, "sub", sync_inline=True)
+async def test_plain_function_inline_when_run_inline(mesh):
+    pub, sub = app_on(mesh, "pub"), app_on(mesh, "sub", run_sync=run_inline)
     inbox = Inbox()
 
     @sub.subscribe("k")

@@ -8,6 +8,7 @@ import pytest
 from helpers import app_on, count, wait_events
 
 from istos import ConfigError, Istos, IstosError, JobContext, MemoryStorage, codec
+from istos.queue.extension import Hooks
 from istos.queue.workflow import Barrier
 from istos.transport.local import LocalMesh
 
@@ -405,7 +406,7 @@ async def test_concurrent_repeats_of_the_last_ack_fire_the_callback_once():
 
         async def note(rec, result):
             sent_acks.append(rec.job_id)
-        queue_owner.ack_hooks.insert(0, note)
+        queue_owner.extend(Hooks(before_ack=note), first=True)
 
     owner._setup_owner = count_acks  # type: ignore[method-assign]
     async with reduce_app.serving(), owner.serving(), worker.serving():

@@ -30,24 +30,39 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ..errors import StorageUnavailable
+from ..node import Node
 from ..storage.base import Fence, LeaderLease
 from ..wakeup import Wakeup
 from .config import QueueConfig
+from .owner import QueueOwner
 
-if TYPE_CHECKING:
-    from ..app import Istos
+StartOwner = Callable[[Fence], Awaitable[QueueOwner]]
+"""Bind the queue on this node as the leader of the fence's epoch (recovering from storage)."""
+StopOwner = Callable[[], Awaitable[None]]
+"""Unbind the queue's owner on this node, if any."""
+CurrentOwner = Callable[[], "QueueOwner | None"]
+"""The queue's owner bound on this node now, if any."""
 
 log = logging.getLogger("istos.election")
 
 
 class Election:
-    """The election for one ``ha=True`` queue on one replica (an app plugin)."""
+    """The election for one ``ha=True`` queue on one replica.
 
-    def __init__(self, config: QueueConfig) -> None:
+    It runs on ``node``'s transport, storage and clock, and brings the queue's owner up and
+    down only through the three callables the app hands it.
+    """
+
+    def __init__(self, config: QueueConfig, node: Node, *, start_owner: StartOwner,
+                 stop_owner: StopOwner, current_owner: CurrentOwner) -> None:
         self.config = config
+        self.node = node
+        self._start_owner, self._stop_owner = start_owner, stop_owner
+        self._current_owner = current_owner
         self.candidate = ""
         self.leading = False
         self.epoch: int | None = None
@@ -59,25 +74,23 @@ class Election:
         self.renew_every = min(self.lease_s / 4, 0.25)
         self._renewed_at = float("-inf")
         self._unrenewed: dict[str, tuple[float, float]] = {}  # holder -> (expiry, first seen)
-        self._app: Istos | None = None
         self._token: Any = None
         self._watch: Any = None
         self._wake = Wakeup()
         self._task: asyncio.Task[None] | None = None
 
-    def _expr(self, app: Istos) -> str:
-        return f"{app.node.prefix}/ha/{self.config.name}"
+    def _expr(self) -> str:
+        return f"{self.node.prefix}/ha/{self.config.name}"
 
-    async def start(self, app: Istos) -> None:
-        self._app = app
-        transport = app.node.transport
+    async def start(self) -> None:
+        transport = self.node.transport
         assert transport is not None
-        stamp = int(app.node.clock.now() * 1e6)
-        self.candidate = f"{stamp:020d}-{app.node_id}"
-        self._watch = await transport.watch_liveliness(f"{self._expr(app)}/*", self._on_token)
+        stamp = int(self.node.clock.now() * 1e6)
+        self.candidate = f"{stamp:020d}-{self.node.node_id}"
+        self._watch = await transport.watch_liveliness(f"{self._expr()}/*", self._on_token)
         self._token = await transport.declare_liveliness_token(
-            f"{self._expr(app)}/{self.candidate}")
-        self._task = asyncio.get_running_loop().create_task(self._follow(app))
+            f"{self._expr()}/{self.candidate}")
+        self._task = asyncio.get_running_loop().create_task(self._follow())
 
     def _on_token(self, key: str, alive: bool) -> None:
         candidate = key.rsplit("/", 1)[-1]
@@ -95,40 +108,40 @@ class Election:
             return self.candidate
         return min(self.alive) if self.alive else None
 
-    async def _follow(self, app: Istos) -> None:
+    async def _follow(self) -> None:
         """One step per renewal interval or liveliness change, strictly in order."""
-        clock = app.node.clock
+        clock = self.node.clock
         while True:
             try:
                 if self.leading:
-                    await self._renew(app)
+                    await self._renew()
                 else:
-                    await self._try_to_lead(app)
+                    await self._try_to_lead()
             except StorageUnavailable as exc:
                 log.debug("queue %s: election step failed: %s", self.config.name, exc)
                 if self.leading and clock.now() - self._renewed_at >= self.lease_s:
-                    await self._step_down(app, "could not renew its leader lease")
+                    await self._step_down("could not renew its leader lease")
             except Exception:
                 log.exception("queue %s: election step failed", self.config.name)
             self._wake.clear()
             await self._wake.wait(clock.to_loop_seconds(self.renew_every))
 
-    async def _renew(self, app: Istos) -> None:
+    async def _renew(self) -> None:
         assert self.epoch is not None
-        clock, storage = app.node.clock, app.node.storage
+        clock, storage = self.node.clock, self.node.storage
         asked_at = clock.now()  # the lease runs from when we asked, not from the answer
         ok = await storage.renew_leader(self.lease_name, self.candidate, self.epoch,
                                         now=asked_at, ttl_s=self.lease_s)
         if not ok:
-            await self._step_down(app, f"epoch {self.epoch} ended")
+            await self._step_down(f"epoch {self.epoch} ended")
             return
         self._renewed_at = asked_at
-        owner = app.owners.get(self.config.name)
+        owner = self._current_owner()
         if owner is not None:
             owner.lease_until = asked_at + self.lease_s
 
-    async def _try_to_lead(self, app: Istos) -> None:
-        clock, storage = app.node.clock, app.node.storage
+    async def _try_to_lead(self) -> None:
+        clock, storage = self.node.clock, self.node.storage
         lease = await storage.read_leader(self.lease_name)
         now = clock.now()
         steal: str | None = None
@@ -144,10 +157,10 @@ class Election:
             return
         fence = Fence(self.lease_name, epoch, self.candidate)
         try:
-            owner = await app._start_owner(self.config, fence=fence)
+            owner = await self._start_owner(fence)
         except Exception:
             log.exception("queue %s: taking over failed; retrying", self.config.name)
-            await app._stop_owner(self.config.name)
+            await self._stop_owner()
             return
         owner.lease_until = now + self.lease_s
         owner.wake_election = self._wake.set  # fenced or lapsed: renew (or step down) now
@@ -173,21 +186,21 @@ class Election:
         others.add(self.candidate)
         return min(others) == self.candidate
 
-    async def _step_down(self, app: Istos, why: str) -> None:
-        owner = app.owners.get(self.config.name)
+    async def _step_down(self, why: str) -> None:
+        owner = self._current_owner()
         if owner is not None:
             owner.fenced()  # stop serving at once, before any await
         self.leading, self.epoch = False, None
         self.transitions += 1
         log.warning("queue %s: %s stands down: %s", self.config.name, self.candidate, why)
-        await app._stop_owner(self.config.name)
+        await self._stop_owner()
 
     def kill(self) -> None:
         """Stop at once (a simulated crash): no renewal, no release, nothing written."""
         if self._task is not None:
             self._task.cancel()
 
-    async def stop(self, app: Istos) -> None:
+    async def stop(self) -> None:
         for handle in (self._token, self._watch):
             if handle is not None:
                 handle.close()
@@ -197,10 +210,10 @@ class Election:
             await asyncio.gather(self._task, return_exceptions=True)
         if self.leading:
             epoch, self.leading, self.epoch = self.epoch, False, None
-            await app._stop_owner(self.config.name)
+            await self._stop_owner()
             if epoch is not None:
                 try:  # a clean stop hands over at once instead of after the lease
-                    await app.node.storage.release_leader(self.lease_name, self.candidate, epoch)
+                    await self.node.storage.release_leader(self.lease_name, self.candidate, epoch)
                 except StorageUnavailable as exc:
                     log.warning("queue %s: could not release the leader lease: %s",
                                 self.config.name, exc)

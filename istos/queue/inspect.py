@@ -17,13 +17,16 @@ import asyncio
 import itertools
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from .. import codec, protocol
 from .. import events as ev
 from ..events import JobEvent
 from .config import QueueConfig
-from .owner import QueueOwner, dead_letter
+from .extension import Handler, OwnerExtension
+from .job_ops import dead_letter
+from .owner import QueueOwner
 from .state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord
 
 FOLLOW_TTL_S = protocol.MAX_FOLLOW_TTL_S
@@ -33,7 +36,7 @@ SCAN_SLICE = 256  # a payload search yields to the loop at least this often...
 SCAN_SLICE_S = 0.004  # ...and after this long, so claims and stats keep flowing
 
 
-class Inspector:
+class Inspector(OwnerExtension):
     """Counters, rates and the follower-gated event stream of one owner."""
 
     def __init__(self, owner: QueueOwner) -> None:
@@ -45,13 +48,16 @@ class Inspector:
         self._outbox: list[dict[str, Any]] = []
         self._flush_scheduled = False
         self._batch_seq = 0
-        owner.stop_hooks.append(owner.node.events.subscribe(self._on_event))
-        for op, handler in (("stats", self.op_stats), ("jobs", self.op_jobs),
-                            ("leases", self.op_leases), ("why", self.op_why),
-                            ("events", self.op_events), ("follow", self.op_follow),
-                            ("requeue", self.op_requeue), ("purge_dead", self.op_purge),
-                            ("pause", self.op_pause), ("resume", self.op_resume)):
-            owner.extra_ops[op] = handler
+        self._unsubscribe = owner.node.events.subscribe(self._on_event)
+
+    def on_stop(self) -> None:
+        self._unsubscribe()
+
+    def ops(self) -> Mapping[str, Handler]:
+        return {"stats": self.op_stats, "jobs": self.op_jobs, "leases": self.op_leases,
+                "why": self.op_why, "events": self.op_events, "follow": self.op_follow,
+                "requeue": self.op_requeue, "purge_dead": self.op_purge,
+                "pause": self.op_pause, "resume": self.op_resume}
 
     # -- counting and streaming --
     def _on_event(self, event: JobEvent) -> None:

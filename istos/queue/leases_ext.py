@@ -1,6 +1,6 @@
 """The owner's side of heartbeats and cancellation: the ``extend`` and ``cancel`` ops.
 
-Installed on every owner (like the inspector) through its extension points: two extra ops, and
+Installed on every owner (like the inspector) as an owner extension: two extra ops, and
 a wrapper around ``claim`` whose reply also names this worker node's jobs that were cancelled
 while it held them (so a worker without heartbeats still learns at its next claim). A cancel of
 a leased job is also sent at once as a targeted message on ``{prefix}/q/{queue}/cancel``; that
@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import codec
 from ..context import check_progress
 from ..errors import InvalidProgress, ProtocolError
 from . import leasing
+from .extension import Handler, OwnerExtension
 from .owner import QueueOwner
 from .state import LEASED
 
@@ -27,17 +28,19 @@ log = logging.getLogger("istos.owner")
 CancelListener = Callable[[str, list[str]], None]  # (worker node, job ids)
 
 
-class LeaseOps:
+class LeaseOps(OwnerExtension):
     def __init__(self, owner: QueueOwner) -> None:
         self.owner = owner
         # Leased jobs marked for cancellation, by the node holding them (for claim replies).
         self.marked: dict[str, str] = {}
         self.cancel_listeners: list[CancelListener] = []
-        owner.extra_ops["extend"] = self.op_extend
-        owner.extra_ops["cancel"] = self.op_cancel
-        self._claim, self._settle = owner._ops["claim"], owner._ops["settle"]
-        owner._ops["claim"] = self._op_claim
-        owner._ops["settle"] = self._op_settle
+        claim, settle = owner.handler("claim"), owner.handler("settle")
+        assert claim is not None and settle is not None  # the owner's own ops
+        self._claim, self._settle = claim, settle
+
+    def ops(self) -> Mapping[str, Handler]:
+        return {"extend": self.op_extend, "cancel": self.op_cancel,
+                "claim": self._op_claim, "settle": self._op_settle}
 
     async def op_extend(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Renew a batch of leases; one status per item (``ok``, ``stale``, ``cancel``)."""

@@ -11,7 +11,6 @@ the new owner's clock anyway (``QueueState.restore``), so a stored deadline woul
 
 from __future__ import annotations
 
-import heapq
 import hmac
 from typing import Any
 
@@ -47,7 +46,7 @@ def extend(state: QueueState, item: dict[str, Any], now: float) -> str:
     if rec.cancel_requested:
         return CANCEL
     rec.lease_deadline = now + state.policy.lease_s
-    heapq.heappush(state._leases, (rec.lease_deadline, rec.lease_token or "", rec.job_id))
+    state.heaps.push_lease(rec, rec.lease_deadline)
     state._emit(now, rec, ev.LEASE_EXTENDED, worker=rec.lease_worker,
                 deadline=rec.lease_deadline)
     return OK

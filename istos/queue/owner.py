@@ -4,6 +4,8 @@ It serves one request/reply key per queue (``{prefix}/q/{queue}/rpc``; see docs/
 writes every change through to storage before replying (when the storage is durable), sweeps
 expired leases on a timer that sleeps until the next deadline, nudges idle workers when jobs
 become claimable, and emits one :class:`JobEvent` per state change into the node's event log.
+The job ops (claim, settle, ack, ...) are in ``job_ops.py``; everything else an owner serves
+comes from its extensions (``extension.py``: inspection, leases, workflows, schedules).
 
 Write, then apply (durable storage): a change counts only once its write succeeded. A failed
 write puts memory back as storage holds it (:meth:`QueueState.rollback`), emits nothing, and the
@@ -21,7 +23,6 @@ reloads from storage before this replica serves again.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -36,20 +37,20 @@ from ..errors import (
     ProtocolError,
     StorageUnavailable,
 )
-from ..events import JobEvent
+from ..events import EventKind, JobEvent
 from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
 from .config import QueueConfig
+from .extension import Handler, OwnerExtension, overrides
 from .hungry import HungryNodes
+from .job_ops import JobOps
+from .nudges import Nudges
 from .persist import Persister
-from .state import DEAD, DELAYED, DONE, READY, JobRecord, QueueState, Snapshot
+from .state import READY, JobRecord, QueueState, Snapshot
 
 log = logging.getLogger("istos.owner")
 
-Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-AckHook = Callable[[JobRecord, "bytes | None"], Awaitable[None]]
-NudgeListener = Callable[[int, "set[str]"], None]
 MetaCheck = Callable[[str, "dict[str, Any]"], Awaitable[None]]
 
 
@@ -79,24 +80,35 @@ class QueueOwner:
         self._timer: asyncio.Task[None] | None = None
         self._reschedule = Wakeup()
         self._timer_target = float("inf")
-        self._nudge_count = 0
-        self._nudge_scheduled = False
         # Worker nodes whose last claim left slots empty, and how many: a nudge wakes only
         # as many of them as there are new jobs (the reference woke every idle loop per job).
         self.hungry = HungryNodes()
         self.meta_check: MetaCheck | None = None  # installed by the workflow code
         self.rejects = protocol.RejectLog(log.warning)
-        self.nudge_listeners: list[NudgeListener] = []
-        self.ack_hooks: list[AckHook] = []
-        self.extra_ops: dict[str, Handler] = {}
-        self.stop_hooks: list[Callable[[], None]] = []
+        self.extensions: list[OwnerExtension] = []  # see extend()
+        self._before_ack: list[OwnerExtension] = []
+        self._on_stop: list[OwnerExtension] = []
+        self._on_nudge: list[OwnerExtension] = []
+        self.nudges = Nudges(node, self.name, self.hungry, self._on_nudge, lambda: self.running)
         self.running = False
+        self.job_ops = JobOps(self)
         self._ops: dict[str, Handler] = {
-            "enqueue": self._op_enqueue, "claim": self._op_claim, "ack": self._op_ack,
-            "nack": self._op_nack, "settle": self._op_settle, "result": self._op_result,
-            "dead": self._op_dead, "release": self._op_release,
-            "ping": self._op_ping,
+            "enqueue": self._op_enqueue, **self.job_ops.ops(), "ping": self._op_ping,
         }
+
+    def extend(self, ext: OwnerExtension, *, first: bool = False) -> None:
+        """Add an extension (:mod:`istos.queue.extension`): its ops are served from now on,
+        and its hooks run after those of the extensions added before it (``first``: before)."""
+        self._ops.update(ext.ops())
+        for hook, hooked in (("before_ack", self._before_ack), ("on_stop", self._on_stop),
+                             ("on_nudge", self._on_nudge)):
+            if overrides(ext, hook):
+                hooked.insert(0 if first else len(hooked), ext)
+        self.extensions.append(ext)
+
+    def handler(self, op: str) -> Handler | None:
+        """The handler serving ``op`` now (None: the owner does not serve it)."""
+        return self._ops.get(op)
 
     # -- lifecycle --
     async def start(self) -> None:
@@ -123,8 +135,8 @@ class QueueOwner:
             await asyncio.gather(self._timer, return_exceptions=True)
             self._timer = None
         self._emit_queue_event(ev.OWNER_DOWN)
-        for hook in self.stop_hooks:
-            hook()
+        for ext in self._on_stop:
+            ext.on_stop()
 
     def kill(self) -> None:
         """Stop at once without emitting or writing anything (a simulated crash)."""
@@ -157,9 +169,6 @@ class QueueOwner:
                 self.wake_election()  # renew now
             raise FencedOut(f"queue {self.name!r}: this replica's leader lease lapsed")
 
-    def _handler(self, op: str) -> Handler | None:
-        return self._ops.get(op) or self.extra_ops.get(op)
-
     async def dispatch(self, msg: dict[str, Any], *, trusted: bool = False) -> dict[str, Any]:
         """Run one request (already decoded) and build its reply; never raises.
 
@@ -170,13 +179,13 @@ class QueueOwner:
         """
         try:
             op = msg["op"] if trusted else \
-                protocol.check_request(msg, lambda name: self._handler(name) is not None)
+                protocol.check_request(msg, self._ops.__contains__)
         except IstosError as exc:
             peer = msg.get("node") if isinstance(msg, dict) else None
             self._rejected(peer if isinstance(peer, str) else "?",
                            str(msg.get("op"))[:40] if isinstance(msg, dict) else "?", exc)
             return error_reply(exc)
-        handler = self._handler(op)
+        handler = self._ops.get(op)
         if handler is None:
             return error_reply(ProtocolError(f"unknown op {op!r} for queue {self.name!r}"))
         try:
@@ -248,113 +257,6 @@ class QueueOwner:
         fut.set_result(job_id)
         self._after_change()
         return True
-
-    async def _op_claim(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Claim one job per listed worker slot, after settling the acks/nacks the worker
-        piggybacked on the request (one round trip instead of two)."""
-        gen = self._gen
-        settled = await self._settle(msg["settle"]) if msg.get("settle") else None
-        workers: list[str] = msg["workers"]
-        # Slots are filled only while the reply stays under the frame cap; the first job is
-        # always taken (a body at the size limit fits a reply alone).
-        budget = protocol.PAGE_BUDGET - 8 * len(settled or ())
-        jobs = self.state.claim(workers, self.node.clock.now(), budget=budget,
-                                size_of=_claimed_size)
-        node: str = msg.get("node") or ""
-        more = len(jobs) < len(workers) and self.state.counts[READY] > 0 \
-            and not self.state.paused
-        self.hungry.note_claim(node, len(workers) - len(jobs), took=bool(jobs), cut=more)
-        if more:
-            self.nudge(0)  # the poked node comes back for the rest at once
-        await self._commit(gen)
-        pol = self.config.policy
-        reply: dict[str, Any] = {"jobs": [
-            {"job_id": r.job_id, "body": r.body, "attempt": r.attempts, "token": r.lease_token,
-             "worker": r.lease_worker, "deadline": r.lease_deadline,
-             "last_error": r.last_error, "meta": r.meta}
-            for r in jobs], "max_attempts": pol.max_attempts, "keep_results": pol.keep_results,
-            "lease_s": pol.lease_s}
-        if more:
-            reply["more"] = True
-        if settled is not None:
-            reply["settled"] = settled
-        return reply
-
-    async def _op_settle(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Acks and nacks of several deliveries in one request, written in one group commit."""
-        gen = self._gen
-        statuses = await self._settle(msg["items"])
-        await self._commit(gen)
-        return {"statuses": statuses}
-
-    async def _settle(self, items: list[dict[str, Any]]) -> list[str]:
-        statuses = []
-        for item in items:  # each item was checked against protocol.SETTLE_ITEM
-            job_id, token = item["job_id"], item["token"]
-            try:
-                if item.get("op") == "nack":
-                    statuses.append(self._nack_one(job_id, token, item.get("error")))
-                else:
-                    statuses.append(await self._ack_one(job_id, token, item.get("result")))
-            except IstosError as exc:  # e.g. a chord callback that could not be enqueued
-                log.warning("queue %s: ack of %s refused: %s", self.name, job_id, exc)
-                statuses.append("error")  # left to its lease: it comes back and retries
-        return statuses
-
-    async def _ack_one(self, job_id: str, token: str, result: bytes | None) -> str:
-        rec = self.state.holder(job_id, token)
-        if rec is not None:
-            for hook in self.ack_hooks:  # workflow barriers, before the ack is recorded
-                await hook(rec, result)
-        return self.state.ack(job_id, token, self.node.clock.now(), result)
-
-    def _nack_one(self, job_id: str, token: str, error: str | None) -> str:
-        return self.state.nack(job_id, token, self.node.clock.now(),
-                               protocol.clip_error(error), self.node.rng)
-
-    async def _op_ack(self, msg: dict[str, Any]) -> dict[str, Any]:
-        gen = self._gen
-        status = await self._ack_one(msg["job_id"], msg["token"], msg.get("result"))
-        await self._commit(gen)
-        return {"status": status}
-
-    async def _op_nack(self, msg: dict[str, Any]) -> dict[str, Any]:
-        status = self._nack_one(msg["job_id"], msg["token"], msg.get("error"))
-        await self._commit()
-        return {"status": status}
-
-    async def _op_release(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Deliveries handed back unfinished by a worker shutting down: ready at once, their
-        attempts not counted (``items``: ``job_id`` and ``token`` of each)."""
-        items = msg["items"]
-        if len(items) > 4096:
-            raise ProtocolError(f"{len(items)} releases in one request; the limit is 4096")
-        now = self.node.clock.now()
-        statuses = [self.state.release(str(i["job_id"]), str(i["token"]), now) for i in items]
-        await self._commit()
-        return {"statuses": statuses}
-
-    async def _op_result(self, msg: dict[str, Any]) -> dict[str, Any]:
-        rec = self.state.jobs.get(msg["job_id"])
-        if rec is None:
-            return {"state": "unknown", "result": None}
-        result = rec.result if rec.state == DONE else None
-        out: dict[str, Any] = {"state": rec.state, "result": result}
-        if rec.state in (READY, DELAYED):
-            out["state"] = READY  # the spec reports in-flight jobs as ready or leased
-        if rec.state == DEAD:
-            out["error"] = rec.last_error
-        return out
-
-    async def _op_dead(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Dead letters, oldest first, paged by count (``limit`` <= 1000) and by bytes, so a
-        page never exceeds the frame cap; ``more`` says whether a next page exists."""
-        offset = msg.get("offset", 0)
-        limit = min(protocol.MAX_PAGE, msg.get("limit", protocol.MAX_PAGE))
-        dead, more = protocol.page(itertools.islice(self.state.dead.values(), offset, None),
-                                   dead_letter, limit)
-        return {"dead": dead, "total": len(self.state.dead), "more": more,
-                "next_offset": offset + len(dead)}
 
     # -- admin helpers shared with inspection --
     def require_admin(self, action: str) -> None:
@@ -454,33 +356,13 @@ class QueueOwner:
         if claimable:
             self.nudge(claimable)
 
-    def _emit_queue_event(self, kind: str, **detail: Any) -> None:
+    def _emit_queue_event(self, kind: EventKind, **detail: Any) -> None:
         self.node.events.emit(JobEvent(self.node.clock.now(), self.node.node_id, self.name, "",
                                        kind, 0, None, detail))
 
-    # -- nudges --
     def nudge(self, count: int) -> None:
-        """Tell idle workers that ``count`` jobs became claimable; coalesced per loop turn."""
-        self._nudge_count += count
-        if not self._nudge_scheduled:
-            self._nudge_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_nudges)
-
-    def _flush_nudges(self) -> None:
-        count, self._nudge_count, self._nudge_scheduled = self._nudge_count, 0, False
-        if not self.running:
-            return
-        targets = self.hungry.take(count)
-        if not targets:
-            return
-        for listener in self.nudge_listeners:
-            listener(len(targets), targets)
-        remote = targets - {self.node.node_id}
-        if remote and self.node.transport is not None:
-            payload = codec.encode_message({"v": codec.PROTOCOL_VERSION,
-                                            "to": sorted(remote)})
-            asyncio.get_running_loop().create_task(
-                self.node.transport.put(self.node.key(self.name, "nudge"), payload))
+        """Tell idle workers that ``count`` jobs became claimable (``nudges.py``)."""
+        self.nudges.nudge(count)
 
     # -- the sweeper --
     async def _sweep_loop(self) -> None:
@@ -522,16 +404,4 @@ class QueueOwner:
                 "paused": self.state.paused}
 
 
-def dead_letter(rec: JobRecord) -> dict[str, Any]:
-    """The spec's dead-letter fields plus the attempt history (body still encoded)."""
-    return {"job_id": rec.job_id, "body": rec.body, "attempts": rec.attempts,
-            "last_error": rec.last_error, "history": [a.to_dict() for a in rec.history],
-            "meta": rec.meta, "finished_at": rec.finished_at}
-
-
-def _claimed_size(rec: JobRecord, worker: str) -> int:
-    return protocol.claimed_size(rec.job_id, rec.body, worker, rec.last_error, rec.meta)
-
-
 error_reply = protocol.error_reply
-

@@ -48,7 +48,7 @@ import functools
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
 from typing import TYPE_CHECKING, Any
@@ -57,9 +57,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from .. import codec
 from ..clock import Clock
 from ..errors import ConfigError, ProtocolError
-from ..hooks import AppHooks
 from . import cron as cronlib
 from .config import check_queue_name
+from .extension import Hooks
 from .slots import RecentSlots
 
 if TYPE_CHECKING:
@@ -123,18 +123,24 @@ class Schedule:
         return self.offset_s + k * (self.every_s or 1.0)
 
 
-class ScheduleMixin(AppHooks):
-    """``schedule()`` for :class:`istos.Istos`."""
+class Schedules:
+    """``schedule()`` of one app (``app.schedules``) and the owner side of its slots.
 
-    if TYPE_CHECKING:  # provided by Istos
-        node: Node
-        queues: dict[str, QueueConfig]
+    Reads the app's declared ``queues`` (an HA queue's slots fire only where it is led:
+    ``is_active_owner``), enqueues through its per-queue ``client``, and runs its :class:`Beat`
+    as an app plugin (``add_plugin``), registered with the first schedule declared.
+    """
 
-        def add_plugin(self, plugin: Any) -> None: ...
-
-        def is_active_owner(self, queue: str) -> bool: ...
-
-        def client(self, queue: str) -> OwnerClient: ...
+    def __init__(self, node: Node, queues: Mapping[str, QueueConfig], *,
+                 client: Callable[[str], OwnerClient], is_active_owner: Callable[[str], bool],
+                 add_plugin: Callable[[Any], None], serving: Callable[[], bool]) -> None:
+        self.node = node
+        self.queues = queues
+        self.client = client
+        self.is_active_owner = is_active_owner
+        self._add_plugin = add_plugin
+        self._serving = serving
+        self._beat: Beat | None = None
 
     def schedule(self, queue: str, data: Any, *, every_s: float | None = None,
                  cron: str | None = None, tz: str | None = None,
@@ -177,25 +183,24 @@ class ScheduleMixin(AppHooks):
                 else f"{queue}@{every_s:g}s" + (f"+{offset:g}" if offset else "")
         elif not isinstance(name, str) or not name:
             raise ConfigError(f"schedule name must be a non-empty string, got {name!r}")
-        beat = self._beat()
+        beat = self.beat()
         if name in beat.schedules:
             raise ConfigError(f"a schedule named {name!r} is already declared on this app; "
                               "pass a distinct name=")
         beat.add(Schedule(name, queue, data, every_s, spec, zone, delay, offset))
         return name
 
-    def _setup_owner(self, owner: QueueOwner) -> None:
+    def setup_owner(self, owner: QueueOwner) -> None:
         """Every owner answers ``enqueue_slot``, so a schedule declared on any node reaches it."""
-        super()._setup_owner(owner)
-        owner.extra_ops["enqueue_slot"] = SlotEnqueuer(owner).op
+        owner.extend(Hooks(ops={"enqueue_slot": SlotEnqueuer(owner).op}))
 
-    def _beat(self) -> Beat:
-        beat: Beat | None = self.__dict__.get("_schedule_beat")
+    def beat(self) -> Beat:
+        """The beat running this app's schedules (made, and added as a plugin, on first use)."""
+        beat = self._beat
         if beat is None:
-            beat = Beat(self)
-            self.__dict__["_schedule_beat"] = beat
-            self.add_plugin(beat)
-            if getattr(self, "_serving", False):
+            beat = self._beat = Beat(self)
+            self._add_plugin(beat)
+            if self._serving():
                 beat.running = True  # declared on a serving app: its schedules start at once
         return beat
 
@@ -203,7 +208,7 @@ class ScheduleMixin(AppHooks):
 class Beat:
     """The plugin that runs an app's schedules: one task per schedule while the app serves."""
 
-    def __init__(self, app: ScheduleMixin) -> None:
+    def __init__(self, app: Schedules) -> None:
         self.app = app
         self.schedules: dict[str, Schedule] = {}
         self.running = False

@@ -3,20 +3,15 @@
 Nothing here does I/O or reads a clock: every operation takes ``now`` (the owner's wall clock) and
 randomness comes in as an rng. The owner (``owner.py``) binds this to a transport and storage.
 
-States: ``ready`` (claimable), ``delayed`` (claimable from ``ready_at``), ``leased`` (a worker
-holds it until ``lease_deadline``), ``done`` (kept only with results, until ``expires_at``),
-``dead``, and ``cancelled`` (by ``app.cancel``; kept like a done job until ``expires_at``; lease
-renewal and cancellation live in ``leasing.py``). Four heaps make every hot-path operation
-O(log n) with lazy deletion: an entry whose job has moved on is discarded when it surfaces (as in
-simpy's and trio's timer heaps). Ready jobs are ordered by (-priority, ready_at, seq): higher
-priority first, then FIFO by the time each job *became* ready, so a delayed or retried job queues
-behind those that were waiting before it.
+The records and their states are in ``records.py``; lease renewal and cancellation live in
+``leasing.py``. Four heaps (``heaps.py``) make every hot-path operation O(log n) with lazy
+deletion; ready jobs are claimed by priority, then FIFO by the time each became ready.
 
 Every change is recorded twice for the owner to drain: the records to write through to storage
 (``dirty``) and the :class:`~istos.events.JobEvent` s to emit (``events``). With undo tracking on
 (durable owners), the first change of a record since the last :meth:`QueueState.take_undo` also
-saves a snapshot of it, so the owner can :meth:`QueueState.rollback` a change whose write failed
-(write, then apply: memory never runs ahead of storage).
+saves a snapshot of it (``undo.py``), so the owner can :meth:`QueueState.rollback` a change whose
+write failed (write, then apply: memory never runs ahead of storage).
 """
 
 from __future__ import annotations
@@ -25,113 +20,35 @@ import heapq
 import hmac
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from .. import events as ev
-from ..events import JobEvent
-from .backoff import BackoffPolicy, backoff
-
-READY, DELAYED, LEASED, DONE, DEAD = "ready", "delayed", "leased", "done", "dead"
-CANCELLED = "cancelled"
-STATES = (READY, DELAYED, LEASED, DONE, DEAD, CANCELLED)
-LEASE_EXPIRED_ERROR = "lease expired"
-
-
-@dataclass(frozen=True, slots=True)
-class QueuePolicy:
-    lease_s: float = 30.0
-    max_attempts: int = 5
-    backoff: BackoffPolicy = BackoffPolicy()
-    keep_results: bool = False
-    result_ttl_s: float = 3600.0
-    history_limit: int = 20
-
-
-@dataclass(slots=True)
-class Attempt:
-    """One delivery of a job: who held it, when, and how it ended."""
-
-    attempt: int
-    worker: str
-    claimed_at: float
-    finished_at: float | None = None
-    outcome: str | None = None  # "acked" | "nacked" | "lease_expired"
-    error: str | None = None
-    backoff_s: float | None = None  # the wait chosen before the next try
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "attempt": self.attempt, "worker": self.worker, "claimed_at": self.claimed_at,
-            "finished_at": self.finished_at, "outcome": self.outcome, "error": self.error,
-            "backoff_s": self.backoff_s,
-        }
-
-
-@dataclass(slots=True)
-class JobRecord:
-    job_id: str
-    queue: str
-    body: bytes
-    priority: int
-    enqueued_at: float
-    state: str = READY
-    ready_at: float = 0.0
-    seq: int = 0
-    attempts: int = 0
-    lease_token: str | None = None
-    lease_worker: str | None = None
-    lease_deadline: float | None = None
-    last_error: str | None = None
-    result: bytes | None = None
-    finished_at: float | None = None
-    expires_at: float | None = None
-    history: list[Attempt] = field(default_factory=list)
-    meta: dict[str, Any] | None = None
-    cancel_requested: bool | None = None  # app.cancel reached it while leased (persisted)
-    # The holder's latest ctx.progress() (not persisted: the next heartbeat brings it back).
-    progress: float | None = None
-    progress_note: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {name: getattr(self, name) for name in _SCALAR_FIELDS}
-        d["history"] = [a.to_dict() for a in self.history]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> JobRecord:
-        fields: dict[str, Any] = {name: d.get(name) for name in _SCALAR_FIELDS}
-        rec = cls(**fields)
-        rec.history = [Attempt(**a) for a in d.get("history") or []]
-        return rec
-
-
-_SCALAR_FIELDS = (
-    "job_id", "queue", "body", "priority", "enqueued_at", "state", "ready_at", "seq", "attempts",
-    "lease_token", "lease_worker", "lease_deadline", "last_error", "result", "finished_at",
-    "expires_at", "meta", "cancel_requested",
+from ..events import EventKind, JobEvent
+from .backoff import backoff
+from .heaps import JobHeaps
+from .records import (
+    CANCELLED,
+    DEAD,
+    DELAYED,
+    DONE,
+    LEASE_EXPIRED_ERROR,
+    LEASED,
+    READY,
+    RELEASED,
+    SPARED_ERROR,
+    STATES,
+    Attempt,
+    JobRecord,
+    JobState,
+    QueuePolicy,
 )
+from .undo import Snapshot, snapshot
 
-SPARED_ERROR = "lease expired during a storage outage (attempt not counted)"
-RELEASED = "released"
-
-
-@dataclass(slots=True)
-class Snapshot:
-    """A record as it was before its first change since the last checkpoint (None: absent)."""
-
-    rec: JobRecord
-    fields: tuple[Any, ...] | None
-    history: list[Attempt]
-
-
-def snapshot(rec: JobRecord) -> Snapshot:
-    hist = list(rec.history)
-    if hist:  # only the last attempt is ever changed in place (_finish_attempt)
-        last = hist[-1]
-        hist[-1] = Attempt(last.attempt, last.worker, last.claimed_at, last.finished_at,
-                           last.outcome, last.error, last.backoff_s)
-    return Snapshot(rec, tuple(getattr(rec, name) for name in _SCALAR_FIELDS), hist)
+__all__ = [
+    "CANCELLED", "DEAD", "DELAYED", "DONE", "LEASED", "LEASE_EXPIRED_ERROR", "READY", "RELEASED",
+    "SPARED_ERROR", "STATES", "Attempt", "JobRecord", "JobState", "QueuePolicy", "QueueState",
+    "Snapshot",
+]
 
 
 class QueueState:
@@ -151,12 +68,8 @@ class QueueState:
         self.dirty: list[JobRecord | str] = []  # records to write, or ids to delete
         self.events: list[JobEvent] = []
         self.paused = False
-        self._seq = 0
         self._leased = 0
-        self._ready: list[tuple[int, float, int, str]] = []
-        self._delayed: list[tuple[float, int, str]] = []
-        self._leases: list[tuple[float, str, str]] = []  # (deadline, token, job_id)
-        self._expiry: list[tuple[float, str]] = []
+        self.heaps = JobHeaps(self.jobs)
         self._undo: dict[str, Snapshot] | None = None  # None: undo tracking off
 
     # -- undo (write, then apply) -----------------------------------------------------------
@@ -189,30 +102,14 @@ class QueueState:
             if cur is not None:
                 self.counts[cur.state] -= 1
                 self.dead.pop(job_id, None)
-            if snap.fields is None:
+            rec = snap.restore()
+            if rec is None:
                 continue
-            rec = snap.rec
-            for name, value in zip(_SCALAR_FIELDS, snap.fields):
-                setattr(rec, name, value)
-            rec.history = snap.history
-            self._reinsert(rec)
-
-    def _reinsert(self, rec: JobRecord) -> None:
-        # Heap entries left from before are harmless duplicates: each is checked on its way out.
-        self.jobs[rec.job_id] = rec
-        self.counts[rec.state] += 1
-        if rec.state == READY:
-            heapq.heappush(self._ready, (-rec.priority, rec.ready_at, rec.seq, rec.job_id))
-        elif rec.state == DELAYED:
-            heapq.heappush(self._delayed, (rec.ready_at, rec.seq, rec.job_id))
-        elif rec.state == LEASED:
-            deadline = rec.lease_deadline if rec.lease_deadline is not None else 0.0
-            heapq.heappush(self._leases, (deadline, rec.lease_token or "", rec.job_id))
-        elif rec.state in (DONE, CANCELLED):
-            if rec.expires_at is not None:
-                heapq.heappush(self._expiry, (rec.expires_at, rec.job_id))
-        elif rec.state == DEAD:
-            self.dead[rec.job_id] = rec
+            self.jobs[rec.job_id] = rec
+            self.counts[rec.state] += 1
+            self.heaps.reinsert(rec, 0.0)
+            if rec.state == DEAD:
+                self.dead[rec.job_id] = rec
 
     # -- enqueue ---------------------------------------------------------------------------
     def holds(self, job_id: str) -> bool:
@@ -234,9 +131,9 @@ class QueueState:
         self.jobs[rec.job_id] = rec
         self.counts[rec.state] += 1
         if rec.state == READY:
-            self._push_ready(rec)
+            self.heaps.push_ready(rec)
         else:
-            self._push_delayed(rec)
+            self.heaps.push_delayed(rec)
         self._emit(now, rec, ev.ENQUEUED, priority=rec.priority,
                    delay_s=max(0.0, rec.ready_at - now), ready_at=rec.ready_at)
 
@@ -266,7 +163,7 @@ class QueueState:
         used = 0
         sized = budget is not None and size_of is not None and len(workers) > 1
         for worker in workers:
-            rec = self._peek_ready()
+            rec = self.heaps.peek_ready()
             if rec is None:
                 break
             if sized:  # (one slot: its job is leased whatever its size)
@@ -274,7 +171,7 @@ class QueueState:
                 used += size_of(rec, worker)
                 if out and used > budget:
                     break
-            heapq.heappop(self._ready)
+            heapq.heappop(self.heaps.ready)
             self._lease(rec, worker, now)
             out.append(rec)
         return out
@@ -287,7 +184,7 @@ class QueueState:
         rec.lease_token = self._tokens() if self._tokens is not None else f"t{self._leased}"
         rec.lease_worker = worker
         rec.lease_deadline = now + self.policy.lease_s
-        heapq.heappush(self._leases, (rec.lease_deadline, rec.lease_token or "", rec.job_id))
+        self.heaps.push_lease(rec, rec.lease_deadline)
         rec.history.append(Attempt(rec.attempts, worker, now))
         if len(rec.history) > self.policy.history_limit:
             # keep the first attempt: it says how the job's story started
@@ -320,8 +217,6 @@ class QueueState:
             return rec
         return None
 
-    _holder = holder  # the name the workflow code uses
-
     def ack(self, job_id: str, token: str, now: float, result: bytes | None = None) -> str:
         """Finish a delivery. Returns "ok", or "stale" if that lease is no longer the job's."""
         rec = self.holder(job_id, token)
@@ -335,7 +230,7 @@ class QueueState:
             rec.result = result
             rec.finished_at = now
             rec.expires_at = now + self.policy.result_ttl_s
-            heapq.heappush(self._expiry, (rec.expires_at, rec.job_id))
+            self.heaps.push_expiry(rec.expires_at, rec.job_id)
             self.dirty.append(rec)
         else:
             self._forget(rec)
@@ -353,7 +248,7 @@ class QueueState:
     def release(self, job_id: str, token: str, now: float) -> str:
         """Hand a delivery back unfinished (its worker shut down): ready again at once, and
         the attempt does not count. Returns "ok", or "stale" as :meth:`ack` does."""
-        rec = self._holder(job_id, token)
+        rec = self.holder(job_id, token)
         if rec is None:
             return "stale"
         self._spare(rec, now, RELEASED, "released by its worker at shutdown")
@@ -367,7 +262,7 @@ class QueueState:
         rec.ready_at = now
         if rec.state != READY:
             self._move(rec, READY)
-        self._push_ready(rec)
+        self.heaps.push_ready(rec)
         self._emit(now, rec, ev.RETRY_SCHEDULED, delay_s=0.0, ready_at=now, error=error,
                    spared=True)
         self.dirty.append(rec)
@@ -392,10 +287,10 @@ class QueueState:
             rec.ready_at = now + delay
             if delay > 0:
                 self._move(rec, DELAYED)
-                self._push_delayed(rec)
+                self.heaps.push_delayed(rec)
             else:
                 self._move(rec, READY)
-                self._push_ready(rec)
+                self.heaps.push_ready(rec)
             self._emit(now, rec, ev.RETRY_SCHEDULED, delay_s=delay, ready_at=rec.ready_at,
                        error=error)
         self.dirty.append(rec)
@@ -406,7 +301,7 @@ class QueueState:
         self._move(rec, CANCELLED)
         rec.finished_at = now
         rec.expires_at = now + self.policy.result_ttl_s
-        heapq.heappush(self._expiry, (rec.expires_at, rec.job_id))
+        self.heaps.push_expiry(rec.expires_at, rec.job_id)
         self.dirty.append(rec)
         self._emit(now, rec, ev.CANCELLED, worker=rec.lease_worker)
 
@@ -427,12 +322,7 @@ class QueueState:
         ready without counting the attempt.
         """
         reclaimed = 0
-        leases = self._leases
-        while leases and leases[0][0] <= now:
-            deadline, token, job_id = heapq.heappop(leases)
-            rec = self._live_lease(token, job_id, deadline)
-            if rec is None:
-                continue
+        for rec, deadline in self.heaps.pop_expired_leases(now):
             reclaimed += 1
             self._emit(now, rec, ev.LEASE_EXPIRED, worker=rec.lease_worker, deadline=deadline)
             claimed_at = rec.history[-1].claimed_at if rec.history else now
@@ -440,12 +330,7 @@ class QueueState:
                 self._spare(rec, now, ev.LEASE_EXPIRED, SPARED_ERROR)
             else:
                 self._fail(rec, now, ev.LEASE_EXPIRED, LEASE_EXPIRED_ERROR, None)
-        expiry = self._expiry
-        while expiry and expiry[0][0] <= now:
-            expires_at, job_id = heapq.heappop(expiry)
-            rec = self._live_result(expires_at, job_id)
-            if rec is None:
-                continue
+        for rec in self.heaps.pop_expired_results(now):
             self._emit(now, rec, ev.RESULT_EXPIRED)
             self._forget(rec)
         self.promote_due(now)
@@ -454,21 +339,15 @@ class QueueState:
     def promote_due(self, now: float) -> int:
         """Move delayed jobs whose time has come onto the ready heap, in ``ready_at`` order."""
         moved = 0
-        delayed = self._delayed
-        while delayed and delayed[0][0] <= now:
-            _, seq, job_id = heapq.heappop(delayed)
-            rec = self._live_delay(seq, job_id)
-            if rec is None:
-                continue
+        for rec in self.heaps.pop_due(now):
             self._move(rec, READY)
-            self._push_ready(rec)
+            self.heaps.push_ready(rec)
             moved += 1
         return moved
 
     def next_deadline_hint(self) -> float:
         """A lower bound of :meth:`next_deadline` in O(1) (stale heads not dropped)."""
-        heads = [h[0][0] for h in (self._leases, self._delayed, self._expiry) if h]
-        return min(heads) if heads else float("inf")
+        return self.heaps.next_deadline_hint()
 
     def next_deadline(self) -> float | None:
         """The earliest time at which :meth:`sweep` or :meth:`promote_due` has work to do.
@@ -476,15 +355,7 @@ class QueueState:
         Stale heap heads (leases already acked, delays already promoted) are dropped first, so
         the owner's timer never wakes for work that is gone.
         """
-        leases, delayed, expiry = self._leases, self._delayed, self._expiry
-        while leases and self._live_lease(leases[0][1], leases[0][2], leases[0][0]) is None:
-            heapq.heappop(leases)
-        while delayed and self._live_delay(delayed[0][1], delayed[0][2]) is None:
-            heapq.heappop(delayed)
-        while expiry and self._live_result(expiry[0][0], expiry[0][1]) is None:
-            heapq.heappop(expiry)
-        heads = [h[0][0] for h in (leases, delayed, expiry) if h]
-        return min(heads) if heads else None
+        return self.heaps.next_deadline()
 
     # -- recovery and admin ----------------------------------------------------------------------
     def restore(self, rec: JobRecord, now: float) -> None:
@@ -500,17 +371,13 @@ class QueueState:
         self.jobs[rec.job_id] = rec
         self.counts[rec.state] += 1
         if rec.state == READY:
-            self._push_ready(rec)
+            self.heaps.push_ready(rec)
         elif rec.state == DELAYED:
-            self._push_delayed(rec)
-        elif rec.state == LEASED:
-            deadline = rec.lease_deadline if rec.lease_deadline is not None else now
-            heapq.heappush(self._leases, (deadline, rec.lease_token or "", rec.job_id))
-        elif rec.state in (DONE, CANCELLED):
-            if rec.expires_at is not None:
-                heapq.heappush(self._expiry, (rec.expires_at, rec.job_id))
+            self.heaps.push_delayed(rec)
         elif rec.state == DEAD:
             self.dead[rec.job_id] = rec
+        else:
+            self.heaps.reinsert(rec, now)
 
     def purge_dead(self, now: float, job_ids: list[str] | None = None) -> int:
         ids = list(self.dead) if job_ids is None else [j for j in job_ids if j in self.dead]
@@ -522,7 +389,7 @@ class QueueState:
 
     def oldest_ready_at(self) -> float | None:
         """The ``ready_at`` of the job at the head of the ready heap (lazily cleaned)."""
-        rec = self._peek_ready()
+        rec = self.heaps.peek_ready()
         return None if rec is None else rec.ready_at
 
     def ready_ahead_of(self, rec: JobRecord) -> int:
@@ -537,50 +404,7 @@ class QueueState:
                 yield rec
 
     # -- internals ---------------------------------------------------------------------------
-    def _push_ready(self, rec: JobRecord) -> None:
-        self._seq += 1
-        rec.seq = self._seq
-        heapq.heappush(self._ready, (-rec.priority, rec.ready_at, rec.seq, rec.job_id))
-
-    def _push_delayed(self, rec: JobRecord) -> None:
-        self._seq += 1
-        rec.seq = self._seq
-        heapq.heappush(self._delayed, (rec.ready_at, rec.seq, rec.job_id))
-
-    # Heap entries are never removed in place (lazy deletion): an entry is live only while its
-    # job is still in the state, and the attempt, that pushed it.
-    def _live_lease(self, token: str, job_id: str, deadline: float) -> JobRecord | None:
-        # An extended lease (leasing.extend) pushed a later entry: the earlier one is stale.
-        rec = self.jobs.get(job_id)
-        return rec if rec is not None and rec.state == LEASED and rec.lease_token == token \
-            and rec.lease_deadline == deadline else None
-
-    def _live_delay(self, seq: int, job_id: str) -> JobRecord | None:
-        rec = self.jobs.get(job_id)
-        return rec if rec is not None and rec.state == DELAYED and rec.seq == seq else None
-
-    def _live_result(self, expires_at: float, job_id: str) -> JobRecord | None:
-        rec = self.jobs.get(job_id)
-        return rec if rec is not None and rec.state in (DONE, CANCELLED) \
-            and rec.expires_at == expires_at else None
-
-    def _peek_ready(self) -> JobRecord | None:
-        ready = self._ready
-        while ready:
-            _, _, seq, job_id = ready[0]
-            rec = self.jobs.get(job_id)
-            if rec is not None and rec.state == READY and rec.seq == seq:
-                return rec
-            heapq.heappop(ready)
-        return None
-
-    def _pop_ready(self) -> JobRecord | None:
-        rec = self._peek_ready()
-        if rec is not None:
-            heapq.heappop(self._ready)
-        return rec
-
-    def _move(self, rec: JobRecord, state: str) -> None:
+    def _move(self, rec: JobRecord, state: JobState) -> None:
         self.counts[rec.state] -= 1
         self.counts[state] += 1
         rec.state = state
@@ -592,7 +416,7 @@ class QueueState:
         self.dead.pop(rec.job_id, None)
         self.dirty.append(rec.job_id)
 
-    def _emit(self, now: float, rec: JobRecord, kind: str, worker: str | None = None,
+    def _emit(self, now: float, rec: JobRecord, kind: EventKind, worker: str | None = None,
               **detail: Any) -> None:
         self.events.append(JobEvent(now, self.node, self.queue, rec.job_id, kind,
                                     rec.attempts, worker, detail))

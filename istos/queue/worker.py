@@ -313,13 +313,14 @@ class WorkerRunner:
     async def _call(self, data: Any, kwargs: dict[str, Any]) -> Any:
         if self._is_async:
             return await self.fn(data, **kwargs)
-        if self.node.sync_inline:
-            return self.fn(data, **kwargs)
+        run = self.node.run_sync or self._run_on_pool
+        return await run(lambda: self.fn(data, **kwargs))
+
+    async def _run_on_pool(self, call: Callable[[], Any]) -> Any:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self.config.concurrency,
                                                 thread_name_prefix="istos-worker")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: self.fn(data, **kwargs))
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     # -- settling acks and nacks --
     def _schedule_flush(self) -> None:

@@ -4,21 +4,21 @@ Every workflow job is an ordinary job carrying a ``meta`` dict that travels with
 persisted with it), so workflows inherit the queue's guarantees: leases, retries, backoff,
 dead letters, durability. Nothing here adds a coordinator; the pieces are:
 
-**Chain** (:meth:`WorkflowMixin.chain`). Step 0 is enqueued on ``queues[0]`` with
+**Chain** (:meth:`Workflows.chain`). Step 0 is enqueued on ``queues[0]`` with
 ``meta={"chain": {"id", "queues", "step", "priority"}}`` and job id ``f"{chain_id}.0"``. When a
-step's function returns, the worker calls :meth:`_continue_hook`, which enqueues the return value
-on the next queue as step ``step + 1`` with job id ``f"{chain_id}.{step + 1}"``, *before* the
-step is acked. A crash between the two redelivers the step, never loses the chain; the
+step's function returns, the worker calls :meth:`Workflows.continue_after`, which enqueues the
+return value on the next queue as step ``step + 1`` with job id ``f"{chain_id}.{step + 1}"``,
+*before* the step is acked. A crash between the two redelivers the step, never loses the chain; the
 redelivered step re-enqueues its continuation under the same id, which idempotent enqueue
 drops while the next step is still held (once the next step has been acked and forgotten, a
 redelivery runs it again: at-least-once, as everywhere in the queue). A step that raises is
 retried like any job; a step that dead-letters ends the chain, and its dead letter's
 ``"workflow"`` entry names the chain id and step. Continuations keep the chain's priority.
 
-**Group** (:meth:`WorkflowMixin.group`): each item becomes one job on one queue; the ids come
+**Group** (:meth:`Workflows.group`): each item becomes one job on one queue; the ids come
 back in item order. Every item is encoded before any is sent, so a bad item enqueues nothing.
 
-**Chord** (:meth:`WorkflowMixin.chord`): a group whose members carry
+**Chord** (:meth:`Workflows.chord`): a group whose members carry
 ``meta={"chord": {"id", "index", "size", "callback", "input"}}`` (job ids
 ``f"{chord_id}.{index}"``). The barrier lives on the member queue's owner: an ack hook stores
 each member's result (the encoded bytes the worker sends with its ack) at its index in a barrier
@@ -40,7 +40,7 @@ since they now live in the callback job); the owner deletes its tombstones after
 fired just before an owner restart are not tracked by the new owner and stay (a few bytes each).
 
 **A dead member stalls its chord.** ``app.enqueue(queue, dead["data"])`` makes a NEW job without
-chord meta, which will run but will NOT release the chord. :meth:`WorkflowMixin.requeue_dead`
+chord meta, which will run but will NOT release the chord. :meth:`Workflows.requeue_dead`
 moves the dead job itself back to ready, under the same id with its data and meta, so the chord
 can finish.
 """
@@ -50,17 +50,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgpack
 
 from .. import codec, protocol
 from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
-from ..hooks import AppHooks
 from .config import check_priority, check_queue_name
+from .extension import Hooks
 from .state import JobRecord
 from .workflow_meta import check_workflow_meta
 
@@ -77,20 +77,28 @@ TOMBSTONE_TTL_S = 86_400.0
 _NIL = msgpack.packb(None)  # a member result the worker did not send decodes as None
 
 
-class WorkflowMixin(AppHooks):
-    """``chain``, ``group``, ``chord`` and ``requeue_dead`` for :class:`istos.Istos`."""
+class Enqueue(Protocol):
+    """The app's ``enqueue``, as far as workflows use it (``_meta``: the workflow's meta)."""
 
-    if TYPE_CHECKING:  # provided by Istos
-        node: Node
+    async def __call__(self, name: str, data: Any, *, priority: int = 0,
+                       job_id: str | None = None,
+                       _meta: dict[str, Any] | None = None) -> str: ...
 
-        def client(self, queue: str) -> OwnerClient: ...
 
-        def _require_serving(self) -> None: ...
+class Workflows:
+    """``chain``, ``group``, ``chord`` and ``requeue_dead`` of one app (``app.workflows``).
 
-        async def enqueue(self, name: str, data: Any, *, delay_s: float = 0,
-                          priority: int = 0, job_id: str | None = None,
-                          timeout_s: float | None = None,
-                          _meta: dict[str, Any] | None = None) -> str: ...
+    Built on the app's ``enqueue``, its per-queue ``client`` and its ``require_serving``
+    check; :meth:`setup_owner` installs the owner side (chord barriers, ``requeue_dead``) on
+    each owner the app starts, and :meth:`continue_after` is the worker's continuation hook.
+    """
+
+    def __init__(self, node: Node, enqueue: Enqueue, client: Callable[[str], OwnerClient],
+                 require_serving: Callable[[], None]) -> None:
+        self.node = node
+        self.enqueue = enqueue
+        self.client = client
+        self._require_serving = require_serving
 
     # -- producer calls --
     async def chain(self, queues: list[str], data: Any, *, priority: int = 0) -> str:
@@ -188,23 +196,23 @@ class WorkflowMixin(AppHooks):
         return str(reply["job_id"])
 
     # -- hooks --
-    def _setup_owner(self, owner: QueueOwner) -> None:
-        super()._setup_owner(owner)
+    def setup_owner(self, owner: QueueOwner) -> None:
+        """Serve chords (barriers, ``chord_open``) and ``requeue_dead`` on ``owner``."""
         barriers = ChordBarriers(owner, self)
-        owner.ack_hooks.append(barriers.on_ack)
         owner.meta_check = barriers.check_meta
-        owner.extra_ops["chord_open"] = barriers.op_open
 
         async def requeue(msg: dict[str, Any]) -> dict[str, Any]:
             return await requeue_dead_op(owner, msg["job_id"])  # admin-gated by dispatch
 
-        owner.extra_ops["requeue_dead"] = requeue
+        owner.extend(Hooks(ops={"chord_open": barriers.op_open, "requeue_dead": requeue},
+                           before_ack=barriers.on_ack))
 
-    async def _continue_hook(self, meta: dict[str, Any], result: Any) -> None:
+    async def continue_after(self, meta: dict[str, Any], result: Any) -> None:
+        """Run by a worker after its function returned and before it acks: the next step of
+        a chain is enqueued first, so a crash between the two never cuts the chain."""
         step = meta.get("chain")
         if step is not None:
             await self._continue_chain(step, result)
-        await super()._continue_hook(meta, result)
 
     async def _continue_chain(self, step: dict[str, Any], result: Any) -> None:
         queues, index = step["queues"], int(step["step"])
@@ -218,7 +226,7 @@ class WorkflowMixin(AppHooks):
 
 
 async def requeue_dead_op(owner: QueueOwner, job_id: str) -> dict[str, Any]:
-    """The owner side of :meth:`WorkflowMixin.requeue_dead` (the ``requeue_dead`` op)."""
+    """The owner side of :meth:`Workflows.requeue_dead` (the ``requeue_dead`` op)."""
     state = owner.state
     rec = state.dead.get(job_id)
     if rec is None:
@@ -259,7 +267,7 @@ class Barrier:
 class ChordBarriers:
     """The chord barriers of one queue owner (installed as its ack hook)."""
 
-    def __init__(self, owner: QueueOwner, app: WorkflowMixin) -> None:
+    def __init__(self, owner: QueueOwner, app: Workflows) -> None:
         self.owner = owner
         self.app = app
         self.ns = f"wf:{owner.name}"
@@ -273,7 +281,7 @@ class ChordBarriers:
         if meta is None or rec.lease_token is None:
             return
         # Only an ack the state will accept counts (not, say, one for a job that went dead).
-        if self.owner.state._holder(rec.job_id, rec.lease_token) is None:
+        if self.owner.state.holder(rec.job_id, rec.lease_token) is None:
             return
         chord_id = str(meta["id"])
         async with self._lock(chord_id):

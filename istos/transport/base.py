@@ -49,6 +49,14 @@ class Transport(Protocol):
 
     async def close(self) -> None: ...
 
+    def kill(self) -> None:
+        """Die at once, as a crashed process's transport does, as far as this adapter can.
+
+        The in-process mesh drops every registration and cancels in-flight handlers (its
+        peers see the node vanish). A live Zenoh session dies with its process only: within
+        the process it is left as it is (the app's crash stops everything above it).
+        """
+
     async def declare_queryable(self, key: str, handler: QueryHandler) -> Handle:
         """Serve requests on ``key``; each request runs ``handler`` and its result is the reply."""
 

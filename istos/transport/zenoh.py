@@ -265,6 +265,9 @@ class ZenohTransport:
         if session is not None:
             await asyncio.to_thread(session.close)
 
+    def kill(self) -> None:
+        """Nothing: a Zenoh session dies with its process (see ``Transport.kill``)."""
+
     def peer_ids(self) -> list[str]:
         """Zenoh ids of the peers this session is connected to (for diagnostics and tests)."""
         return sorted(str(z) for z in self._require_session().info.peers_zid())

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from istos import Istos
+from istos.node import run_inline
 from istos.queue.config import QueueConfig
 from istos.storage.memory import MemoryStorage
 
@@ -132,7 +133,7 @@ class SimNode:
         storage = sim.shared_storage if sim.storage_mode == "durable" else MemoryStorage()
         app = Istos(storage=storage, transport=sim.mesh.transport(self.name), clock=self.clock,
                     rng=random.Random(f"{sim.seed}:{self.name}:{self._lives}"),
-                    node_id=self.name, sync_inline=True,
+                    node_id=self.name, run_sync=run_inline,
                     request_timeout_s=sim.request_timeout_s, shutdown_grace_s=0.0)
         for declare in self._declarations:
             declare(app)

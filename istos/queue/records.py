@@ -1,0 +1,104 @@
+"""PURE: the records of one queue's jobs (what the owner writes through to storage).
+
+States: ``ready`` (claimable), ``delayed`` (claimable from ``ready_at``), ``leased`` (a worker
+holds it until ``lease_deadline``), ``done`` (kept only with results, until ``expires_at``),
+``dead``, and ``cancelled`` (by ``app.cancel``; kept like a done job until ``expires_at``).
+The transitions between them live in ``state.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from .backoff import BackoffPolicy
+
+JobState = Literal["ready", "delayed", "leased", "done", "dead", "cancelled"]
+"""The state of a job (``JobRecord.state``, the keys of ``QueueState.counts``)."""
+
+READY: Final = "ready"
+DELAYED: Final = "delayed"
+LEASED: Final = "leased"
+DONE: Final = "done"
+DEAD: Final = "dead"
+CANCELLED: Final = "cancelled"
+STATES: tuple[JobState, ...] = (READY, DELAYED, LEASED, DONE, DEAD, CANCELLED)
+LEASE_EXPIRED_ERROR = "lease expired"
+SPARED_ERROR = "lease expired during a storage outage (attempt not counted)"
+RELEASED = "released"
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    lease_s: float = 30.0
+    max_attempts: int = 5
+    backoff: BackoffPolicy = BackoffPolicy()
+    keep_results: bool = False
+    result_ttl_s: float = 3600.0
+    history_limit: int = 20
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One delivery of a job: who held it, when, and how it ended."""
+
+    attempt: int
+    worker: str
+    claimed_at: float
+    finished_at: float | None = None
+    outcome: str | None = None  # "acked" | "nacked" | "lease_expired"
+    error: str | None = None
+    backoff_s: float | None = None  # the wait chosen before the next try
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt, "worker": self.worker, "claimed_at": self.claimed_at,
+            "finished_at": self.finished_at, "outcome": self.outcome, "error": self.error,
+            "backoff_s": self.backoff_s,
+        }
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job_id: str
+    queue: str
+    body: bytes
+    priority: int
+    enqueued_at: float
+    state: JobState = READY
+    ready_at: float = 0.0
+    seq: int = 0
+    attempts: int = 0
+    lease_token: str | None = None
+    lease_worker: str | None = None
+    lease_deadline: float | None = None
+    last_error: str | None = None
+    result: bytes | None = None
+    finished_at: float | None = None
+    expires_at: float | None = None
+    history: list[Attempt] = field(default_factory=list)
+    meta: dict[str, Any] | None = None
+    cancel_requested: bool | None = None  # app.cancel reached it while leased (persisted)
+    # The holder's latest ctx.progress() (not persisted: the next heartbeat brings it back).
+    progress: float | None = None
+    progress_note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {name: getattr(self, name) for name in SCALAR_FIELDS}
+        d["history"] = [a.to_dict() for a in self.history]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> JobRecord:
+        fields: dict[str, Any] = {name: d.get(name) for name in SCALAR_FIELDS}
+        rec = cls(**fields)
+        rec.history = [Attempt(**a) for a in d.get("history") or []]
+        return rec
+
+
+#: The persisted fields besides ``history`` (what a snapshot saves and a rollback restores).
+SCALAR_FIELDS = (
+    "job_id", "queue", "body", "priority", "enqueued_at", "state", "ready_at", "seq", "attempts",
+    "lease_token", "lease_worker", "lease_deadline", "last_error", "result", "finished_at",
+    "expires_at", "meta", "cancel_requested",
+)

@@ -25,6 +25,7 @@ from .events import EventLog
 from .ids import IdSource
 from .ledger import Ledger
 from .node import Node, RunSync
+from .protocol import MAX_PRIORITY
 from .pubsub import PubSub, Subscription
 from .queue.client import OwnerClient
 from .queue.config import QueueConfig, WorkerConfig, check_delay, check_priority, check_queue_name
@@ -104,6 +105,7 @@ class Istos:
         self.owners: dict[str, QueueOwner] = {}
         self.runners: list[WorkerRunner] = []
         self._clients: dict[str, OwnerClient] = {}
+        self._valid_names: set[str] = set()  # queue names enqueue already checked
         self._serving = False
         self._plugins: list[Any] = []  # components with async start()/stop() (schedules...)
         self.elections: dict[str, Election] = {}
@@ -349,9 +351,13 @@ class Istos:
         returned. Raises :class:`InvalidJob` (before sending) for a body msgpack cannot encode and
         :class:`OwnerUnavailable` if no owner answers within the request timeout.
         """
-        check_queue_name(name)
+        if name not in self._valid_names:  # a name is checked once, then remembered
+            self._valid_names.add(check_queue_name(name))
         body = codec.encode_body(data, queue=name)
-        delay, prio = check_delay(delay_s), check_priority(priority)
+        # The common case (no delay, an in-range int priority) skips the general checks.
+        delay = 0.0 if delay_s == 0 and type(delay_s) is int else check_delay(delay_s)
+        prio = priority if type(priority) is int and -MAX_PRIORITY <= priority <= MAX_PRIORITY \
+            else check_priority(priority)
         if job_id is not None and (not isinstance(job_id, str) or not job_id):
             raise ConfigError(f"job_id must be a non-empty string, got {job_id!r}")
         if job_id is not None:

@@ -399,3 +399,19 @@ async def test_automatic_prefetch_only_for_jobs_short_next_to_the_lease(mesh):
     assert held["short"] > 2  # warmed up: claims ran ahead of the two slots
     assert held["long"] == 2  # never more jobs held than slots
     assert {e.worker for e in long if e.kind == "claimed"} == {"worker:slow#0", "worker:slow#1"}
+
+
+async def test_enqueue_refuses_bad_arguments_every_time_and_stores_nothing(mesh):
+    owner = app_on(mesh, "owner")
+    owner.queue("q")
+    async with owner.serving():
+        await owner.enqueue("q", {"ok": 1}, priority=3, delay_s=0)  # the fast path
+        for _ in range(2):  # a refused value stays refused (nothing cached for it)
+            for kwargs in ({"priority": True}, {"priority": 2**40}, {"priority": "1"},
+                           {"delay_s": -1}, {"delay_s": float("nan")}, {"delay_s": True}):
+                with pytest.raises(ConfigError):
+                    await owner.enqueue("q", {"bad": kwargs}, **kwargs)
+            for name in ("a*b", "", "a//b"):
+                with pytest.raises(ConfigError):
+                    await owner.enqueue(name, {})
+        assert owner.owners["q"].stats()["counts"]["ready"] == 1

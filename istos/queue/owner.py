@@ -40,6 +40,7 @@ from ..events import JobEvent
 from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
+from . import bulk
 from .config import QueueConfig
 from .hungry import HungryNodes
 from .persist import Persister
@@ -96,6 +97,7 @@ class QueueOwner:
             "nack": self._op_nack, "settle": self._op_settle, "result": self._op_result,
             "dead": self._op_dead, "release": self._op_release,
             "ping": self._op_ping,
+            "enqueue_many": lambda msg: bulk.op_enqueue_many(self, msg),
         }
 
     # -- lifecycle --

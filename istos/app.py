@@ -323,7 +323,10 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
                                   "priority": prio}
         if _meta:
             fields["meta"] = _meta
-        reply = await self.client(name).call("enqueue", timeout_s, **fields)
+        if timeout_s is None and not _meta:  # concurrent calls share one request
+            reply = await self.client(name).enqueue(fields)
+        else:
+            reply = await self.client(name).call("enqueue", timeout_s, **fields)
         return str(reply["job_id"])
 
     async def enqueue_many(self, name: str, items: Iterable[Any], *, delay_s: float = 0,

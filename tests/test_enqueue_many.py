@@ -6,6 +6,7 @@ The outage test runs its own redis-server (never the shared one) and SIGKILLs it
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -162,3 +163,56 @@ async def test_storage_outage_refuses_the_whole_batch(redis_server):
         again = await producer.enqueue_many("q", list(range(100)),
                                             job_ids=[f"out-{i}" for i in range(100)])
         assert len(again) == 100 and len(state.jobs) == 103
+
+
+# -- concurrent enqueues coalesce ---------------------------------------------------------------
+def count_ops(owner: Istos, *ops: str) -> dict[str, list[int]]:
+    """Requests the owner serves per op (the item count of each enqueue_many)."""
+    served: dict[str, list[int]] = {op: [] for op in ops}
+    q = owner.owners["q"]
+    for op in ops:
+        inner = q._ops[op]
+
+        async def counting(msg: dict[str, Any], _op: str = op, _inner: Any = inner
+                           ) -> dict[str, Any]:
+            served[_op].append(len(msg.get("items", [msg])))
+            return await _inner(msg)
+
+        q._ops[op] = counting
+    return served
+
+
+async def test_concurrent_enqueues_to_a_remote_owner_share_one_request():
+    async with owner_and_producer() as (owner, producer):
+        served = count_ops(owner, "enqueue", "enqueue_many")
+        lone = await producer.enqueue("q", {"alone": True})
+        assert served == {"enqueue": [1], "enqueue_many": []}  # a lone call: a plain enqueue
+        ids = await asyncio.gather(*(producer.enqueue("q", i, priority=i % 3)
+                                     for i in range(300)))
+        assert served["enqueue_many"] == [300] and served["enqueue"] == [1]
+        state = owner.owners["q"].state
+        assert len(set(ids)) == 300 and set(state.jobs) == {lone, *ids}
+        assert [state.jobs[j].priority for j in ids] == [i % 3 for i in range(300)]
+        # Caller-chosen ids stay idempotent when coalesced: a repeat adds nothing.
+        again = await asyncio.gather(*(producer.enqueue("q", 0, job_id=j) for j in ids[:10]))
+        assert again == ids[:10] and len(state.jobs) == 301
+
+
+async def test_an_owner_without_enqueue_many_gets_them_one_by_one():
+    async with owner_and_producer() as (owner, producer):
+        del owner.owners["q"]._ops["enqueue_many"]  # as an owner from before the op answers
+        ids = await asyncio.gather(*(producer.enqueue("q", i) for i in range(20)))
+        assert set(owner.owners["q"].state.jobs) == set(ids) and len(set(ids)) == 20
+
+
+async def test_coalesced_callers_all_fail_on_an_outage_and_nothing_is_stored(redis_server):
+    async with owner_and_producer(redis_server.storage()) as (owner, producer):
+        redis_server.kill()
+        calls = [producer.enqueue("q", i, job_id=f"c{i}") for i in range(30)]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert all(isinstance(r, StorageUnavailable) for r in results), results
+        assert len({id(r) for r in results}) == 30  # each caller its own error
+        assert owner.owners["q"].state.jobs == {}
+        redis_server.start()
+        assert await asyncio.gather(*(producer.enqueue("q", i, job_id=f"c{i}")
+                                      for i in range(30))) == [f"c{i}" for i in range(30)]

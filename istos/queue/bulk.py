@@ -31,29 +31,40 @@ if TYPE_CHECKING:
 ITEM_OVERHEAD = 64  # msgpack bytes of one item's map besides its body and job id (at most)
 
 
+def item_size(item: dict[str, Any]) -> int:
+    """An upper bound of one item's encoded bytes in an ``enqueue_many`` request."""
+    return len(item["body"]) + 4 * len(item["job_id"]) + ITEM_OVERHEAD
+
+
+def cut(sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """``(start, end)`` of each request of a batch of items of these sizes, in order: each
+    under the byte budget and the count cap (an item alone always fits: a body is at most
+    MAX_BODY_BYTES)."""
+    out: list[tuple[int, int]] = []
+    start, used = 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and (used + size > protocol.PAGE_BUDGET
+                          or i - start >= protocol.MAX_ENQUEUE_ITEMS):
+            out.append((start, i))
+            start, used = i, 0
+        used += size
+    if start < len(sizes):
+        out.append((start, len(sizes)))
+    return out
+
+
 def frames(job_ids: Sequence[str], bodies: Sequence[bytes], delay_s: float, priority: int
            ) -> list[list[dict[str, Any]]]:
-    """The ``items`` of each request of a batch, in order: under the byte budget and count
-    cap each (an item alone always fits: a body is at most MAX_BODY_BYTES)."""
-    out: list[list[dict[str, Any]]] = []
-    frame: list[dict[str, Any]] = []
-    used = 0
+    """The ``items`` of each request of a batch, in order (see :func:`cut`)."""
+    items: list[dict[str, Any]] = []
     for jid, body in zip(job_ids, bodies):
-        size = len(body) + 4 * len(jid) + ITEM_OVERHEAD
-        if frame and (used + size > protocol.PAGE_BUDGET
-                      or len(frame) >= protocol.MAX_ENQUEUE_ITEMS):
-            out.append(frame)
-            frame, used = [], 0
         item: dict[str, Any] = {"body": body, "job_id": jid}
         if delay_s:
             item["delay_s"] = delay_s
         if priority:
             item["priority"] = priority
-        frame.append(item)
-        used += size
-    if frame:
-        out.append(frame)
-    return out
+        items.append(item)
+    return [items[a:b] for a, b in cut([item_size(i) for i in items])]
 
 
 async def send_many(client: OwnerClient, job_ids: list[str], bodies: list[bytes],

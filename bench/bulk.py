@@ -74,8 +74,11 @@ class OwnerProcess:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.acked = {q: loop.create_future() for q in self.spec["expect"]}
+        # BENCH_OWNER_PROFILE=PATH: cProfile the owner process into PATH (pstats format).
+        prof = os.environ.get("BENCH_OWNER_PROFILE")
+        pre = ["-m", "cProfile", "-o", prof] if prof else []
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-u", "-m", "bench.bulk", "owner", json.dumps(self.spec),
+            sys.executable, "-u", *pre, "-m", "bench.bulk", "owner", json.dumps(self.spec),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=dict(os.environ))
         assert self.proc.stdout is not None
         await c.read_tagged(self.proc.stdout, c.READY_TAG, 60.0)

@@ -216,3 +216,14 @@ async def test_coalesced_callers_all_fail_on_an_outage_and_nothing_is_stored(red
         redis_server.start()
         assert await asyncio.gather(*(producer.enqueue("q", i, job_id=f"c{i}")
                                       for i in range(30))) == [f"c{i}" for i in range(30)]
+
+
+async def test_enqueue_many_to_the_owner_in_this_process():
+    cfg = isolated_configs(1)[0]
+    app = Istos(zenoh=cfg, prefix=unique_prefix())
+    app.queue("q")
+    async with app.serving():
+        ids = await app.enqueue_many("q", [{"n": i} for i in range(10)], priority=1)
+        again = await app.enqueue_many("q", [0] * 10, job_ids=ids)
+        state = app.owners["q"].state
+        assert again == ids and len(state.jobs) == 10 and state.counts["ready"] == 10

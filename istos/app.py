@@ -305,6 +305,10 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         Idempotent by ``job_id``: if the queue still holds that id, nothing is added and the id is
         returned. Raises :class:`InvalidJob` (before sending) for a body msgpack cannot encode and
         :class:`OwnerUnavailable` if no owner answers within the request timeout.
+
+        To a remote owner, the calls made in one event-loop turn (``asyncio.gather`` of many
+        enqueues) travel as one ``enqueue_many`` request; a lone call goes out at once. Each
+        call still returns its own id or raises its own error.
         """
         check_queue_name(name)
         body = codec.encode_body(data, queue=name)

@@ -307,8 +307,8 @@ class Istos(WorkflowMixin, ScheduleMixin, PubSubMixin):
         :class:`OwnerUnavailable` if no owner answers within the request timeout.
 
         To a remote owner, the calls made in one event-loop turn (``asyncio.gather`` of many
-        enqueues) travel as one ``enqueue_many`` request; a lone call goes out at once. Each
-        call still returns its own id or raises its own error.
+        enqueues) after its first travel as one ``enqueue_many`` request; the first (a lone
+        call) goes out at once. Each call still returns its own id or raises its own error.
         """
         check_queue_name(name)
         body = codec.encode_body(data, queue=name)

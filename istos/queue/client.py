@@ -57,7 +57,7 @@ class OwnerClient:
             return await self.call("enqueue", **fields)
         if self._coalescer is None:
             self._coalescer = Coalescer(self)
-        return await self._coalescer.submit(fields)
+        return await self._coalescer.enqueue(fields)
 
     async def _remote(self, msg: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
         transport = self.node.transport

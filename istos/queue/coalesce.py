@@ -1,15 +1,15 @@
 """Coalesced remote enqueues: the ``enqueue`` calls one producer makes to a remote owner within
-one event-loop turn go out as one ``enqueue_many`` request.
+one event-loop turn go out as one ``enqueue_many`` request (after the turn's first call).
 
-Linger zero: the first call of a turn schedules the send for the end of that turn (``call_soon``)
-and nothing waits beyond it, so a lone call goes out at once, as a plain ``enqueue``; calls made
-while a request is in flight are not held back for it either (they form the next turn's
-request). Each caller still gets its own answer: the reply's ``created`` flags are handed out
-per item, and an owner that refuses a batch as a whole for one item (``InvalidJob``) or does
-not know ``enqueue_many`` (``ProtocolError``) stored nothing of it, so its items are sent again
-one by one. A failure of the request itself (``StorageUnavailable``: nothing of it was stored;
-``OwnerUnavailable``) is every one of its callers' failure, as it would have been for each call
-alone.
+Linger zero: the first call of a turn goes out at once, as a plain ``enqueue`` (a lone call pays
+nothing); the calls that follow it within the same turn are sent together when the turn ends
+(``call_soon``), and nothing waits for a reply before sending (calls made while a request is in
+flight form their own turn's request). Each caller still gets its own answer: the reply's
+``created`` flags are handed out per item, and an owner that refuses a batch as a whole for one
+item (``InvalidJob``) or does not know ``enqueue_many`` (``ProtocolError``) stored nothing of
+it, so its items are sent again one by one. A failure of the request itself
+(``StorageUnavailable``: nothing of it was stored; ``OwnerUnavailable``) is every one of its
+callers' failure, as it would have been for each call alone.
 """
 
 from __future__ import annotations
@@ -32,19 +32,24 @@ class Coalescer:
         self._open: list[Pending] | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # strong references while they run
 
-    def submit(self, fields: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
-        """Queue one enqueue (``fields`` as the ``enqueue`` op reads them, with a job id);
-        the future gets its reply (``job_id``, ``created``) or its error."""
+    async def enqueue(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """One enqueue (``fields`` as the ``enqueue`` op reads them, with a job id); returns
+        its reply (``job_id``, ``created``) or raises its error."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[dict[str, Any]] = loop.create_future()
         if self._open is None:
+            # The turn's first call goes out at once, exactly as an uncoalesced call would;
+            # the calls that follow it in this turn are sent together when the turn ends.
             self._open = []
             loop.call_soon(self._flush)
+            return await self._client.call("enqueue", **fields)
+        fut: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._open.append((fields, fut))
-        return fut
+        return await fut
 
     def _flush(self) -> None:
         batch, self._open = self._open or [], None
+        if not batch:
+            return
         loop = asyncio.get_running_loop()
         for start, end in bulk.cut([bulk.item_size(f) for f, _ in batch]):
             task = loop.create_task(self._send(batch[start:end]))

@@ -3,6 +3,11 @@ PostgreSQL (must stay flat within 2x), and end-to-end throughput durable vs in m
 Redis with ``ha=True`` (one replica, so it leads: every write carries its fencing epoch).
 
     python -m bench.durable [--runs 5] [--backlogs 100,10000,100000] [--ops 300]
+                            [--e2e-jobs 2000] [--twoproc-only]
+
+The last table runs the worker in its own process (``bench/_driver_ours.py worker``) over a
+private loopback Zenoh mesh, the owner (with the store) and a concurrent producer in this one:
+the issue-18 setting (targets: Redis >= 6,000, PostgreSQL >= 3,000 jobs/s).
 
 Backlogs are built by writing records straight through the owner's storage namespace (as an
 owner restart would find them), then the owner recovers them; the timed operations go through
@@ -14,15 +19,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
+import sys
 import time
 import uuid
+from pathlib import Path
 
 from istos import Istos, MemoryStorage, RedisStoragePlugin, SQLAlchemyStoragePlugin
 from istos.queue.persist import encode_record
 from istos.queue.state import JobRecord
 from istos.transport.local import LocalMesh
 
+DRIVER = Path(__file__).resolve().parent / "_driver_ours.py"
+sys.path.insert(0, str(DRIVER.parent))  # bench/_common.py and the worker driver import flat
 REDIS = "redis://127.0.0.1:6379/0"
 POSTGRES = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 
@@ -123,7 +133,47 @@ async def end_to_end(kind: str, jobs: int) -> float:
         await storage.close()
 
 
+async def end_to_end_twoproc(kind: str, jobs: int, concurrency: int = 8) -> float:
+    """Owner (with ``kind`` storage) and producer in this process, the worker in another
+    (``bench/_driver_ours.py worker``), over a private loopback Zenoh mesh; jobs/s from the
+    first enqueue to the owner's last ``acked`` event."""
+    import _common as c
+    from _driver_ours import QUEUE
+
+    tag = f"bench-{uuid.uuid4().hex[:8]}"
+    ha = kind.endswith("-ha")
+    kind = kind.removesuffix("-ha")
+    storage = make_storage(kind, tag)
+    cfg_owner, cfg_worker = c.zenoh_configs(2)
+    prefix = c.unique_prefix()
+    app = Istos(storage=storage, zenoh=cfg_owner, prefix=prefix)
+    app.queue(QUEUE, ha=ha)
+    done = c.Completion(jobs)
+    app.events.subscribe(lambda event: done.hit() if event.kind == "acked" else None)
+    try:
+        async with app.serving():
+            while not app.is_active_owner(QUEUE):  # an HA replica leads once elected
+                await asyncio.sleep(0.01)
+            child = c.WorkerProcess(str(DRIVER), {"zenoh": cfg_worker, "prefix": prefix,
+                                                  "concurrency": concurrency})
+            try:
+                await child.start()
+                t0 = time.perf_counter()
+                await asyncio.gather(*(app.enqueue(QUEUE, c.make_job(i)) for i in range(jobs)))
+                t1 = await done.wait(c.deadline_for(jobs))
+                await child.stop()
+            finally:
+                await child.kill()
+            return jobs / (t1 - t0)
+    finally:
+        await cleanup(storage, kind, tag)
+        await storage.close()
+
+
 async def main_async(args: argparse.Namespace) -> None:
+    if args.twoproc_only:
+        await print_twoproc(args)
+        return
     backlogs = [int(x) for x in args.backlogs.split(",")]
     print(f"owner cost per call with write-through (median of {args.runs} runs, "
           f"{args.ops} ops each)")
@@ -147,6 +197,22 @@ async def main_async(args: argparse.Namespace) -> None:
                                   for _ in range(args.runs)])
         base = base or rate
         print(f"{kind:>9}: {rate:8.0f} jobs/s ({rate / base:.2f}x in-memory)")
+    await print_twoproc(args)
+
+
+async def print_twoproc(args: argparse.Namespace) -> None:
+    print(f"\nend to end, owner+producer and worker in two processes (Zenoh), concurrency 8, "
+          f"{args.e2e_jobs} jobs (median of {args.runs}; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})")
+    targets = {"redis": 6000, "postgres": 3000}
+    for kind in ("memory", "redis", "redis-ha", "postgres"):
+        rates = [await end_to_end_twoproc(kind, args.e2e_jobs) for _ in range(args.runs)]
+        rate = statistics.median(rates)
+        target = targets.get(kind)
+        verdict = "" if target is None else \
+            f"  (target >= {target:,}: {'yes' if rate >= target else 'NO'})"
+        print(f"{kind:>9}: {rate:8.0f} jobs/s [min {min(rates):.0f}, max {max(rates):.0f}]"
+              f"{verdict}")
 
 
 def main() -> None:
@@ -155,6 +221,8 @@ def main() -> None:
     parser.add_argument("--backlogs", default="100,10000,100000")
     parser.add_argument("--ops", type=int, default=300)
     parser.add_argument("--e2e-jobs", type=int, default=2000)
+    parser.add_argument("--twoproc-only", action="store_true",
+                        help="only the two-process end-to-end rows")
     asyncio.run(main_async(parser.parse_args()))
 
 

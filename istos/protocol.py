@@ -67,6 +67,7 @@ MAX_ID_LIST = 4096  # job ids in one purge_dead
 SETTLE_OPS = ("ack", "nack")
 JOB_STATES = ("ready", "delayed", "leased", "done", "dead", "cancelled")
 MAX_EXTEND_ITEMS = 1024  # leases renewed by one heartbeat request
+MAX_ENQUEUE_ITEMS = 4096  # jobs in one enqueue_many request (and bytes: under PAGE_BUDGET)
 _TOKEN = re.compile(r"[0-9A-Za-z._:-]+")
 
 check_job_id = identifier(MAX_JOB_ID_BYTES)
@@ -148,6 +149,23 @@ def lease_item(name: str, value: Any) -> None:
     check_fields(value, _LEASE_ITEM, prefix=f"{name}.")
 
 
+_ENQUEUE_ITEM = (
+    Field("body", binary(MAX_BODY_BYTES), required=True),
+    Field("job_id", check_job_id, required=True),  # producer-chosen: a retried batch is a no-op
+    Field("delay_s", number(0.0, MAX_DELAY_S)),
+    Field("priority", integer(-MAX_PRIORITY, MAX_PRIORITY)),
+)
+
+
+def enqueue_item(name: str, value: Any) -> None:
+    """One job of an ``enqueue_many``: ``{body, job_id, delay_s?, priority?}`` (no meta)."""
+    if type(value) is not dict:
+        fail(name, "must be a map {body, job_id, delay_s?, priority?}", value)
+    if "meta" in value:  # workflow jobs go one by one (enqueue), where meta is checked
+        raise ProtocolError(f"{name}.meta: enqueue_many carries no job meta")
+    check_fields(value, _ENQUEUE_ITEM, prefix=f"{name}.")
+
+
 # -- the schemas --------------------------------------------------------------------------------
 _JOB_ID = Field("job_id", check_job_id, required=True)
 _OFFSET = Field("offset", integer(0, MAX_OFFSET))
@@ -161,6 +179,9 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("delay_s", number(0.0, MAX_DELAY_S), error=InvalidJob),
         Field("priority", integer(-MAX_PRIORITY, MAX_PRIORITY), error=InvalidJob),
         Field("meta", meta, error=InvalidJob),
+    ),
+    "enqueue_many": (
+        Field("items", list_of(enqueue_item, MAX_ENQUEUE_ITEMS), required=True, error=InvalidJob),
     ),
     "claim": (
         Field("workers", list_of(check_slot_id, MAX_SLOTS, empty=False), required=True),
@@ -206,6 +227,7 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     op: (frozenset(always.split()), frozenset(optional.split())) for op, always, optional in (
         ("ping", "node queue", ""),
         ("enqueue", "job_id created", ""),
+        ("enqueue_many", "created", ""),
         ("claim", "jobs max_attempts keep_results lease_s", "more settled cancel"),
         ("settle", "statuses", ""),
         ("ack", "status", ""),
@@ -315,8 +337,19 @@ def _fast_enqueue(m: dict[str, Any]) -> bool:
         and type(p) is int and -MAX_PRIORITY <= p <= MAX_PRIORITY
 
 
+def _fast_enqueue_item(i: Any) -> bool:
+    return type(i) is dict and "job_id" in i and "meta" not in i and _fast_enqueue(i)
+
+
+def _fast_enqueue_many(m: dict[str, Any]) -> bool:
+    items = m.get("items")
+    return type(items) is list and len(items) <= MAX_ENQUEUE_ITEMS \
+        and all(map(_fast_enqueue_item, items))
+
+
 FAST: dict[str, Callable[[dict[str, Any]], bool]] = {
-    "enqueue": _fast_enqueue, "claim": _fast_claim, "settle": _fast_settle,
+    "enqueue": _fast_enqueue, "enqueue_many": _fast_enqueue_many,
+    "claim": _fast_claim, "settle": _fast_settle,
     "ack": _fast_ack, "nack": _fast_nack,
 }
 

@@ -111,6 +111,7 @@ def field_bad_values(rng: random.Random) -> dict[str, list[Any]]:
 
 TEMPLATES: dict[str, dict[str, Any]] = {
     "enqueue": {"body": b"x", "job_id": "hostile", "delay_s": 0, "priority": 0},
+    "enqueue_many": {"items": [{"body": b"x", "job_id": "hostile-m"}]},
     "claim": {"workers": ["s"], "node": "h"},
     "settle": {"items": [{"op": "ack", "job_id": "x", "token": "t"}]},
     "ack": {"job_id": "x", "token": "t"}, "nack": {"job_id": "x", "token": "t", "error": "e"},

@@ -336,6 +336,7 @@ async def test_every_op_replies_with_the_fields_the_protocol_names(mesh):
             "requeue_dead": {"job_id": "d1"}, "purge_dead": {}, "pause": {}, "resume": {},
             "extend": {"items": []}, "release": {"items": []}, "cancel": {"job_id": "j1"},
             "enqueue_slot": {"body": b"\x02", "job_id": "sched:s:1", "period_s": 60.0},
+            "enqueue_many": {"items": [{"body": b"\x03", "job_id": "m1", "priority": 2}]},
         }
         assert set(calls) == set(protocol.SCHEMAS) == set(protocol.REPLIES)
         replies = {op: await raw(probe, "q", op=op, **fields) for op, fields in calls.items()}
@@ -396,6 +397,7 @@ def test_fast_paths_accept_only_what_the_schemas_accept():
             {"op": "nack", "job_id": "j", "token": "ab12", "error": "boom"}]},
         {"op": "settle", "items": [{"op": "ack", "job_id": "j", "token": "t", "result": b""}]},
         {"op": "ack", "job_id": "j", "token": "t"}, {"op": "nack", "job_id": "j", "token": "t"},
+        {"op": "enqueue_many", "items": [{"body": b"x", "job_id": "j", "delay_s": 0.5}]},
     ]
     accepted = 0
     for raw_msg in generate(SEED, 3000):

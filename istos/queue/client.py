@@ -14,6 +14,7 @@ from typing import Any
 from .. import codec, errors, protocol
 from ..node import Node
 from ..transport.base import NoResponder, TransportError, TransportTimeout
+from .coalesce import Coalescer
 from .owner import QueueOwner
 
 _ERRORS = protocol.ERROR_CLASSES
@@ -33,6 +34,7 @@ class OwnerClient:
         self.queue = queue
         self._local_owner = local_owner
         self._key = node.key(queue, "rpc")
+        self._coalescer: Coalescer | None = None
 
     async def call(self, op: str, timeout_s: float | None = None, **fields: Any) -> dict[str, Any]:
         """Send ``op`` to the queue's owner; raise the typed error it answered with.
@@ -46,6 +48,16 @@ class OwnerClient:
             # In-process: the app built these fields from values it checked itself.
             return raise_for_reply(await owner.dispatch(msg, trusted=True), self.queue)
         return raise_for_reply(await self._remote(msg, timeout_s), self.queue)
+
+    async def enqueue(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The ``enqueue`` op with ``fields`` (a job id included); to a remote owner coalesced
+        with this event-loop turn's other enqueues into one request (see :mod:`.coalesce`)."""
+        owner = self._local_owner()
+        if owner is not None and owner.running:
+            return await self.call("enqueue", **fields)
+        if self._coalescer is None:
+            self._coalescer = Coalescer(self)
+        return await self._coalescer.enqueue(fields)
 
     async def _remote(self, msg: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
         transport = self.node.transport

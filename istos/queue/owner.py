@@ -41,6 +41,7 @@ from ..events import EventKind, JobEvent
 from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
+from . import bulk
 from .config import QueueConfig
 from .extension import Handler, OwnerExtension, overrides
 from .hungry import HungryNodes
@@ -94,6 +95,7 @@ class QueueOwner:
         self.job_ops = JobOps(self)
         self._ops: dict[str, Handler] = {
             "enqueue": self._op_enqueue, **self.job_ops.ops(), "ping": self._op_ping,
+            "enqueue_many": lambda msg: bulk.op_enqueue_many(self, msg),
         }
 
     def extend(self, ext: OwnerExtension, *, first: bool = False) -> None:

@@ -143,7 +143,8 @@ class SQLAlchemyStoragePlugin:
         from sqlalchemy.dialects.sqlite import insert as sqlite_insert
         return sqlite_insert(self._table)
 
-    async def _call(self, op: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+    async def _call(self, op: str, fn: Callable[[Any], Awaitable[T]], *,
+                    autocommit: bool = False) -> T:
         """Run ``fn(connection)`` in one transaction under the deadline, translating failures."""
         from sqlalchemy.exc import DBAPIError, DisconnectionError
         from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -153,6 +154,10 @@ class SQLAlchemyStoragePlugin:
         async def run() -> T:
             if not self._created:
                 await self._create_table(engine)
+            if autocommit:  # one statement: atomic by itself, no BEGIN/COMMIT round trips
+                async with engine.connect() as conn:
+                    auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    return await fn(auto)
             async with engine.begin() as conn:
                 return await fn(conn)
 
@@ -254,6 +259,9 @@ class SQLAlchemyStoragePlugin:
         rows = [{"ns": ns, "key": key, "value": value, "expires_at": None}
                 for key, value in dict(puts).items()]
         gone = list(dict.fromkeys(deletes))
+        if self._backend == "postgresql" and (rows or gone):
+            await self._pg_apply(ns, rows, gone, fence)
+            return
 
         async def run(conn: Any) -> None:
             if fence is not None:
@@ -266,6 +274,47 @@ class SQLAlchemyStoragePlugin:
 
         if rows or gone:
             await self._call("apply", run)
+
+    async def _pg_apply(self, ns: str, rows: list[dict[str, Any]], gone: list[str],
+                        fence: Fence | None) -> None:
+        """PostgreSQL: the whole apply as ONE statement in autocommit (one round trip, atomic
+        as a statement is; the SQL text is fixed, so asyncpg reuses its prepared statement):
+        upsert from arrays (``unnest``), delete by ``= ANY``, and with ``fence`` a first
+        sub-statement that checks and locks the lease row, which the writes depend on (they
+        read its RETURNING), so a moved-on epoch writes nothing (FencedOut)."""
+        from sqlalchemy import text
+
+        doomed = set(gone)  # delete wins over a put of the same key, as in the generic path
+        keys = [r["key"] for r in rows if r["key"] not in doomed]
+        values = [r["value"] for r in rows if r["key"] not in doomed]
+        params: dict[str, Any] = {"ns": ns, "keys": keys, "vals": values, "gone": gone}
+        if fence is not None:
+            params.update(lns=LEADER_NS, lname=fence.name,
+                          lval=_lease_value(fence.epoch, fence.holder))
+        stmt = text(self._pg_apply_sql(fence is not None))
+
+        async def run(conn: Any) -> Any:
+            return (await conn.execute(stmt, params)).scalar()
+
+        checked = await self._call("apply", run, autocommit=True)
+        if fence is not None and checked != 1:
+            raise FencedOut(f"database at {self._safe_url}: leader lease {fence.name!r} is no "
+                            f"longer at epoch {fence.epoch}; nothing was written")
+
+    def _pg_apply_sql(self, fenced: bool) -> str:
+        t = self._ensure_engine().dialect.identifier_preparer.quote(self._table.name)
+        gate = " AND EXISTS (SELECT 1 FROM f)" if fenced else ""
+        fence = (f"f AS (UPDATE {t} SET expires_at = expires_at WHERE ns = :lns AND key = "
+                 ":lname AND value = :lval RETURNING 1), ") if fenced else ""
+        return (
+            f"WITH {fence}ins AS (INSERT INTO {t} (ns, key, value, expires_at) "
+            "SELECT :ns, u.k, u.v, NULL FROM unnest(CAST(:keys AS varchar[]), "
+            f"CAST(:vals AS bytea[])) AS u(k, v) WHERE true{gate} "
+            "ON CONFLICT (ns, key) DO UPDATE SET value = EXCLUDED.value, expires_at = NULL "
+            f"RETURNING 1), del AS (DELETE FROM {t} WHERE ns = :ns AND "
+            f"key = ANY(CAST(:gone AS varchar[])){gate} RETURNING 1) "
+            + ("SELECT count(*) FROM f" if fenced else
+               "SELECT (SELECT count(*) FROM ins) + (SELECT count(*) FROM del)"))
 
     async def get(self, ns: str, key: str) -> bytes | None:
         from sqlalchemy import select

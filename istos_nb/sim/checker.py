@@ -174,7 +174,9 @@ def _fifo_within_priority(rec: RunRecord) -> Finding:
     models: dict[tuple[str, str], _ReadyModel] = defaultdict(_ReadyModel)
     for e in rec.events:
         kind = e["kind"]
-        key = (e["node"], e["queue"])
+        # Durable storage is one queue whatever replica leads it (HA): one model per queue,
+        # so a job finished under one leader is not still "ready" in another's model.
+        key = (e["node"], e["queue"]) if rec.volatile else ("", e["queue"])
         if kind in ("owner_up",) and rec.volatile:
             models[key] = _ReadyModel()
         if not e["job_id"]:

@@ -136,13 +136,18 @@ class Istos:
         return self.node.events
 
     # -- declarations --
-    def queue(self, name: str, **options: Any) -> QueueConfig:
-        """Own queue ``name`` on this node. Options as in the spec (``lease_s``, ``max_attempts``,
-        ``retry_backoff_s``, ``retry_backoff_max_s``, ``retry_jitter``, ``keep_results``,
-        ``result_ttl_s``, ``sweep_interval_s``, ``ha``, ``ha_lease_s``, ``admin``); invalid ones
-        raise :class:`ConfigError` (a ``ValueError``) naming the option.
-        """
-        config = QueueConfig.build(name, **options)
+    def queue(self, name: str, *, lease_s: float = 30.0, max_attempts: int = 5,
+              retry_backoff_s: float = 1.0, retry_backoff_max_s: float = 600.0,
+              retry_jitter: float = 0.1, keep_results: bool = False,
+              result_ttl_s: float = 3600.0, sweep_interval_s: float | None = None,
+              ha: bool = False, ha_lease_s: float = 5.0, admin: bool = False) -> QueueConfig:
+        """Own queue ``name`` on this node, with the options the spec names; invalid ones raise
+        :class:`ConfigError` (a ``ValueError``) naming the option (``QueueConfig.build``)."""
+        config = QueueConfig.build(
+            name, lease_s=lease_s, max_attempts=max_attempts, retry_backoff_s=retry_backoff_s,
+            retry_backoff_max_s=retry_backoff_max_s, retry_jitter=retry_jitter,
+            keep_results=keep_results, result_ttl_s=result_ttl_s,
+            sweep_interval_s=sweep_interval_s, ha=ha, admin=admin, ha_lease_s=ha_lease_s)
         if config.ha and not getattr(self.node.storage, "shared", False):
             raise HAConfigError(
                 f"queue {name!r}: ha=True needs storage shared by every replica "

@@ -7,23 +7,21 @@ frames built with ``_liveframes``); :meth:`OwnerRequests.ask` is the one request
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
 
 from istos import codec
-from istos.errors import OwnerUnavailable, ProtocolError
-from istos.queue.client import raise_for_reply
+from istos.errors import ProtocolError
+from istos.protocol import MAX_EVENTS, MAX_PAGE
+from istos.queue.client import query_owner, raise_for_reply
 from istos.queue.state import STATES
-from istos.transport.base import NoResponder, TransportError, TransportTimeout
 from istos.transport.zenoh import ZenohTransport
 
 from . import _liveframes as lf
 
-MAX_PAGE = 1000  # the owner's page size cap for `jobs`
-MAX_EVENTS = 10_000  # the owner's cap for `events`
+# MAX_PAGE and MAX_EVENTS (the owner's caps) come from istos.protocol: one place for the wire.
 
 
 class ReplyTooLarge(ProtocolError):
@@ -41,30 +39,16 @@ class OwnerRequests:
 
     async def ask(self, op: str, timeout_s: float | None = None,
                   **fields: Any) -> dict[str, Any]:
-        """One request, on the loop thread; retried while nobody serves the key (a fresh
-        session's routes are still propagating, or the owner is restarting)."""
-        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        """One request, on the loop thread, through the engine's own request path
+        (``istos.queue.client.query_owner``: retried while nobody serves the key)."""
         payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "op": op, **fields})
-        loop = asyncio.get_running_loop()
-        deadline, pause = loop.time() + timeout_s, 0.01
-        while (remaining := deadline - loop.time()) > 0:
-            try:
-                raw = await self.transport.query(self.rpc_key, payload, remaining)
-            except NoResponder:
-                await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
-                pause = min(pause * 2, 0.25)  # an absent owner costs a few queries per second
-                continue
-            except TransportTimeout:
-                break
-            except TransportError as exc:
-                raise OwnerUnavailable(f"queue {self.queue!r}: {op} failed: {exc}") from exc
-            if len(raw) > codec.MAX_MESSAGE_BYTES:
-                raise ReplyTooLarge(f"queue {self.queue!r}: the {op} reply is {len(raw)} bytes, "
-                                     f"above the {codec.MAX_MESSAGE_BYTES} message cap")
-            return raise_for_reply(codec.decode_message(raw), self.queue)
-        raise OwnerUnavailable(
-            f"no owner of queue {self.queue!r} (prefix {self.prefix!r}) answered {op!r} within "
-            f"{timeout_s:g} s (is a node serving app.queue({self.queue!r}) reachable?)")
+        raw = await query_owner(self.transport, self.rpc_key, self.queue, payload,
+                                self.timeout_s if timeout_s is None else timeout_s,
+                                what=op, where=f" (prefix {self.prefix!r})")
+        if len(raw) > codec.MAX_MESSAGE_BYTES:
+            raise ReplyTooLarge(f"queue {self.queue!r}: the {op} reply is {len(raw)} bytes, "
+                                f"above the {codec.MAX_MESSAGE_BYTES} message cap")
+        return raise_for_reply(codec.decode_message(raw), self.queue)
 
     async def stats(self) -> dict[str, Any]:
         return dict((await self.ask("stats"))["stats"])

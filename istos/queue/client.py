@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import codec, errors, protocol
 from ..node import Node
-from ..transport.base import NoResponder, TransportError, TransportTimeout
+from ..transport.base import NoResponder, Transport, TransportError, TransportTimeout
 from .coalesce import Coalescer
 from .owner import QueueOwner
 
@@ -63,29 +63,39 @@ class OwnerClient:
         transport = self.node.transport
         if transport is None:
             raise errors.IstosError("this app is not serving: use `async with app.serving():`")
-        loop = asyncio.get_running_loop()
         budget = self.node.request_timeout_s if timeout_s is None else timeout_s
-        deadline = loop.time() + budget
-        payload = codec.encode_message(msg)
-        pause = 0.01
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            try:
-                raw = await transport.query(self._key, payload, remaining)
-            except NoResponder:
-                # Right after start-up the owner may not be discovered yet: retry until the
-                # deadline, backing off so an absent owner costs little.
-                await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
-                pause = min(pause * 2, 0.25)
-                continue
-            except TransportTimeout:
-                break
-            except TransportError as exc:
-                raise errors.OwnerUnavailable(
-                    f"queue {self.queue!r}: owner request failed: {exc}") from exc
-            return codec.decode_message(raw)
-        raise errors.OwnerUnavailable(
-            f"no owner of queue {self.queue!r} answered within {budget:g} s "
-            f"(is a node serving app.queue({self.queue!r}) reachable on the mesh?)")
+        raw = await query_owner(transport, self._key, self.queue, codec.encode_message(msg),
+                                budget)
+        return codec.decode_message(raw)
+
+
+async def query_owner(transport: Transport, key: str, queue: str, payload: bytes,
+                      budget_s: float, *, what: str = "owner request",
+                      where: str = "") -> bytes:
+    """The one request path to a queue's owner (the app's client and ``istos_nb.attach``):
+    ``payload`` to ``key``, retried while nobody serves it, until ``budget_s`` has passed.
+
+    Raises :class:`OwnerUnavailable` when no owner answered in time or the transport failed.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + budget_s
+    pause = 0.01
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        try:
+            return await transport.query(key, payload, remaining)
+        except NoResponder:
+            # Right after start-up the owner may not be discovered yet: retry until the
+            # deadline, backing off so an absent owner costs a few queries per second.
+            await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+            pause = min(pause * 2, 0.25)
+            continue
+        except TransportTimeout:
+            break
+        except TransportError as exc:
+            raise errors.OwnerUnavailable(f"queue {queue!r}: {what} failed: {exc}") from exc
+    raise errors.OwnerUnavailable(
+        f"no owner of queue {queue!r}{where} answered within {budget_s:g} s "
+        f"(is a node serving app.queue({queue!r}) reachable on the mesh?)")

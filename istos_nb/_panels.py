@@ -78,7 +78,8 @@ class Panels:
         :data:`CHART_WIDTH_IN` wide at :data:`CHART_DPI`; ``after_each(n)`` is called after
         the n-th chart (1..4) is shown, so a progress bar can follow the drawing too."""
         events = events_frame(events)  # normalise once, not once per chart
-        draws = (("leases", charts.lease_gantt), ("retries", charts.retry_timeline),
+        draws: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+                 ("leases", charts.lease_gantt), ("retries", charts.retry_timeline),
                  ("backoff", lambda e: charts.backoff_curve(e, *backoff,
                                                             max_attempts=max_attempts)),
                  ("depth", charts.depth_chart))

@@ -19,7 +19,7 @@ import heapq
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -32,7 +32,7 @@ __all__ = [
     "node_events_frame", "throughput_frame", "worker_node",
 ]
 
-EventsLike = pd.DataFrame | Iterable[JobEvent] | Iterable[Mapping[str, Any]] | None
+EventsLike: TypeAlias = pd.DataFrame | Iterable[JobEvent] | Iterable[Mapping[str, Any]] | None
 
 _BASE_COLUMNS = ("t", "node", "queue", "job_id", "kind", "attempt", "worker", "detail")
 _FLAT_FIELDS = ("error", "delay_s", "ready_at", "deadline", "priority")
@@ -119,6 +119,7 @@ def _from_rows(schema: Mapping[str, Any], rows: list[tuple[Any, ...]]) -> pd.Dat
 def _base_from_items(items: Iterable[Any]) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {name: [] for name in _BASE_COLUMNS}
     cols = [out[name] for name in _BASE_COLUMNS]
+    rec: tuple[Any, ...]
     for item in items:
         if isinstance(item, JobEvent):
             rec = (item.t, item.node, item.queue, item.job_id, item.kind, item.attempt,
@@ -171,7 +172,7 @@ def _normalise(cols: dict[str, list[Any]]) -> dict[str, list[Any]]:
         if name == "error":
             out[name] = [None if _missing(v) else str(v) for v in values]
         elif name == "priority":
-            out[name] = [None if _missing(v) else int(v) for v in values]
+            out[name] = [None if _missing(v) else int(v) for v in values]  # type: ignore[arg-type]
         else:
             out[name] = [_num(v) for v in values]
     return out

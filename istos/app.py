@@ -14,22 +14,21 @@ import os
 import random
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
-from . import codec, protocol
+from . import protocol
 from .clock import Clock, SystemClock
 from .delegate import delegate
-from .errors import ConfigError, HAConfigError, InvalidJob, IstosError, ProtocolError
+from .errors import ConfigError, HAConfigError, IstosError, ProtocolError
 from .events import EventLog
 from .ids import IdSource
 from .ledger import Ledger
 from .node import Node, RunSync
-from .protocol import MAX_PRIORITY
+from .producer import Producer
 from .pubsub import PubSub, Subscription
-from .queue import bulk
 from .queue.client import OwnerClient
-from .queue.config import QueueConfig, WorkerConfig, check_delay, check_priority, check_queue_name
+from .queue.config import QueueConfig, WorkerConfig
 from .queue.election import Election
 from .queue.extension import Hooks
 from .queue.inspect import Inspector
@@ -69,6 +68,11 @@ class Istos:
     idempotent = delegate("ledger", Ledger.claim)
     ledger_status = delegate("ledger", Ledger.status)
     ledger_purge = delegate("ledger", Ledger.purge_expired)
+    enqueue = delegate("producer", Producer.enqueue)
+    enqueue_many = delegate("producer", Producer.enqueue_many)
+    dead_letters = delegate("producer", Producer.dead_letters)
+    result = delegate("producer", Producer.result)
+    cancel = delegate("producer", Producer.cancel)
 
     def __init__(
         self, storage: Storage | None = None, zenoh: Any = None, *,
@@ -106,12 +110,12 @@ class Istos:
         self.owners: dict[str, QueueOwner] = {}
         self.runners: list[WorkerRunner] = []
         self._clients: dict[str, OwnerClient] = {}
-        self._valid_names: set[str] = set()  # queue names enqueue already checked
         self._serving = False
         self._plugins: list[Any] = []  # components with async start()/stop() (schedules...)
         self.elections: dict[str, Election] = {}
         # The components call back into the app through late-bound callables where the app's
         # method may be replaced on the instance (tests gate schedules by is_active_owner).
+        self.producer = Producer(self.node, self.client, self._require_serving)
         self.ledger = Ledger(self.node)
         self.pubsub = PubSub(self.node, add_plugin=self.add_plugin,
                              serving=lambda: self._serving,
@@ -347,119 +351,3 @@ class Istos:
         if not self._serving:
             raise IstosError(f"app {self.node_id!r} is not serving: call producer methods inside "
                              "`async with app.serving():` (or from a worker)")
-
-    async def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
-                      job_id: str | None = None, timeout_s: float | None = None,
-                      _meta: dict[str, Any] | None = None) -> str:
-        """Put a job on queue ``name``; returns its id.
-
-        Idempotent by ``job_id``: if the queue still holds that id, nothing is added and the id is
-        returned. Raises :class:`InvalidJob` (before sending) for a body msgpack cannot encode and
-        :class:`OwnerUnavailable` if no owner answers within the request timeout.
-
-        To a remote owner, the calls made in one event-loop turn (``asyncio.gather`` of many
-        enqueues) after its first travel as one ``enqueue_many`` request; the first (a lone
-        call) goes out at once. Each call still returns its own id or raises its own error.
-        """
-        if name not in self._valid_names:  # a name is checked once, then remembered
-            self._valid_names.add(check_queue_name(name))
-        body = codec.encode_body(data, queue=name)
-        # The common case (no delay, an in-range int priority) skips the general checks.
-        delay = 0.0 if delay_s == 0 and type(delay_s) is int else check_delay(delay_s)
-        prio = priority if type(priority) is int and -MAX_PRIORITY <= priority <= MAX_PRIORITY \
-            else check_priority(priority)
-        if job_id is not None and (not isinstance(job_id, str) or not job_id):
-            raise ConfigError(f"job_id must be a non-empty string, got {job_id!r}")
-        if job_id is not None:
-            try:
-                protocol.check_job_id("job_id", job_id)
-            except ProtocolError as exc:
-                raise InvalidJob(f"queue {name!r}: {exc}") from None
-        self._require_serving()
-        # The id is chosen here, not by the owner, so a retried request cannot create a twin.
-        jid = job_id or self.node.ids.new()
-        fields: dict[str, Any] = {"body": body, "job_id": jid, "delay_s": delay,
-                                  "priority": prio}
-        if _meta:
-            fields["meta"] = _meta
-        if timeout_s is None and not _meta:  # concurrent calls share one request
-            reply = await self.client(name).enqueue(fields)
-        else:
-            reply = await self.client(name).call("enqueue", timeout_s, **fields)
-        return str(reply["job_id"])
-
-    async def enqueue_many(self, name: str, items: Iterable[Any], *, delay_s: float = 0,
-                           priority: int = 0, job_ids: Sequence[str] | None = None,
-                           timeout_s: float | None = None) -> list[str]:
-        """Put many jobs on queue ``name``; returns their ids, in order.
-
-        Sent as few requests as the frame cap allows (one round trip each), each stored by the
-        owner in one write: all of a request's jobs, or none (:class:`StorageUnavailable`).
-        Idempotent per item by ``job_ids`` (one per item; generated if None): sending a batch
-        again adds only the ids the queue does not hold. Every item is checked before anything
-        is sent: a body msgpack cannot encode or over the size limit, or a bad id, raises
-        :class:`InvalidJob` naming the item, and nothing of the batch is sent.
-        """
-        check_queue_name(name)
-        datas = list(items)
-        delay, prio = check_delay(delay_s), check_priority(priority)
-        ids = None if job_ids is None else list(job_ids)
-        if ids is not None and len(ids) != len(datas):
-            raise ConfigError(f"job_ids has {len(ids)} ids for {len(datas)} items")
-        bodies = []
-        for i, data in enumerate(datas):
-            try:
-                bodies.append(codec.encode_body(data, queue=name))
-                if ids is not None:
-                    protocol.check_job_id(f"job_ids[{i}]", ids[i])
-            except (InvalidJob, ProtocolError) as exc:
-                raise InvalidJob(f"queue {name!r}: item {i}: {exc}") from None
-        self._require_serving()
-        if ids is None:
-            ids = [self.node.ids.new() for _ in datas]
-        return await bulk.send_many(self.client(name), ids, bodies, delay, prio, timeout_s)
-
-    async def dead_letters(self, name: str) -> list[dict[str, Any]]:
-        """Dead jobs of ``name``: ``job_id``, ``data`` (decoded), ``attempts``, ``last_error``,
-        and ``history`` (one entry per attempt)."""
-        self._require_serving()
-        page: list[dict[str, Any]] = []
-        while True:  # the owner pages its answer (by count and bytes); fetch every page
-            reply = await self.client(name).call("dead", offset=len(page), limit=1000)
-            page.extend(reply["dead"])
-            if not reply["dead"] or not reply.get("more", len(page) < reply.get("total", 0)):
-                break
-        out = []
-        for d in page:
-            item = {"job_id": d["job_id"], "data": codec.decode_body(d["body"]),
-                    "attempts": d["attempts"], "last_error": d["last_error"],
-                    "history": d["history"]}
-            if d.get("meta"):
-                item["workflow"] = d["meta"]
-            out.append(item)
-        return out
-
-    async def result(self, name: str, job_id: str) -> dict[str, Any]:
-        """``{"state": ready|leased|done|dead|cancelled|unknown, "result": ...}`` for a job."""
-        self._require_serving()
-        reply = await self.client(name).call("result", job_id=job_id)
-        raw = reply.get("result")
-        out = {"state": reply["state"], "result": None if raw is None else codec.decode_body(raw)}
-        if reply.get("error") is not None:
-            out["error"] = reply["error"]
-        return out
-
-    async def cancel(self, name: str, job_id: str) -> str:
-        """Cancel job ``job_id`` of queue ``name`` (the queue needs ``admin=True``).
-
-        Returns ``"cancelled"`` (it was waiting: now final, kept for ``result_ttl_s``),
-        ``"cancelling"`` (it is running: its worker is told, stops it, and the job ends
-        ``cancelled``, never retried nor dead-lettered), ``"too_late"`` (already done, dead or
-        cancelled) or ``"unknown"``. Raises :class:`AdminDisabled` without ``admin=True``.
-        """
-        check_queue_name(name)
-        if not isinstance(job_id, str) or not job_id:
-            raise ConfigError(f"job_id must be a non-empty string, got {job_id!r}")
-        self._require_serving()
-        reply = await self.client(name).call("cancel", job_id=job_id)
-        return str(reply["status"])

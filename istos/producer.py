@@ -1,0 +1,145 @@
+"""The producer's calls: put jobs on queues and ask about them (``Istos.enqueue`` and friends).
+
+A component the app owns (``app.producer``), reached through thin delegating methods on
+:class:`~istos.Istos`. Every argument is checked here, before anything is sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from . import codec, protocol
+from .errors import ConfigError, InvalidJob, ProtocolError
+from .node import Node
+from .protocol import MAX_PRIORITY
+from .queue import bulk
+from .queue.client import OwnerClient
+from .queue.config import check_delay, check_priority, check_queue_name
+
+
+class Producer:
+    """Requests to queues' owners on behalf of one app (its node, clients and serving state)."""
+
+    def __init__(self, node: Node, client: Callable[[str], OwnerClient],
+                 require_serving: Callable[[], None]) -> None:
+        self.node = node
+        self.client = client
+        self.require_serving = require_serving
+        self._valid_names: set[str] = set()  # queue names enqueue already checked
+
+    async def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
+                      job_id: str | None = None, timeout_s: float | None = None,
+                      _meta: dict[str, Any] | None = None) -> str:
+        """Put a job on queue ``name``; returns its id.
+
+        Idempotent by ``job_id``: if the queue still holds that id, nothing is added and the id is
+        returned. Raises :class:`InvalidJob` (before sending) for a body msgpack cannot encode and
+        :class:`OwnerUnavailable` if no owner answers within the request timeout.
+
+        To a remote owner, the calls made in one event-loop turn (``asyncio.gather`` of many
+        enqueues) after its first travel as one ``enqueue_many`` request; the first (a lone
+        call) goes out at once. Each call still returns its own id or raises its own error.
+        """
+        if name not in self._valid_names:  # a name is checked once, then remembered
+            self._valid_names.add(check_queue_name(name))
+        body = codec.encode_body(data, queue=name)
+        # The common case (no delay, an in-range int priority) skips the general checks.
+        delay = 0.0 if delay_s == 0 and type(delay_s) is int else check_delay(delay_s)
+        prio = priority if type(priority) is int and -MAX_PRIORITY <= priority <= MAX_PRIORITY \
+            else check_priority(priority)
+        if job_id is not None and (not isinstance(job_id, str) or not job_id):
+            raise ConfigError(f"job_id must be a non-empty string, got {job_id!r}")
+        if job_id is not None:
+            try:
+                protocol.check_job_id("job_id", job_id)
+            except ProtocolError as exc:
+                raise InvalidJob(f"queue {name!r}: {exc}") from None
+        self.require_serving()
+        # The id is chosen here, not by the owner, so a retried request cannot create a twin.
+        jid = job_id or self.node.ids.new()
+        fields: dict[str, Any] = {"body": body, "job_id": jid, "delay_s": delay,
+                                  "priority": prio}
+        if _meta:
+            fields["meta"] = _meta
+        if timeout_s is None and not _meta:  # concurrent calls share one request
+            reply = await self.client(name).enqueue(fields)
+        else:
+            reply = await self.client(name).call("enqueue", timeout_s, **fields)
+        return str(reply["job_id"])
+
+    async def enqueue_many(self, name: str, items: Iterable[Any], *, delay_s: float = 0,
+                           priority: int = 0, job_ids: Sequence[str] | None = None,
+                           timeout_s: float | None = None) -> list[str]:
+        """Put many jobs on queue ``name``; returns their ids, in order.
+
+        Sent as few requests as the frame cap allows (one round trip each), each stored by the
+        owner in one write: all of a request's jobs, or none (:class:`StorageUnavailable`).
+        Idempotent per item by ``job_ids`` (one per item; generated if None): sending a batch
+        again adds only the ids the queue does not hold. Every item is checked before anything
+        is sent: a body msgpack cannot encode or over the size limit, or a bad id, raises
+        :class:`InvalidJob` naming the item, and nothing of the batch is sent.
+        """
+        check_queue_name(name)
+        datas = list(items)
+        delay, prio = check_delay(delay_s), check_priority(priority)
+        ids = None if job_ids is None else list(job_ids)
+        if ids is not None and len(ids) != len(datas):
+            raise ConfigError(f"job_ids has {len(ids)} ids for {len(datas)} items")
+        bodies = []
+        for i, data in enumerate(datas):
+            try:
+                bodies.append(codec.encode_body(data, queue=name))
+                if ids is not None:
+                    protocol.check_job_id(f"job_ids[{i}]", ids[i])
+            except (InvalidJob, ProtocolError) as exc:
+                raise InvalidJob(f"queue {name!r}: item {i}: {exc}") from None
+        self.require_serving()
+        if ids is None:
+            ids = [self.node.ids.new() for _ in datas]
+        return await bulk.send_many(self.client(name), ids, bodies, delay, prio, timeout_s)
+
+    async def dead_letters(self, name: str) -> list[dict[str, Any]]:
+        """Dead jobs of ``name``: ``job_id``, ``data`` (decoded), ``attempts``, ``last_error``,
+        and ``history`` (one entry per attempt)."""
+        self.require_serving()
+        page: list[dict[str, Any]] = []
+        while True:  # the owner pages its answer (by count and bytes); fetch every page
+            reply = await self.client(name).call("dead", offset=len(page), limit=1000)
+            page.extend(reply["dead"])
+            if not reply["dead"] or not reply.get("more", len(page) < reply.get("total", 0)):
+                break
+        out = []
+        for d in page:
+            item = {"job_id": d["job_id"], "data": codec.decode_body(d["body"]),
+                    "attempts": d["attempts"], "last_error": d["last_error"],
+                    "history": d["history"]}
+            if d.get("meta"):
+                item["workflow"] = d["meta"]
+            out.append(item)
+        return out
+
+    async def result(self, name: str, job_id: str) -> dict[str, Any]:
+        """``{"state": ready|leased|done|dead|cancelled|unknown, "result": ...}`` for a job."""
+        self.require_serving()
+        reply = await self.client(name).call("result", job_id=job_id)
+        raw = reply.get("result")
+        out = {"state": reply["state"], "result": None if raw is None else codec.decode_body(raw)}
+        if reply.get("error") is not None:
+            out["error"] = reply["error"]
+        return out
+
+    async def cancel(self, name: str, job_id: str) -> str:
+        """Cancel job ``job_id`` of queue ``name`` (the queue needs ``admin=True``).
+
+        Returns ``"cancelled"`` (it was waiting: now final, kept for ``result_ttl_s``),
+        ``"cancelling"`` (it is running: its worker is told, stops it, and the job ends
+        ``cancelled``, never retried nor dead-lettered), ``"too_late"`` (already done, dead or
+        cancelled) or ``"unknown"``. Raises :class:`AdminDisabled` without ``admin=True``.
+        """
+        check_queue_name(name)
+        if not isinstance(job_id, str) or not job_id:
+            raise ConfigError(f"job_id must be a non-empty string, got {job_id!r}")
+        self.require_serving()
+        reply = await self.client(name).call("cancel", job_id=job_id)
+        return str(reply["status"])

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from istos import codec
+from istos.cli_render import duration
 
 from .frames import events_frame
 
@@ -107,15 +108,9 @@ def live_events(events: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def ago(seconds: float) -> str:
-    """A duration in words, coarse like a person says it: "2.0 s", "3 min", "1.5 h", "2 d"."""
-    s = abs(seconds)
-    if s < 60:
-        return f"{s:.1f} s"
-    if s < 3600:
-        return f"{s / 60:.0f} min"
-    if s < 86400:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} d"
+    """A duration in words, coarse like a person says it: "2.0 s", "3 min", "1.5 h", "2 d"
+    (the CLI's wording: :func:`istos.cli_render.duration`)."""
+    return duration(seconds)
 
 
 def readable_why(why: dict[str, Any]) -> dict[str, Any]:

@@ -81,15 +81,11 @@ redis.call('HSET', KEYS[1], 'expires', ARGV[3])
 return 1
 """
 
-# KEYS[1] data hash, KEYS[2] expiry hash, KEYS[3] lease hash; ARGV: epoch, holder, number of
-# puts, then key/value pairs, then keys to delete. 0 (nothing written) if the epoch moved on.
-_FENCED_APPLY_LUA = """
-local cur = redis.call('HMGET', KEYS[3], 'epoch', 'holder')
-if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
-  return 0
-end
-local last = 3 + 2 * tonumber(ARGV[3])
-local i = 4
+# The writes of one group commit, shared by both apply scripts: ARGV[base] is the number of puts,
+# then key/value pairs, then keys to delete (in chunks: unpack has a stack limit).
+_WRITES_LUA = """
+local last = base + 2 * tonumber(ARGV[base])
+local i = base + 1
 while i <= last do
   local j = math.min(i + 999, last)
   redis.call('HSET', KEYS[1], unpack(ARGV, i, j))
@@ -107,6 +103,21 @@ while i <= #ARGV do
 end
 return 1
 """
+
+# KEYS[1] data hash, KEYS[2] expiry hash, KEYS[3] lease hash; ARGV: epoch, holder, number of
+# puts, then key/value pairs, then keys to delete. 0 (nothing written) if the epoch moved on.
+_FENCED_APPLY_LUA = """
+local cur = redis.call('HMGET', KEYS[3], 'epoch', 'holder')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
+  return 0
+end
+local base = 3
+""" + _WRITES_LUA
+
+# KEYS[1] data hash, KEYS[2] expiry hash; ARGV: number of puts, then key/value pairs, then keys
+# to delete. The unfenced apply: one command (EVALSHA) instead of MULTI, HSET, HDEL... EXEC,
+# which costs the client less to build and parse per group commit.
+_APPLY_LUA = "local base = 1\n" + _WRITES_LUA
 
 # KEYS[1] data hash, KEYS[2] expiry hash; ARGV: number of puts, then key/value pairs, then keys
 # to delete. The unfenced apply: one command (EVALSHA) instead of MULTI, HSET, HDEL... EXEC,

@@ -17,7 +17,7 @@ import asyncio
 import itertools
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .. import codec, protocol
@@ -27,7 +27,7 @@ from .config import QueueConfig
 from .extension import Handler, OwnerExtension
 from .job_ops import dead_letter
 from .owner import QueueOwner
-from .state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord
+from .state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord, QueueState
 
 FOLLOW_TTL_S = protocol.MAX_FOLLOW_TTL_S
 MAX_PAGE = protocol.MAX_PAGE
@@ -114,7 +114,7 @@ class Inspector(OwnerExtension):
         skipped = 0
         # A snapshot of the records, walked in slices: a payload search over a deep queue must
         # not stall the owner's claims and acks while it decodes bodies.
-        records = list(self.owner.state.iter_state(msg.get("state")))
+        records = list(iter_state(self.owner.state, msg.get("state")))
         clock, start = self.owner.node.clock, 0
         while start < len(records) and len(matched) <= limit:
             slice_end = clock.monotonic() + SCAN_SLICE_S
@@ -144,7 +144,7 @@ class Inspector(OwnerExtension):
         """Live leases (never their tokens), paged by count and bytes."""
         offset = msg.get("offset", 0)
         limit = min(MAX_PAGE, msg.get("limit", MAX_PAGE))
-        leased = itertools.islice(self.owner.state.iter_state(LEASED), offset, None)
+        leased = itertools.islice(iter_state(self.owner.state, LEASED), offset, None)
         leases, more = protocol.page(leased, lease_summary, limit)
         return {"leases": leases, "more": more, "next_offset": offset + len(leases)}
 
@@ -249,7 +249,7 @@ def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
             out["reason"] = f"delayed by the producer; eligible in {wait:.1f} s"
         out["until"] = rec.ready_at
     elif rec.state == READY:
-        ahead = owner.state.ready_ahead_of(rec)
+        ahead = ready_ahead_of(owner.state, rec)
         out["ahead"] = ahead
         paused = " (claiming is paused)" if owner.state.paused else ""
         out["reason"] = f"ready, waiting behind {ahead} ready job(s){paused}"
@@ -280,3 +280,17 @@ def _payload_matches(body: bytes, where: list[tuple[list[str], Any]]) -> bool:
         if value != expected:
             return False
     return True
+
+
+def iter_state(state: QueueState, which: str | None = None) -> Iterator[JobRecord]:
+    """The records of ``state`` in one state (every record when None), in insertion order."""
+    for rec in state.jobs.values():
+        if which is None or rec.state == which:
+            yield rec
+
+
+def ready_ahead_of(state: QueueState, rec: JobRecord) -> int:
+    """How many ready jobs would be claimed before ``rec`` (O(n): inspection only)."""
+    key = (-rec.priority, rec.ready_at, rec.seq)
+    return sum(1 for r in state.jobs.values() if r.state == READY and r is not rec
+               and (-r.priority, r.ready_at, r.seq) < key)

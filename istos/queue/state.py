@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import hmac
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from .. import events as ev
@@ -42,7 +42,7 @@ from .records import (
     JobState,
     QueuePolicy,
 )
-from .undo import Snapshot, snapshot
+from .undo import Snapshot, put_back, snapshot
 
 __all__ = [
     "CANCELLED", "DEAD", "DELAYED", "DONE", "LEASED", "LEASE_EXPIRED_ERROR", "READY", "RELEASED",
@@ -92,24 +92,9 @@ class QueueState:
         return undo
 
     def rollback(self, undo: dict[str, Snapshot]) -> None:
-        """Put every record in ``undo`` back as it was (a write of its changes failed).
-
-        Also drops the changes and events not yet drained, which were made on top of them.
-        """
-        self.dirty, self.events = [], []
-        for job_id, snap in undo.items():
-            cur = self.jobs.pop(job_id, None)
-            if cur is not None:
-                self.counts[cur.state] -= 1
-                self.dead.pop(job_id, None)
-            rec = snap.restore()
-            if rec is None:
-                continue
-            self.jobs[rec.job_id] = rec
-            self.counts[rec.state] += 1
-            self.heaps.reinsert(rec, 0.0)
-            if rec.state == DEAD:
-                self.dead[rec.job_id] = rec
+        """Put every record in ``undo`` back as it was (a write of its changes failed), and
+        drop the changes and events not yet drained (:func:`~.undo.put_back`)."""
+        put_back(self, undo)
 
     # -- enqueue ---------------------------------------------------------------------------
     def holds(self, job_id: str) -> bool:
@@ -391,17 +376,6 @@ class QueueState:
         """The ``ready_at`` of the job at the head of the ready heap (lazily cleaned)."""
         rec = self.heaps.peek_ready()
         return None if rec is None else rec.ready_at
-
-    def ready_ahead_of(self, rec: JobRecord) -> int:
-        """How many ready jobs would be claimed before ``rec`` (O(n): inspection only)."""
-        key = (-rec.priority, rec.ready_at, rec.seq)
-        return sum(1 for r in self.jobs.values() if r.state == READY and r is not rec
-                   and (-r.priority, r.ready_at, r.seq) < key)
-
-    def iter_state(self, state: str | None = None) -> Iterator[JobRecord]:
-        for rec in self.jobs.values():
-            if state is None or rec.state == state:
-                yield rec
 
     # -- internals ---------------------------------------------------------------------------
     def _move(self, rec: JobRecord, state: JobState) -> None:

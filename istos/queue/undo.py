@@ -9,9 +9,12 @@ runs ahead of storage).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .records import SCALAR_FIELDS, Attempt, JobRecord
+from .records import DEAD, SCALAR_FIELDS, Attempt, JobRecord
+
+if TYPE_CHECKING:
+    from .state import QueueState
 
 
 @dataclass(slots=True)
@@ -40,3 +43,22 @@ def snapshot(rec: JobRecord) -> Snapshot:
         hist[-1] = Attempt(last.attempt, last.worker, last.claimed_at, last.finished_at,
                            last.outcome, last.error, last.backoff_s)
     return Snapshot(rec, tuple(getattr(rec, name) for name in SCALAR_FIELDS), hist)
+
+
+def put_back(state: QueueState, undo: dict[str, Snapshot]) -> None:
+    """Put every record in ``undo`` back into ``state`` as it was, and drop the changes and
+    events not yet drained, which were made on top of them (``QueueState.rollback``)."""
+    state.dirty, state.events = [], []
+    for job_id, snap in undo.items():
+        cur = state.jobs.pop(job_id, None)
+        if cur is not None:
+            state.counts[cur.state] -= 1
+            state.dead.pop(job_id, None)
+        rec = snap.restore()
+        if rec is None:
+            continue
+        state.jobs[rec.job_id] = rec
+        state.counts[rec.state] += 1
+        state.heaps.reinsert(rec, 0.0)
+        if rec.state == DEAD:
+            state.dead[rec.job_id] = rec

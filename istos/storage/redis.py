@@ -119,30 +119,6 @@ local base = 3
 # which costs the client less to build and parse per group commit.
 _APPLY_LUA = "local base = 1\n" + _WRITES_LUA
 
-# KEYS[1] data hash, KEYS[2] expiry hash; ARGV: number of puts, then key/value pairs, then keys
-# to delete. The unfenced apply: one command (EVALSHA) instead of MULTI, HSET, HDEL... EXEC,
-# which costs the client less to build and parse per group commit.
-_APPLY_LUA = """
-local last = 1 + 2 * tonumber(ARGV[1])
-local i = 2
-while i <= last do
-  local j = math.min(i + 999, last)
-  redis.call('HSET', KEYS[1], unpack(ARGV, i, j))
-  local names = {}
-  for k = i, j, 2 do names[#names + 1] = ARGV[k] end
-  redis.call('HDEL', KEYS[2], unpack(names))
-  i = j + 1
-end
-i = last + 1
-while i <= #ARGV do
-  local j = math.min(i + 999, #ARGV)
-  redis.call('HDEL', KEYS[1], unpack(ARGV, i, j))
-  redis.call('HDEL', KEYS[2], unpack(ARGV, i, j))
-  i = j + 1
-end
-return 1
-"""
-
 _RELEASED = "-1e300"  # an expiry before any caller's clock
 _SCAN_PAGE = 1000
 

@@ -18,7 +18,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from . import cli_render as R
@@ -91,11 +91,16 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def parse_where(terms: Sequence[str]) -> dict[str, Any]:
+def parse_where(terms: Iterable[str],
+                bad: Callable[[str], Exception] | None = None) -> dict[str, Any]:
+    """``KEY=VALUE`` terms as a ``where`` dict; values parsed as JSON when they are (7, true,
+    "x"), else kept as text. A term without ``=`` raises ``bad(term)`` (default: UsageError)."""
     where: dict[str, Any] = {}
     for term in terms:
         key, sep, raw = term.partition("=")
         if not sep or not key:
+            if bad is not None:
+                raise bad(term)
             raise UsageError(f"--where {term!r}: write KEY=VALUE (dotted keys: user.id=7)")
         try:
             where[key] = json.loads(raw)

@@ -9,7 +9,6 @@ Stable DOM classes (besides those of ``istos_nb.widgets``): ``istos-jobs-state``
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -19,6 +18,7 @@ from typing import Any
 import ipywidgets as W
 import pandas as pd
 
+from istos.cli import parse_where
 from istos_nb import charts
 
 from . import _livetables as lt
@@ -37,16 +37,9 @@ STATE_FILTERS: dict[str, list[str | None]] = {
 def parse_search(text: str) -> dict[str, Any]:
     """``"to=a@b.com, user.id=7"`` as a ``where`` dict; values parsed as JSON when they are
     (7, true, "x"), else kept as text. Raises ValueError for a term without ``=``."""
-    where: dict[str, Any] = {}
-    for term in filter(None, (t.strip() for t in text.replace(",", " ").split())):
-        key, sep, raw = term.partition("=")
-        if not sep or not key:
-            raise ValueError(f"search term {term!r}: write key=value (dotted keys: user.id=7)")
-        try:
-            where[key] = json.loads(raw)
-        except ValueError:
-            where[key] = raw
-    return where
+    terms = filter(None, (t.strip() for t in text.replace(",", " ").split()))
+    return parse_where(terms, bad=lambda term: ValueError(
+        f"search term {term!r}: write key=value (dotted keys: user.id=7)"))
 
 
 class LiveDashboard(Shown):

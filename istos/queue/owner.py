@@ -127,13 +127,18 @@ class QueueOwner:
         self._emit_queue_event(ev.OWNER_UP, recovered=len(self.state.jobs))
         self._after_change()
 
-    async def stop(self) -> None:
+    def _unbind(self) -> None:
+        """Stop answering requests and cancel the sweeper (``stop`` then awaits it)."""
         self.running = False
         if self._handle is not None:
             self._handle.close()
             self._handle = None
         if self._timer is not None:
             self._timer.cancel()
+
+    async def stop(self) -> None:
+        self._unbind()
+        if self._timer is not None:
             await asyncio.gather(self._timer, return_exceptions=True)
             self._timer = None
         self._emit_queue_event(ev.OWNER_DOWN)
@@ -316,12 +321,7 @@ class QueueOwner:
         if not self.running:
             return
         log.warning("queue %s: lost the leadership epoch; stopping at once", self.name)
-        self.running = False
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-        if self._timer is not None:
-            self._timer.cancel()
+        self._unbind()
         if self.wake_election is not None:
             self.wake_election()
 

@@ -20,7 +20,7 @@ class IdSource:
                  token_rng: random.Random | None = None) -> None:
         self._rng = rng if rng is not None else random.Random(os.urandom(16))
         self._token_rng = token_rng
-        self._entropy = b""
+        self._entropy = ""
         self._at = 0
 
     def new(self) -> str:
@@ -32,9 +32,9 @@ class IdSource:
             return f"{self._token_rng.getrandbits(128):032x}"
         at = self._at
         if at >= len(self._entropy):
-            self._entropy, at = os.urandom(4096), 0
-        self._at = at + 16
-        return self._entropy[at:at + 16].hex()
+            self._entropy, at = os.urandom(4096).hex(), 0  # 8,192 hex digits: 256 tokens
+        self._at = at + 32
+        return self._entropy[at:at + 32]
 
 
 def node_rng(seed: int | None = None) -> random.Random:

@@ -180,14 +180,15 @@ def test_a_stale_prefetched_copy_never_runs_nor_touches_the_new_lease_of_the_sam
         return ClaimedJob("j", b"", 1, token, "w:f#0", None, None, None, 3, False)
 
     old, new = claimed("j.1"), claimed("j.2")
-    runner.leases.hold(old, 100.0, 1.0)
+    held_old = runner.leases.hold(old, 100.0, 1.0)
     clock.advance(2.0)  # the first lease ended while it waited; the job is claimed again
-    runner.leases.hold(new, 102.0, 1.0)
-    assert runner.leases.verdict(old) == "expired"
-    runner.leases.release(old)
-    assert runner.leases.verdict(new) == "run" and list(runner.leases.held) == ["j.2"]
+    held_new = runner.leases.hold(new, 102.0, 1.0)
+    assert runner.leases.verdict(held_old, clock.monotonic()) == "expired"
+    runner.leases.finish(held_old, None)
+    assert runner.leases.verdict(held_new, clock.monotonic()) == "run"
+    assert list(runner.leases.held) == ["j.2"]
     runner.leases.cancel(["j"])
-    assert runner.leases.verdict(new) == "cancelled"
+    assert runner.leases.verdict(held_new, clock.monotonic()) == "cancelled"
 
 
 async def test_bad_extend_and_cancel_requests_get_typed_errors_and_change_nothing():

@@ -23,6 +23,10 @@ NudgeListener = Callable[[int, "set[str]"], None]
 class OwnerExtension:
     """Base of owner extensions; every method is a no-op until overridden."""
 
+    before_ack_meta_only = False
+    """True: :meth:`before_ack` is only for jobs that carry ``meta`` (workflow steps), so the
+    owner skips it, and its token check, for every other ack (the hot path)."""
+
     def ops(self) -> Mapping[str, Handler]:
         """Ops this extension serves, by name. Read once, when added; an op named here
         replaces one of the same name served before (the owner's own, or an earlier
@@ -45,8 +49,10 @@ class Hooks(OwnerExtension):
 
     def __init__(self, *, ops: Mapping[str, Handler] | None = None,
                  before_ack: AckHook | None = None, on_stop: Callable[[], None] | None = None,
-                 on_nudge: NudgeListener | None = None) -> None:
+                 on_nudge: NudgeListener | None = None,
+                 before_ack_meta_only: bool = False) -> None:
         self._ops = dict(ops or {})
+        self.before_ack_meta_only = before_ack_meta_only
         self._before_ack, self._on_stop, self._on_nudge = before_ack, on_stop, on_nudge
 
     def ops(self) -> Mapping[str, Handler]:

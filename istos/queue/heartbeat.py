@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import codec
@@ -46,9 +46,11 @@ class Held:
     job_id: str
     token: str
     expires: float  # worker monotonic time by which the lease surely ended (unless renewed)
-    signals: RunSignals = field(default_factory=RunSignals)
+    # Made on first use (a ``ctx`` parameter, a timeout, a cancel): most runs never need one.
+    signals: RunSignals | None = None
     started: float | None = None  # monotonic start of the run (None while prefetched)
     task: asyncio.Task[Any] | None = None  # set while the function runs
+    runner_task: asyncio.Task[Any] | None = None  # the worker's task for this job
     cancel_requested: bool = False
     timed_out: bool = False
     lost: bool = False  # the owner answered stale: renewing is pointless
@@ -90,57 +92,55 @@ class HeldLeases:
         if self._loop is not None:
             self._loop.cancel()
 
-    # -- holding --
-    def hold(self, job: ClaimedJob, sent_at: float, lease_s: float | None) -> None:
-        self.held[job.token] = Held(job.job_id, job.token, sent_at + (lease_s or 0.0))
-        self._have_jobs.set()
+    # -- holding (the per-job hot path: a claim, a run, an ack; kept to a few attribute reads) --
+    def hold(self, job: ClaimedJob, sent_at: float, lease_s: float | None) -> Held:
+        held = Held(job.job_id, job.token, sent_at + (lease_s or 0.0))
+        self.held[job.token] = held
+        if self._loop is not None:
+            self._have_jobs.set()
+        return held
 
-    def release(self, job: ClaimedJob) -> None:
-        self.held.pop(job.token, None)
+    def finish(self, held: Held, outcome: dict[str, Any] | None) -> None:
+        """The run ended (or never started): stop tracking it, and add progress reported
+        since the last heartbeat to its ack or nack."""
+        self.held.pop(held.token, None)
+        sig = held.signals
+        if outcome is not None and sig is not None and sig.dirty:
+            sig.dirty = False
+            outcome["progress"], outcome["note"] = sig.fraction, sig.note
 
-    def annotate(self, job: ClaimedJob, outcome: dict[str, Any]) -> None:
-        """Add progress reported since the last heartbeat to an ack or nack."""
-        held = self.held.get(job.token)
-        if held is not None and held.signals.dirty:
-            held.signals.dirty = False
-            outcome["progress"], outcome["note"] = held.signals.fraction, held.signals.note
+    def signals_of(self, held: Held) -> RunSignals:
+        if held.signals is None:
+            held.signals = RunSignals()
+        return held.signals
 
-    def signals(self, job: ClaimedJob) -> RunSignals:
-        held = self.held.get(job.token)
-        return held.signals if held is not None else RunSignals()
-
-    def verdict(self, job: ClaimedJob) -> str:
+    def verdict(self, held: Held, now: float) -> str:
         """Before starting: ``run``; ``expired`` (the lease ended while the job waited, or the
         owner answered a renewal ``stale``: drop it silently, the owner takes it back); or
         ``cancelled`` (nack it with JobCancelled)."""
-        held = self.held.get(job.token)
-        if held is None:
-            return "run"
         if held.cancel_requested:
             return "cancelled"
-        if held.lost or self.runner.node.clock.monotonic() >= held.expires:
+        if held.lost or now >= held.expires:
             log.info("worker %s: job %s not started: its lease ended while it waited",
-                     job.worker, job.job_id)
+                     self.runner.slot_ids[0], held.job_id)
             return "expired"
         return "run"
 
     # -- one run, bounded by timeout_s and open to cancellation --
-    async def guard(self, job: ClaimedJob, call: Callable[[], Awaitable[Any]]) -> Any:
-        """Await ``call()``; raise JobTimeout past ``timeout_s``, JobCancelled on request."""
-        held = self.held.get(job.token)
-        if held is None:  # not tracked (cannot happen for claimed jobs): run unguarded
-            return await call()
-        node, timeout = self.runner.node, self.runner.config.timeout_s
-        task = asyncio.current_task()
-        held.task, held.started = task, node.clock.monotonic()
+    async def guard(self, held: Held, run: Coroutine[Any, Any, Any], started: float) -> Any:
+        """Await ``run``; raise JobTimeout past ``timeout_s``, JobCancelled on request."""
+        timeout = self.runner.config.timeout_s
+        task = held.runner_task or asyncio.current_task()
+        held.task, held.started = task, started
         timer = None
         if timeout is not None:
             timer = asyncio.get_running_loop().call_later(
-                node.clock.to_loop_seconds(timeout), self._time_out, held)
+                self.runner.node.clock.to_loop_seconds(timeout), self._time_out, held)
         try:
             if held.cancel_requested:
+                run.close()
                 raise asyncio.CancelledError
-            result = await call()
+            result = await run
             if held.timed_out:  # the function swallowed the cancellation: still a timeout
                 raise asyncio.CancelledError
             return result
@@ -151,8 +151,8 @@ class HeldLeases:
             if uncancel is not None:
                 uncancel()
             if held.cancel_requested:
-                raise JobCancelled(f"job {job.job_id!r} was cancelled while running") from None
-            raise JobTimeout(f"job {job.job_id!r} of queue {self.runner.config.queue!r} ran "
+                raise JobCancelled(f"job {held.job_id!r} was cancelled while running") from None
+            raise JobTimeout(f"job {held.job_id!r} of queue {self.runner.config.queue!r} ran "
                              f"longer than timeout_s={timeout:g}") from None
         finally:
             held.task = None
@@ -162,7 +162,7 @@ class HeldLeases:
     def _time_out(self, held: Held) -> None:
         if held.task is not None:
             held.timed_out = True
-            held.signals.cancelled = True
+            self.signals_of(held).cancelled = True
             held.task.cancel()
 
     def cancel(self, job_ids: list[str]) -> None:
@@ -172,7 +172,7 @@ class HeldLeases:
             if held.job_id not in wanted or held.cancel_requested:
                 continue
             held.cancel_requested = True
-            held.signals.cancelled = True
+            self.signals_of(held).cancelled = True
             if held.task is not None:
                 held.task.cancel()
 
@@ -217,7 +217,7 @@ class HeldLeases:
                 continue  # never extend a run past its timeout
             item: dict[str, Any] = {"job_id": held.job_id, "token": held.token}
             sig = held.signals
-            if sig.dirty:
+            if sig is not None and sig.dirty:
                 sig.dirty = False
                 item["progress"], item["note"] = sig.fraction, sig.note
             items.append(item)
@@ -235,7 +235,7 @@ class HeldLeases:
                         len(items), exc)
             for item in items:  # the progress did not get through: send it next time
                 held = self.held.get(item["token"])
-                if held is not None and "progress" in item and not held.signals.dirty:
+                if held is not None and "progress" in item and held.signals is not None:
                     held.signals.dirty = True
             return
         cancelled = []

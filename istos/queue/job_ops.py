@@ -79,24 +79,33 @@ class JobOps:
 
     async def settle(self, items: list[dict[str, Any]]) -> list[str]:
         statuses = []
+        now = self.owner.node.clock.now()  # one instant for the batch, as for one write
         for item in items:  # each item was checked against protocol.SETTLE_ITEM
             job_id, token = item["job_id"], item["token"]
             try:
                 if item.get("op") == "nack":
                     statuses.append(self.nack_one(job_id, token, item.get("error")))
                 else:
-                    statuses.append(await self.ack_one(job_id, token, item.get("result")))
+                    statuses.append(await self.ack_one(job_id, token, item.get("result"), now))
             except IstosError as exc:  # e.g. a chord callback that could not be enqueued
                 log.warning("queue %s: ack of %s refused: %s", self.owner.name, job_id, exc)
                 statuses.append("error")  # left to its lease: it comes back and retries
         return statuses
 
-    async def ack_one(self, job_id: str, token: str, result: bytes | None) -> str:
-        rec = self.state.holder(job_id, token)
-        if rec is not None:
-            for ext in self.owner._before_ack:  # workflow barriers, before the ack is recorded
-                await ext.before_ack(rec, result)
-        return self.state.ack(job_id, token, self.owner.node.clock.now(), result)
+    async def ack_one(self, job_id: str, token: str, result: bytes | None,
+                      now: float | None = None) -> str:
+        owner, state = self.owner, self.state
+        if owner._before_ack:
+            # Hooks that only want workflow steps (jobs with meta) skip every other ack.
+            rec = state.jobs.get(job_id)
+            hooks = owner._before_ack if rec is not None and rec.meta \
+                else owner._before_every_ack
+            if hooks and state.holder(job_id, token) is not None:
+                assert rec is not None
+                for ext in hooks:  # workflow barriers, before the ack is recorded
+                    await ext.before_ack(rec, result)
+                now = None  # the hooks may have waited: the ack's time is after them
+        return state.ack(job_id, token, owner.node.clock.now() if now is None else now, result)
 
     def nack_one(self, job_id: str, token: str, error: str | None) -> str:
         node = self.owner.node
@@ -157,4 +166,11 @@ def dead_letter(rec: JobRecord) -> dict[str, Any]:
 
 
 def _claimed_size(rec: JobRecord, worker: str) -> int:
-    return protocol.claimed_size(rec.job_id, rec.body, worker, rec.last_error, rec.meta)
+    """:func:`protocol.claimed_size` of ``rec``, with the common case (no error, no meta)
+    computed here: it runs once per job claimed."""
+    if rec.last_error or rec.meta:
+        return protocol.claimed_size(rec.job_id, rec.body, worker, rec.last_error, rec.meta)
+    return len(rec.body) + 4 * (len(rec.job_id) + len(worker)) + _CLAIM_ENTRY_OVERHEAD
+
+
+_CLAIM_ENTRY_OVERHEAD = protocol.claimed_size("", b"", "", None, None)

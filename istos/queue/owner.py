@@ -88,6 +88,7 @@ class QueueOwner:
         self.rejects = protocol.RejectLog(log.warning)
         self.extensions: list[OwnerExtension] = []  # see extend()
         self._before_ack: list[OwnerExtension] = []
+        self._before_every_ack: list[OwnerExtension] = []  # those not only for jobs with meta
         self._on_stop: list[OwnerExtension] = []
         self._on_nudge: list[OwnerExtension] = []
         self.nudges = Nudges(node, self.name, self.hungry, self._on_nudge, lambda: self.running)
@@ -106,6 +107,8 @@ class QueueOwner:
                              ("on_nudge", self._on_nudge)):
             if overrides(ext, hook):
                 hooked.insert(0 if first else len(hooked), ext)
+        if overrides(ext, "before_ack") and not ext.before_ack_meta_only:
+            self._before_every_ack.insert(0 if first else len(self._before_every_ack), ext)
         self.extensions.append(ext)
 
     def handler(self, op: str) -> Handler | None:

@@ -38,7 +38,7 @@ from ..node import Node
 from ..wakeup import Wakeup
 from .client import OwnerClient
 from .config import WorkerConfig
-from .heartbeat import HeldLeases
+from .heartbeat import Held, HeldLeases
 
 log = logging.getLogger("istos.worker")
 
@@ -230,27 +230,31 @@ class WorkerRunner:
                 for j in reply["jobs"]]
         if not jobs:
             self.stats.empty_claims += 1
-        for job in jobs:
-            self.leases.hold(job, sent_at, self._lease_s)
-            self._free.remove(job.worker)
-            task = asyncio.get_running_loop().create_task(self._run(job))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        held = len(self.slot_ids) - len(self._free)
-        if held > self.stats.peak_held:
-            self.stats.peak_held = held
+        if jobs:
+            loop, hold, free, tasks = asyncio.get_running_loop(), self.leases.hold, self._free, \
+                self._tasks
+            for job in jobs:
+                held = hold(job, sent_at, self._lease_s)
+                free.remove(job.worker)
+                task = held.runner_task = loop.create_task(self._run(job, held))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        holding = len(self.slot_ids) - len(self._free)
+        if holding > self.stats.peak_held:
+            self.stats.peak_held = holding
         if reply.get("cancel"):
             self.leases.cancel(reply["cancel"])
         return jobs
 
     # -- running one job --------------------------------------------------------------------------
-    async def _run(self, job: ClaimedJob) -> None:
+    async def _run(self, job: ClaimedJob, held: Held) -> None:
         outcome: dict[str, Any] | None = None
         try:
             async with self._running:  # FIFO: prefetched jobs start in claim order
-                verdict = self.leases.verdict(job)
+                now = self.node.clock.monotonic()
+                verdict = self.leases.verdict(held, now)
                 if verdict == "run":
-                    outcome = await self._run_job(job)
+                    outcome = await self._run_job(job, held, now)
                 else:  # never start a job whose lease ended (or that was cancelled) meanwhile
                     self.stats.not_started += 1
                     if verdict == "cancelled":
@@ -261,9 +265,7 @@ class WorkerRunner:
                 self._released.append({"job_id": job.job_id, "token": job.token})
             raise
         finally:
-            if outcome is not None:
-                self.leases.annotate(job, outcome)  # the latest progress rides along
-            self.leases.release(job)
+            self.leases.finish(held, outcome)  # the latest progress rides along
             self._free.append(job.worker)
             self._slot_freed.set()
             if outcome is not None:
@@ -272,23 +274,23 @@ class WorkerRunner:
                 self._outbox.append(outcome)
                 self._schedule_flush()
 
-    async def _run_job(self, job: ClaimedJob) -> dict[str, Any]:
+    async def _run_job(self, job: ClaimedJob, held: Held, started: float) -> dict[str, Any]:
         """Run the function; return the ack or nack to send (raise on crash or shutdown)."""
-        base = {"job_id": job.job_id, "token": job.token}
         try:
             data = codec.decode_body(job.body)
             kwargs: dict[str, Any] = {}
             if self._wants_ctx:
                 kwargs["ctx"] = JobContext(job.job_id, self.config.queue, job.attempt,
                                            job.max_attempts, job.last_error, job.worker,
-                                           job.deadline, self.leases.signals(job))
-            started = self.node.clock.monotonic()
+                                           job.deadline, self.leases.signals_of(held))
             if self._deps:
                 async with AsyncExitStack() as stack:
                     kwargs.update(await di.resolve(self._deps, stack, {}))
-                    result = await self.leases.guard(job, lambda: self._call(data, kwargs))
+                    result = await self.leases.guard(held, self._call(data, kwargs), started)
+            elif self._is_async:  # the function's own coroutine: no wrapper frame per job
+                result = await self.leases.guard(held, self.fn(data, **kwargs), started)
             else:
-                result = await self.leases.guard(job, lambda: self._call(data, kwargs))
+                result = await self.leases.guard(held, self._call(data, kwargs), started)
             self._note_run_time(self.node.clock.monotonic() - started)
             if self.continue_hook is not None and job.meta:
                 await self.continue_hook(job.meta, result)
@@ -299,11 +301,14 @@ class WorkerRunner:
         except asyncio.CancelledError:
             raise  # crash or shutdown: no ack, no nack; the lease brings the job back
         except InvalidJob as exc:
-            return {**base, "op": "nack", "error": f"result not storable: {exc}"}
+            return {"job_id": job.job_id, "token": job.token, "op": "nack",
+                    "error": f"result not storable: {exc}"}
         except Exception as exc:
-            return {**base, "op": "nack", "error": f"{type(exc).__name__}: {exc}"}
-        return {**base, "op": "ack", "result": encoded} if encoded is not None \
-            else {**base, "op": "ack"}
+            return {"job_id": job.job_id, "token": job.token, "op": "nack",
+                    "error": f"{type(exc).__name__}: {exc}"}
+        if encoded is not None:
+            return {"job_id": job.job_id, "token": job.token, "op": "ack", "result": encoded}
+        return {"job_id": job.job_id, "token": job.token, "op": "ack"}
 
     def _note_run_time(self, seconds: float) -> None:
         self._runs_seen += 1

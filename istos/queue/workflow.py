@@ -205,7 +205,7 @@ class Workflows:
             return await requeue_dead_op(owner, msg["job_id"])  # admin-gated by dispatch
 
         owner.extend(Hooks(ops={"chord_open": barriers.op_open, "requeue_dead": requeue},
-                           before_ack=barriers.on_ack))
+                           before_ack=barriers.on_ack, before_ack_meta_only=True))
 
     async def continue_after(self, meta: dict[str, Any], result: Any) -> None:
         """Run by a worker after its function returned and before it acks: the next step of

@@ -401,6 +401,31 @@ async def test_automatic_prefetch_only_for_jobs_short_next_to_the_lease(mesh):
     assert {e.worker for e in long if e.kind == "claimed"} == {"worker:slow#0", "worker:slow#1"}
 
 
+def test_automatic_prefetch_depth_covers_one_claim_round_trip_within_its_caps(mesh):
+    from istos.queue.config import WorkerConfig
+    from istos.queue.worker import AUTO_PREFETCH_FACTOR, WorkerRunner
+
+    app = app_on(mesh, "w")
+    runner = WorkerRunner(WorkerConfig.build("q", concurrency=8), lambda job: None, app.node,
+                          app.client("q"))
+    assert len(runner.slot_ids) == 8 * (1 + AUTO_PREFETCH_FACTOR)
+    runner._lease_s, runner._runs_seen = 30.0, 100
+    runner._avg_run_s, runner._avg_claim_s = 0.010, 0.0005  # jobs longer than a round trip
+    assert runner._prefetch_now() == 8  # the floor: concurrency
+    runner._avg_run_s = 0.0001  # a round trip runs 5 jobs per slot: 40 wanted, 32 allowed
+    assert runner._prefetch_now() == 8 * AUTO_PREFETCH_FACTOR
+    runner._avg_run_s = 0.0002  # 20 jobs cover the round trip
+    assert runner._prefetch_now() == 20
+    # A slow round trip asks for 400, but 1% of a 30 ms lease is 1.5 run times: 12 at most.
+    runner._lease_s, runner._avg_claim_s = 0.03, 0.01
+    assert runner._prefetch_now() == 12
+    runner._avg_run_s = 0.001  # 2% of the lease: no prefetch at all
+    assert runner._prefetch_now() == 0
+    fixed = WorkerRunner(WorkerConfig.build("q", concurrency=8, prefetch=3), lambda job: None,
+                         app.node, app.client("q"))
+    assert len(fixed.slot_ids) == 11 and fixed._prefetch_now() == 3
+
+
 async def test_enqueue_refuses_bad_arguments_every_time_and_stores_nothing(mesh):
     owner = app_on(mesh, "owner")
     owner.queue("q")

@@ -25,13 +25,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import codec, di
+from .. import codec, di, protocol
 from ..context import JobContext
 from ..errors import InvalidJob, IstosError, OwnerUnavailable, StorageUnavailable
 from ..node import Node
@@ -41,6 +42,9 @@ from .config import WorkerConfig
 from .heartbeat import Held, HeldLeases
 
 log = logging.getLogger("istos.worker")
+
+AUTO_PREFETCH_FACTOR = 4
+"""The automatic prefetch holds at most this many times ``concurrency`` extra jobs."""
 
 ContinueHook = Callable[[dict[str, Any], Any], Awaitable[None]]
 
@@ -87,9 +91,12 @@ class WorkerRunner:
         # One lease slot per job held: the running ones plus the prefetched ones waiting for
         # an execution slot (``_running`` caps how many run at once).
         self._auto_prefetch = config.prefetch is None
-        held = config.concurrency + (config.concurrency if config.prefetch is None
-                                     else config.prefetch)
+        self._max_prefetch = max(0, min(AUTO_PREFETCH_FACTOR * config.concurrency,
+                                        protocol.MAX_SLOTS - config.concurrency)) \
+            if config.prefetch is None else config.prefetch
+        held = config.concurrency + self._max_prefetch
         self._avg_run_s: float | None = None  # moving average of the function's run time
+        self._avg_claim_s: float | None = None  # moving average of a claim's round trip
         self._runs_seen = 0
         self._lease_s: float | None = None
         self.slot_ids = [f"{node.node_id}:{name}#{i}" for i in range(held)]
@@ -198,14 +205,25 @@ class WorkerRunner:
 
     def _prefetch_now(self) -> int:
         """Automatic prefetch holds extra jobs only while jobs are very short next to the
-        lease (a prefetched job waits about one job's run time, here under 1% of its lease),
-        so it hides claim round trips for short jobs and never puts a long job's lease at risk.
+        lease (under 1% of it), so it hides claim round trips for short jobs and never puts a
+        long job's lease at risk.
+
+        How many: ``concurrency``, or more when a claim's round trip is longer than a job
+        (enough to keep every slot busy for one round trip: ``concurrency * rtt / run``), up
+        to ``AUTO_PREFETCH_FACTOR * concurrency`` and to what would make a prefetched job
+        wait past 1% of its lease (it waits about ``prefetch / concurrency`` run times).
         """
         if not self._auto_prefetch:
             return int(self.config.prefetch or 0)
-        if self._runs_seen < 8 or self._avg_run_s is None or self._lease_s is None:
+        run, lease = self._avg_run_s, self._lease_s
+        if self._runs_seen < 8 or run is None or lease is None or run > lease / 100:
             return 0
-        return self.config.concurrency if self._avg_run_s <= self._lease_s / 100 else 0
+        conc = self.config.concurrency
+        rtt = self._avg_claim_s or 0.0
+        run = max(run, 1e-6)
+        depth = max(conc, math.ceil(conc * rtt / run))
+        waiting_cap = math.floor(conc * lease / (100 * run) + 1e-9)  # (1e-9: float noise)
+        return max(conc, min(depth, self._max_prefetch, waiting_cap))
 
     async def _claim(self, slots: list[str]) -> list[ClaimedJob]:
         settle, self._outbox = self._outbox, []
@@ -221,6 +239,9 @@ class WorkerRunner:
                 self._schedule_flush()
             raise
         self.stats.claims += 1
+        took = self.node.clock.monotonic() - sent_at
+        avg = self._avg_claim_s
+        self._avg_claim_s = took if avg is None else avg + 0.2 * (took - avg)
         self._lease_s = reply.get("lease_s", self._lease_s)
         if settle:
             self._count(settle, reply.get("settled") or [])

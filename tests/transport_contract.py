@@ -158,6 +158,31 @@ class TransportContract:
                 *(mesh.nodes[1].query(key, str(i).encode(), 5.0) for i in range(100)))
             assert replies == [key.encode() + b"|" + str(i).encode() for i in range(100)]
 
+    async def test_handlers_that_wait_are_answered_once_their_waits_end(
+            self, make_mesh: MeshFactory) -> None:
+        # The Zenoh transport runs a handler eagerly up to its first await: the rest must
+        # still run, in a Task, however many times it suspends, while other queries pass it.
+        async with make_mesh.open(2) as mesh:
+            key = f"{mesh.prefix}/rpc/slow"
+            gate = asyncio.Event()
+
+            async def slow(k: str, data: bytes) -> bytes:
+                await asyncio.sleep(0)
+                if data == b"gate":
+                    await gate.wait()
+                await asyncio.wait_for(asyncio.sleep(0.001), 1.0)
+                return b"done:" + data
+
+            await mesh.nodes[0].declare_queryable(key, slow)
+            await mesh.query_served(1, key)
+            gated = asyncio.ensure_future(mesh.nodes[1].query(key, b"gate", 5.0))
+            others = await asyncio.gather(
+                *(mesh.nodes[1].query(key, str(i).encode(), 5.0) for i in range(20)))
+            assert others == [b"done:" + str(i).encode() for i in range(20)]
+            assert not gated.done()
+            gate.set()
+            assert await asyncio.wait_for(gated, 5.0) == b"done:gate"
+
     async def test_nobody_serving_is_no_responder(self, make_mesh: MeshFactory) -> None:
         async with make_mesh.open(2) as mesh:
             with pytest.raises(NoResponder):

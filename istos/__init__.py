@@ -19,6 +19,7 @@ from .errors import (
     IstosError,
     JobCancelled,
     JobTimeout,
+    MeshUnreachable,
     OwnerUnavailable,
     ProtocolError,
     QueueNotFound,
@@ -55,6 +56,7 @@ __all__ = [
     "RemoteError",
     "InvalidProgress",
     "JobTimeout",
+    "MeshUnreachable",
     "JobCancelled",
 ]
 

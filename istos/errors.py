@@ -29,6 +29,12 @@ class ConfigError(IstosError, ValueError):
     """An option passed at declaration time is invalid; the message names it."""
 
 
+class MeshUnreachable(ConfigError):
+    """A client-mode Zenoh session reached no router: none listens at the configured
+    ``connect`` endpoints, or (with TLS) the router refused this node's certificate. A
+    :class:`ConfigError` too, as the config names where to connect."""
+
+
 class CronError(ConfigError):
     """A cron expression is invalid; the message names the bad field."""
 

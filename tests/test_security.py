@@ -24,7 +24,7 @@ import pytest
 import zenoh
 from zenoh_util import free_port, unique_prefix
 
-from istos import ConfigError, Istos, JobContext, OwnerUnavailable
+from istos import Istos, JobContext, MeshUnreachable, OwnerUnavailable
 
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs" / "security"
@@ -203,7 +203,7 @@ async def test_sessions_without_a_certificate_get_nothing(mesh: dict[str, Any]):
     try:
         # As a client (the documented shape) it cannot even open a session: mTLS refuses it.
         client = Istos(zenoh=mesh["anonymous"], prefix=prefix, node_id="anon-client")
-        with pytest.raises(ConfigError):
+        with pytest.raises(MeshUnreachable, match="certificate"):
             await asyncio.wait_for(client.start(), 20)
         # As a peer the session opens, alone; its requests find no owner.
         peer = Istos(zenoh={**mesh["anonymous"], "mode": "peer"}, prefix=prefix,

@@ -357,6 +357,20 @@ async def test_endpoint_rejected_at_open_raises_config_error() -> None:
     await transport.close()
 
 
+async def test_client_with_no_router_to_reach_gets_mesh_unreachable() -> None:
+    from services import free_port
+
+    from istos import MeshUnreachable
+
+    config = {"mode": "client", "connect": {"endpoints": [f"tcp/127.0.0.1:{free_port()}"]},
+              "scouting": {"multicast": {"enabled": False}}}
+    transport = ZenohTransport(config, node_id="lonely")
+    with pytest.raises(MeshUnreachable, match="reached no Zenoh router") as info:
+        await transport.start()
+    assert isinstance(info.value, ConfigError)  # what callers caught before it had a name
+    await transport.close()
+
+
 async def test_default_config_opens_and_closes_idempotently() -> None:
     transport = ZenohTransport(None, node_id="default")
     with pytest.raises(TransportError, match="not started"):

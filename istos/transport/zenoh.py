@@ -25,7 +25,7 @@ from typing import Any, TypeAlias
 import zenoh
 from zenoh.handlers import Callback
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MeshUnreachable
 from ._zenoh_config import to_zenoh_config
 from .base import (
     LivelinessHandler,
@@ -244,6 +244,12 @@ class ZenohTransport:
         try:
             self._session = await asyncio.to_thread(zenoh.open, self._config)
         except zenoh.ZError as exc:
+            if "unable to connect" in str(exc).lower():
+                raise MeshUnreachable(
+                    f"node {self.node_id!r} reached no Zenoh router at its connect endpoints "
+                    f"({exc}): is a router listening there, and, with TLS, does it accept "
+                    "this node's certificate (connect_certificate / connect_private_key, "
+                    "signed by the router's root CA)?") from exc
             raise ConfigError(f"zenoh could not open a session with this config: {exc}") from exc
 
     async def close(self) -> None:

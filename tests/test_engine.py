@@ -440,3 +440,41 @@ async def test_enqueue_refuses_bad_arguments_every_time_and_stores_nothing(mesh)
                 with pytest.raises(ConfigError):
                     await owner.enqueue(name, {})
         assert owner.owners["q"].stats()["counts"]["ready"] == 1
+
+
+async def test_an_ack_hook_sees_every_ack_unless_it_asks_for_workflow_steps_only(mesh):
+    from istos.queue.extension import Hooks
+
+    owner = app_on(mesh, "owner")
+    owner.queue("q")
+    every: list[str] = []
+    steps_only: list[str] = []
+    original = owner._setup_owner
+
+    def with_hooks(queue_owner):
+        original(queue_owner)
+
+        async def note_every(rec, result):
+            every.append(rec.job_id)
+
+        async def note_step(rec, result):
+            steps_only.append(rec.job_id)
+
+        queue_owner.extend(Hooks(before_ack=note_every))
+        queue_owner.extend(Hooks(before_ack=note_step, before_ack_meta_only=True))
+
+    owner._setup_owner = with_hooks  # type: ignore[method-assign]
+
+    @owner.worker("q", concurrency=2)
+    async def run(job):
+        return None
+
+    async with owner.serving():
+        ids = [await owner.enqueue("q", {"i": i}) for i in range(5)]
+        await wait_events(owner, lambda ev: count(ev, "acked") == 5)
+        chain_id = await owner.chain(["q", "q"], {"step": 0})
+        await wait_events(owner, lambda ev: count(ev, "acked") == 7)
+    steps = sorted(set(every) - set(ids))
+    assert len(every) == 7 and set(ids) <= set(every)  # plain jobs and workflow steps alike
+    assert len(steps) == 2 and chain_id in steps
+    assert sorted(steps_only) == steps  # only the jobs that carry workflow meta

@@ -106,7 +106,7 @@ async def server(spec: dict[str, Any]) -> None:
 
         owner._handle.close()
         owner._handle = await transport.declare_queryable(  # type: ignore[union-attr]
-            app.node.key(QUEUE, "rpc"), timed_request)
+            app.node.key(QUEUE, "rpc") + "/*", timed_request)
 
         def raw(query: zenoh.Query) -> None:
             query.reply(query.key_expr, query.payload.to_bytes() if query.payload else b"")

@@ -266,6 +266,39 @@ ADMIN_OPS = frozenset({"requeue", "requeue_dead", "purge_dead", "pause", "resume
 """Ops that change a job's fate other than enqueue/claim/ack/nack: they need ``admin=True``."""
 
 
+ROLES = ("produce", "work", "read", "admin")
+"""Each op travels on the key of its role, ``{prefix}/q/{queue}/rpc/{role}``, so Zenoh access
+control can grant them apart: producers ``produce`` (and ``read`` for results), workers
+``work`` (and ``produce`` if they run chains), operators ``read`` and ``admin``."""
+
+OP_ROLES: dict[str, str] = {
+    **dict.fromkeys(("enqueue", "enqueue_many", "enqueue_slot", "chord_open"), "produce"),
+    **dict.fromkeys(("claim", "settle", "ack", "nack", "extend", "release"), "work"),
+    **dict.fromkeys(("ping", "result", "dead", "stats", "jobs", "leases", "why", "events",
+                     "follow"), "read"),
+    **dict.fromkeys(ADMIN_OPS, "admin"),
+}
+
+
+def role_of(op: str) -> str:
+    """The role key ``op`` travels on; an op this table does not know (an extension's) is
+    ``admin``, the narrowest grant, unless its extension registers it in :data:`OP_ROLES`."""
+    return OP_ROLES.get(op, "admin")
+
+
+def rpc_key(queue_key: str, op: str) -> str:
+    """The key a request for ``op`` goes to, under a queue's rpc key (``.../q/{queue}/rpc``)."""
+    return f"{queue_key}/{role_of(op)}"
+
+
+def check_role(op: str, role: str) -> None:
+    """Refuse a request that arrived on another role's key than its op's (an ACL that grants
+    ``produce`` only must not let a ``claim`` through on that key)."""
+    want = role_of(op)
+    if role != want:
+        raise ProtocolError(f"op {op[:40]!r} goes to the rpc/{want} key, not rpc/{role[:40]}")
+
+
 def check_envelope(msg: Any) -> str:
     """The op of a decoded request; raises :class:`ProtocolError` if it is no request at all."""
     if type(msg) is not dict:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from istos import codec
 from istos.errors import ProtocolError
-from istos.protocol import MAX_EVENTS, MAX_PAGE
+from istos.protocol import MAX_EVENTS, MAX_PAGE, rpc_key
 from istos.queue.client import query_owner, raise_for_reply
 from istos.queue.state import STATES
 from istos.transport.zenoh import ZenohTransport
@@ -42,7 +42,7 @@ class OwnerRequests:
         """One request, on the loop thread, through the engine's own request path
         (``istos.queue.client.query_owner``: retried while nobody serves the key)."""
         payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "op": op, **fields})
-        raw = await query_owner(self.transport, self.rpc_key, self.queue, payload,
+        raw = await query_owner(self.transport, rpc_key(self.rpc_key, op), self.queue, payload,
                                 self.timeout_s if timeout_s is None else timeout_s,
                                 what=op, where=f" (prefix {self.prefix!r})")
         if len(raw) > codec.MAX_MESSAGE_BYTES:

@@ -306,11 +306,11 @@ async def test_malformed_message_gets_error_reply_and_owner_keeps_serving(mesh):
         for junk in (b"\xc1garbage", codec.encode_message({"v": 99, "op": "claim"}),
                      codec.encode_message({"v": 1, "op": "explode"}),
                      codec.encode_message({"v": 1, "op": "enqueue"})):
-            reply = codec.decode_message(await probe.query("istos/q/q/rpc", junk, 1.0)) \
+            reply = codec.decode_message(await probe.query("istos/q/q/rpc/produce", junk, 1.0)) \
                 if junk[:1] != b"\xc1" else None
             if reply is not None:
                 assert reply["ok"] is False and reply["error"] == "ProtocolError"
-        raw = await probe.query("istos/q/q/rpc", b"\xc1garbage", 1.0)
+        raw = await probe.query("istos/q/q/rpc/work", b"\xc1garbage", 1.0)
         assert codec.decode_message(raw)["error"] == "ProtocolError"
         assert await owner.enqueue("q", {"still": "works"})
     await probe.close()
@@ -362,7 +362,7 @@ async def test_oversized_message_is_refused_with_an_error_reply(mesh):
     async with owner.serving():
         huge = codec.encode_message({"v": 1, "op": "enqueue", "job_id": "big",
                                      "body": b"x" * (3 << 20)})
-        reply = codec.decode_message(await probe.query("istos/q/q/rpc", huge, 1.0))
+        reply = codec.decode_message(await probe.query("istos/q/q/rpc/produce", huge, 1.0))
         assert reply["ok"] is False and reply["error"] == "ProtocolError"
         assert "exceeds" in reply["message"]
         assert "big" not in owner.owners["q"].state.jobs

@@ -105,7 +105,7 @@ async def test_a_bad_item_refuses_the_batch_before_anything_is_sent():
         assert served == [] and owner.owners["q"].state.jobs == {}
         # A hand-made request with one bad item is refused whole by the owner's schema.
         reply = await producer.node.transport.query(  # type: ignore[union-attr]
-            producer.node.key("q", "rpc"), _raw_batch(), 5.0)
+            producer.node.key("q", "rpc/produce"), _raw_batch(), 5.0)
         answer = codec.decode_message(reply)
         assert answer["ok"] is False and answer["error"] == "InvalidJob", answer
         assert "items[1]" in answer["message"] and owner.owners["q"].state.jobs == {}

@@ -214,6 +214,20 @@ class OwnerProc:
         self.proc.wait(10)
 
 
+def role_key(base: str, payload: bytes, rng: random.Random | None) -> str:
+    """Where a client sends ``payload``: its op's role key under ``base`` (``.../rpc``); with
+    ``rng`` (the flood), 1 message in 20 goes to a random role's key instead (refused there
+    unless it is the right one), as does one with no readable op (``read`` without ``rng``)."""
+    try:
+        msg = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except Exception:
+        msg = None
+    op = msg.get("op") if isinstance(msg, dict) else None
+    if rng is not None and (not isinstance(op, str) or rng.random() < 0.05):
+        return f"{base}/{rng.choice(protocol.ROLES)}"
+    return protocol.rpc_key(base, op) if isinstance(op, str) else f"{base}/read"
+
+
 def check_typed_error(raw: bytes, expected: tuple[str, ...] | None = None) -> str:
     assert len(raw) <= protocol.FRAME_CAP
     reply = msgpack.unpackb(raw, raw=False, strict_map_key=False)
@@ -258,8 +272,10 @@ async def test_hostile_messages_get_typed_errors_and_known_jobs_survive():
             transport = producer.node.transport
             assert transport is not None
             rpc = f"{prefix}/q/q/rpc"
+            key_rng = random.Random(SEED + 1)
 
-            async def send(payload: bytes, key: str = rpc) -> bytes:
+            async def send(payload: bytes, base: str = rpc, stray: bool = False) -> bytes:
+                key = role_key(base, payload, key_rng if stray else None)
                 return await transport.query(key, payload, 15.0)
 
             await wait_until(lambda: _answers(producer), timeout_s=15, what="owner reachable")
@@ -275,7 +291,8 @@ async def test_hostile_messages_get_typed_errors_and_known_jobs_survive():
 
             async def flood() -> None:
                 for start in range(0, len(messages), 64):
-                    replies = await asyncio.gather(*(send(m) for m in messages[start:start + 64]))
+                    replies = await asyncio.gather(
+                        *(send(m, stray=True) for m in messages[start:start + 64]))
                     names.update(check_typed_error(r) for r in replies)
 
             async with worker.serving():  # the known jobs run while the flood goes on
@@ -287,7 +304,7 @@ async def test_hostile_messages_get_typed_errors_and_known_jobs_survive():
                 for i in range(2000):  # fake empty claims from many node ids
                     await send(codec.encode_message({"v": 1, "op": "claim", "workers": ["s"],
                                                      "node": f"fake-{i}"}),
-                               f"{prefix}/q/idle/rpc")
+                               f"{prefix}/q/idle/rpc")  # (its role key: rpc/work)
                 rss_after = await owner.rss_kb()
                 ping = codec.decode_message(await send(codec.encode_message(
                     {"v": 1, "op": "ping"})))

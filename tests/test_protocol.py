@@ -32,7 +32,9 @@ def app_on(mesh: LocalMesh, name: str, **kw: Any) -> Istos:
 async def raw(probe: Any, queue: str, **msg: Any) -> dict[str, Any]:
     """One request as an outsider sends it: a msgpack map on the rpc key, reply decoded."""
     msg.setdefault("v", 1)
-    reply = await probe.query(f"istos/q/{queue}/rpc", codec.encode_message(msg), 2.0)
+    key = protocol.rpc_key(f"istos/q/{queue}/rpc", msg["op"]) if isinstance(msg.get("op"), str) \
+        else f"istos/q/{queue}/rpc/read"
+    reply = await probe.query(key, codec.encode_message(msg), 2.0)
     assert len(reply) <= protocol.FRAME_CAP
     return codec.decode_message(reply)
 
@@ -197,6 +199,41 @@ async def test_malformed_requests_get_typed_errors_and_change_nothing(mesh, msg)
         assert owner.owners["q"].state.counts == before
         assert set(owner.owners["q"].state.jobs) == {"held"}
         assert (await raw(probe, "q", op="ping"))["ok"] is True
+
+
+def test_every_op_the_owner_serves_has_a_role_key():
+    assert set(protocol.SCHEMAS) == set(protocol.OP_ROLES)
+    assert set(protocol.OP_ROLES.values()) == set(protocol.ROLES)
+    assert {op for op, role in protocol.OP_ROLES.items() if role == "admin"} == \
+        set(protocol.ADMIN_OPS)
+    assert protocol.role_of("an_extension_op") == "admin"  # unknown: the narrowest grant
+
+
+@pytest.mark.parametrize(("op", "fields", "wrong"), [
+    ("claim", {"workers": ["s#0"], "node": "thief"}, "produce"),
+    ("enqueue", {"job_id": "sneaked", "body": b"x"}, "work"),
+    ("jobs", {}, "produce"),
+    ("pause", {}, "read"),
+])
+async def test_an_op_on_another_roles_key_is_refused_and_changes_nothing(mesh, op, fields,
+                                                                         wrong):
+    owner = app_on(mesh, "owner")
+    owner.queue("q", admin=True)
+    probe = mesh.transport("probe")
+    await probe.start()
+    async with owner.serving():
+        await owner.enqueue("q", {"n": 1}, job_id="held")
+        before = dict(owner.owners["q"].state.counts)
+        reply = codec.decode_message(await probe.query(
+            f"istos/q/q/rpc/{wrong}", codec.encode_message({"v": 1, "op": op, **fields}), 2.0))
+        assert_typed_error(reply, "ProtocolError")
+        assert f"rpc/{protocol.role_of(op)}" in reply["message"]
+        state = owner.owners["q"].state
+        assert state.counts == before and set(state.jobs) == {"held"} and not state.paused
+        # The same request on its own key goes through (claim: the held job is leased).
+        right = await raw(probe, "q", op=op, **fields)
+        assert right["ok"] is True, right
+    await probe.close()
 
 
 async def test_rejections_are_logged_once_per_peer_and_kind_per_interval(mesh, caplog):

@@ -84,7 +84,8 @@ def mesh(tmp_path: Path) -> dict[str, Any]:
     endpoint = f"tls/127.0.0.1:{port}"
     common = {TEMPLATE_CERTS: str(certs)}
     router = instantiate(load_template("router.json5"),
-                         {**common, "tls/0.0.0.0:7447": endpoint, "istos/**": f"{prefix}/**"})
+                         {**common, "tls/0.0.0.0:7447": endpoint, "istos/**": f"{prefix}/**",
+                          "istos/q/": f"{prefix}/q/"})
     clients = {role: instantiate(load_template(f"{role}.json5"),
                                  {**common, "tls/localhost:7447": endpoint})
                for role in ("worker", "producer")}
@@ -197,6 +198,35 @@ async def test_mtls_allow_list_admits_trusted_nodes_only(mesh: dict[str, Any]):
         stop(owner)
 
 
+async def test_producers_cannot_claim_and_workers_cannot_pause(mesh: dict[str, Any]):
+    """The allow-list grants requests by role key: a producer's certificate reaches enqueue and
+    reads but not claims; a worker's reaches claims but not admin actions."""
+    prefix = mesh["prefix"]
+    owner = await start_owner(mesh["router"], prefix, mesh["log"])
+    try:
+        producer = Istos(zenoh=mesh["producer"], prefix=prefix, node_id="producer",
+                         request_timeout_s=1.0)
+        worker = Istos(zenoh=mesh["worker"], prefix=prefix, node_id="worker",
+                       request_timeout_s=1.0)
+        async with producer.serving(), worker.serving():
+            jid = await producer.enqueue("q", {"for": "the worker"})
+            with pytest.raises(OwnerUnavailable):  # the claim never reaches the owner
+                await producer.client("q").call("claim", workers=["producer:x#0"],
+                                                node="producer")
+            with pytest.raises(OwnerUnavailable):
+                await worker.client("q").call("pause")
+            claimed = await worker.client("q").call("claim", workers=["worker:x#0"],
+                                                    node="worker")
+            assert [j["job_id"] for j in claimed["jobs"]] == [jid]
+            job = claimed["jobs"][0]
+            assert (await worker.client("q").call(
+                "ack", job_id=jid, token=job["token"]))["status"] == "ok"
+            stats = (await producer.client("q").call("stats"))["stats"]
+        assert stats["totals"]["acked"] == 1 and not stats.get("paused")
+    finally:
+        stop(owner)
+
+
 async def test_sessions_without_a_certificate_get_nothing(mesh: dict[str, Any]):
     prefix = mesh["prefix"]
     owner = await start_owner(mesh["router"], prefix, mesh["log"])
@@ -224,10 +254,13 @@ async def test_a_deny_list_only_blocks_the_names_it_lists(mesh: dict[str, Any]):
     """Why the docs ship an allow-list: deny "intruder", and any other CA-signed name gets in."""
     router = copy.deepcopy(mesh["router"])
     acl = router["access_control"]
-    acl["default_permission"] = "allow"
-    acl["rules"][0]["permission"] = "deny"
-    acl["subjects"][0]["cert_common_names"] = ["intruder"]
     prefix = mesh["prefix"]
+    every = acl["rules"][0]["messages"] + ["query"]
+    acl["default_permission"] = "allow"
+    acl["rules"] = [{"id": "deny-intruder", "permission": "deny", "flows": ["ingress", "egress"],
+                     "messages": every, "key_exprs": [f"{prefix}/**"]}]
+    acl["subjects"] = [{"id": "intruders", "cert_common_names": ["intruder"]}]
+    acl["policies"] = [{"rules": ["deny-intruder"], "subjects": ["intruders"]}]
     owner = await start_owner(router, prefix, mesh["log"])
     try:
         stranger = copy.deepcopy(mesh["intruder"])

@@ -33,7 +33,7 @@ class OwnerClient:
         self.node = node
         self.queue = queue
         self._local_owner = local_owner
-        self._key = node.key(queue, "rpc")
+        self._key = node.key(queue, "rpc")  # each op goes to its role's key below it
         self._coalescer: Coalescer | None = None
 
     async def call(self, op: str, timeout_s: float | None = None, **fields: Any) -> dict[str, Any]:
@@ -64,8 +64,8 @@ class OwnerClient:
         if transport is None:
             raise errors.IstosError("this app is not serving: use `async with app.serving():`")
         budget = self.node.request_timeout_s if timeout_s is None else timeout_s
-        raw = await query_owner(transport, self._key, self.queue, codec.encode_message(msg),
-                                budget)
+        raw = await query_owner(transport, protocol.rpc_key(self._key, msg["op"]), self.queue,
+                                codec.encode_message(msg), budget)
         return codec.decode_message(raw)
 
 

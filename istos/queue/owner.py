@@ -1,6 +1,7 @@
 """The queue owner: binds a pure :class:`QueueState` to the node's transport, storage and clock.
 
-It serves one request/reply key per queue (``{prefix}/q/{queue}/rpc``; see docs/protocol.md),
+It serves one request/reply key per queue and role (``{prefix}/q/{queue}/rpc/{role}``, an op
+only on its role's key, so access control can grant roles apart; see docs/protocol.md),
 writes every change through to storage before replying (when the storage is durable), sweeps
 expired leases on a timer that sleeps until the next deadline, nudges idle workers when jobs
 become claimable, and emits one :class:`JobEvent` per state change into the node's event log.
@@ -125,7 +126,7 @@ class QueueOwner:
         self.running = True
         if self.node.transport is not None:
             self._handle = await self.node.transport.declare_queryable(
-                self.node.key(self.name, "rpc"), self._on_request)
+                self.node.key(self.name, "rpc") + "/*", self._on_request)
         self._timer = asyncio.get_running_loop().create_task(self._sweep_loop())
         self._emit_queue_event(ev.OWNER_UP, recovered=len(self.state.jobs))
         self._after_change()
@@ -165,7 +166,7 @@ class QueueOwner:
         except ProtocolError as exc:
             self._rejected("?", "undecodable", exc)
             return codec.encode_message(error_reply(exc))
-        reply = await self.dispatch(msg)
+        reply = await self.dispatch(msg, role=key.rpartition("/")[2])
         self._check_leading()
         return protocol.encode_reply(reply)
 
@@ -179,17 +180,21 @@ class QueueOwner:
                 self.wake_election()  # renew now
             raise FencedOut(f"queue {self.name!r}: this replica's leader lease lapsed")
 
-    async def dispatch(self, msg: dict[str, Any], *, trusted: bool = False) -> dict[str, Any]:
+    async def dispatch(self, msg: dict[str, Any], *, trusted: bool = False,
+                       role: str | None = None) -> dict[str, Any]:
         """Run one request (already decoded) and build its reply; never raises.
 
         The request is checked against its op's schema (:mod:`istos.protocol`) before its
         handler runs, so a malformed one changes nothing. ``trusted`` (this node's own app
         calling in-process, with fields it built from checked values) skips that check, not
-        the admin rule.
+        the admin rule. ``role``: the role key a request from the mesh arrived on; an op of
+        another role is refused.
         """
         try:
             op = msg["op"] if trusted else \
                 protocol.check_request(msg, self._ops.__contains__)
+            if role is not None:  # from the mesh: on the key of the op's role only
+                protocol.check_role(op, role)
         except IstosError as exc:
             peer = msg.get("node") if isinstance(msg, dict) else None
             self._rejected(peer if isinstance(peer, str) else "?",

@@ -24,7 +24,7 @@ import pytest
 import zenoh
 from zenoh_util import free_port, unique_prefix
 
-from istos import Istos, JobContext, MeshUnreachable, OwnerUnavailable
+from istos import Istos, JobContext, MeshUnreachable, OwnerUnavailable, codec
 
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs" / "security"
@@ -85,7 +85,7 @@ def mesh(tmp_path: Path) -> dict[str, Any]:
     common = {TEMPLATE_CERTS: str(certs)}
     router = instantiate(load_template("router.json5"),
                          {**common, "tls/0.0.0.0:7447": endpoint, "istos/**": f"{prefix}/**",
-                          "istos/q/": f"{prefix}/q/"})
+                          "istos/q/": f"{prefix}/q/", "istos/ev/": f"{prefix}/ev/"})
     clients = {role: instantiate(load_template(f"{role}.json5"),
                                  {**common, "tls/localhost:7447": endpoint})
                for role in ("worker", "producer")}
@@ -227,6 +227,61 @@ async def test_producers_cannot_claim_and_workers_cannot_pause(mesh: dict[str, A
         stop(owner)
 
 
+async def test_listed_nodes_cannot_forge_the_owners_cancel_messages(mesh: dict[str, Any]):
+    """Only the router (the owner) publishes on the queue's keys: a producer's forged cancel
+    message never reaches the worker, whose run completes and is acked."""
+    prefix = mesh["prefix"]
+    owner = await start_owner(mesh["router"], prefix, mesh["log"])
+    try:
+        started, finish, heard = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        outcome: list[str] = []
+        worker = Istos(zenoh=mesh["worker"], prefix=prefix, node_id="worker")
+
+        @worker.worker("q", poll_interval_s=0.2)
+        async def work(job: dict) -> None:
+            started.set()
+            try:
+                await finish.wait()
+            except asyncio.CancelledError:
+                outcome.append("cancelled")
+                raise
+            outcome.append("done")
+
+        @worker.subscribe("probe/after")
+        async def after(data: Any) -> None:
+            heard.set()
+
+        producer = Istos(zenoh=mesh["producer"], prefix=prefix, node_id="producer",
+                         request_timeout_s=5.0)
+        async with producer.serving(), worker.serving():
+            jid = await producer.enqueue("q", {"n": 1})
+            await asyncio.wait_for(started.wait(), 20)
+            transport = producer.node.transport
+            assert transport is not None
+            await transport.put(f"{prefix}/q/q/cancel", codec.encode_message(
+                {"v": 1, "to": ["worker"], "jobs": [jid]}))
+            # Puts from one session reach a subscriber in order: once an event published
+            # after the forged message arrives, the forged one has arrived too, or never will.
+            for _ in range(100):
+                await producer.publish("probe/after", 1)
+                try:
+                    await asyncio.wait_for(heard.wait(), 0.2)
+                    break
+                except asyncio.TimeoutError:
+                    continue
+            assert heard.is_set(), "the worker never heard the producer's events"
+            finish.set()
+            for _ in range(100):
+                stats = (await producer.client("q").call("stats"))["stats"]
+                if stats["totals"]["acked"] == 1:
+                    break
+                await asyncio.sleep(0.1)
+        assert outcome == ["done"]
+        assert stats["totals"]["acked"] == 1 and stats["totals"].get("nacked", 0) == 0
+    finally:
+        stop(owner)
+
+
 async def test_sessions_without_a_certificate_get_nothing(mesh: dict[str, Any]):
     prefix = mesh["prefix"]
     owner = await start_owner(mesh["router"], prefix, mesh["log"])
@@ -255,7 +310,7 @@ async def test_a_deny_list_only_blocks_the_names_it_lists(mesh: dict[str, Any]):
     router = copy.deepcopy(mesh["router"])
     acl = router["access_control"]
     prefix = mesh["prefix"]
-    every = acl["rules"][0]["messages"] + ["query"]
+    every = sorted({m for rule in acl["rules"] for m in rule["messages"]})
     acl["default_permission"] = "allow"
     acl["rules"] = [{"id": "deny-intruder", "permission": "deny", "flows": ["ingress", "egress"],
                      "messages": every, "key_exprs": [f"{prefix}/**"]}]

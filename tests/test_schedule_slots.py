@@ -104,6 +104,52 @@ async def test_owner_refuses_a_slot_again_after_its_job_finished() -> None:
     assert count(owner.events.recent(), "enqueued") == 2 and len(done) == 2
 
 
+async def test_a_restarted_durable_owner_still_refuses_a_finished_slot(tmp_path) -> None:
+    """The slot memory survives the owner (failover or restart) when the storage is durable:
+    marks are written after the job and swept once their hold has passed."""
+    from istos import SQLAlchemyStoragePlugin
+    from istos.queue import slot_marks
+
+    clock = ManualClock(1000.0)
+    url = f"sqlite+aiosqlite:///{tmp_path / 'slots.db'}"
+    body = codec.encode_body({"n": 1}, queue="q")
+    done: list[object] = []
+
+    def owner_app(name: str) -> Istos:
+        app = Istos(storage=SQLAlchemyStoragePlugin(url), transport=mesh.transport(name),
+                    clock=clock)
+        app.queue("q")
+
+        @app.worker("q")
+        async def work(data: object) -> None:
+            done.append(data)
+
+        return app
+
+    async def tick(app: Istos, job_id: str) -> bool:
+        reply = await app.client("q").call("enqueue_slot", body=body, job_id=job_id,
+                                           period_s=10.0)
+        return bool(reply["created"])
+
+    mesh = LocalMesh()
+    first = owner_app("first")
+    async with first.serving():
+        assert await tick(first, "sched:s:1000") is True
+        await wait_events(first, lambda ev: count(ev, "acked") == 1)
+    second = owner_app("second")  # a new owner on the same storage, its RAM empty
+    async with second.serving():
+        assert "sched:s:1000" not in second.owners["q"].state.jobs  # finished and gone
+        assert await tick(second, "sched:s:1000") is False  # the mark remembers it
+        clock.t += MIN_HOLD_S
+        assert await tick(second, "sched:s:1000") is True  # the hold has passed
+        await wait_events(second, lambda ev: count(ev, "acked") == 1)
+        marks = slot_marks.SlotMarks(second.node.storage, "q")
+        clock.t += MIN_HOLD_S
+        assert await marks.purge(clock.now()) == 1  # the expired mark is swept
+        assert await second.node.storage.scan("slots:q") == []
+    assert len(done) == 2
+
+
 @pytest.mark.redis
 async def test_a_slot_refused_by_a_storage_outage_is_not_remembered() -> None:
     """Write, then apply: the slot is remembered only once its job is stored, so the other

@@ -32,7 +32,9 @@ owner enqueues it like any job (a job it still holds is not added twice) and rem
 a bounded :class:`~istos.queue.slots.RecentSlots` for ``max(2 periods, 60 s)``, refusing the
 same slot again in that time even after its job finished. So declare a schedule on every
 replica, under the same name, and it runs once per slot (nodes whose clocks differ by more than
-that hold could still tick a slot twice; an owner restart forgets the finished slots).
+that hold could still tick a slot twice). With durable storage the owner also marks each
+accepted slot there (:mod:`~istos.queue.slot_marks`), so a restarted or failed-over owner
+still refuses it; an in-memory owner's restart forgets the finished slots.
 A failed enqueue (for example :class:`OwnerUnavailable`) is logged and the schedule carries on
 with its next slot; another node declaring the schedule may still enqueue that slot.
 
@@ -60,7 +62,8 @@ from ..errors import ConfigError, ProtocolError
 from . import cron as cronlib
 from .config import check_queue_name
 from .extension import Hooks
-from .slots import RecentSlots
+from .slot_marks import SlotMarks
+from .slots import RecentSlots, hold_s
 
 if TYPE_CHECKING:
     from ..node import Node
@@ -297,6 +300,8 @@ class SlotEnqueuer:
     def __init__(self, owner: QueueOwner) -> None:
         self.owner = owner
         self.recent = RecentSlots()
+        # Durable storage also keeps the slots across an owner restart or failover.
+        self.marks = SlotMarks(owner.storage, owner.name) if owner.durable else None
 
     async def op(self, msg: dict[str, Any]) -> dict[str, Any]:
         body, job_id, period = msg.get("body"), msg.get("job_id"), msg.get("period_s")
@@ -308,11 +313,17 @@ class SlotEnqueuer:
                 or not math.isfinite(period) or period <= 0:
             raise ProtocolError(f"enqueue_slot period_s must be a finite number > 0, "
                                 f"got {period!r}")
-        clock = self.owner.node.clock
+        clock, period = self.owner.node.clock, float(period)
         if self.recent.seen(job_id, clock.now()):
             return {"job_id": job_id, "created": False}
+        if self.marks is not None and await self.marks.held(job_id, clock.now()):
+            self.recent.remember(job_id, clock.now(), period)  # a slot an earlier owner took
+            return {"job_id": job_id, "created": False}
         created = await self.owner.enqueue(body, job_id=job_id)
-        self.recent.remember(job_id, clock.now(), float(period))
+        now = clock.now()
+        self.recent.remember(job_id, now, period)
+        if self.marks is not None:  # after the job is stored: a mark never lacks its job
+            await self.marks.mark(job_id, now + hold_s(period), now)
         return {"job_id": job_id, "created": created}
 
 

@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -219,6 +220,11 @@ async def test_sqlite_unopenable_file_is_unavailable(tmp_path: Path) -> None:
         await _expect_unavailable(storage, "x.db", "put")
     finally:
         await storage.close()
+        # aiosqlite's thread for the connection that failed to open reports its stop to this
+        # loop a moment later; let it finish while the loop is open (pytest closes it next).
+        for thread in threading.enumerate():
+            if "_connection_worker_thread" in thread.name:
+                await asyncio.to_thread(thread.join, 5.0)
 
 
 class _Blackhole:

@@ -6,8 +6,9 @@ and everything above it never know which world the events came from).
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -84,21 +85,31 @@ class JobEvent:
 Listener = Callable[[JobEvent], None]
 
 
+RENEWAL_SHARE = 10
+"""Heartbeat renewals keep at most ``maxlen // RENEWAL_SHARE`` places of their own in the ring."""
+
+
 class EventLog:
     """A bounded ring buffer of recent events plus synchronous listeners.
 
     Emitting costs one append when nobody listens; listeners (the simulator's recorder, the live
-    publisher) are called inline and must not block.
+    publisher) are called inline and must not block. Heartbeat renewals (``lease_extended``,
+    one per held job every ``lease_s / 3``) go to a smaller ring of their own: a worker holding
+    thousands of long jobs would otherwise push every other event out of the ring within
+    minutes. Listeners see every event either way; reads merge both rings in emission order.
     """
 
     def __init__(self, maxlen: int = 10_000) -> None:
-        self._ring: deque[JobEvent] = deque(maxlen=maxlen)
+        self._ring: deque[tuple[int, JobEvent]] = deque(maxlen=maxlen)
+        self._renewals: deque[tuple[int, JobEvent]] = deque(
+            maxlen=max(1, maxlen // RENEWAL_SHARE))
         self._listeners: list[Listener] = []
         self.emitted = 0
 
     def emit(self, event: JobEvent) -> None:
-        self._ring.append(event)
         self.emitted += 1
+        (self._renewals if event.kind == LEASE_EXTENDED else self._ring).append(
+            (self.emitted, event))
         for listener in self._listeners:
             listener(event)
 
@@ -117,9 +128,17 @@ class EventLog:
 
     def newest_first(self) -> Iterator[JobEvent]:
         """Walk the ring from the newest event back, without copying it."""
-        return reversed(self._ring)
+        if not self._renewals:
+            return (event for _, event in reversed(self._ring))
+        merged = heapq.merge(reversed(self._ring), reversed(self._renewals),
+                             key=lambda entry: -entry[0])
+        return (event for _, event in merged)
 
     def recent(self, limit: int | None = None) -> list[JobEvent]:
-        items: Iterable[JobEvent] = self._ring
-        out = list(items)
+        """The ring's events, oldest first (the last ``limit`` of them)."""
+        if self._renewals:
+            out = [event for _, event in heapq.merge(self._ring, self._renewals,
+                                                     key=lambda entry: entry[0])]
+        else:
+            out = [event for _, event in self._ring]
         return out if limit is None else out[-limit:]

@@ -246,3 +246,25 @@ async def test_cancel_a_waiting_and_a_running_job():
     assert why["state"] == "cancelled" and why["reason"].startswith("cancelled")
     nack = next(e for e in events if e.job_id == busy and e.kind == "nacked")
     assert nack.detail["error"].startswith(JobCancelled.__name__)
+
+
+def test_renewals_keep_a_share_of_the_event_ring_so_other_events_stay():
+    from istos.events import RENEWAL_SHARE, EventLog, JobEvent
+
+    log = EventLog(maxlen=1000)
+    heard: list[str] = []
+    log.subscribe(lambda e: heard.append(e.kind))
+
+    def event(i: int, kind: str) -> JobEvent:
+        return JobEvent(float(i), "o", "q", f"j{i % 50}", kind, 1, "w", {})
+
+    for i in range(20_000):  # 1,000 jobs renewed 20 times, with a claim now and then
+        log.emit(event(i, "claimed" if i % 200 == 0 else "lease_extended"))
+    kinds = [e.kind for e in log.recent()]
+    assert kinds.count("claimed") == 100  # none pushed out by the renewals
+    assert kinds.count("lease_extended") == 1000 // RENEWAL_SHARE
+    times = [e.t for e in log.recent()]
+    assert times == sorted(times)  # one stream, in emission order
+    newest = [e.t for e in log.newest_first()]
+    assert newest == sorted(newest, reverse=True) and len(newest) == len(times)
+    assert len(heard) == 20_000  # listeners (the simulator, live follow) see every event

@@ -41,3 +41,16 @@ async def wait_events(app: Istos, pred: Callable[[list[JobEvent]], bool],
 
 def count(events: list[JobEvent], kind: str, job_id: str | None = None) -> int:
     return sum(1 for e in events if e.kind == kind and (job_id is None or e.job_id == job_id))
+
+
+def extend_owners(app: Istos, *extensions: Any, first: bool = False) -> None:
+    """Add ``extensions`` (:class:`~istos.queue.extension.OwnerExtension`) to every queue owner
+    ``app`` sets up from now on, after the app's own setup (``first``: their hooks run first)."""
+    original = app._setup_owner
+
+    def setup(queue_owner: Any) -> None:
+        original(queue_owner)
+        for ext in (reversed(extensions) if first else extensions):  # keep their order
+            queue_owner.extend(ext, first=first)
+
+    app._setup_owner = setup  # type: ignore[method-assign]

@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 import pytest
-from helpers import count, wait_events
+from helpers import count, extend_owners, wait_events
 
 from istos import (
     ConfigError,
@@ -449,21 +449,15 @@ async def test_an_ack_hook_sees_every_ack_unless_it_asks_for_workflow_steps_only
     owner.queue("q")
     every: list[str] = []
     steps_only: list[str] = []
-    original = owner._setup_owner
 
-    def with_hooks(queue_owner):
-        original(queue_owner)
+    async def note_every(rec, result):
+        every.append(rec.job_id)
 
-        async def note_every(rec, result):
-            every.append(rec.job_id)
+    async def note_step(rec, result):
+        steps_only.append(rec.job_id)
 
-        async def note_step(rec, result):
-            steps_only.append(rec.job_id)
-
-        queue_owner.extend(Hooks(before_ack=note_every))
-        queue_owner.extend(Hooks(before_ack=note_step, before_ack_meta_only=True))
-
-    owner._setup_owner = with_hooks  # type: ignore[method-assign]
+    extend_owners(owner, Hooks(before_ack=note_every),
+                  Hooks(before_ack=note_step, before_ack_meta_only=True))
 
     @owner.worker("q", concurrency=2)
     async def run(job):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from helpers import app_on, count, wait_events
+from helpers import app_on, count, extend_owners, wait_events
 
 from istos import ConfigError, Istos, IstosError, JobContext, MemoryStorage, codec
 from istos.queue.extension import Hooks
@@ -399,16 +399,11 @@ async def test_concurrent_repeats_of_the_last_ack_fire_the_callback_once():
         return i
 
     sent_acks: list[str] = []
-    original = owner._setup_owner
 
-    def count_acks(queue_owner):
-        original(queue_owner)
+    async def note(rec, result):
+        sent_acks.append(rec.job_id)
 
-        async def note(rec, result):
-            sent_acks.append(rec.job_id)
-        queue_owner.extend(Hooks(before_ack=note), first=True)
-
-    owner._setup_owner = count_acks  # type: ignore[method-assign]
+    extend_owners(owner, Hooks(before_ack=note), first=True)
     async with reduce_app.serving(), owner.serving(), worker.serving():
         chord_id = await owner.chord("shard", [0, 1], callback=("reduce", None))
         await wait_for(fired)

@@ -166,11 +166,4 @@ def dead_letter(rec: JobRecord) -> dict[str, Any]:
 
 
 def _claimed_size(rec: JobRecord, worker: str) -> int:
-    """:func:`protocol.claimed_size` of ``rec``, with the common case (no error, no meta)
-    computed here: it runs once per job claimed."""
-    if rec.last_error or rec.meta:
-        return protocol.claimed_size(rec.job_id, rec.body, worker, rec.last_error, rec.meta)
-    return len(rec.body) + 4 * (len(rec.job_id) + len(worker)) + _CLAIM_ENTRY_OVERHEAD
-
-
-_CLAIM_ENTRY_OVERHEAD = protocol.claimed_size("", b"", "", None, None)
+    return protocol.claimed_size(rec.job_id, rec.body, worker, rec.last_error, rec.meta)

@@ -108,8 +108,7 @@ class QueueOwner:
                              ("on_nudge", self._on_nudge)):
             if overrides(ext, hook):
                 hooked.insert(0 if first else len(hooked), ext)
-        if overrides(ext, "before_ack") and not ext.before_ack_meta_only:
-            self._before_every_ack.insert(0 if first else len(self._before_every_ack), ext)
+        self._before_every_ack = [e for e in self._before_ack if not e.before_ack_meta_only]
         self.extensions.append(ext)
 
     def handler(self, op: str) -> Handler | None:

@@ -41,13 +41,17 @@ class SlotMarks:
         job is already stored and will run)."""
         try:
             await self.storage.put(self.ns, slot_id, repr(float(until)).encode())
-            self._since_purge += 1
-            if self._since_purge >= PURGE_EVERY:
-                self._since_purge = 0
-                await self.purge(now)
         except StorageUnavailable as exc:
             log.warning("%s: slot %s is enqueued but not marked in storage (%s): an owner "
                         "restart before %s could enqueue it again", self.ns, slot_id, exc, until)
+            return
+        self._since_purge += 1
+        if self._since_purge >= PURGE_EVERY:
+            self._since_purge = 0
+            try:
+                await self.purge(now)
+            except StorageUnavailable as exc:  # the stale marks wait for the next sweep
+                log.warning("%s: sweeping expired slot marks failed: %s", self.ns, exc)
 
     async def purge(self, now: float) -> int:
         """Delete the marks whose hold has passed; returns how many."""

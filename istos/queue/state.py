@@ -162,17 +162,14 @@ class QueueState:
         return out
 
     def _lease(self, rec: JobRecord, worker: str, now: float) -> None:
-        # Once per job claimed: the undo check and the lease heap push are written out here.
-        if self._undo is not None:
-            self._save(rec)
+        self._save(rec)
         self._move(rec, LEASED)
         rec.attempts += 1
         self._leased += 1
-        token = rec.lease_token = self._tokens() if self._tokens is not None \
-            else f"t{self._leased}"
+        rec.lease_token = self._tokens() if self._tokens is not None else f"t{self._leased}"
         rec.lease_worker = worker
-        deadline = rec.lease_deadline = now + self.policy.lease_s
-        heapq.heappush(self.heaps.leases, (deadline, token, rec.job_id))
+        rec.lease_deadline = now + self.policy.lease_s
+        self.heaps.push_lease(rec, rec.lease_deadline)
         rec.history.append(Attempt(rec.attempts, worker, now))
         if len(rec.history) > self.policy.history_limit:
             # keep the first attempt: it says how the job's story started
@@ -210,8 +207,7 @@ class QueueState:
         rec = self.holder(job_id, token)
         if rec is None:
             return "stale"
-        if self._undo is not None:
-            self._save(rec)
+        self._save(rec)
         self._finish_attempt(rec, now, ev.ACKED, None)
         self._emit(now, rec, ev.ACKED, worker=rec.lease_worker)
         if self.policy.keep_results:
@@ -388,8 +384,7 @@ class QueueState:
         rec.state = state
 
     def _forget(self, rec: JobRecord) -> None:
-        if self._undo is not None:
-            self._save(rec)
+        self._save(rec)
         self.counts[rec.state] -= 1
         del self.jobs[rec.job_id]
         self.dead.pop(rec.job_id, None)

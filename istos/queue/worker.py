@@ -221,7 +221,7 @@ class WorkerRunner:
         conc = self.config.concurrency
         rtt = self._avg_claim_s or 0.0
         run = max(run, 1e-6)
-        depth = max(conc, math.ceil(conc * rtt / run))
+        depth = math.ceil(conc * rtt / run)
         waiting_cap = math.floor(conc * lease / (100 * run) + 1e-9)  # (1e-9: float noise)
         return max(conc, min(depth, self._max_prefetch, waiting_cap))
 
@@ -239,9 +239,8 @@ class WorkerRunner:
                 self._schedule_flush()
             raise
         self.stats.claims += 1
-        took = self.node.clock.monotonic() - sent_at
-        avg = self._avg_claim_s
-        self._avg_claim_s = took if avg is None else avg + 0.2 * (took - avg)
+        self._avg_claim_s = _moving_average(self._avg_claim_s,
+                                            self.node.clock.monotonic() - sent_at)
         self._lease_s = reply.get("lease_s", self._lease_s)
         if settle:
             self._count(settle, reply.get("settled") or [])
@@ -251,15 +250,13 @@ class WorkerRunner:
                 for j in reply["jobs"]]
         if not jobs:
             self.stats.empty_claims += 1
-        if jobs:
-            loop, hold, free, tasks = asyncio.get_running_loop(), self.leases.hold, self._free, \
-                self._tasks
-            for job in jobs:
-                held = hold(job, sent_at, self._lease_s)
-                free.remove(job.worker)
-                task = held.runner_task = loop.create_task(self._run(job, held))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+        loop = asyncio.get_running_loop()
+        for job in jobs:
+            held = self.leases.hold(job, sent_at, self._lease_s)
+            self._free.remove(job.worker)
+            task = held.runner_task = loop.create_task(self._run(job, held))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         holding = len(self.slot_ids) - len(self._free)
         if holding > self.stats.peak_held:
             self.stats.peak_held = holding
@@ -333,8 +330,7 @@ class WorkerRunner:
 
     def _note_run_time(self, seconds: float) -> None:
         self._runs_seen += 1
-        avg = self._avg_run_s
-        self._avg_run_s = seconds if avg is None else avg + 0.2 * (seconds - avg)
+        self._avg_run_s = _moving_average(self._avg_run_s, seconds)
 
     async def _call(self, data: Any, kwargs: dict[str, Any]) -> Any:
         if self._is_async:
@@ -404,3 +400,8 @@ class WorkerRunner:
                     self.stats.acked += 1
                 else:
                     self.stats.nacked += 1
+
+
+def _moving_average(avg: float | None, sample: float) -> float:
+    """An exponential moving average that weighs the newest sample 0.2 (the first: 1)."""
+    return sample if avg is None else avg + 0.2 * (sample - avg)

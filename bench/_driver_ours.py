@@ -23,8 +23,8 @@ from typing import Any
 import _common as c
 
 from istos import Istos, JobEvent
-from istos.queue.config import WorkerConfig
-from istos.queue.worker import WorkerRunner
+from istos.core.config import WorkerConfig
+from istos.worker.worker import WorkerRunner
 
 QUEUE = "bench/jobs"
 HERE = os.path.abspath(__file__)

@@ -1,7 +1,7 @@
 """Workloads 5 and 6, our engine only: what the owner pays per operation, and per queued job.
 
 5. Owner cost per operation at a backlog of 1k, 100k and 1M ready jobs, measured two ways:
-   ``state``  -- directly on :class:`istos.queue.state.QueueState` (pure, no I/O). Every op is
+   ``state``  -- directly on :class:`istos.core.state.QueueState` (pure, no I/O). Every op is
                  followed by ``drain()``, as the owner does after every change.
    ``owner``  -- through ``QueueOwner.dispatch`` of an app served on the in-process mesh (no
                  transport hop): enqueue, claim (one slot), ack. ``sweep`` at this level is one
@@ -30,8 +30,8 @@ import _common as c
 
 from istos import Istos
 from istos.clock import ManualClock
-from istos.queue.owner import QueueOwner
-from istos.queue.state import READY, QueueState
+from istos.core.state import READY, QueueState
+from istos.owner.owner import QueueOwner
 from istos.transport.local import LocalMesh
 
 QUEUE = "bench/owner"

@@ -1,4 +1,4 @@
-"""Perf check (not a test) of ``istos_nb.attach`` against an owner in another OS process.
+"""Perf check (not a test) of ``istos_nb.live.attach`` against an owner in another OS process.
 
 Run: ``.venv/bin/python bench/attach_perf.py [--jobs 100000] [--calls 20] [--rates 2000,5000]
 [--seconds 5]``. It prints figures and never asserts: a missed target shows ``NO``.

@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as c  # noqa: E402
 
 from istos import Istos, JobEvent  # noqa: E402
-from istos.queue.config import WorkerConfig  # noqa: E402
-from istos.queue.worker import WorkerRunner  # noqa: E402
+from istos.core.config import WorkerConfig  # noqa: E402
+from istos.worker.worker import WorkerRunner  # noqa: E402
 
 WORKLOADS = ("accept", "pipelined", "e2e", "drain")
 ACKED_TAG = "@@ACKED "

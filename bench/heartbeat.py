@@ -22,7 +22,7 @@ from typing import Any
 
 from bench._common import make_job, unique_prefix, zenoh_configs
 from istos import Istos
-from istos.queue.extension import Hooks
+from istos.owner.extension import Hooks
 
 
 def _apps() -> tuple[Istos, Istos]:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from istos_nb.sim import Simulation
-from istos_nb.widgets_scenario import scenario_from_params
+from istos_nb.views.scenario import scenario_from_params
 
 TARGETS_S = {"dashboard": 0.3, "1k": 0.5, "10k": 3.0}
 
@@ -83,7 +83,7 @@ def run_once(target: str, seed: int) -> dict[str, float]:
 def dashboard_once(seed: int) -> dict[str, float] | None:
     """The whole SimDashboard.run(): simulation, charts, jobs table, invariant check."""
     try:
-        from istos_nb.widgets import SimDashboard
+        from istos_nb.views.widgets import SimDashboard
     except ImportError:  # ipywidgets is the notebook extra
         return None
     board = SimDashboard({"seed": seed})

@@ -19,27 +19,27 @@ from typing import Any, TypeVar
 
 from . import protocol
 from .clock import Clock, SystemClock
+from .core.config import QueueConfig, WorkerConfig
 from .delegate import delegate
 from .errors import ConfigError, HAConfigError, IstosError, ProtocolError
 from .events import EventLog
+from .features.ledger import Ledger
+from .features.pubsub import PubSub, Subscription
+from .features.schedule import Schedules
+from .features.workflow import Workflows
 from .ids import IdSource
-from .ledger import Ledger
 from .node import Node, RunSync
+from .owner.election import Election
+from .owner.extension import Hooks
+from .owner.inspect import Inspector
+from .owner.leases_ext import LeaseOps
+from .owner.owner import QueueOwner
 from .producer import Producer
-from .pubsub import PubSub, Subscription
-from .queue.client import OwnerClient
-from .queue.config import QueueConfig, WorkerConfig
-from .queue.election import Election
-from .queue.extension import Hooks
-from .queue.inspect import Inspector
-from .queue.leases_ext import LeaseOps
-from .queue.owner import QueueOwner
-from .queue.schedule import Schedules
-from .queue.worker import WorkerRunner
-from .queue.workflow import Workflows
 from .storage.base import Fence, Storage
 from .storage.memory import MemoryStorage
 from .transport.base import Transport
+from .worker.client import OwnerClient
+from .worker.worker import WorkerRunner
 
 log = logging.getLogger("istos")
 F = TypeVar("F", bound=Callable[..., Any])

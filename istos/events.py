@@ -1,6 +1,6 @@
 """The JobEvent schema: one record per state change, the same in simulation and live.
 
-The event stream is the seam between the engine and the notebook side (``istos_nb.frames``
+The event stream is the seam between the engine and the notebook side (``istos_nb.views.frames``
 and everything above it never know which world the events came from).
 """
 
@@ -27,7 +27,7 @@ OWNER_UP: Final = "owner_up"
 OWNER_DOWN: Final = "owner_down"
 CRASHED: Final = "crashed"
 RESTARTED: Final = "restarted"
-# Heartbeats, progress and cancellation (see istos/queue/leasing.py).
+# Heartbeats, progress and cancellation (see istos/core/leasing.py).
 LEASE_EXTENDED: Final = "lease_extended"
 PROGRESS: Final = "progress"
 CANCEL_REQUESTED: Final = "cancel_requested"

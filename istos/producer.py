@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from . import codec, protocol
+from .core.config import check_delay, check_priority, check_queue_name
 from .errors import ConfigError, InvalidJob, ProtocolError
 from .node import Node
+from .owner import bulk
 from .protocol import MAX_PRIORITY
-from .queue import bulk
-from .queue.client import OwnerClient
-from .queue.config import check_delay, check_priority, check_queue_name
+from .worker.client import OwnerClient
 
 
 class Producer:

@@ -19,8 +19,8 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .attach import LiveQueue, aattach, attach
-    from .widgets import LiveDashboard, SimDashboard
+    from .live.attach import LiveQueue, aattach, attach
+    from .views.widgets import LiveDashboard, SimDashboard
 
 __all__ = ["attach", "aattach", "LiveQueue", "LiveDashboard", "SimDashboard"]
 

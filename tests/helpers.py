@@ -44,7 +44,7 @@ def count(events: list[JobEvent], kind: str, job_id: str | None = None) -> int:
 
 
 def extend_owners(app: Istos, *extensions: Any, first: bool = False) -> None:
-    """Add ``extensions`` (:class:`~istos.queue.extension.OwnerExtension`) to every queue owner
+    """Add ``extensions`` (:class:`~istos.owner.extension.OwnerExtension`) to every queue owner
     ``app`` sets up from now on, after the app's own setup (``first``: their hooks run first)."""
     original = app._setup_owner
 

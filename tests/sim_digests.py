@@ -26,7 +26,7 @@ from sim_scenarios import faulty_scenario  # noqa: E402
 
 from istos_nb.sim import Simulation  # noqa: E402
 from istos_nb.sim.result import SimResult  # noqa: E402
-from istos_nb.widgets_scenario import scenario_from_params  # noqa: E402
+from istos_nb.views.scenario import scenario_from_params  # noqa: E402
 
 PINNED = Path(__file__).parent / "sim_digests.json"
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"

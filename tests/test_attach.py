@@ -1,4 +1,4 @@
-"""istos_nb.attach over real Zenoh on loopback: inspection, the live stream, admin ops, OS
+"""istos_nb.live.attach over real Zenoh on loopback: inspection, the live stream, admin ops, OS
 processes, and the synchronous API called from inside a running event loop.
 
 Several tests call LiveQueue through ``asyncio.to_thread`` while the owner runs on the test's
@@ -23,7 +23,7 @@ from helpers import count, wait_events
 from zenoh_util import isolated_configs, unique_prefix, wait_until
 
 from istos import AdminDisabled, Istos, IstosError, JobContext, OwnerUnavailable, codec
-from istos.queue.extension import Hooks
+from istos.owner.extension import Hooks
 from istos_nb import LiveQueue, attach
 
 PROCS = Path(__file__).parent / "procs"
@@ -384,7 +384,7 @@ async def test_replies_too_big_for_one_message_are_fetched_in_smaller_pieces():
 
 async def test_follow_is_renewed_so_the_stream_outlives_one_ttl(monkeypatch):
     # A 1.5 s ttl (renewed every 0.5 s): without renewals the owner would stop publishing.
-    monkeypatch.setattr(sys.modules["istos_nb.attach"], "FOLLOW_TTL_S", 1.5)
+    monkeypatch.setattr(sys.modules["istos_nb.live.attach"], "FOLLOW_TTL_S", 1.5)
     configs, prefix = isolated_configs(2), unique_prefix()
     with ThreadOwner(configs[0], prefix, "q") as owner, \
             attach("q", configs[1], prefix=prefix) as lq:

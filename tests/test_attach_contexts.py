@@ -25,7 +25,7 @@ from zenoh_util import isolated_configs, unique_prefix, wait_until
 
 from istos import Istos, JobContext, OwnerUnavailable, codec
 from istos_nb import LiveQueue, aattach, attach
-from istos_nb._reenter import can_reenter, wait_running_loop
+from istos_nb.live.reenter import can_reenter, wait_running_loop
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -296,7 +296,7 @@ def test_the_package_exports_the_dashboards_and_the_twins():
     import istos_nb
 
     assert istos_nb.LiveQueue is LiveQueue
-    from istos_nb.widgets import LiveDashboard, SimDashboard
+    from istos_nb.views.widgets import LiveDashboard, SimDashboard
 
     assert istos_nb.LiveDashboard is LiveDashboard and istos_nb.SimDashboard is SimDashboard
     for name in ("stats", "jobs", "job", "why", "leases", "dead_letters", "events", "follow",

@@ -1,4 +1,4 @@
-"""istos_nb.charts: artists match the stream (the one described in test_frames)."""
+"""istos_nb.views.charts: artists match the stream (the one described in test_frames)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from matplotlib.colors import to_rgba  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from test_frames import EVENTS, W0, W1, W2, claim, e, enq, retry, scenario  # noqa: E402
 
-from istos_nb.charts import (  # noqa: E402
+from istos_nb.views.charts import (
     attempts_histogram,
     backoff_band,
     backoff_curve,
@@ -27,7 +27,7 @@ from istos_nb.charts import (  # noqa: E402
     retry_timeline,
     throughput_chart,
 )
-from istos_nb.frames import depth_frame, throughput_frame  # noqa: E402
+from istos_nb.views.frames import depth_frame, throughput_frame  # noqa: E402
 
 T_END = 13.5
 # Leases in claim order: (job, worker, start, end, outcome), from test_frames' leases table.
@@ -341,7 +341,7 @@ def test_job_events_without_worker_or_priority_still_chart() -> None:
 @pytest.fixture(scope="module")
 def busy() -> list[Any]:
     """The simulator dashboard's default run: 200 jobs, crashes, retries, generated hex ids."""
-    from istos_nb.widgets_scenario import scenario_from_params
+    from istos_nb.views.scenario import scenario_from_params
 
     sim, until = scenario_from_params({"crashes_per_hour": 40.0, "fail_p": 0.3})
     return sim.run(until).job_events()
@@ -413,7 +413,7 @@ def layout_problems(fig: Figure, dpi: int = 100) -> list[str]:
 @pytest.mark.parametrize("width", [None, 12.0], ids=["own-size", "dashboard-width"])
 def test_every_chart_renders_to_png_with_no_text_cut_off_or_overlapping(
         name: str, stream: str, width: float | None, busy: list[Any]) -> None:
-    from istos_nb.charts import resize
+    from istos_nb.views.charts import resize
 
     events = {"small": EVENTS, "busy": busy, "empty": []}[stream]
     fig = CHARTS[name](events)

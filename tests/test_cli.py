@@ -177,7 +177,7 @@ def test_cli_on_a_live_owner_through_a_router(mesh):
 
 
 def _following(owner: Any) -> bool:
-    # The owner publishes only once a follower asked (istos.queue.inspect.Inspector).
+    # The owner publishes only once a follower asked (istos.owner.inspect.Inspector).
     follow = owner.handler("follow")
     return bool(follow.__self__._follow_until)
 
@@ -205,7 +205,8 @@ def test_cli_exit_codes_without_an_owner_and_on_bad_usage(mesh):
 
 
 def test_the_engine_cli_does_not_import_the_notebook_side():
-    code = ("import sys, istos.cli, istos.metrics, istos.operator, istos.cli_dashboard\n"
+    code = ("import sys, istos.ops.cli, istos.ops.metrics, istos.ops.operator\n"
+            "import istos.ops.dashboard\n"
             "bad = [m for m in sys.modules if m.startswith(('istos_nb', 'pandas', 'ipywidgets'))]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30,

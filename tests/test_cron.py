@@ -1,4 +1,4 @@
-"""Tests for istos.queue.cron: parsing, next-fire tables, DST policy, errors, and a seeded
+"""Tests for istos.core.cron: parsing, next-fire tables, DST policy, errors, and a seeded
 property check against independent brute-force references."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from istos.core.cron import CronSpec, describe, next_fire, parse
 from istos.errors import ConfigError, CronError
-from istos.queue.cron import CronSpec, describe, next_fire, parse
 
 UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")

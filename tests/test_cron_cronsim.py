@@ -1,4 +1,4 @@
-"""Differential test: istos.queue.cron against cronsim (an independent Debian-cron model).
+"""Differential test: istos.core.cron against cronsim (an independent Debian-cron model).
 
 Seeded random expressions (numbers, names, ranges, steps, lists, 7 as Sunday) in several zones,
 started at random instants and near DST transitions; the next fires must agree as UTC instants,
@@ -32,8 +32,8 @@ import pytest
 
 cronsim = pytest.importorskip("cronsim")
 
+from istos.core.cron import next_fire, parse  # noqa: E402
 from istos.errors import CronError  # noqa: E402
-from istos.queue.cron import next_fire, parse  # noqa: E402
 
 UTC = timezone.utc
 ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "America/Santiago",

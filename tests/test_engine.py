@@ -402,8 +402,8 @@ async def test_automatic_prefetch_only_for_jobs_short_next_to_the_lease(mesh):
 
 
 def test_automatic_prefetch_depth_covers_one_claim_round_trip_within_its_caps(mesh):
-    from istos.queue.config import WorkerConfig
-    from istos.queue.worker import AUTO_PREFETCH_FACTOR, WorkerRunner
+    from istos.core.config import WorkerConfig
+    from istos.worker.worker import AUTO_PREFETCH_FACTOR, WorkerRunner
 
     app = app_on(mesh, "w")
     runner = WorkerRunner(WorkerConfig.build("q", concurrency=8), lambda job: None, app.node,
@@ -443,7 +443,7 @@ async def test_enqueue_refuses_bad_arguments_every_time_and_stores_nothing(mesh)
 
 
 async def test_an_ack_hook_sees_every_ack_unless_it_asks_for_workflow_steps_only(mesh):
-    from istos.queue.extension import Hooks
+    from istos.owner.extension import Hooks
 
     owner = app_on(mesh, "owner")
     owner.queue("q")

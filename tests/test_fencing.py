@@ -13,8 +13,8 @@ from collections.abc import Callable
 import pytest
 
 from istos import Istos, IstosError, MemoryStorage
-from istos.queue.persist import encode_record
-from istos.queue.state import JobRecord
+from istos.core.state import JobRecord
+from istos.owner.persist import encode_record
 from istos.storage.base import Fence
 from istos.transport.local import LocalMesh
 

@@ -35,7 +35,7 @@ def test_importing_every_engine_module_loads_no_notebook_stack() -> None:
                          cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
-    assert {"istos.app", "istos.demo", "istos.transport.zenoh", "istos.queue.owner"} \
+    assert {"istos.app", "istos.demo", "istos.transport.zenoh", "istos.owner.owner"} \
         <= set(report["imported"])
     loaded = [m for m in report["loaded"] if m.split(".")[0] in NOTEBOOK_STACK]
     assert loaded == []

@@ -1,4 +1,4 @@
-"""Pure-core tests of lease renewal, progress and cancellation (istos/queue/leasing.py), plus the
+"""Pure-core tests of lease renewal, progress and cancellation (istos/core/leasing.py), plus the
 cancelled state surviving an owner restart on real Redis."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from services import redis_url
 from zenoh_util import unique_prefix
 
 from istos import InvalidProgress, Istos, JobContext
-from istos.queue import leasing
-from istos.queue.backoff import BackoffPolicy
-from istos.queue.persist import decode_record, encode_record
-from istos.queue.state import CANCELLED, DEAD, DELAYED, LEASED, READY, QueuePolicy, QueueState
+from istos.core import leasing
+from istos.core.backoff import BackoffPolicy
+from istos.core.state import CANCELLED, DEAD, DELAYED, LEASED, READY, QueuePolicy, QueueState
+from istos.owner.persist import decode_record, encode_record
 from istos.transport.local import LocalMesh
 
 RNG = random.Random(1)
@@ -169,8 +169,8 @@ async def test_progress_rides_on_the_ack_without_heartbeats():
 
 def test_a_stale_prefetched_copy_never_runs_nor_touches_the_new_lease_of_the_same_job():
     from istos.clock import ManualClock
-    from istos.queue.config import WorkerConfig
-    from istos.queue.worker import ClaimedJob, WorkerRunner
+    from istos.core.config import WorkerConfig
+    from istos.worker.worker import ClaimedJob, WorkerRunner
 
     clock = ManualClock(100.0)
     app = Istos(transport=LocalMesh().transport("w"), clock=clock)
@@ -193,7 +193,7 @@ def test_a_stale_prefetched_copy_never_runs_nor_touches_the_new_lease_of_the_sam
 
 async def test_bad_extend_and_cancel_requests_get_typed_errors_and_change_nothing():
     from istos import ProtocolError
-    from istos.queue.leasing import MAX_EXTEND_ITEMS
+    from istos.core.leasing import MAX_EXTEND_ITEMS
 
     mesh = LocalMesh()
     owner, worker = Istos(transport=mesh.transport("o")), Istos(transport=mesh.transport("w"))

@@ -15,8 +15,8 @@ from zenoh_util import isolated_configs, unique_prefix
 
 from istos import Istos, JobContext
 from istos_nb import LiveDashboard, attach
-from istos_nb import _livetables as lt
-from istos_nb.live_dashboard import parse_search
+from istos_nb.views import livetables as lt
+from istos_nb.views.live_dashboard import parse_search
 
 
 def rows(html: str) -> list[str]:

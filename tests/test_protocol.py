@@ -15,8 +15,8 @@ import pytest
 from helpers import count, wait_events
 
 from istos import AdminDisabled, InvalidJob, Istos, codec, protocol, schema
-from istos.queue.extension import Hooks
-from istos.queue.hungry import MAX_HUNGRY
+from istos.core.hungry import MAX_HUNGRY
+from istos.owner.extension import Hooks
 from istos.transport.local import LocalMesh
 
 
@@ -334,7 +334,7 @@ async def test_fake_empty_claims_neither_grow_memory_nor_take_real_workers_nudge
 
 
 def test_hungry_nodes_prefer_proven_workers_and_stay_bounded():
-    from istos.queue.hungry import HungryNodes
+    from istos.core.hungry import HungryNodes
 
     hungry = HungryNodes()
     hungry.note_claim("real", 0, took=True, cut=False)  # it has taken a job before

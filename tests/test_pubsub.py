@@ -20,8 +20,8 @@ from services import drop_postgres_table, postgres_url, redis_url
 
 from istos import ConfigError, Istos, IstosError, JobContext, MemoryStorage
 from istos.clock import ManualClock
+from istos.features.pubsub import CURSOR_NS, EventMeta
 from istos.node import run_inline
-from istos.pubsub import CURSOR_NS, EventMeta
 from istos.transport.local import LocalMesh
 
 BOUND_S = 5.0
@@ -142,7 +142,7 @@ async def test_subscriber_exception_is_logged_and_later_events_arrive(mesh, capl
         if data == 2:
             raise RuntimeError("boom on 2")
 
-    with caplog.at_level(logging.ERROR, logger="istos.pubsub"):
+    with caplog.at_level(logging.ERROR, logger="istos.features.pubsub"):
         async with pub.serving(), sub.serving():
             for i in range(5):
                 await pub.publish("k", i)

@@ -13,7 +13,7 @@ import pytest
 from helpers import count, wait_events
 
 from istos import ConfigError, CronError, Istos, JobEvent, MemoryStorage, codec
-from istos.queue import schedule as schedmod
+from istos.features import schedule as schedmod
 from istos.transport.local import LocalMesh
 
 

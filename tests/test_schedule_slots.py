@@ -1,5 +1,5 @@
 """One tick per slot however many nodes declare a schedule: epoch-anchored grids, slot ids
-identical across nodes, and the owner's memory of recent slots (istos.queue.slots), checked on
+identical across nodes, and the owner's memory of recent slots (istos.core.slots), checked on
 pure parts, on the in-process mesh, and in the simulator with skewed and drifting clocks."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from services import free_port, start_throwaway_redis
 
 from istos import ConfigError, Istos, codec
 from istos.clock import ManualClock
+from istos.core.slots import MIN_HOLD_S, RecentSlots, hold_s
 from istos.errors import ProtocolError, StorageUnavailable
-from istos.queue.schedule import Schedule
-from istos.queue.slots import MIN_HOLD_S, RecentSlots, hold_s
+from istos.features.schedule import Schedule
 from istos.transport.local import LocalMesh
 from istos_nb.sim import Simulation
 from istos_nb.sim.clock import SIM_EPOCH
@@ -108,7 +108,7 @@ async def test_a_restarted_durable_owner_still_refuses_a_finished_slot(tmp_path)
     """The slot memory survives the owner (failover or restart) when the storage is durable:
     marks are written after the job and swept once their hold has passed."""
     from istos import SQLAlchemyStoragePlugin
-    from istos.queue import slot_marks
+    from istos.owner import slot_marks
 
     clock = ManualClock(1000.0)
     url = f"sqlite+aiosqlite:///{tmp_path / 'slots.db'}"

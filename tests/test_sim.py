@@ -13,7 +13,7 @@ import pytest
 from sim_scenarios import faulty_scenario
 
 from istos import JobContext
-from istos.queue.backoff import BackoffPolicy, delay_bounds
+from istos.core.backoff import BackoffPolicy, delay_bounds
 from istos_nb.sim import InvariantViolation, ScenarioError, Simulation
 
 

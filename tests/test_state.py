@@ -6,17 +6,8 @@ import random
 
 import pytest
 
-from istos.queue.backoff import BackoffPolicy, backoff, delay_bounds, nominal_delay
-from istos.queue.state import (
-    CANCELLED,
-    DEAD,
-    DELAYED,
-    DONE,
-    LEASED,
-    READY,
-    QueuePolicy,
-    QueueState,
-)
+from istos.core.backoff import BackoffPolicy, backoff, delay_bounds, nominal_delay
+from istos.core.state import CANCELLED, DEAD, DELAYED, DONE, LEASED, READY, QueuePolicy, QueueState
 
 RNG = random.Random(1)
 

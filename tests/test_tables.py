@@ -1,11 +1,11 @@
-"""istos_nb.tables: epoch-second columns shown as times of day."""
+"""istos_nb.views.tables: epoch-second columns shown as times of day."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from istos_nb.tables import times_of_day
+from istos_nb.views.tables import times_of_day
 
 
 def test_times_of_day_shows_epoch_columns_as_clock_times() -> None:

@@ -2,7 +2,7 @@
 
 ``SimDashboard`` is exercised through its controls and its Run button; ``LiveDashboard`` through
 ``RecordedQueue`` — a test fixture standing in for the network client
-``istos_nb.attach.LiveQueue``, replaying a recorded simulation's events — and once against a
+``istos_nb.live.attach.LiveQueue``, replaying a recorded simulation's events — and once against a
 real owner over Zenoh on loopback.
 """
 
@@ -20,10 +20,10 @@ import matplotlib.image
 import pandas as pd
 import pytest
 
-from istos_nb import widgets
-from istos_nb.frames import events_frame, jobs_frame, leases_frame
 from istos_nb.sim.result import SimResult
-from istos_nb.widgets import (
+from istos_nb.views import widgets
+from istos_nb.views.frames import events_frame, jobs_frame, leases_frame
+from istos_nb.views.widgets import (
     DEFAULT_PARAMS,
     LiveDashboard,
     SimDashboard,
@@ -86,7 +86,7 @@ def wait_for(pred: Callable[[], bool], timeout_s: float = 10.0, what: str = "") 
 
 
 class RecordedQueue:
-    """TEST FIXTURE standing in for ``istos_nb.attach.LiveQueue`` (the network client).
+    """TEST FIXTURE standing in for ``istos_nb.live.attach.LiveQueue`` (the network client).
 
     Serves the first ``upto`` events of a recorded simulation as if a live owner had emitted
     them so far; ``advance(n)`` lets more "happen". Counts calls, and can be told to fail
@@ -389,7 +389,7 @@ def test_live_refresh_error_is_shown_and_the_timer_keeps_trying(recorded):
 
 
 async def test_live_dashboard_against_a_real_owner_over_zenoh():
-    attach_mod = pytest.importorskip("istos_nb.attach")
+    attach_mod = pytest.importorskip("istos_nb.live.attach")
     from helpers import count, wait_events
     from zenoh_util import isolated_configs, unique_prefix
 

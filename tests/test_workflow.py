@@ -8,8 +8,8 @@ import pytest
 from helpers import app_on, count, extend_owners, wait_events
 
 from istos import ConfigError, Istos, IstosError, JobContext, MemoryStorage, codec
-from istos.queue.extension import Hooks
-from istos.queue.workflow import Barrier
+from istos.features.workflow import Barrier
+from istos.owner.extension import Hooks
 from istos.transport.local import LocalMesh
 
 

@@ -5,7 +5,7 @@
 
 The same simulated run as notebooks/01-quickstart (seed 1, twelve 3-second jobs on two
 workers with two slots each, lease 10 s; worker-b is killed at t = 5 s and back at t = 15 s),
-drawn with ``istos_nb.charts.lease_gantt``. Deterministic: the same seed gives the same run.
+drawn with ``istos_nb.views.charts.lease_gantt``. Deterministic: the same seed gives the same run.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from istos_nb.charts import lease_gantt, resize  # noqa: E402
 from istos_nb.sim import Simulation  # noqa: E402
 from istos_nb.sim.result import SimResult  # noqa: E402
+from istos_nb.views.charts import lease_gantt, resize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "img" / "crash-redelivery.png"

@@ -20,8 +20,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from istos.queue.backoff import delay_bounds
-from istos.queue.config import QueueConfig
+from istos.core.backoff import delay_bounds
+from istos.core.config import QueueConfig
 
 from .checker_leases import lease_findings
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from istos.queue.config import QueueConfig
+from istos.core.config import QueueConfig
 
 from .checker import RunRecord, check, delivery_counts
 
@@ -66,7 +66,7 @@ class SimResult:
     @cached_property
     def jobs(self) -> pd.DataFrame:
         """One row per job the owners saw (plus how many times its side effect ran)."""
-        from istos_nb.frames import jobs_frame
+        from istos_nb.views.frames import jobs_frame
 
         df = jobs_frame(self.job_events())
         effects = pd.Series([e["job_id"] for e in self.effects], dtype="object")

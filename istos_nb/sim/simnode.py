@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from istos import Istos
+from istos.core.config import QueueConfig
 from istos.node import run_inline
-from istos.queue.config import QueueConfig
 from istos.storage.memory import MemoryStorage
 
 from .clock import SimClock

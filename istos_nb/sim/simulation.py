@@ -19,7 +19,7 @@ from typing import Any
 from istos import events as ev
 from istos.errors import IstosError, StorageUnavailable
 from istos.events import JobEvent
-from istos.queue.persist import decode_record
+from istos.owner.persist import decode_record
 from istos.storage.memory import MemoryStorage
 from istos.transport.local import LocalMesh
 

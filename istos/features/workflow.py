@@ -1,0 +1,391 @@
+"""Chain, group and chord: multi-step work composed from plain queue jobs.
+
+Every workflow job is an ordinary job carrying a ``meta`` dict that travels with it (and is
+persisted with it), so workflows inherit the queue's guarantees: leases, retries, backoff,
+dead letters, durability. Nothing here adds a coordinator; the pieces are:
+
+**Chain** (:meth:`Workflows.chain`). Step 0 is enqueued on ``queues[0]`` with
+``meta={"chain": {"id", "queues", "step", "priority"}}`` and job id ``f"{chain_id}.0"``. When a
+step's function returns, the worker calls :meth:`Workflows.continue_after`, which enqueues the
+return value on the next queue as step ``step + 1`` with job id ``f"{chain_id}.{step + 1}"``,
+*before* the step is acked. A crash between the two redelivers the step, never loses the chain; the
+redelivered step re-enqueues its continuation under the same id, which idempotent enqueue
+drops while the next step is still held (once the next step has been acked and forgotten, a
+redelivery runs it again: at-least-once, as everywhere in the queue). A step that raises is
+retried like any job; a step that dead-letters ends the chain, and its dead letter's
+``"workflow"`` entry names the chain id and step. Continuations keep the chain's priority.
+
+**Group** (:meth:`Workflows.group`): each item becomes one job on one queue; the ids come
+back in item order. Every item is encoded before any is sent, so a bad item enqueues nothing.
+
+**Chord** (:meth:`Workflows.chord`): a group whose members carry
+``meta={"chord": {"id", "index", "size", "callback", "input"}}`` (job ids
+``f"{chord_id}.{index}"``). The barrier lives on the member queue's owner: an ack hook stores
+each member's result (the encoded bytes the worker sends with its ack) at its index in a barrier
+record, in the owner's storage (namespace ``wf:{queue}``, key = chord id), *before* the ack is
+recorded. When all ``size`` results are present, the hook enqueues the callback on the callback
+queue with ``{"results": [... in member order ...], "input": extra}`` and job id
+``f"{chord_id}.callback"``, then marks the barrier fired. The callback fires once even when
+members are redelivered: results are keyed by index (storing one twice changes nothing), a
+per-chord lock serialises the read-modify-write, the fired flag stops a second firing, and the
+deterministic callback id deduplicates a firing repeated after a crash while the callback job is
+held. A late answer from a delivery whose lease was already re-issued is stale and never reaches
+the barrier. An empty chord enqueues its callback at once with ``results == []``.
+
+Barriers are cached in memory per owner and loaded from storage on a miss, so with durable
+storage they survive an owner restart; storage is written through even when it is the volatile
+in-memory default. A fired barrier shrinks to a tombstone (size and fired flag, results dropped,
+since they now live in the callback job); the owner deletes its tombstones after
+``TOMBSTONE_TTL_S`` of its clock, long after any member could come back. Tombstones of chords
+fired just before an owner restart are not tracked by the new owner and stay (a few bytes each).
+
+**A dead member stalls its chord.** ``app.enqueue(queue, dead["data"])`` makes a NEW job without
+chord meta, which will run but will NOT release the chord. :meth:`Workflows.requeue_dead`
+moves the dead job itself back to ready, under the same id with its data and meta, so the chord
+can finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgpack
+
+from .. import codec, protocol
+from ..core.config import check_priority, check_queue_name
+from ..core.state import JobRecord
+from ..core.workflow_meta import check_workflow_meta
+from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
+from ..owner.extension import Hooks
+
+if TYPE_CHECKING:
+    from ..node import Node
+    from ..owner.owner import QueueOwner
+    from ..worker.client import OwnerClient
+
+log = logging.getLogger("istos.workflow")
+
+TOMBSTONE_TTL_S = 86_400.0
+"""How long (owner clock) a fired chord's tombstone is kept before the owner deletes it."""
+
+_NIL = msgpack.packb(None)  # a member result the worker did not send decodes as None
+
+
+class Enqueue(Protocol):
+    """The app's ``enqueue``, as far as workflows use it (``_meta``: the workflow's meta)."""
+
+    async def __call__(self, name: str, data: Any, *, priority: int = 0,
+                       job_id: str | None = None,
+                       _meta: dict[str, Any] | None = None) -> str: ...
+
+
+class Workflows:
+    """``chain``, ``group``, ``chord`` and ``requeue_dead`` of one app (``app.workflows``).
+
+    Built on the app's ``enqueue``, its per-queue ``client`` and its ``require_serving``
+    check; :meth:`setup_owner` installs the owner side (chord barriers, ``requeue_dead``) on
+    each owner the app starts, and :meth:`continue_after` is the worker's continuation hook.
+    """
+
+    def __init__(self, node: Node, enqueue: Enqueue, client: Callable[[str], OwnerClient],
+                 require_serving: Callable[[], None]) -> None:
+        self.node = node
+        self.enqueue = enqueue
+        self.client = client
+        self._require_serving = require_serving
+
+    # -- producer calls --
+    async def chain(self, queues: list[str], data: Any, *, priority: int = 0) -> str:
+        """Run ``queues`` in sequence, piping each step's return value into the next step.
+
+        Returns the first job's id, ``f"{chain_id}.0"`` (the chain id is the part before the last
+        dot). Raises :class:`ConfigError` for an empty list or a bad queue name, and whatever
+        :meth:`enqueue` raises for the first step.
+        """
+        if isinstance(queues, str) or not isinstance(queues, (list, tuple)) or not queues:
+            raise ConfigError(f"chain needs a non-empty list of queue names, got {queues!r}")
+        names = [check_queue_name(q) for q in queues]
+        prio = check_priority(priority)
+        chain_id = self.node.ids.new()
+        meta = {"chain": {"id": chain_id, "queues": names, "step": 0, "priority": prio}}
+        return await self.enqueue(names[0], data, priority=prio, job_id=f"{chain_id}.0",
+                                  _meta=meta)
+
+    async def group(self, queue: str, items: list[Any], *, priority: int = 0) -> list[str]:
+        """Enqueue each item as one job on ``queue``; return their ids in item order.
+
+        Every item is encoded first, so an item msgpack cannot encode raises
+        :class:`InvalidJob` before any job is sent. Not atomic against an owner failing midway:
+        the ids enqueued before an :class:`OwnerUnavailable` stay enqueued.
+        """
+        check_queue_name(queue)
+        prio = check_priority(priority)
+        items = list(items)
+        for item in items:
+            codec.encode_body(item, queue=queue)
+        return [await self.enqueue(queue, item, priority=prio) for item in items]
+
+    async def chord(self, queue: str, items: list[Any], *, callback: tuple[str, Any],
+                    priority: int = 0) -> str:
+        """Run ``items`` on ``queue``; when all succeed, enqueue the callback once.
+
+        ``callback`` is ``(callback_queue, extra)``; the callback job's body is
+        ``{"results": [one per item, in item order], "input": extra}``. Returns the chord id.
+        Members that dead-letter stall the chord until :meth:`requeue_dead` brings them back.
+        Raises :class:`ConfigError` for a malformed callback and :class:`InvalidJob` (before
+        anything is sent) for an item or ``extra`` msgpack cannot encode.
+        """
+        check_queue_name(queue)
+        prio = check_priority(priority)
+        if not isinstance(callback, (tuple, list)) or len(callback) != 2:
+            raise ConfigError(f"chord callback must be a (queue, input) pair, got {callback!r}")
+        cb_queue, extra = check_queue_name(callback[0]), callback[1]
+        items = list(items)
+        codec.encode_body(extra, queue=cb_queue)
+        for item in items:
+            codec.encode_body(item, queue=queue)
+        chord_id = self.node.ids.new()
+        if not items:
+            await self.enqueue(cb_queue, {"results": [], "input": extra}, priority=prio,
+                               job_id=f"{chord_id}.callback")
+            return chord_id
+        try:  # the largest member meta, checked before anything is sent
+            protocol.meta("chord meta", {"chord": {"id": chord_id, "index": len(items),
+                                                   "size": len(items), "callback": cb_queue,
+                                                   "input": extra}})
+        except ProtocolError as exc:
+            raise InvalidJob(f"chord on queue {queue!r}: {exc}") from None
+        # The member queue's owner holds the barrier before any member exists: it refuses
+        # chord meta pointing at a barrier it does not hold.
+        await self.client(queue).call("chord_open", chord_id=chord_id, size=len(items),
+                                      callback=cb_queue)
+        for index, item in enumerate(items):
+            meta = {"chord": {"id": chord_id, "index": index, "size": len(items),
+                              "callback": cb_queue, "input": extra}}
+            await self.enqueue(queue, item, priority=prio, job_id=f"{chord_id}.{index}",
+                               _meta=meta)
+        return chord_id
+
+    async def requeue_dead(self, queue: str, job_id: str) -> str:
+        """Move dead job ``job_id`` of ``queue`` back to ready; returns its id.
+
+        The job keeps its id, data, priority and ``meta`` (so a chord member still counts
+        towards its chord, and a chain step still continues its chain) and starts afresh:
+        attempt count 0, no ``last_error``, empty history. The old attempts stay visible in
+        the event stream (``dead_lettered``, then ``enqueued`` under the same id). Works against
+        a remote owner. Raises :class:`IstosError` if the queue holds no dead job of that id.
+
+        This is deliberate, like re-enqueueing a dead letter by hand: fix the cause first.
+        It changes a job's fate, so the owner's queue must be declared with ``admin=True``
+        (:class:`AdminDisabled` otherwise), like ``requeue`` and ``purge_dead``.
+        A plain ``enqueue`` of the dead job's data is a different job with no workflow meta and
+        does not release a stalled chord.
+        """
+        check_queue_name(queue)
+        self._require_serving()
+        reply = await self.client(queue).call("requeue_dead", job_id=job_id)
+        if reply.get("status") != "requeued":
+            raise IstosError(f"queue {queue!r} holds no dead job {job_id!r} (its state: "
+                             f"{reply.get('state', 'unknown')}); nothing was requeued")
+        return str(reply["job_id"])
+
+    # -- hooks --
+    def setup_owner(self, owner: QueueOwner) -> None:
+        """Serve chords (barriers, ``chord_open``) and ``requeue_dead`` on ``owner``."""
+        barriers = ChordBarriers(owner, self)
+        owner.meta_check = barriers.check_meta
+
+        async def requeue(msg: dict[str, Any]) -> dict[str, Any]:
+            return await requeue_dead_op(owner, msg["job_id"])  # admin-gated by dispatch
+
+        owner.extend(Hooks(ops={"chord_open": barriers.op_open, "requeue_dead": requeue},
+                           before_ack=barriers.on_ack, before_ack_meta_only=True))
+
+    async def continue_after(self, meta: dict[str, Any], result: Any) -> None:
+        """Run by a worker after its function returned and before it acks: the next step of
+        a chain is enqueued first, so a crash between the two never cuts the chain."""
+        step = meta.get("chain")
+        if step is not None:
+            await self._continue_chain(step, result)
+
+    async def _continue_chain(self, step: dict[str, Any], result: Any) -> None:
+        queues, index = step["queues"], int(step["step"])
+        if index + 1 >= len(queues):
+            return  # the last step: the chain is complete
+        nxt = {**step, "step": index + 1}
+        # Raising here (owner unreachable, result not encodable) fails the step, so it is
+        # retried and the chain is never silently cut.
+        await self.enqueue(queues[index + 1], result, priority=int(step.get("priority", 0)),
+                           job_id=f"{step['id']}.{index + 1}", _meta={"chain": nxt})
+
+
+async def requeue_dead_op(owner: QueueOwner, job_id: str) -> dict[str, Any]:
+    """The owner side of :meth:`Workflows.requeue_dead` (the ``requeue_dead`` op)."""
+    state = owner.state
+    rec = state.dead.get(job_id)
+    if rec is None:
+        held = state.jobs.get(job_id)
+        return {"status": "not_dead", "state": held.state if held is not None else "unknown"}
+    now = owner.node.clock.now()
+    state._forget(rec)  # counts, dead list; queues the delete, which the write below overrides
+    fresh = state.new_record(job_id, rec.body, now, priority=rec.priority, meta=rec.meta)
+    state.insert(fresh, now)  # emits "enqueued" and makes it claimable
+    state.dirty.append(fresh)
+    await owner._commit()
+    return {"status": "requeued", "job_id": job_id}
+
+
+@dataclass
+class Barrier:
+    """One chord's progress: results by member index, and whether the callback went out."""
+
+    size: int
+    results: dict[int, bytes] = field(default_factory=dict)
+    fired: bool = False
+    fired_at: float | None = None
+    callback: str | None = None  # None: opened before barriers recorded their callback
+
+    def encode(self) -> bytes:
+        return msgpack.packb({"size": self.size, "results": self.results, "fired": self.fired,
+                              "fired_at": self.fired_at, "callback": self.callback},
+                             use_bin_type=True)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Barrier:
+        d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        return cls(size=int(d["size"]), results={int(k): v for k, v in d["results"].items()},
+                   fired=bool(d["fired"]), fired_at=d.get("fired_at"),
+                   callback=d.get("callback"))
+
+
+class ChordBarriers:
+    """The chord barriers of one queue owner (installed as its ack hook)."""
+
+    def __init__(self, owner: QueueOwner, app: Workflows) -> None:
+        self.owner = owner
+        self.app = app
+        self.ns = f"wf:{owner.name}"
+        self.cache: dict[str, Barrier] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._tombstones: deque[tuple[float, str]] = deque()
+
+    async def on_ack(self, rec: JobRecord, result: bytes | None) -> None:
+        """Record a chord member's result before its ack; fire the callback when complete."""
+        meta = (rec.meta or {}).get("chord")
+        if meta is None or rec.lease_token is None:
+            return
+        # Only an ack the state will accept counts (not, say, one for a job that went dead).
+        if self.owner.state.holder(rec.job_id, rec.lease_token) is None:
+            return
+        chord_id = str(meta["id"])
+        async with self._lock(chord_id):
+            barrier = await self._load(chord_id, int(meta["size"]))
+            if barrier.fired:
+                return
+            index = int(meta["index"])
+            if index not in barrier.results:
+                barrier.results[index] = result if result is not None else _NIL
+                try:
+                    await self._store(chord_id, barrier)
+                except IstosError:
+                    del barrier.results[index]  # memory must not run ahead of storage
+                    raise
+            if len(barrier.results) >= barrier.size:
+                await self._fire(chord_id, barrier, meta, rec.priority)
+
+    async def _fire(self, chord_id: str, barrier: Barrier, meta: dict[str, Any],
+                    priority: int) -> None:
+        body = {"results": [codec.decode_body(barrier.results[i]) for i in range(barrier.size)],
+                "input": meta.get("input")}
+        try:
+            await self.app.enqueue(str(meta["callback"]), body, priority=priority,
+                                   job_id=f"{chord_id}.callback")
+        except IstosError as exc:
+            # The member's ack fails with this error; its redelivery retries the firing.
+            log.error("chord %s on queue %s: callback enqueue on %s failed: %s",
+                      chord_id, self.owner.name, meta["callback"], exc)
+            raise
+        now = self.owner.node.clock.now()
+        barrier.fired, barrier.fired_at, barrier.results = True, now, {}
+        await self._store(chord_id, barrier)
+        del self.cache[chord_id]  # a redelivered member (rare) reloads the tombstone
+        self._tombstones.append((now, chord_id))
+        await self._prune(now)
+
+    async def op_open(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The ``chord_open`` op: hold a barrier for a chord about to enqueue its members."""
+        chord_id, size, callback = msg["chord_id"], msg["size"], msg["callback"]
+        try:
+            check_queue_name(callback)
+        except ConfigError as exc:
+            raise InvalidJob(f"chord_open: callback {exc}") from None
+        async with self._lock(chord_id):
+            held = await self._find(chord_id)
+            if held is not None:
+                if held.size != size or held.callback not in (None, callback):
+                    raise InvalidJob(f"chord {chord_id!r} is already open with another size "
+                                     "or callback")
+                return {"opened": False}
+            barrier = Barrier(size, callback=callback)
+            await self._store(chord_id, barrier)
+            self.cache[chord_id] = barrier
+        return {"opened": True}
+
+    async def check_meta(self, job_id: str, meta: dict[str, Any]) -> None:
+        """Refuse (:class:`InvalidJob`) a ``meta`` the workflow code would not have written:
+        another shape, a job id that does not match it, or a chord barrier this owner does
+        not hold (a producer must not make the owner enqueue callbacks it chose)."""
+        chord = check_workflow_meta(self.owner.name, job_id, meta)
+        if chord is None:
+            return  # a chain step
+        size = chord["size"]
+        held = await self._find(chord["id"])
+        if held is None or held.size != size or held.callback not in (None, chord["callback"]):
+            raise InvalidJob(f"job {job_id!r}: queue {self.owner.name!r} holds no open chord "
+                             f"{chord['id']!r} of that size and callback (use app.chord)")
+
+    async def _find(self, chord_id: str) -> Barrier | None:
+        barrier = self.cache.get(chord_id)
+        if barrier is None:
+            raw = await self.owner.node.storage.get(self.ns, chord_id)
+            barrier = Barrier.decode(raw) if raw is not None else None
+        return barrier
+
+    async def _load(self, chord_id: str, size: int) -> Barrier:
+        barrier = self.cache.get(chord_id)
+        if barrier is None:
+            raw = await self.owner.storage.get(self.ns, chord_id)
+            barrier = Barrier.decode(raw) if raw is not None else Barrier(size)
+            if not barrier.fired:
+                self.cache[chord_id] = barrier
+        return barrier
+
+    async def _store(self, chord_id: str, barrier: Barrier) -> None:
+        await self.owner.storage.put(self.ns, chord_id, barrier.encode())
+
+    async def _prune(self, now: float) -> None:
+        while self._tombstones and now - self._tombstones[0][0] >= TOMBSTONE_TTL_S:
+            _, chord_id = self._tombstones.popleft()
+            await self.owner.storage.delete(self.ns, chord_id)
+
+    @asynccontextmanager
+    async def _lock(self, chord_id: str) -> AsyncIterator[None]:
+        """A per-chord lock, dropped when nobody holds or awaits it (no growth per chord)."""
+        lock, users = self._locks.get(chord_id, (asyncio.Lock(), 0))
+        self._locks[chord_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[chord_id]
+            if users <= 1:
+                del self._locks[chord_id]
+            else:
+                self._locks[chord_id] = (lock, users - 1)
+

@@ -1,0 +1,246 @@
+"""``istos``, the operator's command line: look at live queues without writing Python.
+
+``istos stats|jobs|why|dead|leases|follow QUEUE [...] --zenoh CONFIG --prefix P [--json]``, the
+admin commands ``requeue``, ``purge-dead``, ``pause``, ``resume``, ``cancel`` (refused unless
+the queue was declared with ``admin=True``), ``istos metrics QUEUE... --port N`` (Prometheus text on
+``/metrics``) and ``istos dashboard QUEUE`` (the LiveDashboard through Voila on 127.0.0.1).
+
+Tables are for people (local times, ages, one-line payloads); ``--json`` prints one JSON document
+(``follow``: one JSON object per line) with epoch seconds, for scripts. Exit status: 0 success,
+1 the owner refused (admin disabled, no such job), 2 bad usage, 3 no owner answered; errors are
+one line on stderr, never a traceback. Nothing here imports ``istos_nb`` (``dashboard`` starts
+Voila, whose kernel does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ..core.state import STATES
+from ..errors import AdminDisabled, ConfigError, IstosError, OwnerUnavailable
+from . import render as R
+from .operator import Operator
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_OWNER = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """Bad arguments found after parsing (exit 2)."""
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--zenoh", metavar="CONFIG", default=None,
+                   help="Zenoh config: a JSON5 file or inline JSON5 (default: peer mode with "
+                        "multicast scouting)")
+    p.add_argument("--prefix", default="istos", help="the key prefix the owner uses")
+    p.add_argument("--timeout", type=float, default=5.0, metavar="S",
+                   help="seconds to wait for an owner (default 5)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="istos", description="Look at live Istos queues (and, where a queue allows it, "
+        "act on them) without writing Python. Exit status: 0 ok, 1 refused by the owner, "
+        "2 bad usage, 3 no owner answered.")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_: str, queues: str = "one") -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        if queues == "many":
+            p.add_argument("queue", nargs="+", metavar="QUEUE")
+        else:
+            p.add_argument("queue", metavar="QUEUE")
+        _common(p)
+        return p
+
+    command("stats", "counts, rates, totals and policy of queues", "many")
+    p = command("jobs", "jobs an owner holds (paged: says what was left out)")
+    p.add_argument("--state", choices=list(STATES))
+    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                   help="payload field match (dotted keys, JSON values); repeatable")
+    p.add_argument("--limit", type=int, default=50, help="rows to show; 0 for all (default 50)")
+    p.add_argument("--offset", type=int, default=0)
+    p = command("why", "why a job is (not) running")
+    p.add_argument("job_id", metavar="JOB_ID")
+    p = command("dead", "dead letters, oldest first")
+    p.add_argument("--limit", type=int, default=0, help="rows to show; 0 for all (default)")
+    command("leases", "live leases")
+    p = command("follow", "print live events as they happen (Ctrl-C stops)")
+    p.add_argument("--count", type=int, default=0, help="stop after N events (0: never)")
+    p.add_argument("--seconds", type=float, default=0.0, help="stop after S seconds (0: never)")
+    p = command("requeue", "admin: enqueue a dead job's body again under a new id")
+    p.add_argument("job_id", metavar="JOB_ID")
+    p = command("purge-dead", "admin: delete dead letters (the given ids, or --all)")
+    p.add_argument("job_ids", nargs="*", metavar="JOB_ID")
+    p.add_argument("--all", action="store_true", help="delete every dead letter")
+    command("pause", "admin: stop claims on a queue")
+    command("resume", "admin: let workers claim again")
+    p = command("cancel", "admin: cancel a job (a running one is stopped by its worker)")
+    p.add_argument("job_id", metavar="JOB_ID")
+    p = command("metrics", "serve Prometheus metrics of queues on /metrics (read-only)", "many")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p = command("dashboard", "serve the LiveDashboard page through Voila on 127.0.0.1")
+    p.add_argument("--port", type=int, default=8866)
+    return top
+
+
+def parse_where(terms: Iterable[str],
+                bad: Callable[[str], Exception] | None = None) -> dict[str, Any]:
+    """``KEY=VALUE`` terms as a ``where`` dict; values parsed as JSON when they are (7, true,
+    "x"), else kept as text. A term without ``=`` raises ``bad(term)`` (default: UsageError)."""
+    where: dict[str, Any] = {}
+    for term in terms:
+        key, sep, raw = term.partition("=")
+        if not sep or not key:
+            if bad is not None:
+                raise bad(term)
+            raise UsageError(f"--where {term!r}: write KEY=VALUE (dotted keys: user.id=7)")
+        try:
+            where[key] = json.loads(raw)
+        except ValueError:
+            where[key] = raw
+    return where
+
+
+async def run(args: argparse.Namespace, out: Any) -> int:
+    """Run one parsed command, writing to ``out``; returns the exit status."""
+    if args.command == "metrics":
+        from .metrics import serve_metrics  # prometheus-client only for those who ask
+
+        return await serve_metrics(args, out)
+    async with Operator(args.zenoh, prefix=args.prefix, timeout_s=args.timeout) as op:
+        handler = _HANDLERS[args.command]
+        return await handler(op, args, out)
+
+
+def _emit(out: Any, args: argparse.Namespace, data: Any, text: str) -> int:
+    out.write((json.dumps(R.jsonable(data)) if args.json else text) + "\n")
+    return EXIT_OK
+
+
+async def _stats(op: Operator, args: argparse.Namespace, out: Any) -> int:
+    stats = {q: await op.stats(q) for q in args.queue}
+    return _emit(out, args, stats, "\n\n".join(R.stats_text(s) for s in stats.values()))
+
+
+async def _jobs(op: Operator, args: argparse.Namespace, out: Any) -> int:
+    if args.limit < 0 or args.offset < 0:
+        raise UsageError("--limit and --offset must be >= 0")
+    rows, total, truncated = await op.jobs(args.queue, args.state, parse_where(args.where),
+                                           args.limit or None, args.offset)
+    data = {"jobs": rows, "total": total, "truncated": truncated, "offset": args.offset}
+    return _emit(out, args, data, R.jobs_text(rows, total, args.offset, op.now()))
+
+
+async def _why(op: Operator, args: argparse.Namespace, out: Any) -> int:
+    why = (await op.call(args.queue, "why", job_id=args.job_id))["why"]
+    return _emit(out, args, why, R.why_text(args.job_id, why))
+
+
+async def _dead(op: Operator, args: argparse.Namespace, out: Any) -> int:
+    dead = await op.dead(args.queue, args.limit or None)
+    return _emit(out, args, {"dead": dead}, R.dead_text(dead, op.now()))
+
+
+async def _leases(op: Operator, args: argparse.Namespace, out: Any) -> int:
+    leases = (await op.call(args.queue, "leases"))["leases"]
+    return _emit(out, args, {"leases": leases}, R.leases_text(leases, op.now()))
+
+
+async def _follow(op: Operator, args: argparse.Namespace, out: Any) -> int:
+    if args.count < 0 or args.seconds < 0:
+        raise UsageError("--count and --seconds must be >= 0")
+    seen = 0
+
+    async def pump() -> None:
+        nonlocal seen
+        async for event in op.follow(args.queue):
+            out.write((json.dumps(R.jsonable(event)) if args.json else R.event_line(event))
+                      + "\n")
+            out.flush()
+            seen += 1
+            if args.count and seen >= args.count:
+                return
+
+    try:
+        await asyncio.wait_for(pump(), args.seconds or None)
+    except asyncio.TimeoutError:
+        pass
+    return EXIT_OK
+
+
+async def _requeue(op: Operator, args: argparse.Namespace, out: Any) -> int:
+    new_id = (await op.call(args.queue, "requeue", job_id=args.job_id)).get("job_id")
+    if new_id is None:
+        raise LookupError(f"queue {args.queue!r} holds no dead job {args.job_id!r}")
+    return _emit(out, args, {"job_id": new_id}, f"requeued {args.job_id} as {new_id}")
+
+
+async def _purge(op: Operator, args: argparse.Namespace, out: Any) -> int:
+    if bool(args.job_ids) == bool(args.all):
+        raise UsageError("purge-dead: give JOB_ID... or --all (not both)")
+    fields = {} if args.all else {"job_ids": list(args.job_ids)}
+    purged = int((await op.call(args.queue, "purge_dead", **fields))["purged"])
+    return _emit(out, args, {"purged": purged}, f"purged {purged} dead letter(s)")
+
+
+async def _pause_resume(op: Operator, args: argparse.Namespace, out: Any) -> int:
+    await op.call(args.queue, args.command)
+    paused = args.command == "pause"
+    return _emit(out, args, {"paused": paused},
+                 f"queue {args.queue} {'paused' if paused else 'resumed'}")
+
+
+async def _cancel(op: Operator, args: argparse.Namespace, out: Any) -> int:
+    status = str((await op.call(args.queue, "cancel", job_id=args.job_id))["status"])
+    if status == "unknown":
+        raise LookupError(f"queue {args.queue!r} holds no job {args.job_id!r}")
+    words = {"cancelled": "cancelled", "cancelling": "cancelling: its worker is told to stop it",
+             "too_late": "too late: it already finished"}
+    return _emit(out, args, {"job_id": args.job_id, "status": status},
+                 f"{args.job_id}: {words.get(status, status)}")
+
+
+async def _dashboard(op: Operator, args: argparse.Namespace, out: Any) -> int:
+    from .dashboard import serve_dashboard
+
+    await op.stats(args.queue)  # fail fast (exit 3) when nobody serves the queue
+    return await serve_dashboard(args, out)
+
+
+_HANDLERS = {"stats": _stats, "jobs": _jobs, "why": _why, "dead": _dead, "leases": _leases,
+             "follow": _follow, "requeue": _requeue, "purge-dead": _purge,
+             "pause": _pause_resume, "resume": _pause_resume, "cancel": _cancel,
+             "dashboard": _dashboard}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The console script: parse, run, map errors to exit codes and one stderr line."""
+    args = parser().parse_args(argv)  # exits 2 on bad usage, as argparse does
+    try:
+        return asyncio.run(run(args, sys.stdout))
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except OwnerUnavailable as exc:
+        return _fail(EXIT_NO_OWNER, exc)
+    except (UsageError, ConfigError) as exc:
+        return _fail(EXIT_USAGE, exc)
+    except (AdminDisabled, LookupError, IstosError) as exc:
+        return _fail(EXIT_REFUSED, exc)
+
+
+def _fail(code: int, exc: BaseException) -> int:
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    sys.stderr.write(f"istos: {message}\n")
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

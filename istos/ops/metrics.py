@@ -1,0 +1,117 @@
+"""``istos metrics``: Prometheus text exposition of live queues on ``/metrics`` (read-only).
+
+Each scrape asks every queue's owner for its ``stats`` (concurrently, bounded by the request
+timeout) and reports, with a ``queue`` label:
+
+- ``istos_up`` 1 when the owner answered this scrape, 0 otherwise (then nothing else for it);
+- ``istos_jobs{state=...}`` jobs the owner holds per state (every state, cancelled included);
+- ``istos_enqueued_total``, ``istos_acked_total``, ``istos_nacked_total``,
+  ``istos_dead_lettered_total``, ``istos_lease_expired_total``: counts since the owner started
+  (a new owner starts again from 0, which Prometheus' ``rate()`` treats as a counter reset);
+- ``istos_oldest_ready_age_seconds`` how long the oldest ready job has waited (0 when none);
+- ``istos_paused`` 1 while claiming is paused.
+
+It never claims and sends nothing but ``stats``. Needs ``prometheus-client`` (the ``metrics``
+extra: ``pip install 'istos-nb[metrics]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..errors import ConfigError, IstosError
+from .operator import Operator
+
+TOTALS = ("enqueued", "acked", "nacked", "dead_lettered", "lease_expired")
+
+
+def _prometheus() -> Any:
+    try:
+        import prometheus_client
+    except ImportError as exc:
+        raise ConfigError("istos metrics needs prometheus-client: "
+                          "pip install 'istos-nb[metrics]'") from exc
+    return prometheus_client
+
+
+class QueueCollector:
+    """A prometheus-client collector over ``op`` (whose session lives on ``loop``)."""
+
+    def __init__(self, op: Operator, queues: Sequence[str], loop: asyncio.AbstractEventLoop,
+                 timeout_s: float) -> None:
+        self.op, self.queues, self.loop, self.timeout_s = op, list(queues), loop, timeout_s
+
+    async def _gather(self) -> dict[str, dict[str, Any] | None]:
+        async def one(queue: str) -> dict[str, Any] | None:
+            try:
+                return await self.op.stats(queue)
+            except IstosError:
+                return None
+
+        answers = await asyncio.gather(*(one(q) for q in self.queues))
+        return dict(zip(self.queues, answers))
+
+    def describe(self) -> list[Any]:
+        # Without this, registering would call collect() on the loop's own thread: a deadlock.
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        """Called by prometheus-client in its HTTP thread, once per scrape."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        fut = asyncio.run_coroutine_threadsafe(self._gather(), self.loop)
+        stats = fut.result(self.timeout_s * 2 + 1)
+        up = GaugeMetricFamily("istos_up", "1 when the queue's owner answered this scrape",
+                               labels=["queue"])
+        jobs = GaugeMetricFamily("istos_jobs", "Jobs the owner holds, by state",
+                                 labels=["queue", "state"])
+        totals = {k: CounterMetricFamily(f"istos_{k}", f"Jobs {k.replace('_', ' ')} since the "
+                                         "owner started", labels=["queue"]) for k in TOTALS}
+        oldest = GaugeMetricFamily("istos_oldest_ready_age_seconds",
+                                   "Seconds the oldest ready job has waited", labels=["queue"])
+        paused = GaugeMetricFamily("istos_paused", "1 while claiming is paused",
+                                   labels=["queue"])
+        for queue, s in stats.items():
+            up.add_metric([queue], 0.0 if s is None else 1.0)
+            if s is None:
+                continue
+            for state, n in (s.get("counts") or {}).items():
+                jobs.add_metric([queue, state], float(n))
+            for kind, family in totals.items():
+                family.add_metric([queue], float((s.get("totals") or {}).get(kind, 0)))
+            oldest.add_metric([queue], float(s.get("oldest_ready_age_s") or 0.0))
+            paused.add_metric([queue], 1.0 if s.get("paused") else 0.0)
+        yield from (up, jobs, *totals.values(), oldest, paused)
+
+
+async def serve_metrics(args: argparse.Namespace, out: Any) -> int:
+    """Serve until SIGINT/SIGTERM; returns the exit status (0)."""
+    prom = _prometheus()
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port must be 1..65535, got {args.port}")
+    async with Operator(args.zenoh, prefix=args.prefix, timeout_s=args.timeout) as op:
+        loop = asyncio.get_running_loop()
+        registry = prom.CollectorRegistry()
+        registry.register(QueueCollector(op, args.queue, loop, args.timeout))
+        try:
+            server, thread = prom.start_http_server(args.port, addr=args.host, registry=registry)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        out.write(f"serving metrics of {', '.join(args.queue)} on "
+                  f"http://{args.host}:{args.port}/metrics\n")
+        out.flush()
+        try:
+            await stop.wait()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            await asyncio.to_thread(server.shutdown)
+            thread.join(5)
+    return 0

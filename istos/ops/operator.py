@@ -1,0 +1,175 @@
+"""An operator's read-mostly session on the mesh: what ``istos`` (the CLI) and ``istos metrics``
+use to talk to queue owners, with no notebook dependency.
+
+One :class:`Operator` holds one Zenoh session (client or peer mode, as its config says) and a
+:class:`~istos.worker.client.OwnerClient` per queue: the engine's own request path, so retries,
+timeouts and typed errors are the ones producers and workers see. It declares no worker and no
+queryable and never claims; ``follow`` asks the owner to publish its event stream for a while.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from .. import codec
+from ..clock import SystemClock
+from ..core.config import check_queue_name
+from ..core.state import STATES
+from ..errors import ConfigError, OwnerUnavailable, ProtocolError
+from ..ids import IdSource, node_rng
+from ..node import Node
+from ..storage.memory import MemoryStorage
+from ..transport.zenoh import ZenohTransport
+from ..worker.client import OwnerClient
+
+MAX_PAGE = 1000  # the owner's page cap for `jobs` and `dead`
+FOLLOW_TTL_S = 30.0  # the owner's cap; renewed every third of it
+
+
+class Operator:
+    """Requests to queue owners over a Zenoh session of its own; use ``async with``.
+
+    Every call raises :class:`~istos.errors.OwnerUnavailable` when no owner answers within
+    ``timeout_s``, and the typed error the owner answered with otherwise.
+    """
+
+    def __init__(self, zenoh: Any = None, *, prefix: str = "istos",
+                 timeout_s: float = 5.0) -> None:
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+                or not timeout_s > 0:
+            raise ConfigError(f"timeout must be a number > 0, got {timeout_s!r}")
+        rng = node_rng()
+        self.node = Node(node_id=f"istos-cli-{IdSource(rng).new()[:8]}", clock=SystemClock(),
+                         rng=rng, ids=IdSource(rng), storage=MemoryStorage(), prefix=prefix,
+                         request_timeout_s=float(timeout_s))
+        self._transport = ZenohTransport(zenoh, node_id=self.node.node_id)
+        self._clients: dict[str, OwnerClient] = {}
+
+    async def __aenter__(self) -> Operator:
+        """Open the session. The config was parsed already (a bad one raised ConfigError), so
+        a failure here means the mesh is unreachable: :class:`OwnerUnavailable`."""
+        try:
+            await self._transport.start()
+        except ConfigError as exc:
+            reason = str(exc).split(" at /", 1)[0]  # zenoh appends its Rust source location
+            raise OwnerUnavailable(f"cannot reach the Zenoh mesh: {reason}") from exc
+        self.node.transport = self._transport
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.node.transport = None
+        await self._transport.close()
+
+    def now(self) -> float:
+        """This machine's wall clock (epoch seconds), for ages."""
+        return self.node.clock.now()
+
+    async def call(self, queue: str, op: str, **fields: Any) -> dict[str, Any]:
+        """One request to ``queue``'s owner; its checked reply."""
+        client = self._clients.get(queue)
+        if client is None:
+            client = self._clients[queue] = OwnerClient(self.node, check_queue_name(queue),
+                                                        lambda: None)
+        return await client.call(op, **fields)
+
+    async def stats(self, queue: str) -> dict[str, Any]:
+        return dict((await self.call(queue, "stats"))["stats"])
+
+    async def jobs(self, queue: str, state: str | None = None,
+                   where: dict[str, Any] | None = None, limit: int | None = 100,
+                   offset: int = 0) -> tuple[list[dict[str, Any]], int | None, bool]:
+        """``(rows, total, truncated)``: at most ``limit`` jobs (None: all) from ``offset``.
+
+        ``total`` is how many match in all (from the owner's counts without ``where``; None
+        when a search stopped early); ``truncated`` whether rows were left out.
+        """
+        if state is not None and state not in STATES:
+            raise ConfigError(f"state must be one of {', '.join(STATES)}, got {state!r}")
+        want = None if limit is None else limit + 1  # one more row says whether more exist
+        rows: list[dict[str, Any]] = []
+        more, size = True, MAX_PAGE
+        while more and (want is None or len(rows) < want):
+            page = size if want is None else min(size, want - len(rows))
+            try:
+                reply = await self.call(queue, "jobs", state=state, where=dict(where or {}),
+                                        offset=offset + len(rows), limit=page)
+            except ProtocolError:
+                if page == 1:  # one body always fits: this is not about size
+                    raise
+                size = max(1, page // 2)  # big bodies: the reply outgrew a message
+                continue
+            rows.extend(reply["jobs"])
+            more = bool(reply.get("more", len(reply["jobs"]) >= page))
+        truncated = (limit is not None and len(rows) > limit) or more
+        rows = rows if limit is None else rows[:limit]
+        total: int | None = None
+        if not truncated and (rows or not offset):
+            total = offset + len(rows)
+        elif not where:
+            counts = (await self.stats(queue))["counts"]
+            total = counts.get(state, 0) if state else sum(counts.values())
+        return rows, total, truncated
+
+    async def dead(self, queue: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """Dead letters, oldest first; every page unless ``limit`` caps them."""
+        dead: list[dict[str, Any]] = []
+        size = MAX_PAGE
+        while limit is None or len(dead) < limit:
+            want = size if limit is None else min(size, limit - len(dead))
+            try:
+                reply = await self.call(queue, "dead", offset=len(dead), limit=want)
+            except ProtocolError:
+                if want == 1:
+                    raise
+                size = max(1, want // 4)  # big bodies and histories: smaller pages
+                continue
+            dead.extend(reply["dead"])
+            if not reply["dead"] or len(dead) >= reply.get("total", len(dead)):
+                break
+        return dead
+
+    async def follow(self, queue: str) -> AsyncIterator[dict[str, Any]]:
+        """The owner's live events, one dict each, until the caller stops iterating."""
+        inbox: asyncio.Queue[list[dict[str, Any]]] = asyncio.Queue()
+
+        def on_batch(_key: str, payload: bytes) -> None:
+            try:
+                events = codec.decode_message(payload).get("events")
+            except Exception:  # a malformed batch is skipped, not fatal to the stream
+                return
+            if isinstance(events, list):
+                inbox.put_nowait([e for e in events if isinstance(e, dict)])
+
+        handle = await self._transport.declare_subscriber(self.node.key(queue, "events"),
+                                                          on_batch)
+        renewer = asyncio.get_running_loop().create_task(self._renew(queue))
+        try:
+            await self.call(queue, "follow", ttl_s=FOLLOW_TTL_S)
+            while True:
+                for event in await inbox.get():
+                    yield event
+        finally:
+            renewer.cancel()
+            handle.close()
+
+    async def _renew(self, queue: str) -> None:
+        while True:
+            await asyncio.sleep(FOLLOW_TTL_S / 3)
+            try:
+                await self.call(queue, "follow", ttl_s=FOLLOW_TTL_S)
+            except Exception:  # the owner may be failing over; the next renewal retries
+                continue
+
+
+def decode_body(raw: Any) -> Any:
+    """A job body for display: decoded msgpack, else the raw value."""
+    if not isinstance(raw, bytes):
+        return raw
+    try:
+        return codec.decode_body(raw)
+    except Exception:  # msgpack raises several unrelated types
+        return raw
+
+

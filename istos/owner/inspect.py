@@ -1,0 +1,296 @@
+"""Read-only inspection of an owner, plus admin actions that exist only with ``admin=True``.
+
+Installed on every owner as extra request ops (see docs/protocol.md):
+``stats``, ``jobs`` (paged, by state, by payload field), ``leases``, ``why`` (why a job is not
+running), ``events`` (recent events from the owner's ring) and ``follow`` (ask the owner to
+publish its live event stream for a while). Admin ops: ``requeue`` (a dead job back to ready under
+a new id), ``purge_dead``, ``pause``, ``resume`` — refused with ``AdminDisabled`` unless the queue
+was declared with ``admin=True``.
+
+Nothing here runs unless asked: the live stream is published only while a follower has renewed
+its interest within ``FOLLOW_TTL_S``, so an owner nobody inspects pays nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from .. import codec, protocol
+from .. import events as ev
+from ..core.config import QueueConfig
+from ..core.state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord, QueueState
+from ..events import JobEvent
+from .extension import Handler, OwnerExtension
+from .job_ops import dead_letter
+from .owner import QueueOwner
+
+FOLLOW_TTL_S = protocol.MAX_FOLLOW_TTL_S
+MAX_PAGE = protocol.MAX_PAGE
+MAX_EVENTS_PER_REPLY = protocol.MAX_EVENTS  # and never more bytes than a page holds
+SCAN_SLICE = 256  # a payload search yields to the loop at least this often...
+SCAN_SLICE_S = 0.004  # ...and after this long, so claims and stats keep flowing
+
+
+class Inspector(OwnerExtension):
+    """Counters, rates and the follower-gated event stream of one owner."""
+
+    def __init__(self, owner: QueueOwner) -> None:
+        self.owner = owner
+        self.totals = {ev.ENQUEUED: 0, ev.ACKED: 0, ev.NACKED: 0, ev.DEAD_LETTERED: 0,
+                       ev.LEASE_EXPIRED: 0}
+        self._buckets: deque[list[float]] = deque(maxlen=61)  # [second, enqueued, acked]
+        self._follow_until = 0.0
+        self._outbox: list[dict[str, Any]] = []
+        self._flush_scheduled = False
+        self._batch_seq = 0
+        self._unsubscribe = owner.node.events.subscribe(self._on_event)
+
+    def on_stop(self) -> None:
+        self._unsubscribe()
+
+    def ops(self) -> Mapping[str, Handler]:
+        return {"stats": self.op_stats, "jobs": self.op_jobs, "leases": self.op_leases,
+                "why": self.op_why, "events": self.op_events, "follow": self.op_follow,
+                "requeue": self.op_requeue, "purge_dead": self.op_purge,
+                "pause": self.op_pause, "resume": self.op_resume}
+
+    # -- counting and streaming --
+    def _on_event(self, event: JobEvent) -> None:
+        if event.queue != self.owner.name:
+            return
+        kind = event.kind
+        if kind in self.totals:
+            self.totals[kind] += 1
+            if kind in (ev.ENQUEUED, ev.ACKED):
+                second = float(int(event.t))
+                if not self._buckets or self._buckets[-1][0] != second:
+                    self._buckets.append([second, 0.0, 0.0])
+                self._buckets[-1][1 if kind == ev.ENQUEUED else 2] += 1
+        if self._follow_until and event.t <= self._follow_until:
+            self._outbox.append(event.to_dict())
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        batch, self._outbox, self._flush_scheduled = self._outbox, [], False
+        transport = self.owner.node.transport
+        if batch and transport is not None and self.owner.running:
+            # A sequence number per batch lets followers count batches the mesh dropped.
+            self._batch_seq += 1
+            payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "seq": self._batch_seq,
+                                            "events": batch})
+            asyncio.get_running_loop().create_task(
+                transport.put(self.owner.node.key(self.owner.name, "events"), payload))
+
+    def rates(self, now: float, window_s: float = 10.0) -> tuple[float, float]:
+        """Enqueues and acks per second over the last ``window_s`` whole seconds."""
+        start = now - window_s
+        enq = sum(b[1] for b in self._buckets if b[0] >= start)
+        ack = sum(b[2] for b in self._buckets if b[0] >= start)
+        return enq / window_s, ack / window_s
+
+    # -- read-only ops --
+    async def op_stats(self, msg: dict[str, Any]) -> dict[str, Any]:
+        out = self.owner.stats()
+        enq_rate, ack_rate = self.rates(self.owner.node.clock.now())
+        config = self.owner.config
+        out.update(enqueue_rate=enq_rate, ack_rate=ack_rate, totals=dict(self.totals),
+                   admin=config.admin, lease_s=config.policy.lease_s,
+                   max_attempts=config.policy.max_attempts, policy=queue_policy(config))
+        return {"stats": out}
+
+    async def op_jobs(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """A page of jobs (by state, by payload fields), bounded by count and bytes."""
+        offset = msg.get("offset", 0)
+        limit = min(MAX_PAGE, msg.get("limit", 100))
+        paths = [(str(path).split("."), value) for path, value in (msg.get("where") or {}).items()]
+        matched: list[JobRecord] = []
+        skipped = 0
+        # A snapshot of the records, walked in slices: a payload search over a deep queue must
+        # not stall the owner's claims and acks while it decodes bodies.
+        records = list(iter_state(self.owner.state, msg.get("state")))
+        clock, start = self.owner.node.clock, 0
+        while start < len(records) and len(matched) <= limit:
+            slice_end = clock.monotonic() + SCAN_SLICE_S
+            for rec in records[start:start + SCAN_SLICE]:
+                start += 1
+                if paths and (start & 7) == 0 and clock.monotonic() >= slice_end:
+                    break  # this slice took its time: let others in (a big body is slow)
+                if paths and not _payload_matches(rec.body, paths):
+                    continue
+                if skipped < offset:
+                    skipped += 1
+                    continue
+                matched.append(rec)
+                if len(matched) > limit:
+                    break
+            if paths and start < len(records):
+                # Let other requests in between slices: asyncio.sleep(0) yields the loop, and
+                # a zero time.sleep hands over the GIL, which the mesh's receiving thread needs
+                # to queue their callbacks (otherwise it waits a full GIL switch interval).
+                time.sleep(0)
+                await asyncio.sleep(0)
+        jobs, more = protocol.page(matched, job_summary, limit)
+        return {"jobs": jobs, "offset": offset, "limit": limit, "more": more,
+                "next_offset": offset + len(jobs)}
+
+    async def op_leases(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Live leases (never their tokens), paged by count and bytes."""
+        offset = msg.get("offset", 0)
+        limit = min(MAX_PAGE, msg.get("limit", MAX_PAGE))
+        leased = itertools.islice(iter_state(self.owner.state, LEASED), offset, None)
+        leases, more = protocol.page(leased, lease_summary, limit)
+        return {"leases": leases, "more": more, "next_offset": offset + len(leases)}
+
+    async def op_why(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return {"why": explain(self.owner, msg["job_id"])}
+
+    async def op_events(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The newest events of this queue (at most ``limit`` and one page of bytes), oldest
+        first; ``more`` says older ones were left out."""
+        limit = min(MAX_EVENTS_PER_REPLY, msg.get("limit", 1000))
+        name = self.owner.name
+        mine = (e for e in self.owner.node.events.newest_first() if e.queue == name)
+        events, more = protocol.page(mine, JobEvent.to_dict, limit)  # stops early: no copy
+        events.reverse()
+        return {"events": events, "more": more}
+
+    async def op_follow(self, msg: dict[str, Any]) -> dict[str, Any]:
+        ttl = min(FOLLOW_TTL_S, max(1.0, float(msg.get("ttl_s", FOLLOW_TTL_S))))
+        # The latest deadline wins: one follower's short ttl must not cut another's stream.
+        self._follow_until = max(self._follow_until, self.owner.node.clock.now() + ttl)
+        return {"key": self.owner.node.key(self.owner.name, "events"), "ttl_s": ttl}
+
+    # -- admin ops --
+    async def op_requeue(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self.owner.require_admin("requeue")
+        rec = self.owner.state.dead.get(msg["job_id"])
+        if rec is None:
+            return {"job_id": None}
+        new_id = self.owner.node.ids.new()
+        await self.owner.enqueue(rec.body, job_id=new_id, priority=rec.priority)
+        return {"job_id": new_id}
+
+    async def op_purge(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self.owner.require_admin("purge_dead")
+        ids = msg.get("job_ids")
+        purged = self.owner.state.purge_dead(self.owner.node.clock.now(), ids)
+        await self.owner._commit()
+        return {"purged": purged}
+
+    async def op_pause(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self.owner.require_admin("pause")
+        self.owner.state.paused = True
+        return {"paused": True}
+
+    async def op_resume(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self.owner.require_admin("resume")
+        self.owner.state.paused = False
+        self.owner.nudge(max(1, self.owner.state.counts[READY]))
+        return {"paused": False}
+
+
+def queue_policy(config: QueueConfig) -> dict[str, Any]:
+    """The queue's declared policy, named as ``app.queue(...)`` takes it."""
+    policy = config.policy
+    return {"lease_s": policy.lease_s, "max_attempts": policy.max_attempts,
+            "retry_backoff_s": policy.backoff.base_s,
+            "retry_backoff_max_s": policy.backoff.max_s, "retry_jitter": policy.backoff.jitter,
+            "keep_results": policy.keep_results, "result_ttl_s": policy.result_ttl_s,
+            "admin": config.admin}
+
+
+def lease_summary(rec: JobRecord) -> dict[str, Any]:
+    return {"job_id": rec.job_id, "worker": rec.lease_worker, "deadline": rec.lease_deadline,
+            "attempt": rec.attempts}
+
+
+def job_summary(rec: JobRecord) -> dict[str, Any]:
+    return {"job_id": rec.job_id, "state": rec.state, "priority": rec.priority,
+            "attempts": rec.attempts, "enqueued_at": rec.enqueued_at, "ready_at": rec.ready_at,
+            "worker": rec.lease_worker if rec.state == LEASED else None,
+            "deadline": rec.lease_deadline if rec.state == LEASED else None,
+            "last_error": rec.last_error, "body": rec.body,
+            "progress": rec.progress, "progress_note": rec.progress_note}
+
+
+def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
+    """Why a job is (not) running, in words and fields."""
+    rec = owner.state.jobs.get(job_id)
+    now = owner.node.clock.now()
+    if rec is None:
+        return {"state": "unknown", "reason": "the queue does not hold this job (never "
+                "enqueued, acked without keep_results, expired or purged)"}
+    job = {**job_summary(rec), "finished_at": rec.finished_at, "expires_at": rec.expires_at,
+           "history": [a.to_dict() for a in rec.history]}
+    if rec.state == DEAD:  # body and history travel once, in dead_letter: one body per reply
+        del job["body"], job["history"]
+    out: dict[str, Any] = {"state": rec.state, "attempts": rec.attempts,
+                           "last_error": rec.last_error, "progress": rec.progress,
+                           "progress_note": rec.progress_note,
+                           "now": now, "job": job}
+    if rec.state == LEASED:
+        out.update(worker=rec.lease_worker, until=rec.lease_deadline,
+                   reason=f"leased by {rec.lease_worker} until its lease ends in "
+                          f"{(rec.lease_deadline or now) - now:.1f} s"
+                          + (" (cancel requested)" if rec.cancel_requested else ""))
+    elif rec.state == DELAYED:
+        wait = rec.ready_at - now
+        if rec.attempts and rec.last_error:
+            out["reason"] = (f"backing off after attempt {rec.attempts} failed with "
+                             f"{rec.last_error!r}; eligible again in {wait:.1f} s")
+        else:
+            out["reason"] = f"delayed by the producer; eligible in {wait:.1f} s"
+        out["until"] = rec.ready_at
+    elif rec.state == READY:
+        ahead = ready_ahead_of(owner.state, rec)
+        out["ahead"] = ahead
+        paused = " (claiming is paused)" if owner.state.paused else ""
+        out["reason"] = f"ready, waiting behind {ahead} ready job(s){paused}"
+    elif rec.state == DEAD:
+        out["reason"] = f"dead-lettered after {rec.attempts} attempts: {rec.last_error}"
+        out["dead_letter"] = dead_letter(rec)
+    elif rec.state == CANCELLED:
+        out["reason"] = "cancelled; kept until " + str(rec.expires_at)
+    else:
+        left = "" if rec.expires_at is None else f" for {rec.expires_at - now:.1f} s more"
+        out["reason"] = f"done; result kept{left}"
+        out["until"] = rec.expires_at
+    return out
+
+
+def _payload_matches(body: bytes, where: list[tuple[list[str], Any]]) -> bool:
+    """Whether the decoded body has every (already split) path equal to its value."""
+    try:
+        data = codec.decode_body(body)
+    except Exception:
+        return False
+    for parts, expected in where:
+        value: Any = data
+        for part in parts:
+            if not isinstance(value, dict) or part not in value:
+                return False
+            value = value[part]
+        if value != expected:
+            return False
+    return True
+
+
+def iter_state(state: QueueState, which: str | None = None) -> Iterator[JobRecord]:
+    """The records of ``state`` in one state (every record when None), in insertion order."""
+    for rec in state.jobs.values():
+        if which is None or rec.state == which:
+            yield rec
+
+
+def ready_ahead_of(state: QueueState, rec: JobRecord) -> int:
+    """How many ready jobs would be claimed before ``rec`` (O(n): inspection only)."""
+    key = (-rec.priority, rec.ready_at, rec.seq)
+    return sum(1 for r in state.jobs.values() if r.state == READY and r is not rec
+               and (-r.priority, r.ready_at, r.seq) < key)

@@ -1,0 +1,169 @@
+"""The owner's job ops: what workers and producers ask of a queue besides ``enqueue``.
+
+``claim`` (with piggybacked acks/nacks), ``settle``, ``ack``, ``nack``, ``release``, ``result``
+and ``dead``; request and reply fields are in docs/protocol.md and :mod:`istos.protocol`. Each
+handler changes the pure state, then commits through the owner's write path (write, then apply;
+see ``owner.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .. import protocol
+from ..core.records import DEAD, DELAYED, DONE, READY, JobRecord
+from ..errors import IstosError, ProtocolError
+from .extension import Handler
+
+if TYPE_CHECKING:  # (only the type: owner.py imports this module)
+    from .owner import QueueOwner
+
+log = logging.getLogger("istos.owner")
+
+MAX_RELEASES = 4096
+
+
+class JobOps:
+    """The job ops of one owner (served by it from the start)."""
+
+    def __init__(self, owner: QueueOwner) -> None:
+        self.owner = owner
+        self.state = owner.state
+
+    def ops(self) -> Mapping[str, Handler]:
+        return {"claim": self.op_claim, "ack": self.op_ack, "nack": self.op_nack,
+                "settle": self.op_settle, "result": self.op_result, "dead": self.op_dead,
+                "release": self.op_release}
+
+    async def op_claim(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Claim one job per listed worker slot, after settling the acks/nacks the worker
+        piggybacked on the request (one round trip instead of two)."""
+        owner = self.owner
+        gen = owner._gen
+        settled = await self.settle(msg["settle"]) if msg.get("settle") else None
+        workers: list[str] = msg["workers"]
+        # Slots are filled only while the reply stays under the frame cap; the first job is
+        # always taken (a body at the size limit fits a reply alone).
+        budget = protocol.PAGE_BUDGET - 8 * len(settled or ())
+        jobs = self.state.claim(workers, owner.node.clock.now(), budget=budget,
+                                size_of=_claimed_size)
+        node: str = msg.get("node") or ""
+        more = len(jobs) < len(workers) and self.state.counts[READY] > 0 \
+            and not self.state.paused
+        owner.hungry.note_claim(node, len(workers) - len(jobs), took=bool(jobs), cut=more)
+        if more:
+            owner.nudge(0)  # the poked node comes back for the rest at once
+        await owner._commit(gen)
+        pol = owner.config.policy
+        reply: dict[str, Any] = {"jobs": [
+            {"job_id": r.job_id, "body": r.body, "attempt": r.attempts, "token": r.lease_token,
+             "worker": r.lease_worker, "deadline": r.lease_deadline,
+             "last_error": r.last_error, "meta": r.meta}
+            for r in jobs], "max_attempts": pol.max_attempts, "keep_results": pol.keep_results,
+            "lease_s": pol.lease_s}
+        if more:
+            reply["more"] = True
+        if settled is not None:
+            reply["settled"] = settled
+        return reply
+
+    async def op_settle(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Acks and nacks of several deliveries in one request, written in one group commit."""
+        gen = self.owner._gen
+        statuses = await self.settle(msg["items"])
+        await self.owner._commit(gen)
+        return {"statuses": statuses}
+
+    async def settle(self, items: list[dict[str, Any]]) -> list[str]:
+        statuses = []
+        now = self.owner.node.clock.now()  # one instant for the batch, as for one write
+        for item in items:  # each item was checked against protocol.SETTLE_ITEM
+            job_id, token = item["job_id"], item["token"]
+            try:
+                if item.get("op") == "nack":
+                    statuses.append(self.nack_one(job_id, token, item.get("error")))
+                else:
+                    statuses.append(await self.ack_one(job_id, token, item.get("result"), now))
+            except IstosError as exc:  # e.g. a chord callback that could not be enqueued
+                log.warning("queue %s: ack of %s refused: %s", self.owner.name, job_id, exc)
+                statuses.append("error")  # left to its lease: it comes back and retries
+        return statuses
+
+    async def ack_one(self, job_id: str, token: str, result: bytes | None,
+                      now: float | None = None) -> str:
+        owner, state = self.owner, self.state
+        if owner._before_ack:
+            # Hooks that only want workflow steps (jobs with meta) skip every other ack.
+            rec = state.jobs.get(job_id)
+            hooks = owner._before_ack if rec is not None and rec.meta \
+                else owner._before_every_ack
+            if hooks and state.holder(job_id, token) is not None:
+                assert rec is not None
+                for ext in hooks:  # workflow barriers, before the ack is recorded
+                    await ext.before_ack(rec, result)
+                now = None  # the hooks may have waited: the ack's time is after them
+        return state.ack(job_id, token, owner.node.clock.now() if now is None else now, result)
+
+    def nack_one(self, job_id: str, token: str, error: str | None) -> str:
+        node = self.owner.node
+        return self.state.nack(job_id, token, node.clock.now(), protocol.clip_error(error),
+                               node.rng)
+
+    async def op_ack(self, msg: dict[str, Any]) -> dict[str, Any]:
+        gen = self.owner._gen
+        status = await self.ack_one(msg["job_id"], msg["token"], msg.get("result"))
+        await self.owner._commit(gen)
+        return {"status": status}
+
+    async def op_nack(self, msg: dict[str, Any]) -> dict[str, Any]:
+        status = self.nack_one(msg["job_id"], msg["token"], msg.get("error"))
+        await self.owner._commit()
+        return {"status": status}
+
+    async def op_release(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Deliveries handed back unfinished by a worker shutting down: ready at once, their
+        attempts not counted (``items``: ``job_id`` and ``token`` of each)."""
+        items = msg["items"]
+        if len(items) > MAX_RELEASES:
+            raise ProtocolError(f"{len(items)} releases in one request; the limit is "
+                                f"{MAX_RELEASES}")
+        now = self.owner.node.clock.now()
+        statuses = [self.state.release(str(i["job_id"]), str(i["token"]), now) for i in items]
+        await self.owner._commit()
+        return {"statuses": statuses}
+
+    async def op_result(self, msg: dict[str, Any]) -> dict[str, Any]:
+        rec = self.state.jobs.get(msg["job_id"])
+        if rec is None:
+            return {"state": "unknown", "result": None}
+        result = rec.result if rec.state == DONE else None
+        out: dict[str, Any] = {"state": rec.state, "result": result}
+        if rec.state in (READY, DELAYED):
+            out["state"] = READY  # the spec reports in-flight jobs as ready or leased
+        if rec.state == DEAD:
+            out["error"] = rec.last_error
+        return out
+
+    async def op_dead(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Dead letters, oldest first, paged by count (``limit`` <= 1000) and by bytes, so a
+        page never exceeds the frame cap; ``more`` says whether a next page exists."""
+        offset = msg.get("offset", 0)
+        limit = min(protocol.MAX_PAGE, msg.get("limit", protocol.MAX_PAGE))
+        dead, more = protocol.page(itertools.islice(self.state.dead.values(), offset, None),
+                                   dead_letter, limit)
+        return {"dead": dead, "total": len(self.state.dead), "more": more,
+                "next_offset": offset + len(dead)}
+
+
+def dead_letter(rec: JobRecord) -> dict[str, Any]:
+    """The spec's dead-letter fields plus the attempt history (body still encoded)."""
+    return {"job_id": rec.job_id, "body": rec.body, "attempts": rec.attempts,
+            "last_error": rec.last_error, "history": [a.to_dict() for a in rec.history],
+            "meta": rec.meta, "finished_at": rec.finished_at}
+
+
+def _claimed_size(rec: JobRecord, worker: str) -> int:
+    return protocol.claimed_size(rec.job_id, rec.body, worker, rec.last_error, rec.meta)

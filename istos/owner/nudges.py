@@ -1,0 +1,50 @@
+"""An owner's nudges: telling idle workers that jobs became claimable.
+
+Coalesced per loop turn, and sent only to as many of the hungry nodes (those whose last claim
+left slots empty, :class:`~istos.core.hungry.HungryNodes`) as there are new jobs: the
+extensions' ``on_nudge`` hooks first (the app's in-process workers), then one message on
+``{prefix}/q/{queue}/nudge`` naming the remote ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from .. import codec
+from ..core.hungry import HungryNodes
+from ..node import Node
+from .extension import OwnerExtension
+
+
+class Nudges:
+    def __init__(self, node: Node, queue: str, hungry: HungryNodes,
+                 listeners: list[OwnerExtension], running: Callable[[], bool]) -> None:
+        self.node, self.queue, self.hungry = node, queue, hungry
+        self.listeners = listeners  # the owner's list of on_nudge extensions (shared)
+        self._running = running
+        self._count = 0
+        self._scheduled = False
+
+    def nudge(self, count: int) -> None:
+        """Tell idle workers that ``count`` jobs became claimable; coalesced per loop turn."""
+        self._count += count
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        count, self._count, self._scheduled = self._count, 0, False
+        if not self._running():
+            return
+        targets = self.hungry.take(count)
+        if not targets:
+            return
+        for ext in self.listeners:
+            ext.on_nudge(len(targets), targets)
+        node = self.node
+        remote = targets - {node.node_id}
+        if remote and node.transport is not None:
+            payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "to": sorted(remote)})
+            asyncio.get_running_loop().create_task(
+                node.transport.put(node.key(self.queue, "nudge"), payload))

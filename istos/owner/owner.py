@@ -1,0 +1,416 @@
+"""The queue owner: binds a pure :class:`QueueState` to the node's transport, storage and clock.
+
+It serves one request/reply key per queue and role (``{prefix}/q/{queue}/rpc/{role}``, an op
+only on its role's key, so access control can grant roles apart; see docs/protocol.md),
+writes every change through to storage before replying (when the storage is durable), sweeps
+expired leases on a timer that sleeps until the next deadline, nudges idle workers when jobs
+become claimable, and emits one :class:`JobEvent` per state change into the node's event log.
+The job ops (claim, settle, ack, ...) are in ``job_ops.py``; everything else an owner serves
+comes from its extensions (``extension.py``: inspection, leases, workflows, schedules).
+
+Write, then apply (durable storage): a change counts only once its write succeeded. A failed
+write puts memory back as storage holds it (:meth:`QueueState.rollback`), emits nothing, and the
+request gets ``StorageUnavailable``; so a claim during an outage leases nothing and burns no
+attempt, and a failed ack leaves the job leased in memory as in storage. A lease expiry whose
+write fails is not applied (the sweeper retries it every sweep interval). Leases claimed before
+the owner's last failed write are returned without counting their attempt when they expire:
+their worker may have been unable to ack (see :meth:`QueueState.sweep`).
+
+An HA leader passes its ``fence`` (leader lease and epoch): every write is conditional on it,
+and a write refused by the fence stops the owner at once (:meth:`fenced`); the election then
+reloads from storage before this replica serves again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .. import codec, protocol
+from .. import events as ev
+from ..core.config import QueueConfig
+from ..core.hungry import HungryNodes
+from ..core.state import READY, JobRecord, QueueState, Snapshot
+from ..errors import (
+    AdminDisabled,
+    FencedOut,
+    InvalidJob,
+    IstosError,
+    ProtocolError,
+    StorageUnavailable,
+)
+from ..events import EventKind, JobEvent
+from ..node import Node
+from ..storage.base import Fence, FencedStorage, Storage
+from ..wakeup import Wakeup
+from . import bulk
+from .extension import Handler, OwnerExtension, overrides
+from .job_ops import JobOps
+from .nudges import Nudges
+from .persist import Persister
+
+log = logging.getLogger("istos.owner")
+
+MetaCheck = Callable[[str, "dict[str, Any]"], Awaitable[None]]
+
+
+class QueueOwner:
+    def __init__(self, config: QueueConfig, node: Node, *, fence: Fence | None = None) -> None:
+        self.config = config
+        self.node = node
+        self.name = config.name
+        self.state = QueueState(config.name, config.policy, node=node.node_id,
+                                tokens=node.ids.token)
+        self.durable = bool(node.storage.durable)
+        if self.durable:
+            self.state.track_undo()
+        self.fence = fence
+        self._persister = Persister(node.storage, f"jobs:{config.name}",
+                                    on_failure=self._rolled_back, fence=fence)
+        self._gen = 0  # bumped by every rollback: a request that saw one must not reply ok
+        self.failed_at: float | None = None  # clock time of the last failed write
+        # An HA leader's view of its lease: it serves only until then unless renewed, and
+        # wakes the election when it finds it lapsed or its epoch gone.
+        self.lease_until = float("inf")
+        self.wake_election: Callable[[], None] | None = None
+        self.storage: Storage = node.storage if fence is None else FencedStorage(
+            node.storage, fence, self._storage_fenced)
+        self._pending_ids: dict[str, asyncio.Future[str]] = {}
+        self._handle: Any = None
+        self._timer: asyncio.Task[None] | None = None
+        self._reschedule = Wakeup()
+        self._timer_target = float("inf")
+        # Worker nodes whose last claim left slots empty, and how many: a nudge wakes only
+        # as many of them as there are new jobs (the reference woke every idle loop per job).
+        self.hungry = HungryNodes()
+        self.meta_check: MetaCheck | None = None  # installed by the workflow code
+        self.rejects = protocol.RejectLog(log.warning)
+        self.extensions: list[OwnerExtension] = []  # see extend()
+        self._before_ack: list[OwnerExtension] = []
+        self._before_every_ack: list[OwnerExtension] = []  # those not only for jobs with meta
+        self._on_stop: list[OwnerExtension] = []
+        self._on_nudge: list[OwnerExtension] = []
+        self.nudges = Nudges(node, self.name, self.hungry, self._on_nudge, lambda: self.running)
+        self.running = False
+        self.job_ops = JobOps(self)
+        self._ops: dict[str, Handler] = {
+            "enqueue": self._op_enqueue, **self.job_ops.ops(), "ping": self._op_ping,
+            "enqueue_many": lambda msg: bulk.op_enqueue_many(self, msg),
+        }
+
+    def extend(self, ext: OwnerExtension, *, first: bool = False) -> None:
+        """Add an extension (:mod:`istos.owner.extension`): its ops are served from now on,
+        and its hooks run after those of the extensions added before it (``first``: before)."""
+        self._ops.update(ext.ops())
+        for hook, hooked in (("before_ack", self._before_ack), ("on_stop", self._on_stop),
+                             ("on_nudge", self._on_nudge)):
+            if overrides(ext, hook):
+                hooked.insert(0 if first else len(hooked), ext)
+        self._before_every_ack = [e for e in self._before_ack if not e.before_ack_meta_only]
+        self.extensions.append(ext)
+
+    def handler(self, op: str) -> Handler | None:
+        """The handler serving ``op`` now (None: the owner does not serve it)."""
+        return self._ops.get(op)
+
+    # -- lifecycle --
+    async def start(self) -> None:
+        """Recover from durable storage, bind the rpc key, start the sweeper."""
+        now = self.node.clock.now()
+        if self.durable:
+            for rec in await self._persister.load():
+                self.state.restore(rec, now)
+        self.running = True
+        if self.node.transport is not None:
+            self._handle = await self.node.transport.declare_queryable(
+                self.node.key(self.name, "rpc") + "/*", self._on_request)
+        self._timer = asyncio.get_running_loop().create_task(self._sweep_loop())
+        self._emit_queue_event(ev.OWNER_UP, recovered=len(self.state.jobs))
+        self._after_change()
+
+    def _unbind(self) -> None:
+        """Stop answering requests and cancel the sweeper (``stop`` then awaits it)."""
+        self.running = False
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+        if self._timer is not None:
+            self._timer.cancel()
+
+    async def stop(self) -> None:
+        self._unbind()
+        if self._timer is not None:
+            await asyncio.gather(self._timer, return_exceptions=True)
+            self._timer = None
+        self._emit_queue_event(ev.OWNER_DOWN)
+        for ext in self._on_stop:
+            ext.on_stop()
+
+    def kill(self) -> None:
+        """Stop at once without emitting or writing anything (a simulated crash)."""
+        self.running = False
+        if self._timer is not None:
+            self._timer.cancel()
+
+    # -- the request path --
+    async def _on_request(self, key: str, payload: bytes) -> bytes:
+        """Serve one request from the mesh. A replica that is not (or no longer) the epoch's
+        leader raises instead, which the mesh turns into an error reply: a client takes the
+        first *ok* reply, so the live leader's answer wins over a stand-in's."""
+        self._check_leading()
+        try:
+            msg = codec.decode_message(payload)
+        except ProtocolError as exc:
+            self._rejected("?", "undecodable", exc)
+            return codec.encode_message(error_reply(exc))
+        reply = await self.dispatch(msg, role=key.rpartition("/")[2])
+        self._check_leading()
+        return protocol.encode_reply(reply)
+
+    def _check_leading(self) -> None:
+        if self.fence is None:
+            return
+        if not self.running:
+            raise FencedOut(f"queue {self.name!r}: this replica no longer leads")
+        if self.node.clock.now() >= self.lease_until:
+            if self.wake_election is not None:
+                self.wake_election()  # renew now
+            raise FencedOut(f"queue {self.name!r}: this replica's leader lease lapsed")
+
+    async def dispatch(self, msg: dict[str, Any], *, trusted: bool = False,
+                       role: str | None = None) -> dict[str, Any]:
+        """Run one request (already decoded) and build its reply; never raises.
+
+        The request is checked against its op's schema (:mod:`istos.protocol`) before its
+        handler runs, so a malformed one changes nothing. ``trusted`` (this node's own app
+        calling in-process, with fields it built from checked values) skips that check, not
+        the admin rule. ``role``: the role key a request from the mesh arrived on; an op of
+        another role is refused.
+        """
+        try:
+            op = msg["op"] if trusted else \
+                protocol.check_request(msg, self._ops.__contains__)
+            if role is not None:  # from the mesh: on the key of the op's role only
+                protocol.check_role(op, role)
+        except IstosError as exc:
+            peer = msg.get("node") if isinstance(msg, dict) else None
+            self._rejected(peer if isinstance(peer, str) else "?",
+                           str(msg.get("op"))[:40] if isinstance(msg, dict) else "?", exc)
+            return error_reply(exc)
+        handler = self._ops.get(op)
+        if handler is None:
+            return error_reply(ProtocolError(f"unknown op {op!r} for queue {self.name!r}"))
+        try:
+            if op in protocol.ADMIN_OPS:
+                self.require_admin(op)
+            reply = await handler(msg)
+        except IstosError as exc:
+            return error_reply(exc)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("queue %s: bad %s request: %r", self.name, op, exc)
+            return error_reply(ProtocolError(f"bad {op} request: {exc!r}"))
+        reply.setdefault("ok", True)
+        reply["v"] = codec.PROTOCOL_VERSION
+        return reply
+
+    def _rejected(self, peer: str, kind: str, exc: IstosError) -> None:
+        self.rejects.note(peer, f"{kind}/{type(exc).__name__}", f"queue {self.name}: {exc}",
+                          self.node.clock.monotonic())
+
+    async def _op_ping(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return {"node": self.node.node_id, "queue": self.name}
+
+    async def _op_enqueue(self, msg: dict[str, Any]) -> dict[str, Any]:
+        job_id = msg.get("job_id") or self.node.ids.new()
+        meta = msg.get("meta")
+        if meta is not None and not self.state.holds(job_id):
+            # Workflow metadata makes the owner (or a worker) enqueue follow-up jobs, so only
+            # shapes the workflow code writes are accepted, checked before anything is stored.
+            if self.meta_check is None:
+                raise InvalidJob(f"queue {self.name!r} accepts no job meta")
+            await self.meta_check(job_id, meta)
+        created = await self.enqueue(
+            msg["body"], job_id=job_id, delay_s=float(msg.get("delay_s", 0.0)),
+            priority=msg.get("priority", 0), meta=meta)
+        return {"job_id": job_id, "created": created}
+
+    async def enqueue(self, body: bytes, *, job_id: str, delay_s: float = 0.0,
+                      priority: int = 0, meta: dict[str, Any] | None = None) -> bool:
+        """Accept a job; returns False when the queue already holds ``job_id`` (idempotent)."""
+        state, now = self.state, self.node.clock.now()
+        if not self.durable:
+            created = state.enqueue(job_id, body, now, delay_s=delay_s, priority=priority,
+                                    meta=meta)
+            state.dirty.clear()
+            self._after_change()
+            return created
+        if state.holds(job_id):
+            state.enqueue(job_id, body, now)  # records the duplicate_enqueue event only
+            self._after_change()
+            return False
+        pending = self._pending_ids.get(job_id)
+        if pending is not None:
+            await pending
+            return False
+        # Durable: the record is stored before the queue accepts it, so a storage outage makes
+        # the producer's enqueue fail and nothing half-accepted remains in memory.
+        rec = state.new_record(job_id, body, now, delay_s=delay_s, priority=priority, meta=meta)
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._pending_ids[job_id] = fut
+        try:
+            await self._persister.write([rec])
+        except StorageUnavailable as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved: concurrent duplicates re-raise it themselves
+            raise
+        finally:
+            del self._pending_ids[job_id]
+        state.insert(rec, self.node.clock.now())
+        fut.set_result(job_id)
+        self._after_change()
+        return True
+
+    # -- admin helpers shared with inspection --
+    def require_admin(self, action: str) -> None:
+        if not self.config.admin:
+            raise AdminDisabled(f"{action} refused: queue {self.name!r} was declared without "
+                                "admin=True")
+
+    # -- after every change --
+    async def _commit(self, gen: int | None = None) -> None:
+        """Write the last change's records through to storage, then emit its events.
+
+        ``gen``: the rollback generation when the request began; if a rollback happened since
+        (while the request awaited), its changes may be gone, so it fails rather than reply ok.
+        Raises StorageUnavailable (memory already rolled back) when the write fails.
+        """
+        state = self.state
+        if not self.durable:
+            dirty, events = state.drain()
+            self._publish(events)
+            self._after_change()
+            return
+        if gen is not None and gen != self._gen:
+            self._roll_back(state.take_undo())
+            raise StorageUnavailable(f"queue {self.name!r}: a storage write failed while this "
+                                     "request ran; nothing it changed was kept")
+        dirty, events = state.drain()
+        await self._persister.write(dirty, state.take_undo())
+        self._publish(events)
+        self._after_change()
+
+    def _rolled_back(self, undo: dict[str, Snapshot], exc: StorageUnavailable) -> None:
+        """The persister's failure hook: memory goes back to what storage holds."""
+        self.failed_at = self.node.clock.now()
+        log.warning("queue %s: write failed, %d job(s) rolled back: %s", self.name, len(undo),
+                    exc)
+        for job_id, snap in self.state.take_undo().items():  # changes not yet handed over
+            undo.setdefault(job_id, snap)
+        self._roll_back(undo)
+        if isinstance(exc, FencedOut):
+            self.fenced()
+
+    def _storage_fenced(self) -> None:
+        self.failed_at = self.node.clock.now()
+        self.fenced()
+
+    def _roll_back(self, undo: dict[str, Snapshot]) -> None:
+        self._gen += 1
+        self.state.rollback(undo)
+        if self.running:
+            self._reschedule.set()  # restored leases may be due
+
+    def fenced(self) -> None:
+        """Another replica holds the leadership epoch: stop serving at once (no write, no
+        event), and tell the election, which reloads before this replica serves again."""
+        if not self.running:
+            return
+        log.warning("queue %s: lost the leadership epoch; stopping at once", self.name)
+        self._unbind()
+        if self.wake_election is not None:
+            self.wake_election()
+
+    def _after_change(self) -> None:
+        dirty, events = self.state.drain()
+        if self.durable and dirty:
+            # Changes outside a request (none at present): written in the background.
+            asyncio.get_running_loop().create_task(
+                self._persist_quietly(dirty, events, self.state.take_undo()))
+        else:
+            self._publish(events)
+        if self.state.next_deadline_hint() < self._timer_target:
+            self._reschedule.set()
+
+    async def _persist_quietly(self, dirty: list[JobRecord | str], events: list[JobEvent],
+                               undo: dict[str, Snapshot]) -> bool:
+        try:
+            await self._persister.write(dirty, undo)
+        except StorageUnavailable as exc:
+            log.warning("queue %s: background write failed: %s", self.name, exc)
+            return False
+        self._publish(events)
+        return True
+
+    def _publish(self, events: list[JobEvent]) -> None:
+        emit = self.node.events.emit
+        claimable = 0
+        for event in events:
+            emit(event)
+            if event.kind == ev.ENQUEUED and event.detail.get("delay_s", 0) <= 0:
+                claimable += 1
+            elif event.kind == ev.RETRY_SCHEDULED and event.detail.get("delay_s", 0) <= 0:
+                claimable += 1
+        if claimable:
+            self.nudge(claimable)
+
+    def _emit_queue_event(self, kind: EventKind, **detail: Any) -> None:
+        self.node.events.emit(JobEvent(self.node.clock.now(), self.node.node_id, self.name, "",
+                                       kind, 0, None, detail))
+
+    def nudge(self, count: int) -> None:
+        """Tell idle workers that ``count`` jobs became claimable (``nudges.py``)."""
+        self.nudges.nudge(count)
+
+    # -- the sweeper --
+    async def _sweep_loop(self) -> None:
+        clock, interval = self.node.clock, self.config.sweep_interval_s
+        while self.running:
+            now = clock.now()
+            deadline = self.state.next_deadline()
+            # Nothing timed to do: sleep until a change brings a deadline (no idle ticking).
+            # Otherwise wake at the deadline, but at least every sweep interval, so a wall
+            # clock that jumps cannot leave an expired lease unnoticed for long.
+            wait = None if deadline is None else min(interval, max(0.0, deadline - now))
+            self._timer_target = float("inf") if wait is None else now + wait
+            self._reschedule.clear()
+            if wait is None or wait > 0:
+                await self._reschedule.wait(None if wait is None else clock.to_loop_seconds(wait))
+            self._timer_target = float("inf")
+            now = clock.now()
+            before = self.state.counts[READY]
+            self.state.sweep(now, spare_claimed_by=self.failed_at)
+            promoted = self.state.counts[READY] - before
+            dirty, events = self.state.drain()
+            if self.durable and dirty:
+                if not await self._persist_quietly(dirty, events, self.state.take_undo()):
+                    # Not applied (rolled back): retry after a sweep interval, not in a spin.
+                    await clock.sleep(interval)
+                    continue
+            else:
+                self._publish(events)
+            if promoted > 0:
+                self.nudge(promoted)
+
+    # -- read-only views --
+    def stats(self) -> dict[str, Any]:
+        counts = dict(self.state.counts)
+        oldest = self.state.oldest_ready_at()
+        now = self.node.clock.now()
+        return {"queue": self.name, "node": self.node.node_id, "counts": counts,
+                "oldest_ready_age_s": None if oldest is None else max(0.0, now - oldest),
+                "paused": self.state.paused}
+
+
+error_reply = protocol.error_reply

@@ -1,0 +1,121 @@
+"""Write-through of job records, in order, with group commit and rollback on failure.
+
+Every caller waits until its changes are stored (write-through), but callers that arrive while a
+write is in flight share the next round trip: one ``apply`` per batch, so a busy owner does
+not pay one storage round trip per job. Later changes to the same key win within a batch, and
+batches are written strictly in order, so storage never goes back to an older version of a job.
+
+Write, then apply: each change arrives with the snapshots of the records it changed (its undo).
+When a batch fails, that batch *and every batch queued behind it* (they were built on top of it
+in memory) fail with :class:`StorageUnavailable`, and ``on_failure`` receives the snapshots of
+them all, earliest first, so the owner can put its memory back to what storage holds.
+
+With a ``fence`` (an HA leader's epoch), every write is conditional on the fence still holding;
+a write refused by the fence raises :class:`~istos.errors.FencedOut`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+import msgpack
+
+from ..core.state import JobRecord, Snapshot
+from ..errors import StorageUnavailable
+from ..storage.base import Fence, Storage
+
+FailureHook = Callable[[dict[str, Snapshot], StorageUnavailable], None]
+
+
+def encode_record(rec: JobRecord) -> bytes:
+    return msgpack.packb(rec.to_dict(), use_bin_type=True)
+
+
+def decode_record(raw: bytes) -> JobRecord:
+    return JobRecord.from_dict(msgpack.unpackb(raw, raw=False, strict_map_key=False))
+
+
+class Persister:
+    def __init__(self, storage: Storage, ns: str, *, on_failure: FailureHook | None = None,
+                 fence: Fence | None = None) -> None:
+        self._storage = storage
+        self._ns = ns
+        self.on_failure = on_failure
+        self.fence = fence
+        self._pending: dict[str, bytes | None] = {}
+        self._pending_undo: dict[str, Snapshot] = {}
+        self._waiters: list[asyncio.Future[None]] = []
+        self._flushing = False
+
+    async def write(self, changes: Iterable[JobRecord | str],
+                    undo: dict[str, Snapshot] | None = None) -> None:
+        """Store ``changes`` (records, or ids to delete); raise StorageUnavailable on failure.
+
+        With no changes, still waits for the writes already queued or in flight (a caller whose
+        changes another caller's batch took along must not reply before they are stored).
+        """
+        any_change = False
+        for change in changes:
+            any_change = True
+            if isinstance(change, str):
+                self._pending[change] = None
+            else:
+                # Encode now: the record keeps changing in memory after this call.
+                self._pending[change.job_id] = encode_record(change)
+        if undo:
+            pending_undo = self._pending_undo
+            for job_id, snap in undo.items():
+                pending_undo.setdefault(job_id, snap)  # the earliest snapshot wins
+        if not any_change and not self._flushing and not self._waiters:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        if not self._flushing:
+            # No write in flight: this caller flushes (no extra task). Callers arriving while
+            # it awaits storage queue up and are written by the same flush loop, in order.
+            self._flushing = True
+            try:
+                await self._flush()
+            finally:
+                self._flushing = False
+        await fut
+
+    async def _flush(self) -> None:
+        while self._waiters:
+            batch, waiters, undo = self._pending, self._waiters, self._pending_undo
+            self._pending, self._waiters, self._pending_undo = {}, [], {}
+            try:
+                puts = [(k, v) for k, v in batch.items() if v is not None]
+                deletes = [k for k, v in batch.items() if v is None]
+                if puts or deletes:
+                    if self.fence is None:
+                        await self._storage.apply(self._ns, puts, deletes)
+                    else:
+                        await self._storage.apply(self._ns, puts, deletes, fence=self.fence)
+            except Exception as exc:  # adapters raise StorageUnavailable; be safe with others
+                err = exc if isinstance(exc, StorageUnavailable) else StorageUnavailable(
+                    f"storage write for {self._ns!r} failed: {exc!r}")
+                self._fail(waiters, undo, err)
+                continue
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    def _fail(self, waiters: list[asyncio.Future[None]], undo: dict[str, Snapshot],
+              err: StorageUnavailable) -> None:
+        # The batches queued behind the failed one were applied in memory on top of it:
+        # they fail with it (never written), and all their snapshots go back together.
+        waiters = waiters + self._waiters
+        for job_id, snap in self._pending_undo.items():
+            undo.setdefault(job_id, snap)
+        self._pending, self._waiters, self._pending_undo = {}, [], {}
+        if self.on_failure is not None:
+            self.on_failure(undo, err)
+        for fut in waiters:
+            if not fut.done():
+                fut.set_exception(err)
+                fut.exception()  # retrieved: a waiter gone (cancelled) must not warn
+
+    async def load(self) -> list[JobRecord]:
+        return [decode_record(raw) for _, raw in await self._storage.scan(self._ns)]

@@ -1,0 +1,407 @@
+"""The worker side: claim jobs into free slots, run the user's function, ack or nack.
+
+One dispatcher per ``@app.worker`` claims as many jobs as it has free slots in a single request
+(a batch), so a busy worker pays one claim round trip per batch rather than per job. When the
+queue has nothing for it, the dispatcher sleeps until the owner's nudge (one wake-up for the whole
+worker, however many slots are idle: the reference package woke every idle loop per job) or the
+poll interval, a safety net for missed nudges and elapsed delays.
+
+A slot is free as soon as its function returns: the ack (or nack) goes into an outbox that rides
+on the next claim, or leaves in one batched ``settle`` request at the end of the loop turn. Acks
+are idempotent (keyed by the lease token), so a lost one costs a redelivery, never a job.
+
+Shutdown: the dispatcher stops claiming; jobs in flight get ``shutdown_grace_s`` to finish and
+ack; any still running after that (and prefetched jobs not started) are cancelled *without* a
+nack and handed back in one ``release`` request: ready again at once, their attempt not counted
+(a nack, or waiting for the lease to expire, would burn an attempt for a job that did nothing
+wrong). If the owner cannot take the release, they come back when their lease expires.
+
+Heartbeats, ``timeout_s`` and cancellation live in ``heartbeat.py`` (:class:`HeldLeases`): this
+module tells it when a job is claimed, started and finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import codec, di, protocol
+from ..context import JobContext
+from ..core.config import WorkerConfig
+from ..errors import InvalidJob, IstosError, OwnerUnavailable, StorageUnavailable
+from ..node import Node
+from ..wakeup import Wakeup
+from .client import OwnerClient
+from .heartbeat import Held, HeldLeases
+
+log = logging.getLogger("istos.worker")
+
+AUTO_PREFETCH_FACTOR = 4
+"""The automatic prefetch holds at most this many times ``concurrency`` extra jobs."""
+
+ContinueHook = Callable[[dict[str, Any], Any], Awaitable[None]]
+
+
+@dataclass
+class ClaimedJob:
+    job_id: str
+    body: bytes
+    attempt: int
+    token: str
+    worker: str
+    deadline: float | None
+    last_error: str | None
+    meta: dict[str, Any] | None
+    max_attempts: int
+    keep_results: bool
+
+
+@dataclass
+class WorkerStats:
+    claims: int = 0
+    empty_claims: int = 0
+    acked: int = 0
+    nacked: int = 0
+    failed_replies: int = 0
+    not_started: int = 0  # prefetched jobs dropped because their lease ended while waiting
+    peak_held: int = 0  # most jobs held at once (running + prefetched): > concurrency = prefetch
+    slot_ids: list[str] = field(default_factory=list)
+
+
+class WorkerRunner:
+    def __init__(self, config: WorkerConfig, fn: Callable[..., Any], node: Node,
+                 client: OwnerClient, *, continue_hook: ContinueHook | None = None,
+                 shutdown_grace_s: float = 10.0) -> None:
+        self.config = config
+        self.fn = fn
+        self.node = node
+        self.client = client
+        self.continue_hook = continue_hook
+        self.shutdown_grace_s = shutdown_grace_s
+        self._deps, self._wants_ctx = di.plan(fn)
+        self._is_async = inspect.iscoroutinefunction(fn)
+        name = getattr(fn, "__name__", "worker")
+        # One lease slot per job held: the running ones plus the prefetched ones waiting for
+        # an execution slot (``_running`` caps how many run at once).
+        self._auto_prefetch = config.prefetch is None
+        self._max_prefetch = max(0, min(AUTO_PREFETCH_FACTOR * config.concurrency,
+                                        protocol.MAX_SLOTS - config.concurrency)) \
+            if config.prefetch is None else config.prefetch
+        held = config.concurrency + self._max_prefetch
+        self._avg_run_s: float | None = None  # moving average of the function's run time
+        self._avg_claim_s: float | None = None  # moving average of a claim's round trip
+        self._runs_seen = 0
+        self._lease_s: float | None = None
+        self.slot_ids = [f"{node.node_id}:{name}#{i}" for i in range(held)]
+        self._running = asyncio.Semaphore(config.concurrency)
+        self._free = list(reversed(self.slot_ids))  # pop() hands out #0 first
+        self._wake = Wakeup()
+        self._slot_freed = Wakeup()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._nudge_handle: Any = None
+        self._stopping = False
+        self._killed = False
+        self._released: list[dict[str, Any]] = []  # jobs cancelled by shutdown, to hand back
+        self._outbox: list[dict[str, Any]] = []
+        self._flush_scheduled = False
+        self._settling: set[asyncio.Task[None]] = set()
+        self.stats = WorkerStats(slot_ids=list(self.slot_ids))
+        self.leases = HeldLeases(self)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    async def start(self) -> None:
+        transport = self.node.transport
+        if transport is not None:
+            self._nudge_handle = await transport.declare_subscriber(
+                self.node.key(self.config.queue, "nudge"), self._on_remote_nudge)
+        await self.leases.start()
+        self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch_loop())
+
+    def on_nudge(self) -> None:
+        """Jobs became claimable: wake the dispatcher if it has a free slot."""
+        if self._free:
+            self._wake.set()
+
+    def _on_remote_nudge(self, key: str, payload: bytes) -> None:
+        try:
+            msg = codec.decode_message(payload)
+        except IstosError:
+            return
+        targets = msg.get("to")
+        if targets is None or self.node.node_id in targets:
+            self.on_nudge()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._nudge_handle is not None:
+            self._nudge_handle.close()
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+            await asyncio.gather(self._dispatcher, return_exceptions=True)
+        if self._tasks:
+            _, pending = await asyncio.wait(
+                set(self._tasks), timeout=self.node.clock.to_loop_seconds(self.shutdown_grace_s))
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        await self.leases.stop()
+        self._flush_outbox()  # finished jobs' acks still go out before we leave
+        if self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
+        if self._released:
+            items, self._released = self._released, []
+            await self._send_release(items)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def kill(self) -> None:
+        """Stop at once with no ack, no nack (a simulated crash)."""
+        self._stopping = True
+        self._killed = True
+        if self._nudge_handle is not None:
+            self._nudge_handle.close()
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._settling:
+            task.cancel()
+        self.leases.kill()
+        self._outbox.clear()  # a crash loses unsent acks: those jobs come back after the lease
+
+    # -- claiming ---------------------------------------------------------------------------------
+    async def _dispatch_loop(self) -> None:
+        clock, poll = self.node.clock, self.config.poll_interval_s
+        while not self._stopping:
+            slots = self._claimable_slots()
+            if not slots:
+                self._slot_freed.clear()
+                await self._slot_freed.wait(None)
+                continue
+            self._wake.clear()
+            try:
+                jobs = await self._claim(slots)
+            except (OwnerUnavailable, IstosError) as exc:
+                log.debug("worker %s: claim failed: %s", slots[0], exc)
+                jobs = []
+            if len(jobs) < len(slots):
+                # The queue had nothing more for us: sleep until a nudge or the poll interval.
+                await self._wake.wait(clock.to_loop_seconds(poll))
+
+    def _claimable_slots(self) -> list[str]:
+        """The free slots to claim for: running slots plus the prefetch allowed right now."""
+        held = len(self.slot_ids) - len(self._free)
+        budget = self.config.concurrency + self._prefetch_now() - held
+        return list(reversed(self._free))[:max(0, budget)]
+
+    def _prefetch_now(self) -> int:
+        """Automatic prefetch holds extra jobs only while jobs are very short next to the
+        lease (under 1% of it), so it hides claim round trips for short jobs and never puts a
+        long job's lease at risk.
+
+        How many: ``concurrency``, or more when a claim's round trip is longer than a job
+        (enough to keep every slot busy for one round trip: ``concurrency * rtt / run``), up
+        to ``AUTO_PREFETCH_FACTOR * concurrency`` and to what would make a prefetched job
+        wait past 1% of its lease (it waits about ``prefetch / concurrency`` run times).
+        """
+        if not self._auto_prefetch:
+            return int(self.config.prefetch or 0)
+        run, lease = self._avg_run_s, self._lease_s
+        if self._runs_seen < 8 or run is None or lease is None or run > lease / 100:
+            return 0
+        conc = self.config.concurrency
+        rtt = self._avg_claim_s or 0.0
+        run = max(run, 1e-6)
+        depth = math.ceil(conc * rtt / run)
+        waiting_cap = math.floor(conc * lease / (100 * run) + 1e-9)  # (1e-9: float noise)
+        return max(conc, min(depth, self._max_prefetch, waiting_cap))
+
+    async def _claim(self, slots: list[str]) -> list[ClaimedJob]:
+        settle, self._outbox = self._outbox, []
+        fields: dict[str, Any] = {"workers": slots, "node": self.node.node_id}
+        if settle:
+            fields["settle"] = settle
+        sent_at = self.node.clock.monotonic()
+        try:
+            reply = await self.client.call("claim", **fields)
+        except IstosError:
+            if settle:  # the acks did not get through: send them on their own, with retries
+                self._outbox[:0] = settle
+                self._schedule_flush()
+            raise
+        self.stats.claims += 1
+        self._avg_claim_s = _moving_average(self._avg_claim_s,
+                                            self.node.clock.monotonic() - sent_at)
+        self._lease_s = reply.get("lease_s", self._lease_s)
+        if settle:
+            self._count(settle, reply.get("settled") or [])
+        jobs = [ClaimedJob(j["job_id"], j["body"], j["attempt"], j["token"], j["worker"],
+                           j.get("deadline"), j.get("last_error"), j.get("meta"),
+                           reply["max_attempts"], reply["keep_results"])
+                for j in reply["jobs"]]
+        if not jobs:
+            self.stats.empty_claims += 1
+        loop = asyncio.get_running_loop()
+        for job in jobs:
+            held = self.leases.hold(job, sent_at, self._lease_s)
+            self._free.remove(job.worker)
+            task = held.runner_task = loop.create_task(self._run(job, held))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        holding = len(self.slot_ids) - len(self._free)
+        if holding > self.stats.peak_held:
+            self.stats.peak_held = holding
+        if reply.get("cancel"):
+            self.leases.cancel(reply["cancel"])
+        return jobs
+
+    # -- running one job --------------------------------------------------------------------------
+    async def _run(self, job: ClaimedJob, held: Held) -> None:
+        outcome: dict[str, Any] | None = None
+        try:
+            async with self._running:  # FIFO: prefetched jobs start in claim order
+                now = self.node.clock.monotonic()
+                verdict = self.leases.verdict(held, now)
+                if verdict == "run":
+                    outcome = await self._run_job(job, held, now)
+                else:  # never start a job whose lease ended (or that was cancelled) meanwhile
+                    self.stats.not_started += 1
+                    if verdict == "cancelled":
+                        outcome = {"job_id": job.job_id, "token": job.token, "op": "nack",
+                                   "error": "JobCancelled: cancelled before it started"}
+        except asyncio.CancelledError:
+            if self._stopping and not self._killed:  # shutdown, not a crash: hand it back
+                self._released.append({"job_id": job.job_id, "token": job.token})
+            raise
+        finally:
+            self.leases.finish(held, outcome)  # the latest progress rides along
+            self._free.append(job.worker)
+            self._slot_freed.set()
+            if outcome is not None:
+                # Queued after the slot is freed, so a dispatcher woken by the free slot takes
+                # the ack along with its claim; otherwise it leaves at the end of this turn.
+                self._outbox.append(outcome)
+                self._schedule_flush()
+
+    async def _run_job(self, job: ClaimedJob, held: Held, started: float) -> dict[str, Any]:
+        """Run the function; return the ack or nack to send (raise on crash or shutdown)."""
+        try:
+            data = codec.decode_body(job.body)
+            kwargs: dict[str, Any] = {}
+            if self._wants_ctx:
+                kwargs["ctx"] = JobContext(job.job_id, self.config.queue, job.attempt,
+                                           job.max_attempts, job.last_error, job.worker,
+                                           job.deadline, self.leases.signals_of(held))
+            if self._deps:
+                async with AsyncExitStack() as stack:
+                    kwargs.update(await di.resolve(self._deps, stack, {}))
+                    result = await self.leases.guard(held, self._call(data, kwargs), started)
+            elif self._is_async:  # the function's own coroutine: no wrapper frame per job
+                result = await self.leases.guard(held, self.fn(data, **kwargs), started)
+            else:
+                result = await self.leases.guard(held, self._call(data, kwargs), started)
+            self._note_run_time(self.node.clock.monotonic() - started)
+            if self.continue_hook is not None and job.meta:
+                await self.continue_hook(job.meta, result)
+            # Chord members report their result to the barrier even without keep_results.
+            wants_result = job.keep_results or bool(job.meta and "chord" in job.meta)
+            encoded = codec.encode_body(result, queue=self.config.queue) \
+                if wants_result else None
+        except asyncio.CancelledError:
+            raise  # crash or shutdown: no ack, no nack; the lease brings the job back
+        except InvalidJob as exc:
+            return {"job_id": job.job_id, "token": job.token, "op": "nack",
+                    "error": f"result not storable: {exc}"}
+        except Exception as exc:
+            return {"job_id": job.job_id, "token": job.token, "op": "nack",
+                    "error": f"{type(exc).__name__}: {exc}"}
+        if encoded is not None:
+            return {"job_id": job.job_id, "token": job.token, "op": "ack", "result": encoded}
+        return {"job_id": job.job_id, "token": job.token, "op": "ack"}
+
+    def _note_run_time(self, seconds: float) -> None:
+        self._runs_seen += 1
+        self._avg_run_s = _moving_average(self._avg_run_s, seconds)
+
+    async def _call(self, data: Any, kwargs: dict[str, Any]) -> Any:
+        if self._is_async:
+            return await self.fn(data, **kwargs)
+        run = self.node.run_sync or self._run_on_pool
+        return await run(lambda: self.fn(data, **kwargs))
+
+    async def _run_on_pool(self, call: Callable[[], Any]) -> Any:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.config.concurrency,
+                                                thread_name_prefix="istos-worker")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    # -- settling acks and nacks --
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_outbox)
+
+    def _flush_outbox(self) -> None:
+        self._flush_scheduled = False
+        if not self._outbox:
+            return  # a claim took them along
+        items, self._outbox = self._outbox, []
+        task = asyncio.get_running_loop().create_task(self._send_settle(items))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _send_settle(self, items: list[dict[str, Any]]) -> None:
+        """Send acks/nacks in one request; retried briefly (they are idempotent). If the owner
+        cannot take them, the jobs are left to their leases: they come back, nothing is lost."""
+        for attempt in range(3):
+            try:
+                reply = await self.client.call("settle", items=items)
+            except (OwnerUnavailable, StorageUnavailable) as exc:
+                log.warning("worker %s: settling %d job(s) failed (%s)", self.slot_ids[0],
+                            len(items), exc)
+                await self.node.clock.sleep(0.05 * (attempt + 1))
+                continue
+            except IstosError as exc:
+                log.error("worker %s: owner refused %d ack(s)/nack(s): %s", self.slot_ids[0],
+                          len(items), exc)
+                break
+            self._count(items, reply.get("statuses") or [])
+            return
+        self.stats.failed_replies += len(items)
+
+    async def _send_release(self, items: list[dict[str, Any]]) -> None:
+        """Hand shutdown-cancelled jobs back (retried briefly; idempotent by token)."""
+        for attempt in range(3):
+            try:
+                await self.client.call("release", items=items)
+                return
+            except (OwnerUnavailable, StorageUnavailable) as exc:
+                log.warning("worker %s: releasing %d job(s) failed (%s)", self.slot_ids[0],
+                            len(items), exc)
+                await self.node.clock.sleep(0.05 * (attempt + 1))
+            except IstosError as exc:
+                log.error("worker %s: owner refused releasing %d job(s): %s",
+                          self.slot_ids[0], len(items), exc)
+                return
+
+    def _count(self, items: list[dict[str, Any]], statuses: list[str]) -> None:
+        for item, status in zip(items, statuses):
+            if status == "ok":
+                if item["op"] == "ack":
+                    self.stats.acked += 1
+                else:
+                    self.stats.nacked += 1
+
+
+def _moving_average(avg: float | None, sample: float) -> float:
+    """An exponential moving average that weighs the newest sample 0.2 (the first: 1)."""
+    return sample if avg is None else avg + 0.2 * (sample - avg)

@@ -1,0 +1,423 @@
+"""Attach to a live queue from a script, a thread or a notebook: inspect it, follow its events
+and, only where the queue opted in with ``admin=True``, act on it. ``with attach("jobs/email")
+as q: q.stats(); q.jobs(state="ready"); q.why(job_id); q.job(job_id); q.follow().events()``.
+
+Threading: a LiveQueue owns a private asyncio loop in a daemon thread (``_live.py``), and its
+Zenoh session lives on that loop; every request runs there. Plain methods submit to it and wait
+with a bound, so they work from a script, from any thread, and from a Jupyter cell: when the
+calling thread runs an event loop (a notebook kernel, ``asyncio.run``), that loop keeps running
+while the call waits (``_reenter.py``), so an owner served on it (``await app.start()`` in the
+same notebook) answers as usual. Async code awaits the ``a``-prefixed twins instead
+(``await q.astats()``, ``await q.ajobs(...)``; the convention of Django's async ORM), which never
+block the caller's loop at all.
+
+Read-only by default: attaching declares no worker and no queryable, never claims, and sends only
+inspection requests plus ``follow`` (the owner then publishes its events for a while).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import threading
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, TypeVar
+
+import pandas as pd
+
+from istos.core.config import check_queue_name
+from istos.errors import ConfigError, IstosError
+from istos.transport.zenoh import ZenohTransport
+
+from . import frames as lf
+from .loop import LoopThread, Stream, async_call, keep_following, stop_stream, sync_call
+from .requests import MAX_PAGE, OwnerRequests, jobs_args, purge_fields
+
+__all__ = ["attach", "aattach", "LiveQueue"]
+
+log = logging.getLogger("istos_nb.live.attach")
+T = TypeVar("T")
+
+# The owner caps a follow at 30 s. Every follower asking for the same ttl can never shorten
+# another's window (the owner keeps only the latest deadline), so we always ask for the cap.
+FOLLOW_TTL_S = 30.0
+_OPEN_TIMEOUT_S = 10.0  # the first Zenoh session on a host takes ~0.5 s to open
+_SLACK_S = 1.0  # the caller's wait beyond a request's own deadline (thread hand-offs)
+_ALL_PAGES_S = 3600.0  # the bound of a whole paged fetch (each page has its own timeout)
+
+
+def attach(queue: str, zenoh: Any = None, *, prefix: str = "istos",
+           timeout_s: float = 5.0) -> LiveQueue:
+    """Open a Zenoh session of its own and attach to ``queue``'s owner; see :class:`LiveQueue`.
+
+    ``zenoh`` takes what ``Istos(zenoh=...)`` takes (None: peer mode with multicast scouting);
+    ``prefix`` must match the owner's. Raises :class:`OwnerUnavailable` if no owner answers
+    within ``timeout_s`` (nothing is left running then) and ``ConfigError`` for a bad queue
+    name, timeout or Zenoh config.
+    """
+    return LiveQueue(queue, zenoh, prefix=prefix, timeout_s=timeout_s)
+
+
+async def aattach(queue: str, zenoh: Any = None, *, prefix: str = "istos",
+                  timeout_s: float = 5.0) -> LiveQueue:
+    """The awaitable :func:`attach`: the caller's loop runs freely while the session opens."""
+    lq = LiveQueue(queue, zenoh, prefix=prefix, timeout_s=timeout_s, _connect=False)
+    try:
+        await lq._awaiting(lq._connect, "open", max(_OPEN_TIMEOUT_S, lq.timeout_s) + _SLACK_S)
+    except BaseException:
+        await asyncio.to_thread(lq.close)
+        raise
+    return lq
+
+
+class LiveQueue:
+    """A read-only view of one live queue, through a Zenoh session of its own.
+
+    Every method is bounded by ``timeout_s`` per request; each raises :class:`OwnerUnavailable`
+    when no owner answers in time, and the typed error the owner answered with otherwise
+    (``AdminDisabled`` for admin ops on a queue without ``admin=True``). Methods are safe to call
+    from several threads; each has an awaitable twin named with an ``a`` prefix. Instants in the
+    returned frames and dicts are UTC pandas Timestamps, durations Timedeltas. Use
+    :func:`attach` (or :func:`aattach`) to create one.
+    """
+
+    def __init__(self, queue: str, zenoh: Any = None, *, prefix: str = "istos",
+                 timeout_s: float = 5.0, _connect: bool = True) -> None:
+        check_queue_name(queue)
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+                or not timeout_s > 0:
+            raise ConfigError(f"timeout_s must be a number > 0, got {timeout_s!r}")
+        self.queue, self.prefix, self.timeout_s = queue, prefix, float(timeout_s)
+        self.node_id = f"attach-{secrets.token_hex(4)}"
+        self.owner_node: str | None = None
+        self._events_key = f"{prefix}/q/{queue}/events"
+        self._closed = False
+        self._state_lock = threading.Lock()  # guards _closed and _stream transitions
+        self._stream: Stream | None = None
+        self._last_stream: Stream | None = None
+        # Built before the thread so a bad config raises ConfigError with nothing to clean up.
+        self._transport = ZenohTransport(zenoh, node_id=self.node_id)
+        self._req = OwnerRequests(self._transport, queue, prefix, self.timeout_s)
+        self._loop = LoopThread(f"istos-{self.node_id}")
+        if _connect:
+            try:
+                self._blocking(self._connect, "open", max(_OPEN_TIMEOUT_S, self.timeout_s))
+            except BaseException:
+                self.close()
+                raise
+
+    async def _connect(self) -> None:
+        await self._transport.start()
+        self.owner_node = (await self._req.ask("ping")).get("node")
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise IstosError(f"LiveQueue for {self.queue!r} is closed; attach() again")
+        if self._loop.on_loop_thread():
+            raise RuntimeError("LiveQueue methods block; they cannot run on its own loop thread")
+
+    def _blocking(self, make: Callable[[], Coroutine[Any, Any, T]], what: str,
+                  timeout_s: float | None = None) -> T:
+        """Run ``make()`` on the loop thread and wait for it (a plain call)."""
+        self._check_usable()
+        bound = self.timeout_s + _SLACK_S if timeout_s is None else timeout_s
+        return sync_call(self._loop, make, bound, what, self.queue)
+
+    async def _awaiting(self, make: Callable[[], Coroutine[Any, Any, T]], what: str,
+                        timeout_s: float | None = None) -> T:
+        """Run ``make()`` on the loop thread and await it (an ``a``-prefixed twin)."""
+        self._check_usable()
+        bound = self.timeout_s + _SLACK_S if timeout_s is None else timeout_s
+        return await async_call(self._loop, make, bound, what, self.queue)
+
+    # -- read-only views -----------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """The owner's stats: ``counts`` per state, ``oldest_ready_age_s``, ``enqueue_rate`` and
+        ``ack_rate`` (per second, last 10 s), ``totals`` per event kind since the owner started,
+        ``paused``, ``policy`` (lease_s, max_attempts, retry_backoff_s, retry_backoff_max_s,
+        retry_jitter, keep_results, result_ttl_s, admin: as declared), ``admin``, ``node``."""
+        return self._blocking(self._req.stats, "stats")
+
+    async def astats(self) -> dict[str, Any]:
+        return await self._awaiting(self._req.stats, "stats")
+
+    def jobs(self, state: str | Iterable[str] | None = None, where: dict[str, Any] | None = None,
+             limit: int | None = 100, offset: int = 0) -> pd.DataFrame:
+        """Jobs the owner holds, optionally in one ``state`` (or several: merged, oldest first)
+        and whose decoded body matches every ``where`` item (dotted paths: ``{"user.id": 7}``),
+        at most ``limit`` (None: every page) from ``offset`` in the owner's order. Columns:
+        job_id, state, priority, attempts, enqueued_at, ready_at, worker and deadline (leased
+        jobs), last_error, data (the decoded body). ``attrs["truncated"]`` says whether rows
+        were left out; ``attrs["total"]`` how many match in all (None when a ``where`` search
+        stopped early and the owner does not say)."""
+        args = jobs_args(state, where, limit, offset)
+        bound = _ALL_PAGES_S if limit is None or limit > MAX_PAGE else None
+        return self._blocking(lambda: self._req.jobs(*args), "jobs", bound)
+
+    async def ajobs(self, state: str | Iterable[str] | None = None,
+                    where: dict[str, Any] | None = None, limit: int | None = 100,
+                    offset: int = 0) -> pd.DataFrame:
+        args = jobs_args(state, where, limit, offset)
+        bound = _ALL_PAGES_S if limit is None or limit > MAX_PAGE else None
+        return await self._awaiting(lambda: self._req.jobs(*args), "jobs", bound)
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """One job in detail: ``state``, ``record`` (the owner's summary, instants as
+        Timestamps), ``why`` (as :meth:`why`), ``attempts`` (one row per delivery: attempt,
+        worker, claimed_at, finished_at, outcome, error, backoff) and ``data`` (the decoded
+        body). Raises LookupError if the queue holds no such job."""
+        return self._blocking(lambda: self._req.job(str(job_id)), "job")
+
+    async def ajob(self, job_id: str) -> dict[str, Any]:
+        return await self._awaiting(lambda: self._req.job(str(job_id)), "job")
+
+    def dead_letters(self, limit: int | None = None) -> pd.DataFrame:
+        """Dead jobs, oldest first: job_id, data (decoded), attempts, last_error, history (one
+        dict per attempt), finished_at. Every page is fetched unless ``limit`` caps the rows."""
+        return self._blocking(lambda: self._req.dead(limit), "dead", _ALL_PAGES_S)
+
+    async def adead_letters(self, limit: int | None = None) -> pd.DataFrame:
+        return await self._awaiting(lambda: self._req.dead(limit), "dead", _ALL_PAGES_S)
+
+    def leases(self) -> pd.DataFrame:
+        """Live leases: job_id, worker (slot id ``node:function#slot``), deadline, attempt."""
+        return self._blocking(self._req.leases, "leases")
+
+    async def aleases(self) -> pd.DataFrame:
+        return await self._awaiting(self._req.leases, "leases")
+
+    def why(self, job_id: str) -> dict[str, Any]:
+        """Why a job is (not) running: ``state``, ``reason`` in words and relative times
+        ("leased by w1 for 2.0 s more"), and the fields behind it (``ahead``, ``worker``,
+        ``until``, ``attempts``, ``last_error``, ``dead_letter``)."""
+        return self._blocking(lambda: self._req.why(str(job_id)), "why")
+
+    async def awhy(self, job_id: str) -> dict[str, Any]:
+        return await self._awaiting(lambda: self._req.why(str(job_id)), "why")
+
+    def events(self, limit: int = 1000) -> pd.DataFrame:
+        """The latest ``limit`` events as :func:`istos_nb.views.frames.events_frame`, with ``t``,
+        ``ready_at`` and ``deadline`` as UTC instants and ``delay_s`` a Timedelta.
+
+        While following: the rolling window (the owner's ring at follow time merged with the
+        live stream, de-duplicated). Otherwise a snapshot of the owner's ring: at most 10,000
+        events, and fewer when they do not fit in one reply (~6,000 typical events).
+        """
+        return lf.live_events(self.raw_events(limit))
+
+    async def aevents(self, limit: int = 1000) -> pd.DataFrame:
+        return lf.live_events(await self.araw_events(limit))
+
+    def raw_events(self, limit: int = 1000) -> list[dict[str, Any]]:
+        """:meth:`events` as the owner's event dicts (``t`` in epoch seconds)."""
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit!r}")
+        stream = self._stream
+        if stream is not None:
+            return stream.tail(limit)
+        return self._blocking(lambda: self._req.ring(limit), "events", 4 * self.timeout_s)
+
+    async def araw_events(self, limit: int = 1000) -> list[dict[str, Any]]:
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit!r}")
+        stream = self._stream
+        if stream is not None:
+            return stream.tail(limit)
+        return await self._awaiting(lambda: self._req.ring(limit), "events", 4 * self.timeout_s)
+
+    # -- following -----------------------------------------------------------------------------
+    def follow(self, window: int = 10_000) -> LiveQueue:
+        """Start following the owner's live events into a window of the latest ``window``.
+
+        Subscribes, asks the owner to publish (renewed every ttl/3 from the background loop, so
+        the stream never lapses while following), then merges the owner's recent ring. Calling
+        it while following only resizes the window. Returns self (``attach(q).follow()``).
+        """
+        stream = self._begin_follow(window)
+        if stream is not None:
+            try:
+                self._blocking(lambda: self._start_follow(stream), "follow", 4 * self.timeout_s)
+            except BaseException:
+                self._abandon(stream)
+                raise
+        return self
+
+    async def afollow(self, window: int = 10_000) -> LiveQueue:
+        stream = self._begin_follow(window)
+        if stream is not None:
+            try:
+                await self._awaiting(lambda: self._start_follow(stream), "follow",
+                                     4 * self.timeout_s)
+            except BaseException:
+                self._abandon(stream)
+                raise
+        return self
+
+    def _begin_follow(self, window: int) -> Stream | None:
+        """The new stream to start (claimed under the lock), or None after a resize."""
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window!r}")
+        self._check_usable()
+        with self._state_lock:
+            if self._stream is not None:
+                self._stream.resize(window)
+                return None
+            stream = self._stream = self._last_stream = Stream(window, FOLLOW_TTL_S)
+            return stream
+
+    def _abandon(self, stream: Stream) -> None:
+        with self._state_lock:
+            if self._stream is stream:
+                self._stream = None
+
+    def unfollow(self) -> None:
+        """Stop following (idempotent). The owner stops publishing when its ttl lapses (<= 30 s)
+        unless another follower renews it; ``events()`` goes back to ring snapshots."""
+        with self._state_lock:
+            stream, self._stream = self._stream, None
+        if stream is not None and self._loop.alive:
+            self._blocking(lambda: stop_stream(stream), "unfollow")
+
+    async def aunfollow(self) -> None:
+        with self._state_lock:
+            stream, self._stream = self._stream, None
+        if stream is not None and self._loop.alive:
+            await self._awaiting(lambda: stop_stream(stream), "unfollow")
+
+    @property
+    def following(self) -> bool:
+        return self._stream is not None
+
+    @property
+    def stream_stats(self) -> dict[str, Any]:
+        """Counters of the current (or last) follow; see ``istos_nb.live.loop.Stream`` for their
+        meaning."""
+        stream = self._stream or self._last_stream
+        if stream is None:
+            return Stream(1, FOLLOW_TTL_S).stats(False) | {"window": None}
+        return stream.stats(stream is self._stream)
+
+    async def _start_follow(self, stream: Stream) -> None:
+        # Subscribe first: the declaration travels ahead of the follow request on the link, so
+        # the owner already routes to us when it starts publishing.
+        stream.handle = await self._transport.declare_subscriber(self._events_key,
+                                                                 stream.on_batch)
+        try:
+            reply = await self._req.ask("follow", ttl_s=FOLLOW_TTL_S)
+            stream.ttl_s = float(reply.get("ttl_s") or FOLLOW_TTL_S)
+            stream.merge_snapshot(await self._req.ring(stream.window.maxlen or 1))
+        except BaseException:
+            stream.handle.close()
+            raise
+        stream.renewer = asyncio.get_running_loop().create_task(keep_following(
+            stream, lambda: self._req.ask("follow", ttl_s=FOLLOW_TTL_S)))
+
+    # -- admin (the owner refuses these with AdminDisabled unless admin=True) ------------------
+    def requeue(self, job_id: str) -> str:
+        """Enqueue dead job ``job_id``'s body again under a new id, returned. The dead letter
+        stays (purge it to drop it). Raises LookupError if the queue holds no such dead job."""
+        return self._requeued(job_id, self._blocking(
+            lambda: self._req.admin("requeue", job_id=str(job_id)), "requeue"))
+
+    async def arequeue(self, job_id: str) -> str:
+        return self._requeued(job_id, await self._awaiting(
+            lambda: self._req.admin("requeue", job_id=str(job_id)), "requeue"))
+
+    def _requeued(self, job_id: str, reply: dict[str, Any]) -> str:
+        if reply.get("job_id") is None:
+            raise LookupError(f"queue {self.queue!r} holds no dead job {job_id!r} to requeue "
+                              "(see dead_letters())")
+        return str(reply["job_id"])
+
+    def purge_dead(self, job_ids: Iterable[str] | None = None) -> int:
+        """Delete the given dead letters (all of them when None); returns how many went."""
+        fields = purge_fields(job_ids)
+        return int(self._blocking(lambda: self._req.admin("purge_dead", **fields),
+                                  "purge_dead")["purged"])
+
+    async def apurge_dead(self, job_ids: Iterable[str] | None = None) -> int:
+        fields = purge_fields(job_ids)
+        return int((await self._awaiting(lambda: self._req.admin("purge_dead", **fields),
+                                         "purge_dead"))["purged"])
+
+    def pause(self) -> None:
+        """Stop claims: workers get no job until :meth:`resume` (leases in flight carry on)."""
+        self._blocking(lambda: self._req.admin("pause"), "pause")
+
+    async def apause(self) -> None:
+        await self._awaiting(lambda: self._req.admin("pause"), "pause")
+
+    def resume(self) -> None:
+        """Let workers claim again (the owner nudges them)."""
+        self._blocking(lambda: self._req.admin("resume"), "resume")
+
+    async def aresume(self) -> None:
+        await self._awaiting(lambda: self._req.admin("resume"), "resume")
+
+    def cancel(self, job_id: str) -> str:
+        """Cancel a job, as ``Istos.cancel``: "cancelled" (it was waiting), "cancelling" (its
+        worker is told to stop it; it ends cancelled), "too_late" or "unknown"."""
+        return str(self._blocking(lambda: self._req.admin("cancel", job_id=str(job_id)),
+                                  "cancel")["status"])
+
+    async def acancel(self, job_id: str) -> str:
+        reply = await self._awaiting(lambda: self._req.admin("cancel", job_id=str(job_id)),
+                                     "cancel")
+        return str(reply["status"])
+
+    # -- widgets, lifecycle --------------------------------------------------------------------
+    def dashboard(self, refresh_s: float = 2.0) -> Any:
+        """An ipywidgets dashboard of this queue, refreshed every ``refresh_s`` seconds."""
+        from ..views.widgets import LiveDashboard  # lazy: ipywidgets only for those who ask
+
+        return LiveDashboard(self, refresh_s=refresh_s)
+
+    def close(self) -> None:
+        """Stop following, close the Zenoh session and the background loop. Idempotent."""
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+            stream, self._stream = self._stream, None
+        if self._loop.alive:
+            try:
+                self._loop.run(self._shutdown(stream), _OPEN_TIMEOUT_S)
+            except Exception as exc:  # closing must not fail; the loop goes down regardless
+                log.debug("closing %r: %s", self, exc)
+            self._loop.stop(_OPEN_TIMEOUT_S)
+
+    async def aclose(self) -> None:
+        """The awaitable :meth:`close`."""
+        await asyncio.to_thread(self.close)
+
+    async def _shutdown(self, stream: Stream | None) -> None:
+        if stream is not None:
+            await stop_stream(stream)
+        await self._transport.close()
+
+    def __enter__(self) -> LiveQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        head = f"LiveQueue({self.queue!r}, prefix={self.prefix!r}"
+        if self._closed:
+            return head + ", closed)"
+        bound = min(self.timeout_s, 1.0)  # a repr must not hang a notebook for the full timeout
+        try:
+            s = self._blocking(lambda: self._req.ask("stats", bound), "stats",
+                               bound + _SLACK_S)["stats"]
+        except (IstosError, RuntimeError) as exc:
+            return f"{head}, unavailable: {type(exc).__name__})"
+        counts = " ".join(f"{k}={v}" for k, v in s.get("counts", {}).items())
+        totals = s.get("totals", {})
+        extra = " paused" if s.get("paused") else ""
+        if self._stream is not None:
+            extra += f" following({self._stream.counts['received']} received)"
+        return (f"{head}, owner={s.get('node')!r}: {counts}; enqueued={totals.get('enqueued')} "
+                f"acked={totals.get('acked')}{extra})")
+

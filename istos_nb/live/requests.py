@@ -1,0 +1,178 @@
+"""The requests a :class:`istos_nb.live.attach.LiveQueue` makes: coroutines run on its own loop.
+
+One :class:`OwnerRequests` per LiveQueue, holding its Zenoh transport. Each method is one
+operation as the LiveQueue offers it (paging, halving pages that do not fit in one message,
+frames built with ``_liveframes``); :meth:`OwnerRequests.ask` is the one request path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from istos import codec
+from istos.core.state import STATES
+from istos.errors import ProtocolError
+from istos.protocol import MAX_EVENTS, MAX_PAGE, rpc_key
+from istos.transport.zenoh import ZenohTransport
+from istos.worker.client import query_owner, raise_for_reply
+
+from . import frames as lf
+
+# MAX_PAGE and MAX_EVENTS (the owner's caps) come from istos.protocol: one place for the wire.
+
+
+class ReplyTooLarge(ProtocolError):
+    """A reply above the codec's message cap; the caller asks again for fewer items."""
+
+
+class OwnerRequests:
+    """Requests to one queue's owner through ``transport``, each bounded by ``timeout_s``."""
+
+    def __init__(self, transport: ZenohTransport, queue: str, prefix: str,
+                 timeout_s: float) -> None:
+        self.transport, self.queue, self.prefix, self.timeout_s = (
+            transport, queue, prefix, timeout_s)
+        self.rpc_key = f"{prefix}/q/{queue}/rpc"
+
+    async def ask(self, op: str, timeout_s: float | None = None,
+                  **fields: Any) -> dict[str, Any]:
+        """One request, on the loop thread, through the engine's own request path
+        (``istos.worker.client.query_owner``: retried while nobody serves the key)."""
+        payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "op": op, **fields})
+        raw = await query_owner(self.transport, rpc_key(self.rpc_key, op), self.queue, payload,
+                                self.timeout_s if timeout_s is None else timeout_s,
+                                what=op, where=f" (prefix {self.prefix!r})")
+        if len(raw) > codec.MAX_MESSAGE_BYTES:
+            raise ReplyTooLarge(f"queue {self.queue!r}: the {op} reply is {len(raw)} bytes, "
+                                f"above the {codec.MAX_MESSAGE_BYTES} message cap")
+        return raise_for_reply(codec.decode_message(raw), self.queue)
+
+    async def stats(self) -> dict[str, Any]:
+        return dict((await self.ask("stats"))["stats"])
+
+    async def jobs(self, states: list[str | None], where: dict[str, Any], limit: int | None,
+                   offset: int) -> pd.DataFrame:
+        """``jobs_of`` each state; several are merged oldest first, their attrs combined."""
+        parts = [await self.jobs_of(s, where, limit, offset) for s in states]
+        if len(parts) == 1:
+            return parts[0]
+        rows = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
+        rows = rows.sort_values("enqueued_at", kind="stable", ignore_index=True)
+        totals = [p.attrs["total"] for p in parts]
+        shown = rows if limit is None else rows.head(limit)
+        shown.attrs = {"total": None if None in totals else sum(totals), "offset": offset,
+                       "truncated": len(shown) < len(rows)
+                       or any(p.attrs["truncated"] for p in parts)}
+        return shown
+
+    async def jobs_of(self, state: str | None, where: dict[str, Any], limit: int | None,
+                      offset: int) -> pd.DataFrame:
+        """Pages of one state from ``offset``; one row beyond ``limit`` says if more exist."""
+        want = None if limit is None else limit + 1
+        rows: list[dict[str, Any]] = []
+        size, more, total = MAX_PAGE, True, None
+        while more and (want is None or len(rows) < want):
+            page = size if want is None else min(size, want - len(rows))
+            try:
+                reply = await self.ask("jobs", state=state, where=where,
+                                       offset=offset + len(rows), limit=page)
+            except ReplyTooLarge:
+                if page == 1:  # cannot happen: one body (<= 1 MiB) fits in one message
+                    raise
+                size = max(1, page // 2)  # big bodies: smaller pages
+                continue
+            got = reply["jobs"]
+            rows.extend(got)
+            total = reply.get("total", total)
+            more = bool(reply.get("more", len(got) >= page))
+        truncated = limit is not None and len(rows) > limit
+        rows = rows if limit is None else rows[:limit]
+        if total is None and not truncated and not more and (rows or not offset):
+            total = offset + len(rows)
+        elif total is None and not where:
+            counts = (await self.stats())["counts"]
+            total = counts.get(state, 0) if state else sum(counts.values())
+        df = lf.jobs_table(rows)
+        df.attrs = {"total": total, "offset": offset, "truncated": truncated or more}
+        return df
+
+    async def dead(self, limit: int | None) -> pd.DataFrame:
+        dead: list[dict[str, Any]] = []
+        page_size = 1000
+        while limit is None or len(dead) < limit:
+            want = page_size if limit is None else min(page_size, limit - len(dead))
+            try:
+                reply = await self.ask("dead", offset=len(dead), limit=want)
+            except ReplyTooLarge:
+                if page_size == 1:
+                    raise
+                page_size = max(1, page_size // 4)  # big histories: smaller pages
+                continue
+            dead.extend(reply["dead"])
+            if not reply["dead"] or len(dead) >= reply.get("total", len(dead)):
+                break
+        return lf.dead_table(dead)
+
+    async def leases(self) -> pd.DataFrame:
+        return lf.table(lf.LEASE_COLUMNS, (await self.ask("leases"))["leases"])
+
+    async def why(self, job_id: str) -> dict[str, Any]:
+        why = lf.readable_why((await self.ask("why", job_id=job_id))["why"])
+        why.pop("_job", None)
+        return why
+
+    async def job(self, job_id: str) -> dict[str, Any]:
+        raw = (await self.ask("why", job_id=job_id))["why"]
+        why = lf.readable_why(raw)
+        rec = why.pop("_job", None)
+        if rec is None:
+            raise LookupError(f"queue {self.queue!r} holds no job {job_id!r}: {why['reason']}")
+        dead = raw.get("dead_letter")
+        if isinstance(dead, dict):  # a dead job's body and history come in its dead letter
+            history, data = dead.get("history") or [], why["dead_letter"]["data"]
+        else:
+            history, data = rec.pop("history", []), lf.decode(rec.pop("body", None))
+        record = {k: lf.instant(v) if k.endswith("_at") or k == "deadline" else v
+                  for k, v in rec.items() if k not in ("body", "history")}
+        return {"job_id": job_id, "state": why["state"], "record": record, "why": why,
+                "attempts": lf.attempts_table(history), "data": data}
+
+    async def ring(self, limit: int) -> list[dict[str, Any]]:
+        """The owner's latest ``limit`` events, fewer if they do not fit in one reply (its
+        ring cannot be paged: halve until the most recent ones fit)."""
+        ask = min(limit, MAX_EVENTS)
+        while True:
+            try:
+                return list((await self.ask("events", limit=ask))["events"])
+            except ReplyTooLarge:
+                if ask == 1:
+                    raise
+                ask //= 2
+
+    async def admin(self, op: str, **fields: Any) -> dict[str, Any]:
+        return await self.ask(op, **fields)
+
+
+def jobs_args(state: str | Iterable[str] | None, where: dict[str, Any] | None,
+               limit: int | None, offset: int
+               ) -> tuple[list[str | None], dict[str, Any], int | None, int]:
+    """``jobs()``'s arguments checked (ValueError naming the bad one) and normalised."""
+    states: list[str | None] = [state] if state is None or isinstance(state, str) \
+        else list(state)
+    for s in states:
+        if s is not None and s not in STATES:
+            raise ValueError(f"state must be one of {', '.join(STATES)} or None, got {s!r}")
+    if not states:
+        raise ValueError("state: give at least one state, or None for all")
+    if (limit is not None and limit < 1) or offset < 0:
+        raise ValueError(f"need limit >= 1 (or None) and offset >= 0, got {limit!r}, {offset!r}")
+    return states, dict(where or {}), limit, offset
+
+
+def purge_fields(job_ids: Iterable[str] | None) -> dict[str, Any]:
+    if isinstance(job_ids, str):
+        job_ids = [job_ids]  # one id, not its characters
+    return {} if job_ids is None else {"job_ids": [str(j) for j in job_ids]}

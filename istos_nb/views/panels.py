@@ -1,0 +1,115 @@
+"""Rendering shared by both dashboards: chart images, HTML tables, the tab set, display, close.
+
+Charts are PNG bytes in ``Image`` widgets and tables are ``HTML`` widgets (see
+``istos_nb.views.widgets`` for why). DOM classes set here: ``istos-chart`` (chart images),
+``istos-table`` and ``istos-table-<tab>`` (table panes).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from html import escape as _esc
+from typing import Any
+
+import ipywidgets as W
+import pandas as pd
+from matplotlib.figure import Figure
+
+from istos_nb.views import charts
+from istos_nb.views.frames import events_frame
+
+__all__ = ["CHART_DPI", "CHART_WIDTH_IN", "TABLE_ROWS", "Panels", "Shown", "close_tree",
+           "figure_png", "table_html"]
+
+TABLE_ROWS = 200  # a browser chokes on a multi-thousand-row HTML table; the frame has them all
+_CHART_TABS = ("leases", "retries", "backoff", "depth")
+_TABLE_CSS = ("<style>.istos-table table{border-collapse:collapse;font-size:12px}"
+              ".istos-table th,.istos-table td{padding:2px 8px;text-align:right}"
+              ".istos-table tr:nth-child(even){background:rgba(127,127,127,.08)}</style>")
+
+
+CHART_WIDTH_IN = 12.0  # every chart at one width: at CHART_DPI a 1200 px image, shown 100% wide
+CHART_DPI = 100
+
+
+def figure_png(fig: Figure, dpi: int = CHART_DPI) -> bytes:
+    """PNG bytes of ``fig`` (rendered with Agg; works in any thread, needs no display)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+def table_html(df: pd.DataFrame, what: str, cap: int = TABLE_ROWS, intro: str = "") -> str:
+    """``df`` as an HTML table of at most ``cap`` rows, under a line saying how many exist
+    and, before that, ``intro`` (HTML the caller has escaped)."""
+    note = f"{len(df)} {what}" + (f", first {cap} shown" if len(df) > cap else "")
+    shown = df.head(cap)
+    # na_rep covers NaN only; a None in a text column would print as "None"
+    shown = shown.astype(object).where(shown.notna(), "")
+    body = shown.to_html(index=False, border=0, float_format=lambda x: f"{x:.3f}")
+    return (f"{_TABLE_CSS}{intro}<p>{_esc(note)}</p>"
+            f'<div style="max-height:420px;overflow:auto">{body}</div>')
+
+
+class Panels:
+    """The tab set both dashboards show: four charts as PNG images, then HTML tables."""
+
+    def __init__(self, tables: Sequence[str]) -> None:
+        # hidden until the first render: an Image with no bytes shows a broken-image icon
+        # width 100 %: the image fills the pane (drawn at 1200 px, ~10 px text when shown
+        # at that size) instead of sitting at its natural size in a corner.
+        self.images = {name: W.Image(format="png", layout=W.Layout(
+            width="100%", max_width="100%", height="auto", display="none"))
+            for name in _CHART_TABS}
+        self.tables = {name: W.HTML() for name in tables}
+        for image in self.images.values():
+            image.add_class("istos-chart")
+        for name, pane in self.tables.items():
+            pane.add_class("istos-table")
+            pane.add_class("istos-table-" + name.replace(" ", "-"))
+        children = [*self.images.values(), *self.tables.values()]
+        self.tab = W.Tab(children=children, titles=[*self.images, *self.tables])
+
+    def show_charts(self, events: Any, backoff: tuple[float, float, float],
+                    max_attempts: int | None = None,
+                    after_each: Callable[[int], None] | None = None) -> None:
+        """Redraw the four charts from ``events`` (anything ``events_frame`` accepts), each
+        :data:`CHART_WIDTH_IN` wide at :data:`CHART_DPI`; ``after_each(n)`` is called after
+        the n-th chart (1..4) is shown, so a progress bar can follow the drawing too."""
+        events = events_frame(events)  # normalise once, not once per chart
+        draws: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+                 ("leases", charts.lease_gantt), ("retries", charts.retry_timeline),
+                 ("backoff", lambda e: charts.backoff_curve(e, *backoff,
+                                                            max_attempts=max_attempts)),
+                 ("depth", charts.depth_chart))
+        for n, (name, draw) in enumerate(draws, 1):
+            fig = charts.resize(draw(events), CHART_WIDTH_IN)
+            self.images[name].value = figure_png(fig)
+            self.images[name].layout.display = None
+            if after_each is not None:
+                after_each(n)
+
+    def show_table(self, name: str, df: pd.DataFrame, what: str, intro: str = "") -> None:
+        self.tables[name].value = table_html(df, what, intro=intro)
+
+
+def close_tree(widget: W.Widget) -> None:
+    # Widget.close() closes one widget; children and layouts would linger in the kernel.
+    for child in getattr(widget, "children", ()):
+        close_tree(child)
+    widget.close()
+
+
+class Shown:
+    """Displays as its top-level ``widget`` in every frontend (the mimebundle protocol)."""
+
+    widget: W.Box
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def close(self) -> None:
+        """Close every widget of the dashboard (the kernel forgets them)."""
+        close_tree(self.widget)
+

@@ -29,6 +29,7 @@ test: $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 lint: $(BIN)/python

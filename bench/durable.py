@@ -27,8 +27,8 @@ import uuid
 from pathlib import Path
 
 from istos import Istos, MemoryStorage, RedisStoragePlugin, SQLAlchemyStoragePlugin
+from istos.core.records import encode_record
 from istos.core.state import JobRecord
-from istos.owner.persist import encode_record
 from istos.transport.local import LocalMesh
 
 DRIVER = Path(__file__).resolve().parent / "_driver_ours.py"

@@ -108,6 +108,7 @@ class Istos:
         self.queues: dict[str, QueueConfig] = {}
         self.workers: list[tuple[WorkerConfig, Callable[..., Any]]] = []
         self.owners: dict[str, QueueOwner] = {}
+        self.node.local_owner = self.owners.get  # in-process calls skip the mesh
         self.runners: list[WorkerRunner] = []
         self._clients: dict[str, OwnerClient] = {}
         self._serving = False
@@ -343,7 +344,7 @@ class Istos:
     def client(self, queue: str) -> OwnerClient:
         client = self._clients.get(queue)
         if client is None:
-            client = OwnerClient(self.node, queue, lambda: self.owners.get(queue))
+            client = OwnerClient(self.node, queue)
             self._clients[queue] = client
         return client
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .clock import Clock
 from .events import EventLog
@@ -26,6 +26,20 @@ async def run_inline(call: Callable[[], Any]) -> Any:
     return call()
 
 
+class LocalOwner(Protocol):
+    """An owner serving in this process, as the request path sees it: calls to its queue go
+    straight to ``dispatch`` instead of over the mesh (the worker never imports the owner)."""
+
+    running: bool
+
+    def dispatch(self, msg: dict[str, Any], *, trusted: bool = False,
+                 role: str | None = None) -> Awaitable[dict[str, Any]]: ...
+
+
+def no_local_owner(queue: str) -> LocalOwner | None:
+    return None
+
+
 @dataclass
 class Node:
     node_id: str
@@ -40,6 +54,8 @@ class Node:
     # concurrency; subscribers on the loop's default executor).
     run_sync: RunSync | None = None
     events: EventLog = field(default_factory=EventLog)
+    # The owner of ``queue`` serving in this process, if any (the app installs its lookup).
+    local_owner: Callable[[str], LocalOwner | None] = no_local_owner
 
     def key(self, queue: str, leaf: str) -> str:
         """The key expression of a queue's ``leaf`` (rpc, nudge, events) under this prefix."""

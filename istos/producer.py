@@ -13,8 +13,8 @@ from . import codec, protocol
 from .core.config import check_delay, check_priority, check_queue_name
 from .errors import ConfigError, InvalidJob, ProtocolError
 from .node import Node
-from .owner import bulk
 from .protocol import MAX_PRIORITY
+from .worker import batches
 from .worker.client import OwnerClient
 
 
@@ -97,7 +97,7 @@ class Producer:
         self.require_serving()
         if ids is None:
             ids = [self.node.ids.new() for _ in datas]
-        return await bulk.send_many(self.client(name), ids, bodies, delay, prio, timeout_s)
+        return await batches.send_many(self.client(name), ids, bodies, delay, prio, timeout_s)
 
     async def dead_letters(self, name: str) -> list[dict[str, Any]]:
         """Dead jobs of ``name``: ``job_id``, ``data`` (decoded), ``attempts``, ``last_error``,

@@ -18,7 +18,7 @@ from services import free_port, start_throwaway_redis
 from zenoh_util import isolated_configs, unique_prefix
 
 from istos import InvalidJob, Istos, RedisStoragePlugin, StorageUnavailable, codec, protocol
-from istos.owner import bulk
+from istos.worker import batches
 
 
 @asynccontextmanager
@@ -87,7 +87,7 @@ async def test_mixed_sizes_are_split_into_frames_under_the_cap():
         state = owner.owners["q"].state
         assert len(state.jobs) == len(items)
         assert len(state.jobs[ids[2]].body) > 600_000 and len(state.jobs[ids[1]].body) < 100
-    frames = bulk.frames(ids, [codec.encode_body(x) for x in items], 0, 0)
+    frames = batches.frames(ids, [codec.encode_body(x) for x in items], 0, 0)
     assert [len(f) for f in frames] == served
     assert all(protocol.encoded_size({"v": 1, "op": "enqueue_many", "items": f})
                <= protocol.FRAME_CAP for f in frames)

@@ -13,8 +13,8 @@ from collections.abc import Callable
 import pytest
 
 from istos import Istos, IstosError, MemoryStorage
+from istos.core.records import encode_record
 from istos.core.state import JobRecord
-from istos.owner.persist import encode_record
 from istos.storage.base import Fence
 from istos.transport.local import LocalMesh
 

@@ -14,8 +14,8 @@ from zenoh_util import unique_prefix
 from istos import InvalidProgress, Istos, JobContext
 from istos.core import leasing
 from istos.core.backoff import BackoffPolicy
+from istos.core.records import decode_record, encode_record
 from istos.core.state import CANCELLED, DEAD, DELAYED, LEASED, READY, QueuePolicy, QueueState
-from istos.owner.persist import decode_record, encode_record
 from istos.transport.local import LocalMesh
 
 RNG = random.Random(1)

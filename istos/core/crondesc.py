@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 from itertools import groupby
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .cron import CronSpec
+
+class CronSpec(Protocol):
+    """The fields of a parsed expression (:class:`istos.core.cron.CronSpec`) a description
+    reads (a protocol: cron.py imports this module)."""
+
+    @property
+    def minutes(self) -> frozenset[int]: ...
+    @property
+    def hours(self) -> frozenset[int]: ...
+    @property
+    def days(self) -> frozenset[int]: ...
+    @property
+    def months(self) -> frozenset[int]: ...
+    @property
+    def weekdays(self) -> frozenset[int]: ...
+    @property
+    def union_days(self) -> bool: ...
 
 MONTH_NAMES = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
 DAY_NAMES = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+import msgpack
+
 from .backoff import BackoffPolicy
 
 JobState = Literal["ready", "delayed", "leased", "done", "dead", "cancelled"]
@@ -102,3 +104,12 @@ SCALAR_FIELDS = (
     "lease_token", "lease_worker", "lease_deadline", "last_error", "result", "finished_at",
     "expires_at", "meta", "cancel_requested",
 )
+
+
+def encode_record(rec: JobRecord) -> bytes:
+    """A record as storage keeps it (msgpack of :meth:`JobRecord.to_dict`)."""
+    return msgpack.packb(rec.to_dict(), use_bin_type=True)
+
+
+def decode_record(raw: bytes) -> JobRecord:
+    return JobRecord.from_dict(msgpack.unpackb(raw, raw=False, strict_map_key=False))

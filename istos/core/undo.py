@@ -9,12 +9,22 @@ runs ahead of storage).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .records import DEAD, SCALAR_FIELDS, Attempt, JobRecord
+from ..events import JobEvent
+from .heaps import JobHeaps
+from .records import DEAD, SCALAR_FIELDS, Attempt, JobRecord, JobState
 
-if TYPE_CHECKING:
-    from .state import QueueState
+
+class Restorable(Protocol):
+    """The parts of a :class:`~istos.core.state.QueueState` a rollback puts back."""
+
+    jobs: dict[str, JobRecord]
+    dead: dict[str, JobRecord]
+    counts: dict[JobState, int]
+    dirty: list[JobRecord | str]
+    events: list[JobEvent]
+    heaps: JobHeaps
 
 
 @dataclass(slots=True)
@@ -45,7 +55,7 @@ def snapshot(rec: JobRecord) -> Snapshot:
     return Snapshot(rec, tuple(getattr(rec, name) for name in SCALAR_FIELDS), hist)
 
 
-def put_back(state: QueueState, undo: dict[str, Snapshot]) -> None:
+def put_back(state: Restorable, undo: dict[str, Snapshot]) -> None:
     """Put every record in ``undo`` back into ``state`` as it was, and drop the changes and
     events not yet drained, which were made on top of them (``QueueState.rollback``)."""
     state.dirty, state.events = [], []

@@ -237,7 +237,7 @@ async def requeue_dead_op(owner: QueueOwner, job_id: str) -> dict[str, Any]:
     fresh = state.new_record(job_id, rec.body, now, priority=rec.priority, meta=rec.meta)
     state.insert(fresh, now)  # emits "enqueued" and makes it claimable
     state.dirty.append(fresh)
-    await owner._commit()
+    await owner.writes.commit()
     return {"status": "requeued", "job_id": job_id}
 
 

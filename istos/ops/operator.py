@@ -70,8 +70,7 @@ class Operator:
         """One request to ``queue``'s owner; its checked reply."""
         client = self._clients.get(queue)
         if client is None:
-            client = self._clients[queue] = OwnerClient(self.node, check_queue_name(queue),
-                                                        lambda: None)
+            client = self._clients[queue] = OwnerClient(self.node, check_queue_name(queue))
         return await client.call(op, **fields)
 
     async def stats(self, queue: str) -> dict[str, Any]:

@@ -181,7 +181,7 @@ class Inspector(OwnerExtension):
         self.owner.require_admin("purge_dead")
         ids = msg.get("job_ids")
         purged = self.owner.state.purge_dead(self.owner.node.clock.now(), ids)
-        await self.owner._commit()
+        await self.owner.writes.commit()
         return {"purged": purged}
 
     async def op_pause(self, msg: dict[str, Any]) -> dict[str, Any]:

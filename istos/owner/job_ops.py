@@ -11,15 +11,13 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import protocol
 from ..core.records import DEAD, DELAYED, DONE, READY, JobRecord
 from ..errors import IstosError, ProtocolError
 from .extension import Handler
-
-if TYPE_CHECKING:  # (only the type: owner.py imports this module)
-    from .owner import QueueOwner
+from .handle import OwnerHandle
 
 log = logging.getLogger("istos.owner")
 
@@ -29,7 +27,7 @@ MAX_RELEASES = 4096
 class JobOps:
     """The job ops of one owner (served by it from the start)."""
 
-    def __init__(self, owner: QueueOwner) -> None:
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self.state = owner.state
 
@@ -42,7 +40,7 @@ class JobOps:
         """Claim one job per listed worker slot, after settling the acks/nacks the worker
         piggybacked on the request (one round trip instead of two)."""
         owner = self.owner
-        gen = owner._gen
+        gen = owner.writes.generation
         settled = await self.settle(msg["settle"]) if msg.get("settle") else None
         workers: list[str] = msg["workers"]
         # Slots are filled only while the reply stays under the frame cap; the first job is
@@ -56,7 +54,7 @@ class JobOps:
         owner.hungry.note_claim(node, len(workers) - len(jobs), took=bool(jobs), cut=more)
         if more:
             owner.nudge(0)  # the poked node comes back for the rest at once
-        await owner._commit(gen)
+        await owner.writes.commit(gen)
         pol = owner.config.policy
         reply: dict[str, Any] = {"jobs": [
             {"job_id": r.job_id, "body": r.body, "attempt": r.attempts, "token": r.lease_token,
@@ -72,9 +70,9 @@ class JobOps:
 
     async def op_settle(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Acks and nacks of several deliveries in one request, written in one group commit."""
-        gen = self.owner._gen
+        gen = self.owner.writes.generation
         statuses = await self.settle(msg["items"])
-        await self.owner._commit(gen)
+        await self.owner.writes.commit(gen)
         return {"statuses": statuses}
 
     async def settle(self, items: list[dict[str, Any]]) -> list[str]:
@@ -95,11 +93,10 @@ class JobOps:
     async def ack_one(self, job_id: str, token: str, result: bytes | None,
                       now: float | None = None) -> str:
         owner, state = self.owner, self.state
-        if owner._before_ack:
+        if owner.before_ack_hooks(True):
             # Hooks that only want workflow steps (jobs with meta) skip every other ack.
             rec = state.jobs.get(job_id)
-            hooks = owner._before_ack if rec is not None and rec.meta \
-                else owner._before_every_ack
+            hooks = owner.before_ack_hooks(rec is not None and bool(rec.meta))
             if hooks and state.holder(job_id, token) is not None:
                 assert rec is not None
                 for ext in hooks:  # workflow barriers, before the ack is recorded
@@ -113,14 +110,14 @@ class JobOps:
                                node.rng)
 
     async def op_ack(self, msg: dict[str, Any]) -> dict[str, Any]:
-        gen = self.owner._gen
+        gen = self.owner.writes.generation
         status = await self.ack_one(msg["job_id"], msg["token"], msg.get("result"))
-        await self.owner._commit(gen)
+        await self.owner.writes.commit(gen)
         return {"status": status}
 
     async def op_nack(self, msg: dict[str, Any]) -> dict[str, Any]:
         status = self.nack_one(msg["job_id"], msg["token"], msg.get("error"))
-        await self.owner._commit()
+        await self.owner.writes.commit()
         return {"status": status}
 
     async def op_release(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -132,7 +129,7 @@ class JobOps:
                                 f"{MAX_RELEASES}")
         now = self.owner.node.clock.now()
         statuses = [self.state.release(str(i["job_id"]), str(i["token"]), now) for i in items]
-        await self.owner._commit()
+        await self.owner.writes.commit()
         return {"statuses": statuses}
 
     async def op_result(self, msg: dict[str, Any]) -> dict[str, Any]:

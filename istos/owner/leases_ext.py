@@ -55,7 +55,7 @@ class LeaseOps(OwnerExtension):
             check_progress(item.get("progress"), item.get("note"))
         state, now = self.owner.state, self.owner.node.clock.now()
         statuses = [leasing.extend(state, item, now) for item in items]
-        await self.owner._commit()
+        await self.owner.writes.commit()
         return {"statuses": statuses}
 
     async def op_cancel(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -66,7 +66,7 @@ class LeaseOps(OwnerExtension):
             raise ProtocolError("cancel needs a string job_id")
         state = self.owner.state
         status = leasing.cancel(state, job_id, self.owner.node.clock.now())
-        await self.owner._commit()
+        await self.owner.writes.commit()
         if status == "cancelling":
             worker = state.jobs[job_id].lease_worker or ""
             node = worker.rsplit(":", 1)[0]

@@ -32,14 +32,13 @@ from .. import codec, protocol
 from .. import events as ev
 from ..core.config import QueueConfig
 from ..core.hungry import HungryNodes
-from ..core.state import READY, JobRecord, QueueState, Snapshot
+from ..core.state import READY, QueueState
 from ..errors import (
     AdminDisabled,
     FencedOut,
     InvalidJob,
     IstosError,
     ProtocolError,
-    StorageUnavailable,
 )
 from ..events import EventKind, JobEvent
 from ..node import Node
@@ -50,6 +49,7 @@ from .extension import Handler, OwnerExtension, overrides
 from .job_ops import JobOps
 from .nudges import Nudges
 from .persist import Persister
+from .write_path import OwnerSignals, WritePath
 
 log = logging.getLogger("istos.owner")
 
@@ -67,9 +67,12 @@ class QueueOwner:
         if self.durable:
             self.state.track_undo()
         self.fence = fence
-        self._persister = Persister(node.storage, f"jobs:{config.name}",
-                                    on_failure=self._rolled_back, fence=fence)
-        self._gen = 0  # bumped by every rollback: a request that saw one must not reply ok
+        self.writes = WritePath(
+            config.name, self.state, Persister(node.storage, f"jobs:{config.name}", fence=fence),
+            durable=self.durable, signals=OwnerSignals(
+                publish=self._publish, deadline_changed=self._sooner_deadline,
+                wake_sweeper=self._wake_sweeper, write_failed=self._write_failed,
+                fenced=self.fenced))
         self.failed_at: float | None = None  # clock time of the last failed write
         # An HA leader's view of its lease: it serves only until then unless renewed, and
         # wakes the election when it finds it lapsed or its epoch gone.
@@ -77,7 +80,6 @@ class QueueOwner:
         self.wake_election: Callable[[], None] | None = None
         self.storage: Storage = node.storage if fence is None else FencedStorage(
             node.storage, fence, self._storage_fenced)
-        self._pending_ids: dict[str, asyncio.Future[str]] = {}
         self._handle: Any = None
         self._timer: asyncio.Task[None] | None = None
         self._reschedule = Wakeup()
@@ -100,6 +102,11 @@ class QueueOwner:
             "enqueue_many": lambda msg: bulk.op_enqueue_many(self, msg),
         }
 
+    def before_ack_hooks(self, with_meta: bool) -> list[OwnerExtension]:
+        """The extensions whose ``before_ack`` runs for an ack of a job with (or without) meta,
+        in order; those that asked for workflow steps only skip jobs without meta."""
+        return self._before_ack if with_meta else self._before_every_ack
+
     def extend(self, ext: OwnerExtension, *, first: bool = False) -> None:
         """Add an extension (:mod:`istos.owner.extension`): its ops are served from now on,
         and its hooks run after those of the extensions added before it (``first``: before)."""
@@ -120,7 +127,7 @@ class QueueOwner:
         """Recover from durable storage, bind the rpc key, start the sweeper."""
         now = self.node.clock.now()
         if self.durable:
-            for rec in await self._persister.load():
+            for rec in await self.writes.persister.load():
                 self.state.restore(rec, now)
         self.running = True
         if self.node.transport is not None:
@@ -128,7 +135,7 @@ class QueueOwner:
                 self.node.key(self.name, "rpc") + "/*", self._on_request)
         self._timer = asyncio.get_running_loop().create_task(self._sweep_loop())
         self._emit_queue_event(ev.OWNER_UP, recovered=len(self.state.jobs))
-        self._after_change()
+        self.writes.after_change()
 
     def _unbind(self) -> None:
         """Stop answering requests and cancel the sweeper (``stop`` then awaits it)."""
@@ -244,32 +251,20 @@ class QueueOwner:
             created = state.enqueue(job_id, body, now, delay_s=delay_s, priority=priority,
                                     meta=meta)
             state.dirty.clear()
-            self._after_change()
+            self.writes.after_change()
             return created
         if state.holds(job_id):
             state.enqueue(job_id, body, now)  # records the duplicate_enqueue event only
-            self._after_change()
+            self.writes.after_change()
             return False
-        pending = self._pending_ids.get(job_id)
+        pending = self.writes.pending(job_id)
         if pending is not None:
-            await pending
+            await pending  # its failure is this duplicate's failure too
             return False
         # Durable: the record is stored before the queue accepts it, so a storage outage makes
         # the producer's enqueue fail and nothing half-accepted remains in memory.
         rec = state.new_record(job_id, body, now, delay_s=delay_s, priority=priority, meta=meta)
-        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._pending_ids[job_id] = fut
-        try:
-            await self._persister.write([rec])
-        except StorageUnavailable as exc:
-            fut.set_exception(exc)
-            fut.exception()  # mark retrieved: concurrent duplicates re-raise it themselves
-            raise
-        finally:
-            del self._pending_ids[job_id]
-        state.insert(rec, self.node.clock.now())
-        fut.set_result(job_id)
-        self._after_change()
+        await self.writes.store_new({job_id: rec}, self.node.clock.now)
         return True
 
     # -- admin helpers shared with inspection --
@@ -278,49 +273,21 @@ class QueueOwner:
             raise AdminDisabled(f"{action} refused: queue {self.name!r} was declared without "
                                 "admin=True")
 
-    # -- after every change --
-    async def _commit(self, gen: int | None = None) -> None:
-        """Write the last change's records through to storage, then emit its events.
-
-        ``gen``: the rollback generation when the request began; if a rollback happened since
-        (while the request awaited), its changes may be gone, so it fails rather than reply ok.
-        Raises StorageUnavailable (memory already rolled back) when the write fails.
-        """
-        state = self.state
-        if not self.durable:
-            dirty, events = state.drain()
-            self._publish(events)
-            self._after_change()
-            return
-        if gen is not None and gen != self._gen:
-            self._roll_back(state.take_undo())
-            raise StorageUnavailable(f"queue {self.name!r}: a storage write failed while this "
-                                     "request ran; nothing it changed was kept")
-        dirty, events = state.drain()
-        await self._persister.write(dirty, state.take_undo())
-        self._publish(events)
-        self._after_change()
-
-    def _rolled_back(self, undo: dict[str, Snapshot], exc: StorageUnavailable) -> None:
-        """The persister's failure hook: memory goes back to what storage holds."""
+    # -- what the write path tells the owner --
+    def _write_failed(self) -> None:
         self.failed_at = self.node.clock.now()
-        log.warning("queue %s: write failed, %d job(s) rolled back: %s", self.name, len(undo),
-                    exc)
-        for job_id, snap in self.state.take_undo().items():  # changes not yet handed over
-            undo.setdefault(job_id, snap)
-        self._roll_back(undo)
-        if isinstance(exc, FencedOut):
-            self.fenced()
 
     def _storage_fenced(self) -> None:
         self.failed_at = self.node.clock.now()
         self.fenced()
 
-    def _roll_back(self, undo: dict[str, Snapshot]) -> None:
-        self._gen += 1
-        self.state.rollback(undo)
+    def _sooner_deadline(self) -> None:
+        if self.state.next_deadline_hint() < self._timer_target:
+            self._reschedule.set()
+
+    def _wake_sweeper(self) -> None:
         if self.running:
-            self._reschedule.set()  # restored leases may be due
+            self._reschedule.set()
 
     def fenced(self) -> None:
         """Another replica holds the leadership epoch: stop serving at once (no write, no
@@ -331,27 +298,6 @@ class QueueOwner:
         self._unbind()
         if self.wake_election is not None:
             self.wake_election()
-
-    def _after_change(self) -> None:
-        dirty, events = self.state.drain()
-        if self.durable and dirty:
-            # Changes outside a request (none at present): written in the background.
-            asyncio.get_running_loop().create_task(
-                self._persist_quietly(dirty, events, self.state.take_undo()))
-        else:
-            self._publish(events)
-        if self.state.next_deadline_hint() < self._timer_target:
-            self._reschedule.set()
-
-    async def _persist_quietly(self, dirty: list[JobRecord | str], events: list[JobEvent],
-                               undo: dict[str, Snapshot]) -> bool:
-        try:
-            await self._persister.write(dirty, undo)
-        except StorageUnavailable as exc:
-            log.warning("queue %s: background write failed: %s", self.name, exc)
-            return False
-        self._publish(events)
-        return True
 
     def _publish(self, events: list[JobEvent]) -> None:
         emit = self.node.events.emit
@@ -394,7 +340,7 @@ class QueueOwner:
             promoted = self.state.counts[READY] - before
             dirty, events = self.state.drain()
             if self.durable and dirty:
-                if not await self._persist_quietly(dirty, events, self.state.take_undo()):
+                if not await self.writes.write_quietly(dirty, events, self.state.take_undo()):
                     # Not applied (rolled back): retry after a sweep interval, not in a spin.
                     await clock.sleep(interval)
                     continue

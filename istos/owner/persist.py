@@ -19,21 +19,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
-import msgpack
-
-from ..core.state import JobRecord, Snapshot
+from ..core.records import JobRecord, decode_record, encode_record
+from ..core.state import Snapshot
 from ..errors import StorageUnavailable
 from ..storage.base import Fence, Storage
 
 FailureHook = Callable[[dict[str, Snapshot], StorageUnavailable], None]
-
-
-def encode_record(rec: JobRecord) -> bytes:
-    return msgpack.packb(rec.to_dict(), use_bin_type=True)
-
-
-def decode_record(raw: bytes) -> JobRecord:
-    return JobRecord.from_dict(msgpack.unpackb(raw, raw=False, strict_map_key=False))
 
 
 class Persister:

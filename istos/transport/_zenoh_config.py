@@ -13,18 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING
 
 import zenoh
 
 from ..errors import ConfigError
 
-if TYPE_CHECKING:
-    # The public alias lives with the class that takes it (zenoh imports this module).
-    from .zenoh import ZenohConfigLike
 
-
-def to_zenoh_config(config: ZenohConfigLike) -> zenoh.Config:
+def to_zenoh_config(config: object) -> zenoh.Config:
     """Turn the accepted config forms into a ``zenoh.Config``; raise ConfigError otherwise."""
     if config is None:
         # Peer mode with multicast scouting: processes on one host find each other unaided.

@@ -1,19 +1,17 @@
 """The producer's and worker's side of the wire: one call to a queue's owner.
 
-When this node itself owns the queue (and is serving it), the call goes straight to the owner's
-``dispatch``: same code path as a remote request minus the envelope, which is what makes an
-in-process enqueue cost microseconds rather than a network round trip.
+When this node itself owns the queue (and is serving it: ``Node.local_owner``), the call goes
+straight to the owner's ``dispatch``: same code path as a remote request minus the envelope,
+which is what makes an in-process enqueue cost microseconds rather than a network round trip.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from .. import codec, errors, protocol
 from ..node import Node
-from ..owner.owner import QueueOwner
 from ..transport.base import NoResponder, Transport, TransportError, TransportTimeout
 from .coalesce import Coalescer
 
@@ -28,11 +26,9 @@ def raise_for_reply(reply: dict[str, Any], queue: str) -> dict[str, Any]:
 
 
 class OwnerClient:
-    def __init__(self, node: Node, queue: str,
-                 local_owner: Callable[[], QueueOwner | None]) -> None:
+    def __init__(self, node: Node, queue: str) -> None:
         self.node = node
         self.queue = queue
-        self._local_owner = local_owner
         self._key = node.key(queue, "rpc")  # each op goes to its role's key below it
         self._coalescer: Coalescer | None = None
 
@@ -43,7 +39,7 @@ class OwnerClient:
         node's ``request_timeout_s``).
         """
         msg = {"v": protocol.VERSION, "op": op, **fields}
-        owner = self._local_owner()
+        owner = self.node.local_owner(self.queue)
         if owner is not None and owner.running:
             # In-process: the app built these fields from values it checked itself.
             return raise_for_reply(await owner.dispatch(msg, trusted=True), self.queue)
@@ -52,7 +48,7 @@ class OwnerClient:
     async def enqueue(self, fields: dict[str, Any]) -> dict[str, Any]:
         """The ``enqueue`` op with ``fields`` (a job id included); to a remote owner coalesced
         with this event-loop turn's other enqueues into one request (see :mod:`.coalesce`)."""
-        owner = self._local_owner()
+        owner = self.node.local_owner(self.queue)
         if owner is not None and owner.running:
             return await self.call("enqueue", **fields)
         if self._coalescer is None:

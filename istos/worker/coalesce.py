@@ -15,19 +15,16 @@ callers' failure, as it would have been for each call alone.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import InvalidJob, IstosError, ProtocolError
-from ..owner import bulk
-
-if TYPE_CHECKING:
-    from .client import OwnerClient
+from . import batches
 
 Pending = tuple[dict[str, Any], "asyncio.Future[dict[str, Any]]"]
 
 
 class Coalescer:
-    def __init__(self, client: OwnerClient) -> None:
+    def __init__(self, client: batches.Caller) -> None:
         self._client = client
         self._open: list[Pending] | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # strong references while they run
@@ -51,7 +48,7 @@ class Coalescer:
         if not batch:
             return
         loop = asyncio.get_running_loop()
-        for start, end in bulk.cut([bulk.item_size(f) for f, _ in batch]):
+        for start, end in batches.cut([batches.item_size(f) for f, _ in batch]):
             task = loop.create_task(self._send(batch[start:end]))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

@@ -25,16 +25,38 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import codec
 from ..context import RunSignals
+from ..core.config import WorkerConfig
 from ..core.leasing import MAX_EXTEND_ITEMS
 from ..errors import IstosError, JobCancelled, JobTimeout
+from ..node import Node
 from ..wakeup import Wakeup
+from .client import OwnerClient
 
-if TYPE_CHECKING:
-    from .worker import ClaimedJob, WorkerRunner
+
+class LeaseHolder(Protocol):
+    """What the leases need of their worker (:class:`~istos.worker.worker.WorkerRunner`,
+    which builds them: an interface, so the two modules do not import each other)."""
+
+    node: Node
+    config: WorkerConfig
+    client: OwnerClient
+    slot_ids: list[str]
+
+    @property
+    def stopping(self) -> bool: ...
+    @property
+    def lease_s(self) -> float | None: ...
+
+
+class Claimed(Protocol):
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def token(self) -> str: ...
 
 log = logging.getLogger("istos.worker")
 
@@ -57,7 +79,7 @@ class Held:
 
 
 class HeldLeases:
-    def __init__(self, runner: WorkerRunner) -> None:
+    def __init__(self, runner: LeaseHolder) -> None:
         self.runner = runner
         # By lease token, not job id: a job whose lease ended while it waited here may be
         # claimed again by this same worker before the stale copy is dropped.
@@ -93,7 +115,7 @@ class HeldLeases:
             self._loop.cancel()
 
     # -- holding (the per-job hot path: a claim, a run, an ack; kept to a few attribute reads) --
-    def hold(self, job: ClaimedJob, sent_at: float, lease_s: float | None) -> Held:
+    def hold(self, job: Claimed, sent_at: float, lease_s: float | None) -> Held:
         held = Held(job.job_id, job.token, sent_at + (lease_s or 0.0))
         self.held[job.token] = held
         if self._loop is not None:
@@ -145,7 +167,7 @@ class HeldLeases:
                 raise asyncio.CancelledError
             return result
         except asyncio.CancelledError:
-            if self.runner._stopping or not (held.timed_out or held.cancel_requested):
+            if self.runner.stopping or not (held.timed_out or held.cancel_requested):
                 raise  # shutdown or crash: no nack, the lease brings the job back
             uncancel = getattr(task, "uncancel", None)  # Python >= 3.11 counts cancels
             if uncancel is not None:
@@ -191,7 +213,7 @@ class HeldLeases:
         clock = self.runner.node.clock
         last: float | None = None  # when the previous beat was due
         while not self._closed:
-            lease_s = self.runner._lease_s
+            lease_s = self.runner.lease_s
             if not self.held or lease_s is None:
                 self._have_jobs.clear()
                 await self._have_jobs.wait(None)

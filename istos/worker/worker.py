@@ -118,6 +118,16 @@ class WorkerRunner:
         self.leases = HeldLeases(self)
 
     # -- lifecycle --------------------------------------------------------------------------------
+    @property
+    def stopping(self) -> bool:
+        """True from the moment stop (or kill) began: no new runs, no renewals for ending ones."""
+        return self._stopping
+
+    @property
+    def lease_s(self) -> float | None:
+        """The queue's lease as the owner's last claim reply said (None before the first)."""
+        return self._lease_s
+
     async def start(self) -> None:
         transport = self.node.transport
         if transport is not None:

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from istos import events as ev
+from istos.core.records import decode_record
 from istos.errors import IstosError, StorageUnavailable
 from istos.events import JobEvent
-from istos.owner.persist import decode_record
 from istos.storage.memory import MemoryStorage
 from istos.transport.local import LocalMesh
 

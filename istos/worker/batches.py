@@ -1,0 +1,82 @@
+"""Bulk enqueue, the producer's side: a batch cut into requests under the frame cap.
+
+:func:`frames` cuts a batch into ``enqueue_many`` requests that each stay under the frame cap
+(by bytes, under :data:`~istos.protocol.PAGE_BUDGET`, and by count, at most
+:data:`~istos.protocol.MAX_ENQUEUE_ITEMS`), and :func:`send_many` sends them one round trip
+each. The owner stores each request's jobs in one write, all or none
+(:mod:`istos.owner.bulk`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from .. import protocol
+from ..errors import IstosError
+
+
+class Caller(Protocol):
+    """What sending a batch needs of the client (:class:`~istos.worker.client.OwnerClient`)."""
+
+    async def call(self, op: str, timeout_s: float | None = None,
+                   **fields: Any) -> dict[str, Any]: ...
+
+ITEM_OVERHEAD = 64  # msgpack bytes of one item's map besides its body and job id (at most)
+
+
+def item_size(item: dict[str, Any]) -> int:
+    """An upper bound of one item's encoded bytes in an ``enqueue_many`` request."""
+    return len(item["body"]) + 4 * len(item["job_id"]) + ITEM_OVERHEAD
+
+
+def cut(sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """``(start, end)`` of each request of a batch of items of these sizes, in order: each
+    under the byte budget and the count cap (an item alone always fits: a body is at most
+    MAX_BODY_BYTES)."""
+    out: list[tuple[int, int]] = []
+    start, used = 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and (used + size > protocol.PAGE_BUDGET
+                          or i - start >= protocol.MAX_ENQUEUE_ITEMS):
+            out.append((start, i))
+            start, used = i, 0
+        used += size
+    if start < len(sizes):
+        out.append((start, len(sizes)))
+    return out
+
+
+def frames(job_ids: Sequence[str], bodies: Sequence[bytes], delay_s: float, priority: int
+           ) -> list[list[dict[str, Any]]]:
+    """The ``items`` of each request of a batch, in order (see :func:`cut`)."""
+    items: list[dict[str, Any]] = []
+    for jid, body in zip(job_ids, bodies):
+        item: dict[str, Any] = {"body": body, "job_id": jid}
+        if delay_s:
+            item["delay_s"] = delay_s
+        if priority:
+            item["priority"] = priority
+        items.append(item)
+    return [items[a:b] for a, b in cut([item_size(i) for i in items])]
+
+
+async def send_many(client: Caller, job_ids: list[str], bodies: list[bytes],
+                    delay_s: float, priority: int, timeout_s: float | None) -> list[str]:
+    """Send a checked batch, one request per frame, in order; returns ``job_ids``.
+
+    A failure after the first frame leaves the frames before it stored: the error says how
+    many jobs, and sending the batch again with the same ids adds only the rest.
+    """
+    stored = 0
+    for items in frames(job_ids, bodies, delay_s, priority):
+        try:
+            await client.call("enqueue_many", timeout_s, items=items)
+        except IstosError as exc:
+            if not stored:
+                raise
+            raise type(exc)(f"{exc} (the first {stored} of {len(job_ids)} jobs were stored by "
+                            "earlier requests; enqueue the batch again with the same job_ids "
+                            "to add the rest)") from exc
+        stored += len(items)
+    return job_ids

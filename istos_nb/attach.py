@@ -5,12 +5,7 @@ Notebooks and the README import this name; the code lives in :mod:`istos_nb.live
 
 from __future__ import annotations
 
-from .live.attach import (
-    LiveQueue,
-    aattach,
-    attach,
-)
+from .live import attach as _implementation
+from .live.attach import *  # noqa: F403  (the implementation's __all__, nothing else)
 
-__all__ = [
-    "attach", "aattach", "LiveQueue",
-]
+__all__ = _implementation.__all__

@@ -5,22 +5,7 @@ Notebooks and the README import this name; the code lives in :mod:`istos_nb.view
 
 from __future__ import annotations
 
-from .views.charts import (
-    DEPTH_COLORS,
-    FINISH_COLORS,
-    OUTCOME_COLORS,
-    attempts_histogram,
-    backoff_band,
-    backoff_curve,
-    depth_chart,
-    lease_gantt,
-    resize,
-    retry_timeline,
-    throughput_chart,
-)
+from .views import charts as _implementation
+from .views.charts import *  # noqa: F403  (the implementation's __all__, nothing else)
 
-__all__ = [
-    "DEPTH_COLORS", "FINISH_COLORS", "OUTCOME_COLORS", "attempts_histogram", "backoff_band",
-    "backoff_curve", "depth_chart", "lease_gantt", "resize", "retry_timeline",
-    "throughput_chart",
-]
+__all__ = _implementation.__all__

@@ -5,19 +5,7 @@ Notebooks and the README import this name; the code lives in :mod:`istos_nb.view
 
 from __future__ import annotations
 
-from .views.frames import (
-    EventsLike,
-    attempts_frame,
-    depth_frame,
-    events_frame,
-    jobs_frame,
-    leases_frame,
-    node_events_frame,
-    throughput_frame,
-    worker_node,
-)
+from .views import frames as _implementation
+from .views.frames import *  # noqa: F403  (the implementation's __all__, nothing else)
 
-__all__ = [
-    "EventsLike", "attempts_frame", "depth_frame", "events_frame", "jobs_frame", "leases_frame",
-    "node_events_frame", "throughput_frame", "worker_node",
-]
+__all__ = _implementation.__all__

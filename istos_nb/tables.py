@@ -5,11 +5,7 @@ Notebooks and the README import this name; the code lives in :mod:`istos_nb.view
 
 from __future__ import annotations
 
-from .views.tables import (
-    TIME_COLUMNS,
-    times_of_day,
-)
+from .views import tables as _implementation
+from .views.tables import *  # noqa: F403  (the implementation's __all__, nothing else)
 
-__all__ = [
-    "TIME_COLUMNS", "times_of_day",
-]
+__all__ = _implementation.__all__

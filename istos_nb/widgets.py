@@ -5,13 +5,7 @@ Notebooks and the README import this name; the code lives in :mod:`istos_nb.view
 
 from __future__ import annotations
 
-from .views.widgets import (
-    DEFAULT_PARAMS,
-    LiveDashboard,
-    SimDashboard,
-    scenario_from_params,
-)
+from .views import widgets as _implementation
+from .views.widgets import *  # noqa: F403  (the implementation's __all__, nothing else)
 
-__all__ = [
-    "DEFAULT_PARAMS", "LiveDashboard", "SimDashboard", "scenario_from_params",
-]
+__all__ = _implementation.__all__

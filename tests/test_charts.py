@@ -108,8 +108,10 @@ def test_gantt_bars_are_outlined_so_back_to_back_leases_stay_apart() -> None:
 def test_gantt_links_each_expired_lease_to_the_next_claim_of_its_job() -> None:
     ax = lease_gantt(EVENTS).axes[0]
     # C expired on W2 (lane 2) at 7.0 and was claimed by W0 (lane 0) at 7.5; H likewise.
+    # each an arc from the expired lease's end to the next claim (arcs never stack)
     segments = [np.asarray(s) for s in by_gid(ax, "redelivery").get_segments()]
-    np.testing.assert_allclose(segments, [[(7.0, 2), (7.5, 0)], [(12.0, 2), (12.5, 0)]])
+    np.testing.assert_allclose([(s[0], s[-1]) for s in segments],
+                               [[(7.0, 2), (7.5, 0)], [(12.0, 2), (12.5, 0)]])
     assert "expired → next claim" in [t.get_text() for t in ax.get_legend().get_texts()]
     no_expiry = [x for x in EVENTS if x.kind != "lease_expired"]
     assert not [a for a in lease_gantt(no_expiry).axes[0].get_children()
@@ -134,7 +136,8 @@ def test_gantt_marks_crash_and_restart_on_the_lanes_of_that_node() -> None:
     np.testing.assert_allclose(by_gid(ax, "crash").get_offsets(),
                                [(3.0, 2), (13.5, 0), (13.5, 1)])
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend[:4] == ["acked", "nacked", "expired", "open"] and "node crashed" in legend
+    assert legend[:4] == ["acked", "nacked (will retry)", "lease expired",
+                          "still held at the end"] and "node crashed" in legend
 
 
 def test_gantt_ticks_each_heartbeat_renewal_on_its_holders_lane() -> None:
@@ -145,7 +148,7 @@ def test_gantt_ticks_each_heartbeat_renewal_on_its_holders_lane() -> None:
     np.testing.assert_allclose(by_gid(ax, "renewal").get_offsets(),
                                [(9.8, lanes.index(W1)), (11.0, lanes.index(W1))])
     assert len(by_gid(ax, "leases").get_paths()) == len(LEASES)  # renewals are not new bars
-    assert "lease renewed" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "lease renewed (heartbeat)" in [t.get_text() for t in ax.get_legend().get_texts()]
     assert not [a for a in lease_gantt(EVENTS).axes[0].get_children()
                 if a.get_gid() == "renewal"]
 
@@ -275,7 +278,14 @@ def test_depth_chart_steps_follow_depth_frame_to_the_last_event() -> None:
         np.testing.assert_allclose(line.get_xdata(), [*depth["t"], T_END])
         np.testing.assert_allclose(line.get_ydata(), [*depth[state], depth[state].iloc[-1]])
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-        "ready", "leased", "delayed", "dead"]
+        "ready", "leased", "delayed (backoff)", "dead-lettered"]
+
+
+def test_depth_chart_leaves_out_counts_that_never_left_zero() -> None:
+    no_dead = [x for x in EVENTS if x.kind != "dead_lettered"]
+    ax = depth_chart(no_dead).axes[0]
+    assert not [a for a in ax.get_children() if a.get_gid() == "depth_dead"]
+    assert "dead-lettered" not in [t.get_text() for t in ax.get_legend().get_texts()]
 
 
 def test_attempts_histogram_stacks_done_under_dead() -> None:
@@ -288,7 +298,8 @@ def test_attempts_histogram_stacks_done_under_dead() -> None:
     assert [p.get_height() for p in dead] == [0, 1]
     assert [p.get_y() for p in dead] == [1, 3]
     assert to_rgba(done[0].get_facecolor()) == to_rgba("tab:green")
-    assert to_rgba(dead[0].get_facecolor()) == to_rgba("tab:red")
+    # dead letters are black in every chart; red is only ever an expired lease
+    assert to_rgba(dead[0].get_facecolor()) == to_rgba("black")
 
 
 @pytest.mark.parametrize("bin_s", [1.0, 0.5])

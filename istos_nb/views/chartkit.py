@@ -7,6 +7,7 @@ object-oriented matplotlib API only (never pyplot's global state).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -14,30 +15,30 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, Locator
 
-# One colour per meaning, the same in every chart, so a glance transfers between them.
-OUTCOME_COLORS: dict[str, str] = {
-    "acked": "tab:green", "nacked": "tab:orange", "expired": "tab:red", "open": "tab:gray",
-    "cancelled": "tab:brown",
-}
-FINISH_COLORS: dict[str, str] = {"done": "tab:green", "dead": "tab:red"}
-DEPTH_COLORS: dict[str, str] = {
-    "ready": "tab:blue", "leased": "tab:purple", "delayed": "tab:olive", "dead": "tab:red",
-}
+from istos_nb.views.glyphs import GLYPHS, Drawn
+
+# One colour per meaning, the same in every chart (taken from the one vocabulary in glyphs.py).
+OUTCOME_COLORS: dict[str, str] = {o: GLYPHS[o].color
+                                  for o in ("acked", "nacked", "expired", "open", "cancelled")}
+FINISH_COLORS: dict[str, str] = {"done": GLYPHS["acked"].color, "dead": GLYPHS["dead"].color}
+DEPTH_COLORS: dict[str, str] = {s: GLYPHS[f"depth_{s}"].color
+                                for s in ("ready", "leased", "delayed", "dead")}
 # A thin dark outline on every bar: back-to-back leases of one colour stay countable, and
 # unlike a white gap it never erases a bar only a pixel or two wide.
 BAR_EDGE: dict[str, Any] = {"edgecolors": "0.1", "linewidths": 0.6}
-# Node markers readable on any bar colour: a black cross ringed in white for a crash, a white
-# triangle ringed in black for a restart.
-CRASH_STYLE: dict[str, Any] = {"marker": "X", "color": "black", "edgecolors": "white",
-                               "linewidths": 1.2, "s": 120}
-RESTART_STYLE: dict[str, Any] = {"marker": ">", "color": "white", "edgecolors": "black",
-                                 "linewidths": 1.2, "s": 90}
 TIME_LABEL = "time since first event (s)"
+WALL_LABEL = "wall-clock time (UTC)"
 LEGEND: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0),
                           "fontsize": "small"}
+MIN_BAR_PX = 2.0  # a bar narrower than this at the chart's own size is widened to it
 _CHAR_IN = 0.085  # mean glyph width of the default 10 pt font, inches (for margin estimates)
+# Epoch seconds after 2001-09-09: a live owner's wall clock. The simulator's virtual time starts
+# at 0, so a stream whose first event is this late came from a real clock.
+_WALL_CLOCK_FROM = 1e9
+_CLOCK_STEPS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
+                10800, 21600, 43200, 86400)
 
 Labels = Mapping[str, str] | Callable[[str], str] | None
 
@@ -55,10 +56,41 @@ def axes_for(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axe
 
 
 def done(fig: Figure, ax: Axes, owned: bool) -> Figure:
-    """Size the margins of a figure we created; a caller's own figure keeps its layout."""
+    """Size the margins of a figure we created (a caller's own figure keeps its layout), then
+    widen bars too thin to see at that size."""
     if owned:
         fit(fig, ax)
+    floor_bar_widths(fig, ax)
     return fig
+
+
+def legend(ax: Axes, drawn: Drawn, title: str | None = None, note: str = "") -> None:
+    """The legend of what was drawn (nothing drawn: no legend), titled, with an optional note
+    under the title (how many of how many are shown, when a chart aggregates)."""
+    handles = drawn.handles()
+    if not handles:
+        return
+    heading = "\n".join(t for t in (title, note) if t) or None
+    ax.legend(handles=handles, title=heading, **LEGEND)
+
+
+def floor_bar_widths(fig: Figure, ax: Axes) -> None:
+    """Widen every bar narrower than :data:`MIN_BAR_PX` (at the figure's size and dpi) to that
+    width, growing rightwards from its start: a 50 ms lease on a 10-minute axis is still there
+    to see and count. Bars are the PolyCollections :func:`bars` made (gid set)."""
+    lo, hi = ax.get_xlim()
+    axes_px = ax.get_position().width * fig.get_figwidth() * fig.dpi
+    if hi <= lo or axes_px <= 0:
+        return
+    min_w = MIN_BAR_PX * (hi - lo) / axes_px
+    for coll in ax.collections:
+        if not isinstance(coll, PolyCollection) or not getattr(coll, "istos_bars", False):
+            continue
+        for path in coll.get_paths():  # in place: the collection keeps its paths
+            v = path.vertices
+            if v[2, 0] - v[0, 0] < min_w:
+                v[2:4, 0] = v[0, 0] + min_w
+        coll.stale = True
 
 
 def resize(fig: Figure, width_in: float, height_in: float | None = None) -> Figure:
@@ -89,7 +121,8 @@ def fit(fig: Figure, ax: Axes) -> None:
     right = 0.2
     legend = ax.get_legend()
     if legend is not None:  # every legend sits outside, right of the axes
-        texts = [t.get_text() for t in legend.get_texts()] + [legend.get_title().get_text()]
+        texts = [t.get_text() for t in legend.get_texts()]
+        texts += legend.get_title().get_text().split("\n")
         right += 0.6 + 0.8 * _CHAR_IN * max(len(t) for t in texts)
     left_f, right_f = left / width, 1 - right / width
     if right_f - left_f < 0.2:  # a very narrow figure: keep the axes, lose some margin
@@ -113,9 +146,49 @@ def span(df: pd.DataFrame) -> tuple[float, float]:
     return float(df["t"].min()), float(df["t"].max())
 
 
-def outcome_handles(extra: Sequence[Any] = ()) -> list[Any]:
-    return [Patch(facecolor=c, edgecolor=BAR_EDGE["edgecolors"], label=o)
-            for o, c in OUTCOME_COLORS.items()] + list(extra)
+def is_wall_clock(t0: float) -> bool:
+    """Did a stream starting at ``t0`` come from a real (epoch) clock, not virtual time?"""
+    return t0 >= _WALL_CLOCK_FROM
+
+
+class _ClockLocator(Locator):
+    """Ticks at round wall-clock instants (every 1, 2, 5, 10, 15, 30 s, 1 min...) on an axis
+    whose data is seconds since ``t0``."""
+
+    def __init__(self, t0: float, max_ticks: int = 7) -> None:
+        self.t0, self.max_ticks = t0, max_ticks
+
+    def __call__(self) -> Any:
+        lo, hi = self.axis.get_view_interval() if self.axis is not None else (0.0, 1.0)
+        return self.tick_values(lo, hi)
+
+    def tick_values(self, vmin: float, vmax: float) -> Any:
+        lo, hi = sorted((vmin, vmax))
+        span_s = max(hi - lo, 1e-9)
+        step = next((s for s in _CLOCK_STEPS if span_s / s <= self.max_ticks),
+                    _CLOCK_STEPS[-1])
+        first = np.ceil((self.t0 + lo) / step) * step
+        return np.arange(first, self.t0 + hi + step * 1e-6, step) - self.t0
+
+
+def time_axis(ax: Axes, t0: float) -> None:
+    """Label the x axis (seconds since ``t0``): relative seconds for a simulated stream, clock
+    time (UTC) for a live one, ticks at round instants, so a reader can match the chart to
+    logs and the owner's own timestamps."""
+    if not is_wall_clock(t0):
+        ax.set_xlabel(TIME_LABEL)
+        return
+    locator = _ClockLocator(t0)
+    ax.xaxis.set_major_locator(locator)
+
+    def clock(x: float, _pos: int | None = None) -> str:
+        instant = datetime.fromtimestamp(t0 + x, tz=timezone.utc)
+        ticks = locator()
+        fine = len(ticks) > 1 and (ticks[1] - ticks[0]) < 1
+        return instant.strftime("%H:%M:%S.%f")[:10] if fine else instant.strftime("%H:%M:%S")
+
+    ax.xaxis.set_major_formatter(FuncFormatter(clock))
+    ax.set_xlabel(WALL_LABEL)
 
 
 def lanes(ax: Axes, names: Sequence[str], labels: Labels = None) -> dict[str, int]:
@@ -153,6 +226,7 @@ def bars(ax: Axes, y: np.ndarray, left: np.ndarray, width: np.ndarray, height: f
     verts = np.stack([np.stack(corner, axis=-1) for corner in
                       ((left, lo), (left, hi), (right, hi), (right, lo))], axis=1)
     coll = PolyCollection(list(verts.reshape(-1, 4, 2)), gid=gid, **style)
+    coll.istos_bars = True  # type: ignore[attr-defined]  # floor_bar_widths widens these
     ax.add_collection(coll)
     ax.autoscale_view()
     return coll

@@ -1,17 +1,23 @@
-"""Draw the README's picture: a lease chart of a worker crash and its job's redelivery.
+"""Draw the README's hero picture from notebook 01's own run: the lease chart of its first cell
+group (a simulated worker crash and its jobs' redelivery).
 
     python tools/readme_figure.py                    # writes docs/img/crash-redelivery.png
     python tools/readme_figure.py --out other.png
 
-The same simulated run as notebooks/01-quickstart (seed 1, twelve 3-second jobs on two
-workers with two slots each, lease 10 s; worker-b is killed at t = 5 s and back at t = 15 s),
-drawn with ``istos_nb.views.charts.lease_gantt``. Deterministic: the same seed gives the same run.
+The code is not copied here: the cells of notebooks/01-quickstart.ipynb tagged
+``readme-figure`` (the imports, the worker function, the simulated run and the chart) are
+executed as they are, and the last of them (an expression: the ``lease_gantt`` call) is the
+figure. Change the notebook and this picture follows; ``tests/test_readme_figure.py`` fails
+when the committed PNG no longer matches what the notebook draws. Deterministic: the run is
+seeded and the PNG carries no timestamp.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
+import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,40 +25,64 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from istos_nb.sim import Simulation  # noqa: E402
-from istos_nb.sim.result import SimResult  # noqa: E402
-from istos_nb.views.charts import lease_gantt, resize  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from istos_nb.views.charts import resize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "notebooks" / "01-quickstart.ipynb"
 OUT = ROOT / "docs" / "img" / "crash-redelivery.png"
+TAG = "readme-figure"
+WIDTH_IN, DPI = 9.0, 100
 
 
-async def resize_image(job: dict[str, Any]) -> None:
-    await asyncio.sleep(job["work_s"])  # virtual seconds in the simulator
+def tagged_cells(notebook: Path = NOTEBOOK) -> list[str]:
+    """Sources of the code cells tagged ``readme-figure``, IPython magics (``%...``) removed."""
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"
+             and TAG in c.get("metadata", {}).get("tags", [])]
+    if not cells:
+        raise SystemExit(f"{notebook}: no code cell tagged {TAG!r}")
+    sources = ["".join(c["source"]) for c in cells]
+    return ["\n".join(line for line in s.splitlines() if not line.lstrip().startswith("%"))
+            for s in sources]
 
 
-def crash_run() -> SimResult:
-    """Notebook 01's first run: worker-b dies at t = 5 s holding a job, which comes back."""
-    sim = Simulation(seed=1)
-    sim.node("owner").queue("jobs/resize", lease_s=10, max_attempts=3)
-    for name in ("worker-a", "worker-b"):
-        sim.node(name).worker("jobs/resize", concurrency=2)(resize_image)
-    producer = sim.node("producer")
-    for i in range(12):
-        sim.at(float(i), producer.enqueue, "jobs/resize", {"path": f"img{i}.png", "work_s": 3.0})
-    sim.crash("worker-b", at=5.0, restart_after=10.0)
-    return sim.run(until=60.0)
+def run_cells(notebook: Path = NOTEBOOK) -> tuple[dict[str, Any], str]:
+    """Execute every tagged cell but the last; (namespace, the last cell's expression)."""
+    *setup, chart = tagged_cells(notebook)
+    namespace: dict[str, Any] = {"__name__": "readme_figure"}
+    with contextlib.redirect_stdout(io.StringIO()):  # the run prints its summary
+        for source in setup:
+            exec(compile(source, str(notebook), "exec"), namespace)  # noqa: S102
+    return namespace, chart
+
+
+def crash_run(notebook: Path = NOTEBOOK) -> Any:
+    """Notebook 01's simulated run (its ``result``, a SimResult)."""
+    return run_cells(notebook)[0]["result"]
+
+
+def figure(notebook: Path = NOTEBOOK) -> Figure:
+    namespace, chart = run_cells(notebook)
+    fig = eval(compile(chart, str(notebook), "eval"), namespace)  # noqa: S307
+    if not isinstance(fig, Figure):
+        raise SystemExit(f"the last {TAG!r} cell must evaluate to a Figure, not {type(fig)}")
+    return resize(fig, WIDTH_IN)
+
+
+def png_bytes(notebook: Path = NOTEBOOK) -> bytes:
+    buf = io.BytesIO()
+    figure(notebook).savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return buf.getvalue()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=OUT, help=f"PNG to write (default {OUT})")
     args = parser.parse_args(argv)
-    fig = lease_gantt(crash_run().events,
-                      title="worker-b dies at t = 5 s; its job's lease expires and it runs again")
-    resize(fig, 9.0)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, format="png", dpi=100, metadata={"Software": None})
+    args.out.write_bytes(png_bytes())
     print(f"wrote {args.out}")
     return 0
 

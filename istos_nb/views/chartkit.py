@@ -87,7 +87,7 @@ def floor_bar_widths(fig: Figure, ax: Axes) -> None:
         if not isinstance(coll, PolyCollection) or not getattr(coll, "istos_bars", False):
             continue
         for path in coll.get_paths():  # in place: the collection keeps its paths
-            v = path.vertices
+            v: np.ndarray = np.asarray(path.vertices)  # a view: writes reach the path
             if v[2, 0] - v[0, 0] < min_w:
                 v[2:4, 0] = v[0, 0] + min_w
         coll.stale = True

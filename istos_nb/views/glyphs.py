@@ -74,7 +74,7 @@ GLYPHS: dict[str, Glyph] = {g_key: g for g_key, g in (
     ("crashed", Glyph("node crashed", "marker", "black", edge="white", marker="X")),
     ("restarted", Glyph("node restarted", "marker", "white", edge="black", marker=">",
                         size=8.0)),
-    ("delivery_crashed", Glyph("delivery died mid-job (node up)", "marker", "tab:red",
+    ("delivery_crashed", Glyph("delivery died mid-job", "marker", "tab:red",
                                edge="black", marker="v", size=8.0)),
     ("dead_lettered", Glyph("dead-lettered", "marker", "black", edge="white", marker="s",
                             size=8.0)),

@@ -206,8 +206,10 @@ def test_run_button_fills_progress_status_charts_and_tables():
     assert dash.result is not None
     assert dash.progress.value == dash.progress.max
     assert len(seen) > 20 and seen == sorted(seen)  # followed virtual time, in many steps
-    assert dash.status.value.startswith("done: 40 jobs, 10/10 invariants hold")
+    assert dash.status.value.startswith("run finished: 40 jobs enqueued, 10/10 invariants hold")
+    assert not dash.status.value.startswith("done")  # "done" is only ever a job state
     assert not dash.button.disabled
+    assert all(h.layout.display == "none" for h in dash.panels.hints.values())  # tabs filled
     for name, image in dash.panels.images.items():
         height, width, _ = png_shape(image.value)
         assert width == 1200 and height > 300, name  # 12 in at 100 dpi, for every chart
@@ -224,6 +226,26 @@ def test_run_button_fills_progress_status_charts_and_tables():
     dash.close()
 
 
+def test_every_tab_says_what_to_do_before_the_first_run():
+    dash = SimDashboard()
+    assert set(dash.panels.hints) == {"leases", "retries", "backoff", "depth", "jobs",
+                                      "invariants"}
+    for name, hint in dash.panels.hints.items():
+        assert "press Run" in hint.value and hint.layout.display != "none", name
+    dash.close()
+
+
+def test_the_run_horizon_is_a_control():
+    dash = SimDashboard(SMALL)
+    assert "auto" in dash.scenario.value
+    dash.controls["horizon_s"].value = 30
+    assert "runs to t=30 virtual s" in dash.scenario.value
+    result = dash.run()
+    assert result.virtual_s == pytest.approx(30, abs=1)
+    assert "job states at t=30 s" in dash.status.value
+    dash.close()
+
+
 def test_status_jobs_tab_and_invariants_tab_use_the_same_words():
     # Short leases and failures: some jobs dead, one whose handler ran twice, and dead jobs
     # whose handler did finish once (dead by state, ok by the delivery check).
@@ -233,8 +255,8 @@ def test_status_jobs_tab_and_invariants_tab_use_the_same_words():
     states = result.jobs["state"].value_counts()
     counts = result.counts
     status = dash.status.value
-    assert f"jobs: {states.get('done', 0)} done, {states.get('dead', 0)} dead, 0 unfinished" \
-        in status, status
+    assert (f": {states.get('done', 0)} done, {states.get('dead', 0)} dead, 0 unfinished"
+            in status.split("job states at t=", 1)[1]), status
     assert (f"delivery check: ok {counts['ok']}, lost {counts['lost']}, "
             f"duplicated {counts['duplicated']}, pending {counts['pending']}") in status
     assert counts["duplicated"] > 0 and counts["ok"] > states["done"]  # the cases that confuse

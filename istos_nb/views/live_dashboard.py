@@ -117,12 +117,13 @@ class LiveDashboard(Shown):
 
     def _build_layout(self) -> None:
         """The tab set (charts, jobs with its filters, dead letters, one job) and the handlers."""
-        self.panels = Panels(("jobs", "dead letters"))
+        self.panels = Panels(("jobs", "dead letters"),
+                             hint="Waiting for the first refresh (press Refresh).")
         jobs_pane = W.VBox([W.HBox([self.state_filter, self.search]), self.panels.tables["jobs"]])
         job_pane = W.VBox([W.HBox([self.job_id, self.show_job]), self.detail, self.timeline])
         tab = self.panels.tab
-        tab.children = [*self.panels.images.values(), jobs_pane,
-                        self.panels.tables["dead letters"], job_pane]
+        tab.children = [*(self.panels.panes[n] for n in self.panels.images), jobs_pane,
+                        self.panels.panes["dead letters"], job_pane]
         tab.titles = [*self.panels.images, "jobs", "dead letters", "job"]
         self.widget = W.VBox([W.HBox([self.interval, self.pause_toggle, self.button,
                                       self.status]), self.stats_line, self.admin_row,
@@ -157,6 +158,7 @@ class LiveDashboard(Shown):
             self.panels.tables["jobs"].value = lt.jobs_html(
                 _oldest_first(jobs), now, jobs.attrs.get("total", len(jobs)))
             self.panels.tables["dead letters"].value = lt.dead_html(dead, now)
+            self.panels.hide_hint("dead letters")
             self.job_id.options = tuple(dict.fromkeys([*jobs["job_id"], *dead["job_id"]]))
             self.admin = bool(stats.get("admin"))
             self.admin_row.layout.display = None if self.admin else "none"

@@ -78,7 +78,8 @@ def html_table(header: Sequence[str], rows: Sequence[Sequence[str]], note: str =
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
     body = "".join(f"<tr>{''.join(r)}</tr>" for r in rows)
     klass = f' class="{cls}"' if cls else ""
-    return (f"{CSS}<p>{esc(note)}</p><div style=\"max-height:420px;overflow:auto\">"
+    return (f"{CSS}<p>{esc(note)}</p><div class=\"istos-scroll\" "
+            "style=\"max-height:420px;max-width:100%;overflow:auto\">"
             f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 

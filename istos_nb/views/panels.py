@@ -2,7 +2,8 @@
 
 Charts are PNG bytes in ``Image`` widgets and tables are ``HTML`` widgets (see
 ``istos_nb.views.widgets`` for why). DOM classes set here: ``istos-chart`` (chart images),
-``istos-table`` and ``istos-table-<tab>`` (table panes).
+``istos-table`` and ``istos-table-<tab>`` (table panes), ``istos-hint`` (the line an empty
+tab shows until its first render), ``istos-scroll`` (the box a table scrolls in).
 """
 
 from __future__ import annotations
@@ -48,28 +49,38 @@ def table_html(df: pd.DataFrame, what: str, cap: int = TABLE_ROWS, intro: str = 
     # na_rep covers NaN only; a None in a text column would print as "None"
     shown = shown.astype(object).where(shown.notna(), "")
     body = shown.to_html(index=False, border=0, float_format=lambda x: f"{x:.3f}")
+    # The box scrolls both ways inside the pane: a wide table (the jobs table at 1440 px)
+    # used to run past the page edge with its last columns cut off.
     return (f"{_TABLE_CSS}{intro}<p>{_esc(note)}</p>"
-            f'<div style="max-height:420px;overflow:auto">{body}</div>')
+            f'<div class="istos-scroll" style="max-height:420px;max-width:100%;overflow:auto">'
+            f"{body}</div>")
 
 
 class Panels:
     """The tab set both dashboards show: four charts as PNG images, then HTML tables."""
 
-    def __init__(self, tables: Sequence[str]) -> None:
+    def __init__(self, tables: Sequence[str], hint: str = "Nothing to show yet.") -> None:
         # hidden until the first render: an Image with no bytes shows a broken-image icon
         # width 100 %: the image fills the pane (drawn at 1200 px, ~10 px text when shown
         # at that size) instead of sitting at its natural size in a corner.
         self.images = {name: W.Image(format="png", layout=W.Layout(
             width="100%", max_width="100%", height="auto", display="none"))
             for name in _CHART_TABS}
-        self.tables = {name: W.HTML() for name in tables}
+        self.tables = {name: W.HTML(layout=W.Layout(width="100%", max_width="100%",
+                                                   overflow="auto")) for name in tables}
+        # One hint per tab until its first render: an empty tab read as a broken page.
+        self.hints = {name: W.HTML(f"<p style='color:#555;padding:1em 0'>{_esc(hint)}</p>")
+                      for name in [*self.images, *self.tables]}
+        for hint_widget in self.hints.values():
+            hint_widget.add_class("istos-hint")
         for image in self.images.values():
             image.add_class("istos-chart")
         for name, pane in self.tables.items():
             pane.add_class("istos-table")
             pane.add_class("istos-table-" + name.replace(" ", "-"))
-        children = [*self.images.values(), *self.tables.values()]
-        self.tab = W.Tab(children=children, titles=[*self.images, *self.tables])
+        self.panes = {name: W.VBox([self.hints[name], pane], layout=W.Layout(width="100%"))
+                      for name, pane in {**self.images, **self.tables}.items()}
+        self.tab = W.Tab(children=list(self.panes.values()), titles=list(self.panes))
 
     def show_charts(self, events: Any, backoff: tuple[float, float, float],
                     max_attempts: int | None = None,
@@ -87,11 +98,17 @@ class Panels:
             fig = charts.resize(draw(events), CHART_WIDTH_IN)
             self.images[name].value = figure_png(fig)
             self.images[name].layout.display = None
+            self.hide_hint(name)
             if after_each is not None:
                 after_each(n)
 
     def show_table(self, name: str, df: pd.DataFrame, what: str, intro: str = "") -> None:
         self.tables[name].value = table_html(df, what, intro=intro)
+        self.hide_hint(name)
+
+    def hide_hint(self, name: str) -> None:
+        """The tab ``name`` has content now: drop its "nothing yet" line."""
+        self.hints[name].layout.display = "none"
 
 
 def close_tree(widget: W.Widget) -> None:

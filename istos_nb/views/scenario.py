@@ -20,7 +20,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "lease_s": 10.0, "max_attempts": 4, "retry_backoff_s": 1.0, "retry_backoff_max_s": 30.0,
     "retry_jitter": 0.2, "workers": 3, "concurrency": 2, "crashes_per_hour": 12.0,
     "clock_skew_s": 5.0, "jobs": 200, "rate": 2.0, "service_s": 1.0, "fail_p": 0.2,
-    "crash_p": 0.02, "restart_after_s": 10.0, "seed": 1,
+    "crash_p": 0.02, "restart_after_s": 10.0, "seed": 1, "horizon_s": 0.0,
 }
 _INT_PARAMS = ("max_attempts", "workers", "concurrency", "jobs", "seed")
 _MAX_DRAIN_S = 600.0  # idle virtual time is not free (worker polls), so cap the tail
@@ -36,7 +36,8 @@ def scenario_from_params(params: Mapping[str, Any] | None = None) -> tuple[Simul
     crashes at random, ``crashes_per_hour`` on average (0: never), and restarts after
     ``restart_after_s``; the owner never crashes, so no job is lost to volatile storage.
     ``jobs`` jobs arrive every ``1/rate`` s from t=0. ``until`` leaves time after the last
-    arrival for a failing job to use up its attempts (capped at 600 virtual s).
+    arrival for a failing job to use up its attempts (capped at 600 virtual s), unless
+    ``horizon_s`` > 0 sets it (jobs still running then are reported unfinished).
     Pure: builds, never runs. Raises ValueError for an unknown key or an invalid value.
     """
     p = _merged(params)
@@ -70,7 +71,7 @@ def _merged(params: Mapping[str, Any] | None) -> dict[str, Any]:
         p[key] = int(p[key])
     for keys, bound, ok in ((("workers", "concurrency", "jobs", "max_attempts"), ">= 1",
                              lambda v: v >= 1), (("rate", "service_s"), "> 0", lambda v: v > 0),
-                            (("crashes_per_hour",), ">= 0", lambda v: v >= 0)):
+                            (("crashes_per_hour", "horizon_s"), ">= 0", lambda v: v >= 0)):
         for key in keys:
             if not ok(p[key]):
                 raise ValueError(f"{key} must be {bound}, got {p[key]}")
@@ -78,6 +79,11 @@ def _merged(params: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _horizon(p: Mapping[str, Any]) -> float:
+    """Virtual seconds the run lasts: ``horizon_s`` when set, else :func:`auto_horizon`."""
+    return float(p["horizon_s"]) if p.get("horizon_s", 0) > 0 else auto_horizon(p)
+
+
+def auto_horizon(p: Mapping[str, Any]) -> float:
     # The last arrival may fail every attempt: each try costs a service time or, when it dies
     # mid-job, a whole lease; each retry waits its backoff; a crashed worker adds a restart.
     tries = p["max_attempts"]

@@ -71,11 +71,13 @@ def _check_counts(result: SimResult) -> dict[str, int]:
 
 
 def status_text(result: SimResult, params: Mapping[str, Any], report: pd.DataFrame) -> str:
-    """``done: N jobs, k/n invariants hold · jobs: ... · delivery check: ...`` (plain text)."""
+    """``run finished: N jobs enqueued, k/n invariants hold · job states at t=T: ... ·
+    delivery check: ...`` (plain text). "done" appears only as a job state."""
     states = ", ".join(f"{n} {s}" for s, n in _states(result).items())
     checks = ", ".join(f"{w} {n}" for w, n in _check_counts(result).items())
-    return (f"done: {params['jobs']} jobs, {int(report['ok'].sum())}/{len(report)} invariants "
-            f"hold · jobs: {states} · delivery check: {checks} · "
+    return (f"run finished: {params['jobs']} jobs enqueued, {int(report['ok'].sum())}/"
+            f"{len(report)} invariants hold · job states at t={result.virtual_s:.0f} s: "
+            f"{states} · delivery check: {checks} · "
             f"{result.virtual_s:.0f} virtual s in {result.wall_s:.2f} wall s")
 
 

@@ -6,7 +6,8 @@ and tables are ``HTML`` widgets rather than ``Output`` + ``display``: an ``Outpu
 Voila first executes a cell can hang the page (jupyter/nbclient#312), and a PNG is one message.
 
 Stable DOM classes for tests and custom CSS: ``istos-dashboard`` (the top box), ``istos-run``
-(Run button), ``istos-progress``, ``istos-status`` (says ``done: ...`` when a run finished),
+(Run button), ``istos-progress``, ``istos-status`` (says ``run finished: ...`` when a run
+finished; "done" is only ever a job state),
 ``istos-scenario``, ``istos-param-<name>`` (each control), ``istos-chart`` (chart images),
 ``istos-table`` and ``istos-table-<tab>`` (table panes), ``istos-stats`` (the live stats line).
 
@@ -34,7 +35,7 @@ from .panels import TABLE_ROWS as TABLE_ROWS
 from .panels import Panels, Shown
 from .panels import figure_png as figure_png
 from .panels import table_html as table_html
-from .scenario import DEFAULT_PARAMS, _horizon, _merged, scenario_from_params
+from .scenario import DEFAULT_PARAMS, _horizon, _merged, auto_horizon, scenario_from_params
 from .sim_report import check_html, invariants_frame, jobs_intro, jobs_view, status_text
 
 __all__ = ["DEFAULT_PARAMS", "LiveDashboard", "SimDashboard", "scenario_from_params"]
@@ -55,8 +56,12 @@ _CONTROLS: tuple[tuple[str, type, float, float, float, str], ...] = (
     ("clock_skew_s", W.FloatSlider, 0, 120, 1, "worker skew (±s)"),
     ("jobs", W.IntSlider, 10, 1000, 10, "jobs"),
     ("rate", W.FloatSlider, 0.5, 20, 0.5, "arrival rate (jobs/s)"),
+    ("horizon_s", W.FloatSlider, 0, 3600, 10, "run for (virtual s)"),
     ("seed", W.IntText, 0, 0, 1, "seed"),
 )
+# 150 px of description, then a track of at least 200 px (the jobs slider's 100 steps had
+# 50 px at the default width), then the readout.
+_CONTROL_LAYOUT = {"width": "430px"}
 
 
 # -- the simulator dashboard ------------------------------------------------------------------
@@ -69,8 +74,9 @@ class SimDashboard(Shown):
 
     ``run()`` (what the button calls) builds the scenario from the controls, runs it with the
     progress bar following virtual time (to 90 %; drawing the tabs fills the rest), fills the
-    tabs (leases, retries, backoff, depth, jobs, invariants), sets the status to ``done:
-    <summary>`` in the words the tabs use (see ``_sim_report``) and returns the ``SimResult``.
+    tabs (leases, retries, backoff, depth, jobs, invariants), sets the status to ``run
+    finished: <summary>`` in the words the tabs use (see ``sim_report``) and returns the
+    ``SimResult``.
     The Jobs tab lists dead and unfinished jobs first; the invariants tab starts with a legend
     of the delivery check (ok / lost / duplicated / pending, one line each). A run
     blocks the calling thread (in a notebook the simulation runs in a helper thread and the
@@ -83,11 +89,12 @@ class SimDashboard(Shown):
         self.controls: dict[str, W.ValueWidget] = {}
         style = {"description_width": "150px"}
         for name, cls, lo, hi, step, desc in _CONTROLS:
+            layout = W.Layout(**_CONTROL_LAYOUT)
             if cls is W.IntText:
-                control = cls(value=p[name], description=desc, style=style)
+                control = cls(value=p[name], description=desc, style=style, layout=layout)
             else:
                 control = cls(value=p[name], min=lo, max=hi, step=step, description=desc,
-                              style=style, continuous_update=False)
+                              style=style, continuous_update=False, layout=layout)
             control.add_class(f"istos-param-{name}")
             control.observe(self._describe, names="value")
             self.controls[name] = control
@@ -101,7 +108,8 @@ class SimDashboard(Shown):
         self.status.add_class("istos-status")
         self.scenario = W.HTML()
         self.scenario.add_class("istos-scenario")
-        self.panels = Panels(("jobs", "invariants"))
+        self.panels = Panels(("jobs", "invariants"),
+                             hint="Set the controls above, then press Run: this tab fills in.")
         self.result: SimResult | None = None
         half = (len(_CONTROLS) + 1) // 2
         columns = [W.VBox(list(self.controls.values())[:half]),
@@ -162,10 +170,12 @@ class SimDashboard(Shown):
         except ValueError as exc:
             self.scenario.value = _esc(f"invalid: {exc}")
             return
+        horizon = (f"runs to t={_horizon(p):g} virtual s (set by 'run for')" if p["horizon_s"]
+                   else f"runs to t={auto_horizon(p):g} virtual s (auto: time for the last "
+                        "job to use its attempts; 'run for' > 0 overrides)")
         self.scenario.value = _esc(
             f"{p['jobs']} jobs at {p['rate']:g}/s into queue 'jobs' on node 'owner'; "
-            f"{p['workers']} workers x {p['concurrency']} slots; "
-            f"runs to t={_horizon(p):g} virtual s")
+            f"{p['workers']} workers x {p['concurrency']} slots; {horizon}")
 
     def _show(self, result: SimResult, params: Mapping[str, Any]) -> pd.DataFrame:
         """Fill the tabs; return the invariant report."""

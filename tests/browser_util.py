@@ -141,8 +141,10 @@ def launch_browser(playwright: Any) -> Any:
 
 
 def new_context(browser: Any, **options: Any) -> Any:
-    """A fresh browser context that lets only 127.0.0.1/localhost requests through."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1100}, **options)
+    """A fresh browser context that lets only 127.0.0.1/localhost requests through (default
+    viewport 1400x1100; ``viewport=`` overrides it)."""
+    options.setdefault("viewport", {"width": 1400, "height": 1100})
+    context = browser.new_context(**options)
 
     def gate(route: Any) -> None:
         host = urlsplit(route.request.url).hostname
@@ -168,6 +170,13 @@ def open_page(page: Any, url: str, ready_selector: str, ready_text: str,
     except PlaywrightTimeout:
         page.reload(wait_until="commit", timeout=timeout_s * 1000)
         ready.wait_for(timeout=timeout_s * 1000)
+
+
+def box(page: Any, selector: str) -> dict[str, float]:
+    """The first ``selector`` match's bounding box in CSS px (x, y, width, height)."""
+    found = page.locator(selector).first.bounding_box()
+    assert found is not None, f"{selector} is not rendered"
+    return dict(found)
 
 
 def save_artifacts(name: str, page: Any = None, server: VoilaServer | None = None) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 from browser_util import (  # noqa: F401 - browser is a fixture
     REPO,
+    box,
     browser,
     new_context,
     open_page,
@@ -28,11 +29,22 @@ NOTEBOOK = REPO / "notebooks" / "dashboard.ipynb"
 @pytest.mark.timeout(240)
 def test_dashboard_runs_a_simulation_from_the_browser(browser, tmp_path):  # noqa: F811
     with serve_voila(NOTEBOOK, tmp_path / "voila") as server:
-        context = new_context(browser)
+        # 1440x900: the laptop screen the issue was read on (a projector is no bigger)
+        context = new_context(browser, viewport={"width": 1440, "height": 900})
         page = context.new_page()
         try:
             # The status is set by Python when the dashboard is built: the kernel is live.
             open_page(page, server.url, ".istos-status", "ready")
+            # Every slider's track is long enough to aim at (the jobs slider's 100 steps had
+            # ~50 px), and the run horizon is one of the controls.
+            tracks = page.locator(".widget-slider .noUi-target")
+            assert tracks.count() >= 14
+            widths = [tracks.nth(i).bounding_box()["width"] for i in range(tracks.count())]
+            assert min(widths) >= 200, widths
+            assert box(page, ".istos-param-horizon_s .noUi-target")["width"] >= 200
+            # Before Run, the open tab says what to do instead of showing an empty box.
+            hint = page.locator(".istos-hint", has_text="press Run").first
+            hint.wait_for(state="visible", timeout=20_000)
 
             # One ArrowLeft on the jobs slider is one step (200 -> 190). Python echoes the new
             # scenario into .istos-scenario, which proves the change reached the kernel before
@@ -42,9 +54,10 @@ def test_dashboard_runs_a_simulation_from_the_browser(browser, tmp_path):  # noq
             page.locator(".istos-scenario", has_text="190 jobs").wait_for(timeout=20_000)
 
             page.locator("button.istos-run").click()
-            status = page.locator(".istos-status", has_text="done:")
+            status = page.locator(".istos-status", has_text="run finished:")
             status.wait_for(timeout=90_000)
-            assert "done: 190 jobs, 10/10 invariants hold" in status.inner_text()
+            assert "run finished: 190 jobs enqueued, 10/10 invariants hold" in \
+                status.inner_text()
             assert page.locator(".istos-progress").count() == 1
 
             chart = page.locator("img.istos-chart").first  # the leases tab is open
@@ -62,6 +75,16 @@ def test_dashboard_runs_a_simulation_from_the_browser(browser, tmp_path):  # noq
             assert "190 jobs" in page.locator(".istos-table-jobs").inner_text()
             # Dead and unfinished jobs come first, and the page says how many of each.
             assert "done," in page.locator(".istos-table-jobs").inner_text()
+            # The wide jobs table scrolls inside its pane: nothing runs past the page edge.
+            scroll = box(page, ".istos-table-jobs .istos-scroll")
+            assert scroll["x"] >= 0 and scroll["x"] + scroll["width"] <= 1440, scroll
+            sizes = page.locator(".istos-table-jobs .istos-scroll").first.evaluate(
+                "el => [el.scrollWidth, el.clientWidth, getComputedStyle(el).overflowX]")
+            assert sizes[2] == "auto", sizes
+            last_header = box(page, ".istos-table-jobs th:last-child")
+            assert last_header["width"] > 0
+            page_width = page.evaluate("() => document.documentElement.scrollWidth")
+            assert page_width <= 1440, page_width  # no horizontal page scroll
             screenshot(page, "dashboard-jobs")
 
             page.get_by_role("tab", name="invariants", exact=True).click()

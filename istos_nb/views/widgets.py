@@ -61,7 +61,7 @@ _CONTROLS: tuple[tuple[str, type, float, float, float, str], ...] = (
 )
 # 150 px of description, then a track of at least 200 px (the jobs slider's 100 steps had
 # 50 px at the default width), then the readout.
-_CONTROL_LAYOUT = {"width": "430px"}
+_CONTROL_LAYOUT = {"width": "460px"}
 
 
 # -- the simulator dashboard ------------------------------------------------------------------

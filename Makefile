@@ -18,12 +18,11 @@ demo: $(BIN)/python
 	@echo "Next: 'make lab' opens the notebooks (notebooks/01-quickstart first) in JupyterLab."
 
 # JupyterLab and the kernel into .venv, then notebooks/01-quickstart. JUPYTER_PATH puts the
-# venv's kernelspec first, so a python3 kernel elsewhere in ~/.local cannot stand in for it;
-# Lab refuses to run as root (containers) unless told.
+# venv's kernelspec first, so a python3 kernelspec elsewhere in ~/.local cannot stand in for it.
+# tools/lab.py turns the news pop-up off in the venv's settings and prints the notebook's URL.
 lab: $(BIN)/python
 	$(BIN)/pip install -q -e '.[lab]'
-	JUPYTER_PATH=$(abspath $(VENV))/share/jupyter $(BIN)/jupyter lab $(LAB_ARGS) \
-		$(if $(filter 0,$(shell id -u)),--allow-root) notebooks/01-quickstart.ipynb
+	JUPYTER_PATH=$(abspath $(VENV))/share/jupyter $(BIN)/python tools/lab.py $(LAB_ARGS)
 
 test: $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'

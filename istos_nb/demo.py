@@ -9,6 +9,7 @@ simulator and its report (a pandas frame) do; the engine never imports this pack
 from __future__ import annotations
 
 from .sim import Simulation
+from .views.run_report import report_lines
 
 
 def simulated_hour() -> None:
@@ -26,8 +27,8 @@ def simulated_hour() -> None:
     sim.lose_acks(0.02)
     result = sim.run(until=3600.0, progress=None)
     print("simulated: " + result.summary())
-    for row in result.check().itertuples():
-        print(f"  [{'ok' if row.ok else 'FAIL'}] {row.invariant}: {row.detail}")
+    for line in report_lines(result):
+        print("  " + line)
 
 
 if __name__ == "__main__":

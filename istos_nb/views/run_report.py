@@ -1,0 +1,105 @@
+"""The invariant report of a simulated run, in words a newcomer can read (``make demo``).
+
+Every line says what it checked in one phrase, so ``duplicated 27`` beside ten ``[ok]`` lines
+reads as what it is (at-least-once allows it) and "stranded" is never left unexplained. A check
+whose situation never arose in the run (no heart-beating worker, no chord, nothing cancelled,
+nothing dead-lettered) says ``[n/a]`` and why, instead of an ``[ok]`` it did not earn.
+Pure (no printing): :func:`report_lines` returns the lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+from istos_nb.sim.result import SimResult
+
+__all__ = ["DELIVERY_WORDS", "INVARIANT_MEANING", "applies", "report_lines"]
+
+# The delivery counts of SimResult.summary(), each in one phrase.
+DELIVERY_WORDS: tuple[tuple[str, str], ...] = (
+    ("ok", "accepted jobs whose handler ran to completion at least once"),
+    ("duplicated", "of those, ran to completion more than once (a lost ack, an expired "
+                   "lease): allowed by at-least-once delivery, so handlers must be idempotent"),
+    ("lost", "accepted, never completed, and no owner holds it: a broken promise"),
+    ("stranded", "accepted and still in storage, but no owner serves it, so no worker will "
+                 "ever get it: a broken promise"),
+    ("pending", "accepted, not completed, still held by the owner (dead-lettered, or not run "
+                "yet when the run ended)"),
+)
+
+# Invariant name (as the checker reports it) -> what holding it means, in one phrase.
+INVARIANT_MEANING: dict[str, str] = {
+    "no accepted job lost": "every job the owner accepted is done, dead-lettered or still held",
+    "no accepted job stranded (in storage, served by nobody)":
+        "no job sits in storage with no owner left to hand it out",
+    "one live lease per job (by the owner's clock)":
+        "two workers never held the same job at once, whatever their own clocks said",
+    "attempts <= max_attempts": "no job was tried more often than its queue allows",
+    "retry delays respect the backoff policy":
+        "each retry waited what the backoff policy allows: base, cap and jitter",
+    "dead only after max_attempts": "a job is dead-lettered only once its attempts ran out",
+    "priority, then FIFO among ready jobs":
+        "claims took the highest priority first, oldest first among equals",
+    "chord callback fires exactly once":
+        "a chord's callback job was created once, however often its parts ran",
+    "no lease expired while its heart-beating holder was alive and connected":
+        "heartbeats kept every lease of a live, reachable worker alive",
+    "a cancelled job never runs again": "after a cancel, no new attempt of that job started",
+}
+
+
+def _kinds(result: SimResult) -> set[str]:
+    return set(result.events["kind"]) if len(result.events) else set()
+
+
+def _has_chord(result: SimResult) -> bool:
+    ev = result.events
+    return bool(len(ev)) and bool(((ev["kind"] == "enqueued")
+                                   & ev["job_id"].astype(str).str.endswith(".callback")).any())
+
+
+# Invariant -> (does the run contain the situation it is about?, what is missing when not).
+_APPLIES: dict[str, tuple[Callable[[SimResult, str], bool], str]] = {
+    "chord callback fires exactly once": (lambda r, d: _has_chord(r), "no chord in this run"),
+    "a cancelled job never runs again": (lambda r, d: "cancelled" in _kinds(r),
+                                         "nothing was cancelled"),
+    "dead only after max_attempts": (lambda r, d: "dead_lettered" in _kinds(r),
+                                     "no job was dead-lettered"),
+    "retry delays respect the backoff policy": (lambda r, d: "retry_scheduled" in _kinds(r),
+                                                "no job was retried"),
+    "no lease expired while its heart-beating holder was alive and connected": (
+        lambda r, d: not d.startswith(("no heart-beating", "not checked")), ""),
+}
+
+
+def applies(result: SimResult, invariant: str, detail: str) -> tuple[bool, str]:
+    """(whether the check had anything to check in this run, why not when it did not)."""
+    rule = _APPLIES.get(invariant)
+    if rule is None:
+        return True, ""
+    test, why = rule
+    return (True, "") if test(result, detail) else (False, why or detail)
+
+
+def report_lines(result: SimResult, report: pd.DataFrame | None = None) -> list[str]:
+    """The delivery counts, then one line per invariant: ``[ok]``, ``[FAIL]`` or ``[n/a]``,
+    what was found, and what the check means."""
+    report = result.check() if report is None else report
+    counts = result.counts
+    width = max(len(w) for w, _ in DELIVERY_WORDS) + 6
+    lines = ["delivery (at-least-once: every accepted job completes at least once):"]
+    lines += [f"  {f'{word} {counts[word]}':<{width}} {meaning}"
+              for word, meaning in DELIVERY_WORDS]
+    lines.append("invariants (replayed from the owner's events):")
+    for row in report.itertuples():
+        meaning = INVARIANT_MEANING.get(row.invariant, "")
+        applicable, why = applies(result, row.invariant, row.detail)
+        if not applicable:
+            lines.append(f"  [n/a]  {row.invariant}: {why} (nothing to check)")
+            continue
+        verdict = "[ok]  " if row.ok else "[FAIL]"
+        lines.append(f"  {verdict} {row.invariant}: {row.detail}"
+                     + (f" ({meaning})" if meaning else ""))
+    return lines

@@ -131,3 +131,24 @@ def test_strip_tool_restores_a_run_notebook_to_its_committed_form(tmp_path: Path
                            text=True, timeout=60)
     assert fixed.returncode == 0, fixed.stderr
     assert dirty.read_text(encoding="utf-8") == original
+
+
+# -- the glossary ----------------------------------------------------------------------------------
+
+GLOSSARY_TERMS = ("Lease", "Attempt", "Redelivery", "Duplicate", "Stranded", "Dead letter")
+
+
+def test_the_glossary_defines_every_term():
+    nb = json.loads((NOTEBOOK_DIR / "glossary.ipynb").read_text(encoding="utf-8"))
+    headings = ["".join(c["source"]).splitlines()[0] for c in nb["cells"]
+                if c["cell_type"] == "markdown"]
+    for term in GLOSSARY_TERMS:
+        assert f"## {term}" in headings, (term, headings)
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem != "glossary"],
+                         ids=[p.stem for p in NOTEBOOKS if p.stem != "glossary"])
+def test_every_notebook_links_the_glossary_from_its_first_cell(path: Path):
+    first = json.loads(path.read_text(encoding="utf-8"))["cells"][0]
+    assert first["cell_type"] == "markdown"
+    assert "](glossary.ipynb)" in "".join(first["source"]), f"{path.name}: link the glossary"

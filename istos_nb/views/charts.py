@@ -4,17 +4,25 @@ Every chart accepts events in any form ``events_frame`` accepts, plus optional `
 an existing Axes; the returned Figure is that Axes' root figure) and ``title``. Charts use the
 object-oriented API only (``Figure`` + ``fig.subplots()``), never pyplot's global state, so they
 are safe to build from worker threads and inside notebooks. Time is shown relative to the first
-event of the stream, in seconds, whichever world the events came from.
+event of the stream, in seconds (for a live stream labelled with the wall-clock time).
 
 Every artist a test or widget may want to find carries a ``gid``: ``"leases"`` (Gantt bars)
 and ``"attempts"``/``"backoff"`` (retry timeline bars), each a PolyCollection with one outlined
-path per bar; ``"redelivery"`` (a LineCollection: one dashed segment from each expired lease to
+path per bar; ``"redelivery"`` (a LineCollection: one dashed arc from each expired lease to
 the next claim of that job); ``"backoff_band"``/``"backoff_nominal"``/``"observed"``/
-``"observed_immediate"`` on the backoff curve; ``"crash"``/``"restart"`` markers;
-``"depth_<state>"`` lines (and ``"depth_<state>_range"`` bands when resampled); ``"done"``/
-``"dead"`` histogram bars; ``"rate_<column>"`` throughput stairs. An empty stream draws
-labelled axes with a "no events" note and never raises. :func:`resize` sets a chart's size and
-refits its margins (the dashboards draw every chart at one width).
+``"observed_immediate"`` on the backoff curve; ``"crash"``/``"restart"``/``"renewal"``/
+``"delivery_crashed"`` markers on the Gantt and ``"dead"`` (dead-lettered) on the retry
+timeline; ``"depth_<state>"`` lines (and ``"depth_<state>_range"`` bands when resampled);
+``"done"``/``"dead"`` histogram bars; ``"rate_<column>"`` throughput stairs. An empty stream
+draws labelled axes with a "no events" note and never raises. :func:`resize` sets a chart's
+size and refits its margins (the dashboards draw every chart at one width).
+
+The chart contract (``tests/test_chart_contract.py``, over every chart function here): marks
+come from the one vocabulary in :mod:`istos_nb.views.glyphs` and the legend names only what
+was drawn; no two texts overlap; bars and markers are at least 2 px at the default size (thin
+bars are widened) or the chart says how many of how many it shows; a stream stamped by a real
+clock (epoch seconds) gets a wall-clock (UTC) time axis, virtual time stays seconds since the
+first event. A new chart function must be registered there.
 """
 
 from __future__ import annotations
@@ -59,11 +67,10 @@ from istos_nb.views.frames import (
     events_frame,
     jobs_frame,
     leases_frame,
-    node_events_frame,
     throughput_frame,
-    worker_node,
 )
 from istos_nb.views.glyphs import Drawn
+from istos_nb.views.leasemarks import ARC_BULGE, delivery_deaths, node_markers, redeliveries
 
 __all__ = [
     "DEPTH_COLORS", "FINISH_COLORS", "OUTCOME_COLORS", "attempts_histogram", "backoff_band",
@@ -78,64 +85,6 @@ _MAX_BAND_ATTEMPTS = 16
 _DEPTH_MAX_STEPS = 400  # more changes than this are resampled (see step_bins)
 _DEPTH_BINS = 200
 _HALF_STRIP = 0.35  # the band's flat half-width around each attempt; dots spread over ±0.3
-_ARC_POINTS = 16
-_ARC_BULGE = 0.012  # of the time axis per lane crossed: arcs of different length never stack
-_DELIVERY_CRASHED = "delivery_crashed"  # the simulator's node event for a mid-job death
-
-
-def _arc(x0: float, y0: float, x1: float, y1: float, bulge: float) -> list[tuple[float, float]]:
-    """A quadratic curve from (x0, y0) to (x1, y1) bowed forward in time by ``bulge`` per lane
-    crossed. Straight segments of leases that expired together stacked into one vertical line;
-    arcs of different lane distance nest instead, each one visible."""
-    cx, cy = max(x0, x1) + bulge * abs(y1 - y0), (y0 + y1) / 2
-    s = np.linspace(0.0, 1.0, _ARC_POINTS)
-    xs = (1 - s) ** 2 * x0 + 2 * (1 - s) * s * cx + s ** 2 * x1
-    ys = (1 - s) ** 2 * y0 + 2 * (1 - s) * s * cy + s ** 2 * y1
-    return list(zip(xs.tolist(), ys.tolist(), strict=True))
-
-
-def _redeliveries(leases: pd.DataFrame, lane_of: np.ndarray, start: np.ndarray,
-                  end: np.ndarray, bulge: float) -> list[list[tuple[float, float]]]:
-    """One arc per expired lease: from its end on its lane to the next claim of the job."""
-    segments = []
-    next_of: dict[str, int] = {}
-    jobs, outcomes = leases["job_id"].tolist(), leases["outcome"].tolist()
-    for i in range(len(jobs) - 1, -1, -1):  # backwards: the next claim is already known
-        if outcomes[i] == "expired" and jobs[i] in next_of:
-            j = next_of[jobs[i]]
-            segments.append(_arc(end[i], lane_of[i], start[j], lane_of[j], bulge))
-        next_of[jobs[i]] = i
-    return segments[::-1]
-
-
-def _node_markers(ax: Axes, df: pd.DataFrame, lane: dict[str, int], t0: float,
-                  drawn: Drawn) -> None:
-    """Crash and restart markers on every lane of that node (gids ``crash``/``restart``)."""
-    nodes = node_events_frame(df)
-    for kind, key, gid in ((ev.CRASHED, "crashed", "crash"),
-                           (ev.RESTARTED, "restarted", "restart")):
-        points = [(t - t0, i) for t, node, k in nodes.itertuples(index=False) if k == kind
-                  for w, i in lane.items() if worker_node(w) == node]
-        if points:
-            xs, ys = zip(*points, strict=True)
-            ax.scatter(xs, ys, zorder=3, gid=gid, **drawn.add(key).scatter_style())
-
-
-def _delivery_deaths(ax: Axes, df: pd.DataFrame, leases: pd.DataFrame, y: np.ndarray,
-                     t0: float, drawn: Drawn) -> None:
-    """A marker (gid ``delivery_crashed``) where a delivery died mid-job while its node stayed
-    up: without it, the red bar that follows (the lease running out) has nothing to explain it."""
-    deaths = df[df["kind"] == _DELIVERY_CRASHED]
-    points = []
-    for t, node, job in zip(deaths["t"], deaths["node"], deaths["job_id"], strict=True):
-        held = leases[(leases["job_id"] == job) & (leases["start"] <= t + 1e-9)]
-        held = held[[worker_node(w) == node for w in held["worker"]]]
-        if not held.empty:
-            points.append((t - t0, y[held.index[-1]]))
-    if points:
-        xs, ys = zip(*points, strict=True)
-        ax.scatter(xs, ys, zorder=3.2, gid="delivery_crashed",
-                   **drawn.add("delivery_crashed").scatter_style())
 
 
 def lease_gantt(events: EventsLike, ax: Axes | None = None,
@@ -176,7 +125,7 @@ def lease_gantt(events: EventsLike, ax: Axes | None = None,
     bars(ax, y, start, end - start, 0.7, "leases",
          facecolors=[OUTCOME_COLORS[o] for o in outcomes], **BAR_EDGE)
     ax.set_xlim(left=0)  # the axis starts at the first event, not at the first claim
-    segments = _redeliveries(leases, y, start, end, _ARC_BULGE * max(t_end - t0, 1e-9))
+    segments = redeliveries(leases, y, start, end, ARC_BULGE * max(t_end - t0, 1e-9))
     if segments:
         g = drawn.add("redelivery")
         ax.add_collection(LineCollection(segments, gid="redelivery", zorder=2.5,
@@ -189,8 +138,8 @@ def lease_gantt(events: EventsLike, ax: Axes | None = None,
         xs, ys = zip(*ticks, strict=True)
         ax.scatter(xs, ys, zorder=2.8, gid="renewal",
                    **{**drawn.add("renewal").scatter_style(), "s": 90})
-    _node_markers(ax, df, lane, t0, drawn)
-    _delivery_deaths(ax, df, leases.reset_index(drop=True), y, t0, drawn)
+    node_markers(ax, df, lane, t0, drawn)
+    delivery_deaths(ax, df, leases.reset_index(drop=True), y, t0, drawn)
     legend(ax, drawn, "lease outcome")
     return done(fig, ax, owned)
 

@@ -33,6 +33,7 @@ from .owner.election import Election
 from .owner.extension import Hooks
 from .owner.inspect import Inspector
 from .owner.leases_ext import LeaseOps
+from .owner.operator_ext import operator_extensions
 from .owner.owner import QueueOwner
 from .producer import Producer
 from .storage.base import Fence, Storage
@@ -263,6 +264,8 @@ class Istos:
         leases.cancel_listeners.append(
             lambda node, jobs: self._cancel_local(owner.name, node, jobs))
         owner.extend(leases)
+        for ext in operator_extensions(owner):  # after LeaseOps: the tracker wraps its claim
+            owner.extend(ext)
         # In-process workers are nudged directly; remote ones over the mesh.
         owner.extend(Hooks(on_nudge=lambda n, to: self._nudge_local(owner.name, to)))
 

@@ -50,6 +50,8 @@ MAX_SLOT_ID_BYTES = 256  # worker slot ids and node ids
 MAX_SLOTS = 1024  # worker slots in one claim
 MAX_SETTLE_ITEMS = 4096  # acks/nacks in one request
 MAX_ERROR_BYTES = 1024  # a nack's error text is kept up to this many bytes (cut, not refused)
+MAX_TRACEBACK_BYTES = 8 << 10  # a failed attempt's traceback as kept (the innermost frames)
+MAX_RESULT_SHOWN = 4 << 10  # bytes of a kept result that `why` shows (bigger: size only)
 MAX_META_BYTES = 16 << 10
 MAX_META_DEPTH = 16
 MAX_WHERE_KEYS = 16
@@ -63,6 +65,9 @@ MAX_PAGE = 1000  # jobs, dead and leases pages
 MAX_EVENTS = 5000  # events per reply
 MAX_FOLLOW_TTL_S = 30.0
 MAX_ID_LIST = 4096  # job ids in one purge_dead
+MAX_BULK = 1000  # jobs one bulk admin request changes (requeue_all_dead, promote, ...)
+MAX_SEARCH_TEXT = 1024  # an error or worker substring a `jobs` search looks for
+MAX_TIME = 1e11  # epoch seconds a time range may name (year 5138)
 
 SETTLE_OPS = ("ack", "nack")
 JOB_STATES = ("ready", "delayed", "leased", "done", "dead", "cancelled")
@@ -126,12 +131,13 @@ _SETTLE_ITEM = (
     Field("token", token, required=True),
     Field("result", binary(MAX_BODY_BYTES, nil=True)),
     Field("error", text(1 << 20, nil=True)),  # longer than MAX_ERROR_BYTES is cut, not refused
+    Field("traceback", text(1 << 20, nil=True)),  # cut to MAX_TRACEBACK_BYTES, not refused
 )
 
 
 def settle_item(name: str, value: Any) -> None:
     if type(value) is not dict:
-        fail(name, "must be a map {op, job_id, token, result?, error?}", value)
+        fail(name, "must be a map {op, job_id, token, result?, error?, traceback?}", value)
     check_fields(value, _SETTLE_ITEM, prefix=f"{name}.")
 
 
@@ -192,7 +198,8 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
     "ack": (_JOB_ID, Field("token", token, required=True),
             Field("result", binary(MAX_BODY_BYTES, nil=True))),
     "nack": (_JOB_ID, Field("token", token, required=True),
-             Field("error", text(1 << 20, nil=True))),
+             Field("error", text(1 << 20, nil=True)),
+             Field("traceback", text(1 << 20, nil=True))),
     "result": (_JOB_ID,),
     "dead": (_OFFSET, _PAGE),
     "requeue_dead": (_JOB_ID,),
@@ -202,7 +209,18 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("callback", text(MAX_JOB_ID_BYTES, empty=False), required=True),
     ),
     "stats": (),
-    "jobs": (Field("state", one_of(*JOB_STATES)), Field("where", where), _OFFSET, _PAGE),
+    "jobs": (Field("state", one_of(*JOB_STATES)), Field("where", where), _OFFSET, _PAGE,
+             Field("error", text(MAX_SEARCH_TEXT, empty=False, nil=True)),
+             Field("worker", text(MAX_SEARCH_TEXT, empty=False, nil=True)),
+             *(Field(f"{what}_{end}", number(0.0, MAX_TIME))
+               for what in ("enqueued", "finished") for end in ("after", "before"))),
+    "workers": (_OFFSET, _PAGE),
+    "requeue_all_dead": (Field("error", text(MAX_SEARCH_TEXT, empty=False, nil=True)),
+                         Field("limit", integer(1, MAX_BULK))),
+    "promote": (Field("job_ids", list_of(check_job_id, MAX_BULK, nil=True)),
+                Field("limit", integer(1, MAX_BULK))),
+    "purge_dead_older": (Field("older_than_s", number(0.0, MAX_TIME), required=True),
+                         Field("limit", integer(1, MAX_BULK))),
     "leases": (_OFFSET, _PAGE),
     "why": (_JOB_ID,),
     "events": (_PAGE,),
@@ -250,19 +268,24 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("extend", "statuses", ""),
         ("release", "statuses", ""),
         ("enqueue_slot", "job_id created", ""),
+        ("workers", "workers total more next_offset now", ""),
+        ("requeue_all_dead", "requeued more", ""),
+        ("promote", "promoted more", ""),
+        ("purge_dead_older", "purged more", ""),
     )
 }
 """The fields of each op's success reply besides ``v`` and ``ok``: (always, sometimes)."""
 CLAIMED_JOB = ("job_id", "body", "attempt", "token", "worker", "deadline", "last_error", "meta")
 DEAD_LETTER = ("job_id", "body", "attempts", "last_error", "history", "meta", "finished_at")
 HISTORY_ENTRY = ("attempt", "worker", "claimed_at", "finished_at", "outcome", "error",
-                 "backoff_s")
+                 "backoff_s", "traceback")
 EVENT = ("t", "node", "queue", "job_id", "kind", "attempt", "worker", "detail")
 LEASE = ("job_id", "worker", "deadline", "attempt")  # never the token
 JOB_SUMMARY = ("job_id", "state", "priority", "attempts", "enqueued_at", "ready_at", "worker",
                "deadline", "last_error", "body", "progress", "progress_note")
 
-ADMIN_OPS = frozenset({"requeue", "requeue_dead", "purge_dead", "pause", "resume", "cancel"})
+ADMIN_OPS = frozenset({"requeue", "requeue_dead", "purge_dead", "pause", "resume", "cancel",
+                       "requeue_all_dead", "promote", "purge_dead_older"})
 """Ops that change a job's fate other than enqueue/claim/ack/nack: they need ``admin=True``."""
 
 
@@ -275,7 +298,7 @@ OP_ROLES: dict[str, str] = {
     **dict.fromkeys(("enqueue", "enqueue_many", "enqueue_slot", "chord_open"), "produce"),
     **dict.fromkeys(("claim", "settle", "ack", "nack", "extend", "release"), "work"),
     **dict.fromkeys(("ping", "result", "dead", "stats", "jobs", "leases", "why", "events",
-                     "follow"), "read"),
+                     "follow", "workers"), "read"),
     **dict.fromkeys(ADMIN_OPS, "admin"),
 }
 
@@ -335,7 +358,7 @@ def _err(e: Any) -> bool:
 
 def _item(i: Any) -> bool:
     return type(i) is dict and i.get("op") in SETTLE_OPS and _fast_ack(i) \
-        and _err(i.get("error"))
+        and _err(i.get("error")) and _err(i.get("traceback"))
 
 
 def _fast_ack(m: dict[str, Any]) -> bool:
@@ -345,7 +368,7 @@ def _fast_ack(m: dict[str, Any]) -> bool:
 
 def _fast_nack(m: dict[str, Any]) -> bool:
     return _id(m.get("job_id"), MAX_JOB_ID_BYTES) and _tok(m.get("token")) \
-        and _err(m.get("error"))
+        and _err(m.get("error")) and _err(m.get("traceback"))
 
 
 def _fast_settle(m: dict[str, Any]) -> bool:
@@ -412,6 +435,25 @@ def clip_error(error: str | None) -> str:
     if len(raw) <= MAX_ERROR_BYTES:
         return error
     return raw[:MAX_ERROR_BYTES - 3].decode("utf-8", "ignore") + "..."
+
+
+def clip_traceback(tb: str | None) -> str | None:
+    """A failed attempt's traceback as stored: at most ``MAX_TRACEBACK_BYTES`` UTF-8 bytes.
+    A longer one loses its *outer* frames (the start): the innermost frames and the exception
+    line, at the end, are what says what went wrong."""
+    if not tb:
+        return None
+    if len(tb) <= MAX_TRACEBACK_BYTES // 4:
+        return tb
+    raw = tb.encode("utf-8", "replace")
+    if len(raw) <= MAX_TRACEBACK_BYTES:
+        return tb
+    tail = raw[-(MAX_TRACEBACK_BYTES - 64):].decode("utf-8", "ignore")
+    newline = tail.find("\n")
+    if 0 <= newline < len(tail) - 1:
+        tail = tail[newline + 1:]  # start at a whole line
+    cut = len(raw) - len(tail.encode("utf-8"))
+    return f"... ({cut} bytes of outer frames cut)\n{tail}"
 
 
 # -- replies ------------------------------------------------------------------------------------

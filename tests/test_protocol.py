@@ -289,14 +289,16 @@ async def test_producer_supplied_workflow_meta_is_refused_at_enqueue(mesh):
             await owner.client("q").call("chord_open", chord_id="c1", size=2, callback="cb")
 
 
-@pytest.mark.parametrize("op", ["requeue_dead", "requeue", "purge_dead", "pause", "resume"])
+@pytest.mark.parametrize("op", ["requeue_dead", "requeue", "purge_dead", "pause", "resume",
+                                "requeue_all_dead", "promote", "purge_dead_older"])
 async def test_fate_changing_ops_need_admin_from_the_app_and_the_wire(mesh, op):
     owner = app_on(mesh, "owner")
     owner.queue("q", max_attempts=1)
     owner.queue("adm", max_attempts=1, admin=True)
     probe = mesh.transport("probe")
     await probe.start()
-    fields = {"job_id": "j"} if op in ("requeue_dead", "requeue") else {}
+    fields: dict[str, Any] = {"job_id": "j"} if op in ("requeue_dead", "requeue") else \
+        {"older_than_s": 60.0} if op == "purge_dead_older" else {}
     async with owner.serving():
         assert_typed_error(await raw(probe, "q", op=op, **fields), "AdminDisabled")
         with pytest.raises(AdminDisabled):
@@ -374,6 +376,8 @@ async def test_every_op_replies_with_the_fields_the_protocol_names(mesh):
             "extend": {"items": []}, "release": {"items": []}, "cancel": {"job_id": "j1"},
             "enqueue_slot": {"body": b"\x02", "job_id": "sched:s:1", "period_s": 60.0},
             "enqueue_many": {"items": [{"body": b"\x03", "job_id": "m1", "priority": 2}]},
+            "workers": {}, "requeue_all_dead": {"error": "dead"}, "promote": {},
+            "purge_dead_older": {"older_than_s": 3600.0},
         }
         assert set(calls) == set(protocol.SCHEMAS) == set(protocol.REPLIES)
         replies = {op: await raw(probe, "q", op=op, **fields) for op, fields in calls.items()}

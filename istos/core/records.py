@@ -38,6 +38,7 @@ class QueuePolicy:
     keep_results: bool = False
     result_ttl_s: float = 3600.0
     history_limit: int = 20
+    tracebacks_kept: int = 2  # the newest failed attempts that keep their traceback
 
 
 @dataclass(slots=True)
@@ -51,12 +52,13 @@ class Attempt:
     outcome: str | None = None  # "acked" | "nacked" | "lease_expired"
     error: str | None = None
     backoff_s: float | None = None  # the wait chosen before the next try
+    traceback: str | None = None  # the worker's formatted traceback of a failed attempt
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "attempt": self.attempt, "worker": self.worker, "claimed_at": self.claimed_at,
             "finished_at": self.finished_at, "outcome": self.outcome, "error": self.error,
-            "backoff_s": self.backoff_s,
+            "backoff_s": self.backoff_s, "traceback": self.traceback,
         }
 
 

@@ -16,6 +16,7 @@ write failed (write, then apply: memory never runs ahead of storage).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import hmac
 import random
@@ -221,13 +222,15 @@ class QueueState:
             self._forget(rec)
         return "ok"
 
-    def nack(self, job_id: str, token: str, now: float, error: str, rng: random.Random) -> str:
-        """Fail a delivery: back off and retry, or dead-letter after ``max_attempts``."""
+    def nack(self, job_id: str, token: str, now: float, error: str, rng: random.Random,
+             traceback: str | None = None) -> str:
+        """Fail a delivery: back off and retry, or dead-letter after ``max_attempts``.
+        ``traceback`` (already cut to size) is kept with the attempt's history entry."""
         rec = self.holder(job_id, token)
         if rec is None:
             return "stale"
         self._emit(now, rec, ev.NACKED, worker=rec.lease_worker, error=error)
-        self._fail(rec, now, ev.NACKED, error, rng)
+        self._fail(rec, now, ev.NACKED, error, rng, traceback)
         return "ok"
 
     def release(self, job_id: str, token: str, now: float) -> str:
@@ -253,9 +256,11 @@ class QueueState:
         self.dirty.append(rec)
 
     def _fail(self, rec: JobRecord, now: float, outcome: str, error: str,
-              rng: random.Random | None) -> None:
+              rng: random.Random | None, traceback: str | None = None) -> None:
         self._save(rec)
         rec.last_error = error
+        if traceback is not None:
+            keep_traceback(rec, traceback, self.policy.tracebacks_kept)
         if rec.cancel_requested:  # a cancelled job is never retried nor dead-lettered
             self._finish_attempt(rec, now, outcome, error)
             self.end_cancelled(rec, now)
@@ -372,6 +377,33 @@ class QueueState:
             self._forget(rec)
         return len(ids)
 
+    def revive_dead(self, job_id: str, now: float) -> JobRecord | None:
+        """Move dead job ``job_id`` back to ready under the same id, afresh (attempts 0, no
+        history; body, priority and meta kept, so a workflow step still continues). Returns
+        the new record, or None when ``job_id`` is not a dead letter."""
+        rec = self.dead.get(job_id)
+        if rec is None:
+            return None
+        self._forget(rec)  # queues a delete, which the write of the fresh record overrides
+        fresh = self.new_record(job_id, rec.body, now, priority=rec.priority, meta=rec.meta)
+        self.insert(fresh, now)  # emits "enqueued" and makes it claimable
+        self.dirty.append(fresh)
+        return fresh
+
+    def promote(self, job_id: str, now: float) -> bool:
+        """Make delayed job ``job_id`` ready now (it queues behind the jobs already ready);
+        False when it is not delayed. Emits ``retry_scheduled`` with ``promoted``."""
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.state != DELAYED:
+            return False
+        self._save(rec)
+        self._move(rec, READY)
+        rec.ready_at = now
+        self.heaps.push_ready(rec)  # the delayed heap's entry is stale now (lazy deletion)
+        self.dirty.append(rec)
+        self._emit(now, rec, ev.RETRY_SCHEDULED, delay_s=0.0, ready_at=now, promoted=True)
+        return True
+
     def oldest_ready_at(self) -> float | None:
         """The ``ready_at`` of the job at the head of the ready heap (lazily cleaned)."""
         rec = self.heaps.peek_ready()
@@ -400,4 +432,19 @@ class QueueState:
         dirty, events = self.dirty, self.events
         self.dirty, self.events = [], []
         return dirty, events
+
+
+def keep_traceback(rec: JobRecord, traceback: str, kept: int) -> None:
+    """Attach ``traceback`` to ``rec``'s current attempt; only the newest ``kept`` failed
+    attempts keep theirs, so a record (and a ``why`` or dead-letter reply) stays within a
+    frame whatever the history limit."""
+    if not rec.history or rec.history[-1].attempt != rec.attempts:
+        return
+    rec.history[-1].traceback = traceback
+    seen = 0
+    for i in range(len(rec.history) - 1, -1, -1):
+        if rec.history[i].traceback is not None:
+            seen += 1
+            if seen > kept:  # a copy, not in place: an undo snapshot shares older attempts
+                rec.history[i] = dataclasses.replace(rec.history[i], traceback=None)
 

@@ -51,7 +51,7 @@ def snapshot(rec: JobRecord) -> Snapshot:
     if hist:  # only the last attempt is ever changed in place (_finish_attempt)
         last = hist[-1]
         hist[-1] = Attempt(last.attempt, last.worker, last.claimed_at, last.finished_at,
-                           last.outcome, last.error, last.backoff_s)
+                           last.outcome, last.error, last.backoff_s, last.traceback)
     return Snapshot(rec, tuple(getattr(rec, name) for name in SCALAR_FIELDS), hist)
 
 

@@ -122,7 +122,34 @@ def why_text(job_id: str, why: dict[str, Any]) -> str:
     for key in ("attempts", "worker", "ahead", "last_error"):
         if why.get(key) not in (None, ""):
             lines.append(f"  {key.replace('_', ' ')}: {why[key]}")
+    if why.get("state") == "done":
+        size = int(why.get("result_size") or 0)
+        shown = why.get("result")
+        lines.append("  result: " + (compact(decode_body(shown), 200) if shown is not None
+                                     else f"({size:,} bytes, too big to show)" if size
+                                     else "none"))
+    tb = latest_traceback(history_of(why))
+    if tb:
+        lines.append("  traceback of the last failed attempt:")
+        lines.extend("    " + line for line in tb.rstrip("\n").split("\n"))
     return "\n".join(lines)
+
+
+def history_of(why: dict[str, Any]) -> list[dict[str, Any]]:
+    """A ``why`` reply's attempt history (a dead job's travels in its dead letter)."""
+    dead = why.get("dead_letter")
+    source = dead if isinstance(dead, dict) else why.get("job") or {}
+    history = source.get("history") if isinstance(source, dict) else None
+    return [a for a in history or [] if isinstance(a, dict)]
+
+
+def latest_traceback(history: list[dict[str, Any]]) -> str | None:
+    """The traceback of the newest attempt that kept one (None: no attempt did)."""
+    for attempt in reversed(history):
+        tb = attempt.get("traceback")
+        if isinstance(tb, str) and tb:
+            return tb
+    return None
 
 
 def dead_text(dead: list[dict[str, Any]], now: float) -> str:

@@ -17,7 +17,7 @@ import asyncio
 import itertools
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .. import codec, protocol
@@ -109,7 +109,7 @@ class Inspector(OwnerExtension):
         """A page of jobs (by state, by payload fields), bounded by count and bytes."""
         offset = msg.get("offset", 0)
         limit = min(MAX_PAGE, msg.get("limit", 100))
-        paths = [(str(path).split("."), value) for path, value in (msg.get("where") or {}).items()]
+        test = job_filter(msg)
         matched: list[JobRecord] = []
         skipped = 0
         # A snapshot of the records, walked in slices: a payload search over a deep queue must
@@ -120,9 +120,9 @@ class Inspector(OwnerExtension):
             slice_end = clock.monotonic() + SCAN_SLICE_S
             for rec in records[start:start + SCAN_SLICE]:
                 start += 1
-                if paths and (start & 7) == 0 and clock.monotonic() >= slice_end:
+                if test and (start & 7) == 0 and clock.monotonic() >= slice_end:
                     break  # this slice took its time: let others in (a big body is slow)
-                if paths and not _payload_matches(rec.body, paths):
+                if test and not test(rec):
                     continue
                 if skipped < offset:
                     skipped += 1
@@ -130,7 +130,7 @@ class Inspector(OwnerExtension):
                 matched.append(rec)
                 if len(matched) > limit:
                     break
-            if paths and start < len(records):
+            if test and start < len(records):
                 # Let other requests in between slices: asyncio.sleep(0) yields the loop, and
                 # a zero time.sleep hands over the GIL, which the mesh's receiving thread needs
                 # to queue their callbacks (otherwise it waits a full GIL switch interval).
@@ -262,7 +262,49 @@ def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
         left = "" if rec.expires_at is None else f" for {rec.expires_at - now:.1f} s more"
         out["reason"] = f"done; result kept{left}"
         out["until"] = rec.expires_at
+        out.update(shown_result(rec.result))
     return out
+
+
+def shown_result(result: bytes | None) -> dict[str, Any]:
+    """A kept result as ``why`` shows it: the encoded bytes up to ``MAX_RESULT_SHOWN``, else
+    only its size (``result_size`` always; ``result`` None when it was too big or absent)."""
+    if result is None:
+        return {"result": None, "result_size": 0}
+    size = len(result)
+    return {"result": result if size <= protocol.MAX_RESULT_SHOWN else None,
+            "result_size": size}
+
+
+def job_filter(msg: dict[str, Any]) -> Callable[[JobRecord], bool] | None:
+    """The search a ``jobs`` request asks for (None: every job of the state): the last error
+    contains ``error``; some attempt's worker contains ``worker``; ``enqueued_at`` and
+    ``finished_at`` within ``*_after`` / ``*_before`` (inclusive; a job not finished never
+    matches a ``finished_*`` bound); the decoded body has every ``where`` path. The cheap
+    tests run first, the payload decode last."""
+    tests: list[Callable[[JobRecord], bool]] = []
+    error, worker = msg.get("error"), msg.get("worker")
+    if error is not None:
+        tests.append(lambda r: error in (r.last_error or ""))
+    if worker is not None:
+        tests.append(lambda r: any(worker in a.worker for a in r.history))
+    for name in ("enqueued", "finished"):
+        lo, hi = msg.get(f"{name}_after"), msg.get(f"{name}_before")
+        if lo is not None or hi is not None:
+            tests.append(_in_range(f"{name}_at", lo, hi))
+    paths = [(str(path).split("."), value) for path, value in (msg.get("where") or {}).items()]
+    if paths:
+        tests.append(lambda r: _payload_matches(r.body, paths))
+    if not tests:
+        return None
+    return lambda rec: all(t(rec) for t in tests)
+
+
+def _in_range(attr: str, lo: float | None, hi: float | None) -> Callable[[JobRecord], bool]:
+    def test(rec: JobRecord) -> bool:
+        t = getattr(rec, attr)
+        return t is not None and (lo is None or t >= lo) and (hi is None or t <= hi)
+    return test
 
 
 def _payload_matches(body: bytes, where: list[tuple[list[str], Any]]) -> bool:

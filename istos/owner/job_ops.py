@@ -82,7 +82,8 @@ class JobOps:
             job_id, token = item["job_id"], item["token"]
             try:
                 if item.get("op") == "nack":
-                    statuses.append(self.nack_one(job_id, token, item.get("error")))
+                    statuses.append(self.nack_one(job_id, token, item.get("error"),
+                                                  item.get("traceback")))
                 else:
                     statuses.append(await self.ack_one(job_id, token, item.get("result"), now))
             except IstosError as exc:  # e.g. a chord callback that could not be enqueued
@@ -104,10 +105,11 @@ class JobOps:
                 now = None  # the hooks may have waited: the ack's time is after them
         return state.ack(job_id, token, owner.node.clock.now() if now is None else now, result)
 
-    def nack_one(self, job_id: str, token: str, error: str | None) -> str:
+    def nack_one(self, job_id: str, token: str, error: str | None,
+                 traceback: str | None = None) -> str:
         node = self.owner.node
         return self.state.nack(job_id, token, node.clock.now(), protocol.clip_error(error),
-                               node.rng)
+                               node.rng, protocol.clip_traceback(traceback))
 
     async def op_ack(self, msg: dict[str, Any]) -> dict[str, Any]:
         gen = self.owner.writes.generation
@@ -116,7 +118,8 @@ class JobOps:
         return {"status": status}
 
     async def op_nack(self, msg: dict[str, Any]) -> dict[str, Any]:
-        status = self.nack_one(msg["job_id"], msg["token"], msg.get("error"))
+        status = self.nack_one(msg["job_id"], msg["token"], msg.get("error"),
+                               msg.get("traceback"))
         await self.owner.writes.commit()
         return {"status": status}
 

@@ -26,6 +26,7 @@ import asyncio
 import inspect
 import logging
 import math
+import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
@@ -115,6 +116,9 @@ class WorkerRunner:
         self._flush_scheduled = False
         self._settling: set[asyncio.Task[None]] = set()
         self.stats = WorkerStats(slot_ids=list(self.slot_ids))
+        # What the owner's `workers` table shows of this runner (owner/workers.py).
+        self._info = [held, config.concurrency,
+                      -1 if config.prefetch is None else config.prefetch, int(config.heartbeat)]
         self.leases = HeldLeases(self)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -237,7 +241,8 @@ class WorkerRunner:
 
     async def _claim(self, slots: list[str]) -> list[ClaimedJob]:
         settle, self._outbox = self._outbox, []
-        fields: dict[str, Any] = {"workers": slots, "node": self.node.node_id}
+        fields: dict[str, Any] = {"workers": slots, "node": self.node.node_id,
+                                  "wi": self._info}
         if settle:
             fields["settle"] = settle
         sent_at = self.node.clock.monotonic()
@@ -333,7 +338,7 @@ class WorkerRunner:
                     "error": f"result not storable: {exc}"}
         except Exception as exc:
             return {"job_id": job.job_id, "token": job.token, "op": "nack",
-                    "error": f"{type(exc).__name__}: {exc}"}
+                    "error": f"{type(exc).__name__}: {exc}", "traceback": _traceback(exc)}
         if encoded is not None:
             return {"job_id": job.job_id, "token": job.token, "op": "ack", "result": encoded}
         return {"job_id": job.job_id, "token": job.token, "op": "ack"}
@@ -410,6 +415,13 @@ class WorkerRunner:
                     self.stats.acked += 1
                 else:
                     self.stats.nacked += 1
+
+
+def _traceback(exc: BaseException) -> str:
+    """The failure's traceback as Python prints it, cut on this side already so a deep
+    recursion does not ship megabytes (the owner cuts again: it trusts no worker)."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return protocol.clip_traceback(text) or ""
 
 
 def _moving_average(avg: float | None, sample: float) -> float:

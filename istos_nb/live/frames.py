@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from istos import codec
-from istos.ops.render import duration
+from istos.ops.render import duration, history_of, latest_traceback
 
 from ..views.frames import events_frame
 
@@ -23,10 +23,10 @@ JOB_COLUMNS = {"job_id": object, "state": object, "priority": "int64", "attempts
                "progress": "float64", "progress_note": object}
 LEASE_COLUMNS = {"job_id": object, "worker": object, "deadline": "instant", "attempt": "int64"}
 DEAD_COLUMNS = {"job_id": object, "data": object, "attempts": "int64", "last_error": object,
-                "history": object, "finished_at": "instant"}
+                "traceback": object, "history": object, "finished_at": "instant"}
 ATTEMPT_COLUMNS = {"attempt": "int64", "worker": object, "claimed_at": "instant",
                    "finished_at": "instant", "outcome": object, "error": object,
-                   "backoff": "duration"}
+                   "backoff": "duration", "traceback": object}
 _EVENT_INSTANTS = ("t", "ready_at", "deadline")
 
 
@@ -83,6 +83,7 @@ def dead_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Dead letters; ``history`` holds one dict per attempt, its instants as Timestamps (the
     same attempts as a frame: :func:`attempts_table`, or ``LiveQueue.job(id)["attempts"]``)."""
     return table(DEAD_COLUMNS, [{**d, "data": decode(d.get("body")),
+                                 "traceback": latest_traceback(d.get("history") or []),
                                  "history": [_readable_attempt(a) for a in d.get("history") or []]}
                                 for d in rows])
 
@@ -131,6 +132,11 @@ def readable_why(why: dict[str, Any]) -> dict[str, Any]:
             out["reason"] = f"delayed by the producer; eligible in {left}"
         elif state == "done":
             out["reason"] = f"done; result kept for {left} more"
+    tb = latest_traceback(history_of(why))
+    if tb is not None:
+        out["traceback"] = tb
+    if state == "done":
+        out["result"] = decode(out.get("result"))
     dead = out.get("dead_letter")
     if isinstance(dead, dict):
         dead = {k: v for k, v in dead.items() if k != "body"} | {"data": decode(dead.get("body"))}

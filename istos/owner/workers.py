@@ -1,0 +1,178 @@
+"""What an owner knows of the workers that serve its queue: the ``workers`` op (read role).
+
+A worker is one runner on one node (its slot ids' prefix, ``node:function``). The owner learns
+of it from the requests it sends (``claim``: its free slots and, from current workers, its
+``wi`` = [slots, concurrency, prefetch (-1: automatic), heartbeat]; ``extend``; ``release``)
+and counts what happened to its deliveries from the owner's own events (claimed, acked,
+nacked, lease expired), so the counts are the owner's truth, not the worker's word. A worker
+not seen for ``SEEN_LEASES`` lease periods (at least ``MIN_SEEN_S``) drops out of the table;
+at most ``MAX_WORKERS`` are tracked (names come from requests: a flood of invented ones evicts
+the longest silent first).
+
+Everything in a row except the counts comes from the requests of a peer that holds the ``work``
+role, which is trusted to claim anyway; the fields are checked for type and range only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import events as ev
+from .. import protocol
+from ..core.state import LEASED
+from ..events import JobEvent
+from .extension import Handler, OwnerExtension
+from .owner import QueueOwner
+
+SEEN_LEASES = 3
+MIN_SEEN_S = 60.0
+MAX_WORKERS = 4096
+MAX_WORKER_SLOTS = 1 << 20
+MAX_HELD_SHOWN = 100  # job ids of one worker's held jobs in a row (held_count says how many)
+_COUNTED = {ev.CLAIMED: "claimed", ev.ACKED: "acked", ev.NACKED: "nacked",
+            ev.LEASE_EXPIRED: "expired"}
+
+
+@dataclass(slots=True)
+class WorkerRow:
+    """One worker (``node:function``) as the owner has seen it."""
+
+    worker: str
+    node: str
+    first_seen: float
+    last_seen: float
+    slots: int | None = None
+    concurrency: int | None = None
+    prefetch: int | None = None  # None: unknown; -1: automatic
+    heartbeat: bool | None = None
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        ("claimed", "acked", "nacked", "expired", "released"), 0))
+
+
+def worker_of(slot_id: str) -> str:
+    """The worker a slot id (``node:function#i``) belongs to."""
+    return slot_id.rpartition("#")[0] or slot_id
+
+
+class WorkerTracker(OwnerExtension):
+    """Tracks the workers of one owner; add it after the extensions that wrap ``claim``."""
+
+    def __init__(self, owner: QueueOwner) -> None:
+        self.owner = owner
+        self.rows: dict[str, WorkerRow] = {}
+        claim, extend, release = (owner.handler(op) for op in ("claim", "extend", "release"))
+        assert claim is not None and release is not None  # the owner's own ops
+        self._claim, self._extend, self._release = claim, extend, release
+        self._unsubscribe = owner.node.events.subscribe(self._on_event)
+
+    def ops(self) -> Mapping[str, Handler]:
+        ops: dict[str, Handler] = {"workers": self.op_workers, "claim": self._op_claim,
+                                   "release": self._op_release}
+        if self._extend is not None:
+            ops["extend"] = self._op_extend
+        return ops
+
+    def on_stop(self) -> None:
+        self._unsubscribe()
+
+    # -- learning --
+    def _seen(self, worker: str, node: str | None = None) -> WorkerRow:
+        now = self.owner.node.clock.now()
+        row = self.rows.get(worker)
+        if row is None:
+            if len(self.rows) >= MAX_WORKERS:
+                self._prune(now)
+                if len(self.rows) >= MAX_WORKERS:
+                    del self.rows[min(self.rows.values(), key=lambda r: r.last_seen).worker]
+            row = self.rows[worker] = WorkerRow(
+                worker, node or worker.rpartition(":")[0] or worker, now, now)
+        row.last_seen = now
+        return row
+
+    async def _op_claim(self, msg: dict[str, Any]) -> dict[str, Any]:
+        slots = msg.get("workers")
+        if isinstance(slots, list) and slots and isinstance(slots[0], str):
+            row = self._seen(worker_of(slots[0]), msg.get("node") or None)
+            _note_info(row, msg.get("wi"))
+        return await self._claim(msg)
+
+    async def _op_extend(self, msg: dict[str, Any]) -> dict[str, Any]:
+        assert self._extend is not None
+        self._note_holders(msg.get("items"))
+        return await self._extend(msg)
+
+    async def _op_release(self, msg: dict[str, Any]) -> dict[str, Any]:
+        holders = self._note_holders(msg.get("items"))
+        reply = await self._release(msg)
+        for holder, status in zip(holders, reply.get("statuses") or ()):
+            if holder is not None and status == "ok":
+                self._seen(holder).counts["released"] += 1
+        return reply
+
+    def _note_holders(self, items: object) -> list[str | None]:
+        """The worker holding each item's job (None: not leased), each marked as seen."""
+        if not isinstance(items, list):
+            return []
+        jobs, out = self.owner.state.jobs, []
+        for item in items:
+            rec = jobs.get(str(item.get("job_id"))) if isinstance(item, dict) else None
+            holder = worker_of(rec.lease_worker) if rec is not None and rec.lease_worker \
+                and rec.state == LEASED else None
+            out.append(holder)
+        for holder in set(out) - {None}:
+            assert holder is not None
+            self._seen(holder)
+        return out
+
+    def _on_event(self, event: JobEvent) -> None:
+        name = _COUNTED.get(event.kind)
+        if name is None or event.queue != self.owner.name or not event.worker:
+            return
+        # Counted on the row only, never "seen": a lease expiring says nothing of its worker.
+        row = self.rows.get(worker_of(event.worker))
+        if row is not None:
+            row.counts[name] += 1
+
+    def _prune(self, now: float) -> None:
+        horizon = max(MIN_SEEN_S, SEEN_LEASES * self.owner.config.policy.lease_s)
+        for worker in [w for w, r in self.rows.items() if now - r.last_seen > horizon]:
+            del self.rows[worker]
+
+    # -- the op --
+    async def op_workers(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Workers seen lately, longest known first, paged by count and bytes."""
+        now = self.owner.node.clock.now()
+        self._prune(now)
+        offset = msg.get("offset", 0)
+        limit = min(protocol.MAX_PAGE, msg.get("limit", protocol.MAX_PAGE))
+        held: dict[str, list[str]] = {}
+        for rec in self.owner.state.jobs.values():
+            if rec.state == LEASED and rec.lease_worker:
+                held.setdefault(worker_of(rec.lease_worker), []).append(rec.job_id)
+        rows = sorted(self.rows.values(), key=lambda r: (r.first_seen, r.worker))[offset:]
+        page, more = protocol.page(rows, lambda r: worker_row(r, held.get(r.worker, [])),
+                                   limit)
+        return {"workers": page, "total": len(self.rows), "more": more,
+                "next_offset": offset + len(page), "now": now}
+
+
+def worker_row(row: WorkerRow, held: list[str]) -> dict[str, Any]:
+    return {"worker": row.worker, "node": row.node, "slots": row.slots,
+            "concurrency": row.concurrency, "prefetch": row.prefetch,
+            "heartbeat": row.heartbeat, "held": held[:MAX_HELD_SHOWN],
+            "held_count": len(held), "first_seen": row.first_seen,
+            "last_seen": row.last_seen, **row.counts}
+
+
+def _note_info(row: WorkerRow, info: object) -> None:
+    """A claim's ``wi`` field, taken only when it is four integers in range."""
+    if type(info) is not list or len(info) != 4 \
+            or not all(type(x) is int for x in info):
+        return
+    slots, concurrency, prefetch, heartbeat = info
+    if 0 < slots <= MAX_WORKER_SLOTS and 0 < concurrency <= slots \
+            and -1 <= prefetch <= slots and heartbeat in (0, 1):
+        row.slots, row.concurrency = slots, concurrency
+        row.prefetch, row.heartbeat = prefetch, bool(heartbeat)

@@ -113,7 +113,8 @@ class Producer:
         for d in page:
             item = {"job_id": d["job_id"], "data": codec.decode_body(d["body"]),
                     "attempts": d["attempts"], "last_error": d["last_error"],
-                    "history": d["history"]}
+                    "history": d["history"],
+                    "traceback": protocol.latest_traceback(d["history"])}
             if d.get("meta"):
                 item["workflow"] = d["meta"]
             out.append(item)

@@ -449,11 +449,21 @@ def clip_traceback(tb: str | None) -> str | None:
     if len(raw) <= MAX_TRACEBACK_BYTES:
         return tb
     tail = raw[-(MAX_TRACEBACK_BYTES - 64):].decode("utf-8", "ignore")
-    newline = tail.find("\n")
+    frame = tail.find("\n  File ")
+    newline = frame if frame >= 0 else tail.find("\n")
     if 0 <= newline < len(tail) - 1:
-        tail = tail[newline + 1:]  # start at a whole line
+        tail = tail[newline + 1:]  # start at a whole frame (else a whole line)
     cut = len(raw) - len(tail.encode("utf-8"))
     return f"... ({cut} bytes of outer frames cut)\n{tail}"
+
+
+def latest_traceback(history: list[dict[str, Any]]) -> str | None:
+    """The traceback of the newest attempt of a history (as replies carry it) that kept one."""
+    for attempt in reversed(history):
+        tb = attempt.get("traceback") if isinstance(attempt, dict) else None
+        if isinstance(tb, str) and tb:
+            return tb
+    return None
 
 
 # -- replies ------------------------------------------------------------------------------------

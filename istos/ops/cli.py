@@ -23,6 +23,7 @@ from typing import Any
 
 from ..core.state import STATES
 from ..errors import AdminDisabled, ConfigError, IstosError, OwnerUnavailable
+from . import operator_cmds as OC
 from . import render as R
 from .operator import Operator
 
@@ -66,6 +67,7 @@ def parser() -> argparse.ArgumentParser:
                    help="payload field match (dotted keys, JSON values); repeatable")
     p.add_argument("--limit", type=int, default=50, help="rows to show; 0 for all (default 50)")
     p.add_argument("--offset", type=int, default=0)
+    OC.add_search_options(p)
     p = command("why", "why a job is (not) running")
     p.add_argument("job_id", metavar="JOB_ID")
     p = command("dead", "dead letters, oldest first")
@@ -79,6 +81,8 @@ def parser() -> argparse.ArgumentParser:
     p = command("purge-dead", "admin: delete dead letters (the given ids, or --all)")
     p.add_argument("job_ids", nargs="*", metavar="JOB_ID")
     p.add_argument("--all", action="store_true", help="delete every dead letter")
+    p.add_argument("--older-than", metavar="AGE", help="those that died at least AGE ago "
+                   "(90s, 15m, 1h, 2d), in bounded requests")
     command("pause", "admin: stop claims on a queue")
     command("resume", "admin: let workers claim again")
     p = command("cancel", "admin: cancel a job (a running one is stopped by its worker)")
@@ -88,6 +92,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p = command("dashboard", "serve the LiveDashboard page through Voila on 127.0.0.1")
     p.add_argument("--port", type=int, default=8866)
+    OC.add_commands(command)
     return top
 
 
@@ -134,7 +139,8 @@ async def _jobs(op: Operator, args: argparse.Namespace, out: Any) -> int:
     if args.limit < 0 or args.offset < 0:
         raise UsageError("--limit and --offset must be >= 0")
     rows, total, truncated = await op.jobs(args.queue, args.state, parse_where(args.where),
-                                           args.limit or None, args.offset)
+                                           args.limit or None, args.offset,
+                                           OC.search_fields(args, op.now(), UsageError))
     data = {"jobs": rows, "total": total, "truncated": truncated, "offset": args.offset}
     return _emit(out, args, data, R.jobs_text(rows, total, args.offset, op.now()))
 
@@ -184,8 +190,10 @@ async def _requeue(op: Operator, args: argparse.Namespace, out: Any) -> int:
 
 
 async def _purge(op: Operator, args: argparse.Namespace, out: Any) -> int:
-    if bool(args.job_ids) == bool(args.all):
-        raise UsageError("purge-dead: give JOB_ID... or --all (not both)")
+    if args.older_than is not None and not args.job_ids and not args.all:
+        return await OC.purge_older(op, args, out, _emit, UsageError)
+    if bool(args.job_ids) == bool(args.all) or args.older_than is not None:
+        raise UsageError("purge-dead: give JOB_ID..., --all or --older-than AGE (one of them)")
     fields = {} if args.all else {"job_ids": list(args.job_ids)}
     purged = int((await op.call(args.queue, "purge_dead", **fields))["purged"])
     return _emit(out, args, {"purged": purged}, f"purged {purged} dead letter(s)")
@@ -218,7 +226,10 @@ async def _dashboard(op: Operator, args: argparse.Namespace, out: Any) -> int:
 _HANDLERS = {"stats": _stats, "jobs": _jobs, "why": _why, "dead": _dead, "leases": _leases,
              "follow": _follow, "requeue": _requeue, "purge-dead": _purge,
              "pause": _pause_resume, "resume": _pause_resume, "cancel": _cancel,
-             "dashboard": _dashboard}
+             "dashboard": _dashboard,
+             "workers": lambda op, a, out: OC.workers(op, a, out, _emit),
+             "requeue-dead": lambda op, a, out: OC.requeue_dead(op, a, out, _emit, UsageError),
+             "promote": lambda op, a, out: OC.promote(op, a, out, _emit)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

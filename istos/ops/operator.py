@@ -78,11 +78,13 @@ class Operator:
 
     async def jobs(self, queue: str, state: str | None = None,
                    where: dict[str, Any] | None = None, limit: int | None = 100,
-                   offset: int = 0) -> tuple[list[dict[str, Any]], int | None, bool]:
+                   offset: int = 0, filters: dict[str, Any] | None = None
+                   ) -> tuple[list[dict[str, Any]], int | None, bool]:
         """``(rows, total, truncated)``: at most ``limit`` jobs (None: all) from ``offset``.
 
-        ``total`` is how many match in all (from the owner's counts without ``where``; None
-        when a search stopped early); ``truncated`` whether rows were left out.
+        ``total`` is how many match in all (from the owner's counts without ``where`` or
+        ``filters``; None when a search stopped early); ``truncated`` whether rows were left
+        out. ``filters``: the ``jobs`` op's search fields (error, worker, time ranges).
         """
         if state is not None and state not in STATES:
             raise ConfigError(f"state must be one of {', '.join(STATES)}, got {state!r}")
@@ -93,7 +95,8 @@ class Operator:
             page = size if want is None else min(size, want - len(rows))
             try:
                 reply = await self.call(queue, "jobs", state=state, where=dict(where or {}),
-                                        offset=offset + len(rows), limit=page)
+                                        offset=offset + len(rows), limit=page,
+                                        **(filters or {}))
             except ProtocolError:
                 if page == 1:  # one body always fits: this is not about size
                     raise
@@ -106,10 +109,19 @@ class Operator:
         total: int | None = None
         if not truncated and (rows or not offset):
             total = offset + len(rows)
-        elif not where:
+        elif not where and not filters:
             counts = (await self.stats(queue))["counts"]
             total = counts.get(state, 0) if state else sum(counts.values())
         return rows, total, truncated
+
+    async def workers(self, queue: str) -> list[dict[str, Any]]:
+        """The owner's table of workers seen lately (every page)."""
+        rows: list[dict[str, Any]] = []
+        while True:
+            reply = await self.call(queue, "workers", offset=len(rows))
+            rows.extend(reply["workers"])
+            if not reply.get("more") or not reply["workers"]:
+                return rows
 
     async def dead(self, queue: str, limit: int | None = None) -> list[dict[str, Any]]:
         """Dead letters, oldest first; every page unless ``limit`` caps them."""

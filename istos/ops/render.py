@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..protocol import latest_traceback
 from .operator import decode_body
 
 PAYLOAD_CHARS = 60
@@ -142,14 +143,6 @@ def history_of(why: dict[str, Any]) -> list[dict[str, Any]]:
     history = source.get("history") if isinstance(source, dict) else None
     return [a for a in history or [] if isinstance(a, dict)]
 
-
-def latest_traceback(history: list[dict[str, Any]]) -> str | None:
-    """The traceback of the newest attempt that kept one (None: no attempt did)."""
-    for attempt in reversed(history):
-        tb = attempt.get("traceback")
-        if isinstance(tb, str) and tb:
-            return tb
-    return None
 
 
 def dead_text(dead: list[dict[str, Any]], now: float) -> str:

@@ -28,11 +28,12 @@ import pandas as pd
 
 from istos.core.config import check_queue_name
 from istos.errors import ConfigError, IstosError
+from istos.protocol import MAX_BULK
 from istos.transport.zenoh import ZenohTransport
 
 from . import frames as lf
 from .loop import LoopThread, Stream, async_call, keep_following, stop_stream, sync_call
-from .requests import MAX_PAGE, OwnerRequests, jobs_args, purge_fields
+from .requests import MAX_PAGE, OwnerRequests, jobs_args, purge_fields, search_filters
 
 __all__ = ["attach", "aattach", "LiveQueue"]
 
@@ -144,24 +145,41 @@ class LiveQueue:
         return await self._awaiting(self._req.stats, "stats")
 
     def jobs(self, state: str | Iterable[str] | None = None, where: dict[str, Any] | None = None,
-             limit: int | None = 100, offset: int = 0) -> pd.DataFrame:
+             limit: int | None = 100, offset: int = 0, *, error: str | None = None,
+             worker: str | None = None, enqueued: Any = None,
+             finished: Any = None) -> pd.DataFrame:
         """Jobs the owner holds, optionally in one ``state`` (or several: merged, oldest first)
         and whose decoded body matches every ``where`` item (dotted paths: ``{"user.id": 7}``),
         at most ``limit`` (None: every page) from ``offset`` in the owner's order. Columns:
         job_id, state, priority, attempts, enqueued_at, ready_at, worker and deadline (leased
         jobs), last_error, data (the decoded body). ``attrs["truncated"]`` says whether rows
         were left out; ``attrs["total"]`` how many match in all (None when a ``where`` search
-        stopped early and the owner does not say)."""
+        stopped early and the owner does not say). The search: ``error`` (the last error
+        contains it), ``worker`` (some attempt's worker contains it), ``enqueued`` and
+        ``finished`` as ``(after, before)`` instants (epoch seconds, datetimes; an end None)."""
         args = jobs_args(state, where, limit, offset)
+        filters = search_filters(error, worker, enqueued, finished)
         bound = _ALL_PAGES_S if limit is None or limit > MAX_PAGE else None
-        return self._blocking(lambda: self._req.jobs(*args), "jobs", bound)
+        return self._blocking(lambda: self._req.jobs(*args, filters), "jobs", bound)
 
     async def ajobs(self, state: str | Iterable[str] | None = None,
                     where: dict[str, Any] | None = None, limit: int | None = 100,
-                    offset: int = 0) -> pd.DataFrame:
+                    offset: int = 0, *, error: str | None = None, worker: str | None = None,
+                    enqueued: Any = None, finished: Any = None) -> pd.DataFrame:
         args = jobs_args(state, where, limit, offset)
+        filters = search_filters(error, worker, enqueued, finished)
         bound = _ALL_PAGES_S if limit is None or limit > MAX_PAGE else None
-        return await self._awaiting(lambda: self._req.jobs(*args), "jobs", bound)
+        return await self._awaiting(lambda: self._req.jobs(*args, filters), "jobs", bound)
+
+    def workers(self) -> pd.DataFrame:
+        """The workers the owner has seen claim or renew lately, one row per runner
+        (``node:function``): node, slots, concurrency, prefetch (-1: automatic), heartbeat,
+        held_count and held (job ids), first_seen, last_seen, and what happened to its
+        deliveries: claimed, acked, nacked, expired, released (the owner's counts)."""
+        return self._blocking(self._req.workers, "workers")
+
+    async def aworkers(self) -> pd.DataFrame:
+        return await self._awaiting(self._req.workers, "workers")
 
     def job(self, job_id: str) -> dict[str, Any]:
         """One job in detail: ``state``, ``record`` (the owner's summary, instants as
@@ -331,16 +349,57 @@ class LiveQueue:
                               "(see dead_letters())")
         return str(reply["job_id"])
 
-    def purge_dead(self, job_ids: Iterable[str] | None = None) -> int:
-        """Delete the given dead letters (all of them when None); returns how many went."""
-        fields = purge_fields(job_ids)
-        return int(self._blocking(lambda: self._req.admin("purge_dead", **fields),
-                                  "purge_dead")["purged"])
+    def purge_dead(self, job_ids: Iterable[str] | None = None, *,
+                   older_than_s: float | None = None) -> int:
+        """Delete the given dead letters (all of them when None), or with ``older_than_s``
+        those that died at least that long ago; returns how many went."""
+        return self._blocking(lambda: self._purge(job_ids, older_than_s), "purge_dead",
+                              _ALL_PAGES_S)
 
-    async def apurge_dead(self, job_ids: Iterable[str] | None = None) -> int:
-        fields = purge_fields(job_ids)
-        return int((await self._awaiting(lambda: self._req.admin("purge_dead", **fields),
-                                         "purge_dead"))["purged"])
+    async def apurge_dead(self, job_ids: Iterable[str] | None = None, *,
+                          older_than_s: float | None = None) -> int:
+        return await self._awaiting(lambda: self._purge(job_ids, older_than_s), "purge_dead",
+                                    _ALL_PAGES_S)
+
+    async def _purge(self, job_ids: Iterable[str] | None, older_than_s: float | None) -> int:
+        if older_than_s is not None:
+            if job_ids is not None:
+                raise ValueError("purge_dead: give job_ids or older_than_s, not both")
+            return await self._req.bulk("purge_dead_older", "purged",
+                                        older_than_s=float(older_than_s))
+        reply = await self._req.admin("purge_dead", **purge_fields(job_ids))
+        return int(reply["purged"])
+
+    def requeue_dead(self, error: str | None = None) -> int:
+        """Every dead letter (only those whose last error contains ``error``, if given) back
+        to ready under its own id, afresh; returns how many. Bounded requests, repeated."""
+        return self._blocking(lambda: self._requeue_all(error), "requeue_all_dead",
+                              _ALL_PAGES_S)
+
+    async def arequeue_dead(self, error: str | None = None) -> int:
+        return await self._awaiting(lambda: self._requeue_all(error), "requeue_all_dead",
+                                    _ALL_PAGES_S)
+
+    async def _requeue_all(self, error: str | None) -> int:
+        fields = {} if error is None else {"error": str(error)}
+        return await self._req.bulk("requeue_all_dead", "requeued", **fields)
+
+    def promote(self, job_ids: Iterable[str] | None = None) -> int:
+        """Delayed jobs (the given ids, or all) made ready now; returns how many."""
+        return self._blocking(lambda: self._promote(job_ids), "promote", _ALL_PAGES_S)
+
+    async def apromote(self, job_ids: Iterable[str] | None = None) -> int:
+        return await self._awaiting(lambda: self._promote(job_ids), "promote", _ALL_PAGES_S)
+
+    async def _promote(self, job_ids: Iterable[str] | None) -> int:
+        if job_ids is None:
+            return await self._req.bulk("promote", "promoted")
+        ids = purge_fields(job_ids)["job_ids"]
+        total = 0
+        for start in range(0, len(ids), MAX_BULK):
+            reply = await self._req.admin("promote", job_ids=ids[start:start + MAX_BULK])
+            total += int(reply["promoted"])
+        return total
 
     def pause(self) -> None:
         """Stop claims: workers get no job until :meth:`resume` (leases in flight carry on)."""

@@ -27,6 +27,11 @@ DEAD_COLUMNS = {"job_id": object, "data": object, "attempts": "int64", "last_err
 ATTEMPT_COLUMNS = {"attempt": "int64", "worker": object, "claimed_at": "instant",
                    "finished_at": "instant", "outcome": object, "error": object,
                    "backoff": "duration", "traceback": object}
+WORKER_COLUMNS = {"worker": object, "node": object, "slots": "Int64", "concurrency": "Int64",
+                  "prefetch": "Int64", "heartbeat": "boolean", "held_count": "int64",
+                  "held": object, "first_seen": "instant", "last_seen": "instant",
+                  "claimed": "int64", "acked": "int64", "nacked": "int64", "expired": "int64",
+                  "released": "int64"}
 _EVENT_INSTANTS = ("t", "ready_at", "deadline")
 
 
@@ -91,6 +96,11 @@ def dead_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
 def _readable_attempt(a: dict[str, Any]) -> dict[str, Any]:
     return {**a, "claimed_at": instant(a.get("claimed_at")),
             "finished_at": instant(a.get("finished_at"))}
+
+
+def workers_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The owner's workers table (``prefetch`` -1: automatic; unknown fields are NA)."""
+    return table(WORKER_COLUMNS, rows)
 
 
 def attempts_table(history: list[dict[str, Any]]) -> pd.DataFrame:

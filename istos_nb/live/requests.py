@@ -54,9 +54,9 @@ class OwnerRequests:
         return dict((await self.ask("stats"))["stats"])
 
     async def jobs(self, states: list[str | None], where: dict[str, Any], limit: int | None,
-                   offset: int) -> pd.DataFrame:
+                   offset: int, filters: dict[str, Any] | None = None) -> pd.DataFrame:
         """``jobs_of`` each state; several are merged oldest first, their attrs combined."""
-        parts = [await self.jobs_of(s, where, limit, offset) for s in states]
+        parts = [await self.jobs_of(s, where, limit, offset, filters) for s in states]
         if len(parts) == 1:
             return parts[0]
         rows = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
@@ -69,7 +69,7 @@ class OwnerRequests:
         return shown
 
     async def jobs_of(self, state: str | None, where: dict[str, Any], limit: int | None,
-                      offset: int) -> pd.DataFrame:
+                      offset: int, filters: dict[str, Any] | None = None) -> pd.DataFrame:
         """Pages of one state from ``offset``; one row beyond ``limit`` says if more exist."""
         want = None if limit is None else limit + 1
         rows: list[dict[str, Any]] = []
@@ -78,7 +78,8 @@ class OwnerRequests:
             page = size if want is None else min(size, want - len(rows))
             try:
                 reply = await self.ask("jobs", state=state, where=where,
-                                       offset=offset + len(rows), limit=page)
+                                       offset=offset + len(rows), limit=page,
+                                       **(filters or {}))
             except ReplyTooLarge:
                 if page == 1:  # cannot happen: one body (<= 1 MiB) fits in one message
                     raise
@@ -92,7 +93,7 @@ class OwnerRequests:
         rows = rows if limit is None else rows[:limit]
         if total is None and not truncated and not more and (rows or not offset):
             total = offset + len(rows)
-        elif total is None and not where:
+        elif total is None and not where and not filters:
             counts = (await self.stats())["counts"]
             total = counts.get(state, 0) if state else sum(counts.values())
         df = lf.jobs_table(rows)
@@ -155,6 +156,23 @@ class OwnerRequests:
     async def admin(self, op: str, **fields: Any) -> dict[str, Any]:
         return await self.ask(op, **fields)
 
+    async def workers(self) -> pd.DataFrame:
+        rows: list[dict[str, Any]] = []
+        while True:
+            reply = await self.ask("workers", offset=len(rows))
+            rows.extend(reply["workers"])
+            if not reply.get("more") or not reply["workers"]:
+                return lf.workers_table(rows)
+
+    async def bulk(self, op: str, count_key: str, **fields: Any) -> int:
+        """One bulk admin op repeated until the owner says none is left; the total."""
+        total = 0
+        while True:
+            reply = await self.ask(op, **fields)
+            total += int(reply[count_key])
+            if not reply.get("more") or not reply[count_key]:
+                return total
+
 
 def jobs_args(state: str | Iterable[str] | None, where: dict[str, Any] | None,
                limit: int | None, offset: int
@@ -170,6 +188,36 @@ def jobs_args(state: str | Iterable[str] | None, where: dict[str, Any] | None,
     if (limit is not None and limit < 1) or offset < 0:
         raise ValueError(f"need limit >= 1 (or None) and offset >= 0, got {limit!r}, {offset!r}")
     return states, dict(where or {}), limit, offset
+
+
+def search_filters(error: str | None, worker: str | None, enqueued: Any, finished: Any
+                   ) -> dict[str, Any]:
+    """``jobs()``'s search arguments as request fields: texts, and ``(after, before)`` pairs
+    of instants (epoch seconds, datetimes or Timestamps; either end None)."""
+    out: dict[str, Any] = {}
+    for name, value in (("error", error), ("worker", worker)):
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+            out[name] = value
+    for name, span in (("enqueued", enqueued), ("finished", finished)):
+        if span is None:
+            continue
+        if not isinstance(span, (tuple, list)) or len(span) != 2:
+            raise ValueError(f"{name} must be an (after, before) pair, got {span!r}")
+        for end, value in zip(("after", "before"), span):
+            if value is not None:
+                out[f"{name}_{end}"] = _epoch(value, f"{name} {end}")
+    return out
+
+
+def _epoch(value: Any, what: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    try:
+        return float(pd.Timestamp(value).timestamp())
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: not an instant: {value!r}") from None
 
 
 def purge_fields(job_ids: Iterable[str] | None) -> dict[str, Any]:

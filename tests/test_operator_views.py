@@ -1,0 +1,233 @@
+"""What an operator sees and does beyond counts (issue 26), on real Zenoh: tracebacks kept with
+failed attempts, kept results in ``why``, the owner's workers table, bulk admin actions, and
+``jobs`` searches by error, worker and time, through the ``istos`` CLI (a real subprocess),
+the Operator session and LiveQueue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from zenoh_util import free_port, isolated_configs, peer_config, unique_prefix, wait_until
+
+from istos import Istos, JobContext, codec, protocol
+from istos.core.records import QueuePolicy
+from istos.core.state import QueueState
+from istos.ops.operator import Operator
+from istos.owner.job_ops import dead_letter
+from istos_nb import aattach
+
+REPO = Path(__file__).resolve().parents[1]
+WAIT_S = 60.0  # generous: the machine is shared
+
+
+def cli_config(configs: list[dict[str, Any]]) -> str:
+    """A peer of its own for one CLI run, connected to the owner's peer."""
+    owner = configs[0]["listen"]["endpoints"][0]
+    return json.dumps(peer_config(f"tcp/127.0.0.1:{free_port()}", [owner]))
+
+
+async def cli(configs: list[dict[str, Any]], prefix: str, *args: str
+              ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "istos", *args, "--zenoh", cli_config(configs),
+           "--prefix", prefix, "--timeout", "20"]
+    return await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True,
+                                   timeout=120, env=env)
+
+
+def deep_failure(n: int) -> None:
+    raise ValueError(f"boom {n}")
+
+
+async def test_tracebacks_results_and_the_workers_table_over_zenoh():
+    configs, prefix = isolated_configs(3), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q", max_attempts=2, retry_backoff_s=0.01, retry_backoff_max_s=0.01,
+                keep_results=True, admin=True)
+    worker = Istos(zenoh=configs[1], prefix=prefix, node_id="wk")
+    release = asyncio.Event()
+
+    @worker.worker("q", concurrency=2, prefetch=0, heartbeat=True)
+    async def handle(job: dict[str, Any], ctx: JobContext) -> Any:
+        if job.get("fail"):
+            deep_failure(ctx.attempt)
+        if job.get("hold"):
+            await release.wait()
+        return {"echo": job["n"]}
+
+    async with owner.serving(), worker.serving():
+        q = owner.owners["q"]
+        dead_id = await owner.enqueue("q", {"fail": True, "n": 0})
+        done_id = await owner.enqueue("q", {"n": 1})
+        await wait_until(lambda: q.stats()["counts"]["dead"] == 1
+                         and q.stats()["counts"]["done"] == 1, WAIT_S, "dead and done")
+        held_id = await owner.enqueue("q", {"hold": True, "n": 2})
+        await wait_until(lambda: q.stats()["counts"]["leased"] == 1, WAIT_S, "held")
+
+        async with Operator(configs[2], prefix=prefix, timeout_s=20) as op:
+            why = (await op.call("q", "why", job_id=dead_id))["why"]
+            history = why["dead_letter"]["history"]
+            assert [a["outcome"] for a in history] == ["nacked", "nacked"]
+            for attempt, entry in enumerate(history, start=1):
+                assert entry["error"] == f"ValueError: boom {attempt}"
+                assert "in deep_failure" in entry["traceback"]
+                assert entry["traceback"].rstrip().endswith(f"ValueError: boom {attempt}")
+            done = (await op.call("q", "why", job_id=done_id))["why"]
+            assert done["state"] == "done" and done["result_size"] > 0
+            assert codec.decode_body(done["result"]) == {"echo": 1}
+
+            rows = await op.workers("q")
+            assert [r["worker"] for r in rows] == ["wk:handle"]
+            row = rows[0]
+            assert (row["node"], row["concurrency"], row["prefetch"], row["slots"],
+                    row["heartbeat"]) == ("wk", 2, 0, 2, True)
+            assert row["held"] == [held_id] and row["held_count"] == 1
+            assert (row["claimed"], row["acked"], row["nacked"], row["expired"]) == (4, 1, 2, 0)
+            assert row["first_seen"] <= row["last_seen"] <= op.now() + 1
+
+        out = await cli(configs, prefix, "why", "q", dead_id)
+        assert out.returncode == 0, out.stderr
+        assert "traceback of the last failed attempt:" in out.stdout
+        assert "in deep_failure" in out.stdout and "ValueError: boom 2" in out.stdout
+        out = await cli(configs, prefix, "why", "q", done_id)
+        assert out.returncode == 0 and 'result: {"echo":1}' in out.stdout, out.stdout
+        out = await cli(configs, prefix, "workers", "q")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith("queue q\nWORKER") and "wk:handle" in out.stdout
+        assert "2+0 hb" in out.stdout and f"1 ({held_id})" in out.stdout
+        table = json.loads((await cli(configs, prefix, "workers", "q", "--json")).stdout)
+        assert table["q"][0]["acked"] == 1 and table["q"][0]["held"] == [held_id]
+
+        dead = await owner.dead_letters("q")
+        assert "ValueError: boom 2" in dead[0]["traceback"]
+        lq = await aattach("q", configs[2], prefix=prefix, timeout_s=20)
+        try:
+            frame = await lq.adead_letters()
+            assert "in deep_failure" in frame.traceback[0]
+            workers = await lq.aworkers()
+            assert list(workers.worker) == ["wk:handle"] and int(workers.acked[0]) == 1
+            assert bool(workers.heartbeat[0]) and workers.held[0] == [held_id]
+            why = await lq.awhy(done_id)
+            assert why["result"] == {"echo": 1}
+        finally:
+            await lq.aclose()
+        release.set()
+        await wait_until(lambda: q.stats()["counts"]["done"] == 2, WAIT_S, "released job done")
+
+
+async def test_bulk_admin_actions_and_searches_over_zenoh():
+    configs, prefix = isolated_configs(3), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q", max_attempts=1, admin=True)
+    owner.queue("plain", max_attempts=1)
+    worker = Istos(zenoh=configs[1], prefix=prefix, node_id="wk")
+
+    @worker.worker("q", concurrency=4)
+    async def send(job: dict[str, Any]) -> None:
+        raise RuntimeError(job["why"])
+
+    async with owner.serving():
+        q = owner.owners["q"]
+        before = q.node.clock.now()
+        async with worker.serving():
+            for i in range(6):
+                await owner.enqueue("q", {"why": "smtp down" if i < 4 else "dns fail", "n": i})
+            await wait_until(lambda: q.stats()["counts"]["dead"] == 6, WAIT_S, "six dead")
+        late = [await owner.enqueue("q", {"n": 10 + i}, delay_s=3600) for i in range(3)]
+        await owner.enqueue("plain", {"n": 0})
+
+        async with Operator(configs[2], prefix=prefix, timeout_s=20) as op:
+            rows, total, _ = await op.jobs("q", "dead", filters={"error": "dns"})
+            assert sorted(r["body"] for r in rows) == sorted(
+                r.body for r in q.state.dead.values() if "dns" in (r.last_error or ""))
+            assert total == 2
+            assert len((await op.jobs("q", None, filters={"worker": "wk:send"}))[0]) == 6
+            assert (await op.jobs("q", None, filters={"worker": "nobody"}))[0] == []
+            assert len((await op.jobs("q", None, filters={"enqueued_after": before}))[0]) == 9
+            assert (await op.jobs("q", None, filters={"enqueued_before": before - 1}))[0] == []
+            assert len((await op.jobs("q", None, filters={
+                "finished_after": before, "finished_before": op.now() + 1}))[0]) == 6
+            # One bulk request is bounded: a limit of 1 moves one and says more remain.
+            one = await op.call("q", "requeue_all_dead", error="smtp", limit=1)
+            assert one == {"requeued": 1, "more": True, "ok": True, "v": 1}
+
+        out = await cli(configs, prefix, "jobs", "q", "--state", "dead", "--error", "smtp",
+                        "--json")
+        assert out.returncode == 0 and len(json.loads(out.stdout)["jobs"]) == 3, out.stderr
+        out = await cli(configs, prefix, "jobs", "q", "--enqueued-after", "1h", "--json")
+        assert len(json.loads(out.stdout)["jobs"]) == 9
+        out = await cli(configs, prefix, "requeue-dead", "q", "--error", "smtp")
+        assert out.returncode == 0 and out.stdout.strip() == "requeued 3 dead letter(s)"
+        counts = q.stats()["counts"]
+        assert (counts["ready"], counts["dead"], counts["delayed"]) == (4, 2, 3)
+        assert all(q.state.jobs[j].attempts == 0 for j in q.state.jobs
+                   if q.state.jobs[j].state == "ready")
+        assert (await cli(configs, prefix, "requeue-dead", "q")).returncode == 2
+        refused = await cli(configs, prefix, "requeue-dead", "plain", "--all")
+        assert refused.returncode == 1 and "admin=True" in refused.stderr
+
+        out = await cli(configs, prefix, "promote", "q", late[0])
+        assert out.stdout.strip() == "promoted 1 delayed job(s) to ready"
+        assert q.state.jobs[late[0]].state == "ready"
+        out = await cli(configs, prefix, "purge-dead", "q", "--older-than", "1h")
+        assert out.stdout.strip() == "purged 0 dead letter(s) older than 1.0 h"
+        assert (await cli(configs, prefix, "purge-dead", "q", "--older-than", "soon")
+                ).returncode == 2
+
+        lq = await aattach("q", configs[2], prefix=prefix, timeout_s=20)
+        try:
+            assert await lq.apromote() == 2
+            assert q.stats()["counts"]["delayed"] == 0 and q.stats()["counts"]["ready"] == 7
+            found = await lq.ajobs("ready", error="smtp")
+            assert found.empty  # revived jobs start afresh: no last error
+            assert len(await lq.ajobs("dead", worker="wk:")) == 2
+            assert len(await lq.ajobs(enqueued=(before, None))) == 9
+            assert await lq.apurge_dead(older_than_s=0) == 2
+            assert await lq.arequeue_dead() == 0
+            with pytest.raises(ValueError, match="after, before"):
+                await lq.ajobs(enqueued=before)
+        finally:
+            await lq.aclose()
+        assert q.stats()["counts"]["dead"] == 0
+
+
+def test_a_long_traceback_keeps_its_innermost_frames_and_fits_its_cap():
+    frames = "".join(f'  File "m.py", line {i}, in f{i}\n    f{i + 1}()\n' for i in range(2000))
+    text = "Traceback (most recent call last):\n" + frames + "ValueError: the real cause\n"
+    kept = protocol.clip_traceback(text)
+    assert kept is not None and len(kept.encode()) <= protocol.MAX_TRACEBACK_BYTES
+    assert kept.startswith("... (") and "bytes of outer frames cut)\n  File" in kept
+    assert kept.endswith("ValueError: the real cause\n") and "in f1999" in kept
+    assert "in f0\n" not in kept
+    assert protocol.clip_traceback("short\n") == "short\n"
+    assert protocol.clip_traceback("") is None and protocol.clip_traceback(None) is None
+
+
+def test_only_the_newest_failed_attempts_keep_tracebacks_and_a_dead_letter_fits_a_frame():
+    import random
+
+    policy = QueuePolicy(max_attempts=30, history_limit=20)
+    state = QueueState("q", policy)
+    body = b"\x00" * protocol.MAX_BODY_BYTES
+    state.enqueue("j", body, 0.0, meta={"k": "x" * (protocol.MAX_META_BYTES - 64)})
+    tb = protocol.clip_traceback("T" * (1 << 20))
+    for attempt in range(1, 31):
+        now = float(attempt)
+        (rec,) = state.claim([f"w{'x' * 200}#0"], now)
+        assert rec.lease_token is not None
+        state.nack("j", rec.lease_token, now, protocol.clip_error("e" * 5000),
+                   random.Random(1), tb)
+        state.promote("j", now)  # no waiting out the backoff
+    rec = state.jobs["j"]
+    assert rec.state == "dead" and len(rec.history) == 20
+    assert [a.traceback is not None for a in rec.history] == [False] * 18 + [True] * 2
+    assert protocol.encoded_size({"dead": [dead_letter(rec)], "total": 1, "more": False,
+                                  "next_offset": 1}) <= protocol.FRAME_CAP

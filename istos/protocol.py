@@ -215,6 +215,7 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
              *(Field(f"{what}_{end}", number(0.0, MAX_TIME))
                for what in ("enqueued", "finished") for end in ("after", "before"))),
     "workers": (_OFFSET, _PAGE),
+    "states": (Field("job_ids", list_of(check_job_id, MAX_PAGE), required=True),),
     "requeue_all_dead": (Field("error", text(MAX_SEARCH_TEXT, empty=False, nil=True)),
                          Field("limit", integer(1, MAX_BULK))),
     "promote": (Field("job_ids", list_of(check_job_id, MAX_BULK, nil=True)),
@@ -269,6 +270,7 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("release", "statuses", ""),
         ("enqueue_slot", "job_id created", ""),
         ("workers", "workers total more next_offset now", ""),
+        ("states", "states", ""),
         ("requeue_all_dead", "requeued more", ""),
         ("promote", "promoted more", ""),
         ("purge_dead_older", "purged more", ""),
@@ -298,7 +300,7 @@ OP_ROLES: dict[str, str] = {
     **dict.fromkeys(("enqueue", "enqueue_many", "enqueue_slot", "chord_open"), "produce"),
     **dict.fromkeys(("claim", "settle", "ack", "nack", "extend", "release"), "work"),
     **dict.fromkeys(("ping", "result", "dead", "stats", "jobs", "leases", "why", "events",
-                     "follow", "workers"), "read"),
+                     "follow", "workers", "states"), "read"),
     **dict.fromkeys(ADMIN_OPS, "admin"),
 }
 

@@ -91,7 +91,8 @@ def test_cli_on_a_live_owner_through_a_router(mesh):
     worker = Istos(zenoh=mesh.clients[1], prefix=prefix, node_id="wk")
     release = asyncio.Event()
 
-    @worker.worker("jobs/email", concurrency=1, poll_interval_s=0.1)
+    # heartbeat: the held job stays leased however long the CLI runs take on a loaded machine
+    @worker.worker("jobs/email", concurrency=1, poll_interval_s=0.1, heartbeat=True)
     async def send(job: dict, ctx: JobContext) -> None:
         if job.get("fail"):
             raise RuntimeError("smtp down")

@@ -231,3 +231,69 @@ def test_only_the_newest_failed_attempts_keep_tracebacks_and_a_dead_letter_fits_
     assert [a.traceback is not None for a in rec.history] == [False] * 18 + [True] * 2
     assert protocol.encoded_size({"dead": [dead_letter(rec)], "total": 1, "more": False,
                                   "next_offset": 1}) <= protocol.FRAME_CAP
+
+
+async def test_wait_and_run_distributions_in_stats_and_metrics_over_zenoh():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    configs, prefix = isolated_configs(3), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("a", max_attempts=1)
+    worker = Istos(zenoh=configs[1], prefix=prefix, node_id="wk")
+
+    @worker.worker("a", concurrency=1)
+    async def work(job: dict[str, Any]) -> None:
+        await asyncio.sleep(job["sleep"])  # the work itself: run times of at least this
+        if job["fail"]:
+            raise RuntimeError("no")
+
+    async with owner.serving():
+        for i in range(5):
+            await owner.enqueue("a", {"fail": i == 0, "sleep": 0.3 if i == 4 else 0.0})
+        async with worker.serving():
+            await wait_until(lambda: owner.owners["a"].stats()["counts"]["dead"] == 1
+                             and owner.owners["a"].state.counts["ready"] == 0
+                             and owner.owners["a"].state.counts["leased"] == 0, WAIT_S)
+            async with Operator(configs[2], prefix=prefix, timeout_s=20) as op:
+                stats = await op.stats("a")
+            assert stats["wait_s"]["n"] == 5 and stats["run_s"]["n"] == 5
+            assert stats["run_s"]["p99"] >= 0.3 > stats["run_s"]["p50"]
+            assert stats["wait_s"]["p50"] <= stats["wait_s"]["p95"] <= stats["wait_s"]["p99"]
+            assert stats["workers_seen"] == 1
+            hist = stats["run_hist"]
+            assert hist["count"] == 5 and hist["counts"][-1] == 5 and hist["le"][-1] == "+Inf"
+            assert hist["counts"][hist["le"].index(0.25)] == 4  # the 0.3 s one is above
+
+            port = free_port()
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "istos", "metrics", "a", "--port", str(port),
+                 "--zenoh", cli_config(configs), "--prefix", prefix, "--timeout", "20"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            try:
+                assert proc.stdout is not None
+                line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), WAIT_S)
+                assert "/metrics" in line
+                text = await asyncio.to_thread(_scrape, port)
+            finally:
+                proc.terminate()
+                await asyncio.to_thread(proc.communicate, timeout=30)
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    a = (("queue", "a"),)
+    assert samples[("istos_wait_seconds_count", a)] == 5
+    assert samples[("istos_run_seconds_bucket", (("le", "+Inf"), ("queue", "a")))] == 5
+    assert samples[("istos_run_seconds_bucket", (("le", "0.25"), ("queue", "a")))] == 4
+    assert samples[("istos_run_seconds_sum", a)] >= 0.3
+    assert samples[("istos_workers", a)] == 1
+    mine = (("queue", "a"), ("worker", "wk:work"))
+    assert samples[("istos_worker_acked_total", mine)] == 4
+    assert samples[("istos_worker_nacked_total", mine)] == 1
+
+
+def _scrape(port: int) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as resp:
+        return resp.read().decode()

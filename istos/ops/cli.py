@@ -146,7 +146,7 @@ async def _jobs(op: Operator, args: argparse.Namespace, out: Any) -> int:
 
 
 async def _why(op: Operator, args: argparse.Namespace, out: Any) -> int:
-    why = (await op.call(args.queue, "why", job_id=args.job_id))["why"]
+    why = await OC.why(op, args.queue, args.job_id)
     return _emit(out, args, why, R.why_text(args.job_id, why))
 
 

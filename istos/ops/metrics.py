@@ -9,7 +9,8 @@ timeout) and reports, with a ``queue`` label:
   ``istos_dead_lettered_total``, ``istos_lease_expired_total``: counts since the owner started
   (a new owner starts again from 0, which Prometheus' ``rate()`` treats as a counter reset);
 - ``istos_oldest_ready_age_seconds`` how long the oldest ready job has waited (0 when none);
-- ``istos_paused`` 1 while claiming is paused.
+- ``istos_paused`` 1 while claiming is paused;
+- wait/run histograms, ``istos_workers`` and per-worker counters: see ``metrics_ops.py``.
 
 It never claims and sends nothing but ``stats``. Needs ``prometheus-client`` (the ``metrics``
 extra: ``pip install 'istos-nb[metrics]'``).
@@ -24,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import ConfigError, IstosError
+from .metrics_ops import families, with_workers
 from .operator import Operator
 
 TOTALS = ("enqueued", "acked", "nacked", "dead_lettered", "lease_expired")
@@ -48,7 +50,7 @@ class QueueCollector:
     async def _gather(self) -> dict[str, dict[str, Any] | None]:
         async def one(queue: str) -> dict[str, Any] | None:
             try:
-                return await self.op.stats(queue)
+                return await with_workers(self.op, queue, await self.op.stats(queue))
             except IstosError:
                 return None
 
@@ -86,6 +88,7 @@ class QueueCollector:
             oldest.add_metric([queue], float(s.get("oldest_ready_age_s") or 0.0))
             paused.add_metric([queue], 1.0 if s.get("paused") else 0.0)
         yield from (up, jobs, *totals.values(), oldest, paused)
+        yield from families(stats)  # histograms and workers (metrics_ops.py)
 
 
 async def serve_metrics(args: argparse.Namespace, out: Any) -> int:

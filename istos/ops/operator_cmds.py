@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ..owner.workflow_view import fill_states
 from . import render as R
 from .operator import Operator
 
@@ -102,6 +103,15 @@ async def bulk(op: Operator, queue: str, name: str, count_key: str, **fields: An
         if not reply.get("more") or not reply[count_key]:
             break
     return total
+
+
+async def why(op: Operator, queue: str, job_id: str) -> dict[str, Any]:
+    """The owner's ``why``; a workflow step's workflow gets every job's state (``jobs``)."""
+    out = dict((await op.call(queue, "why", job_id=job_id))["why"])
+    flow = out.get("workflow")
+    if isinstance(flow, dict):
+        flow["jobs"] = await fill_states(flow, op.call)
+    return out
 
 
 async def workers(op: Operator, args: argparse.Namespace, out: Any,

@@ -95,12 +95,29 @@ def stats_text(s: dict[str, Any]) -> str:
              f"{s.get('ack_rate', 0):.1f}/s  oldest ready "
              + ("-" if oldest is None else duration(float(oldest))),
              "  totals  " + "  ".join(f"{k} {v:,}" for k, v in totals.items())]
+    lines.extend(latency_lines(s))
     if policy:
         lines.append(f"  policy  lease {policy.get('lease_s')} s  attempts "
                      f"{policy.get('max_attempts')}  backoff {policy.get('retry_backoff_s')}"
                      f"–{policy.get('retry_backoff_max_s')} s ±{policy.get('retry_jitter')}"
                      f"  keep results {policy.get('keep_results')}")
     return "\n".join(lines)
+
+
+def latency_lines(s: dict[str, Any]) -> list[str]:
+    """``wait`` and ``run`` percentiles over the last minute, when the owner sends them."""
+    out = []
+    for name in ("wait", "run"):
+        p = s.get(f"{name}_s")
+        if isinstance(p, dict) and p.get("n"):
+            out.append(f"  {name:<7} p50 {_short(p['p50'])}  p95 {_short(p['p95'])}  "
+                       f"p99 {_short(p['p99'])}  (last minute, {p['n']:,} jobs)")
+    return out
+
+
+def _short(seconds: float) -> str:
+    """A latency: milliseconds under a second, else :func:`duration`."""
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else duration(seconds)
 
 
 def jobs_text(rows: list[dict[str, Any]], total: int | None, offset: int, now: float) -> str:
@@ -129,11 +146,29 @@ def why_text(job_id: str, why: dict[str, Any]) -> str:
         lines.append("  result: " + (compact(decode_body(shown), 200) if shown is not None
                                      else f"({size:,} bytes, too big to show)" if size
                                      else "none"))
+    lines.extend(workflow_lines(why.get("workflow")))
     tb = latest_traceback(history_of(why))
     if tb:
         lines.append("  traceback of the last failed attempt:")
         lines.extend("    " + line for line in tb.rstrip("\n").split("\n"))
     return "\n".join(lines)
+
+
+def workflow_lines(flow: Any) -> list[str]:
+    """A workflow entry of ``why`` as one line per job: ``step 1  q2  ab12.1  leased  <-``."""
+    if not isinstance(flow, dict):
+        return []
+    kind = flow.get("kind")
+    here = flow.get("step", flow.get("index"))
+    head = f"  workflow: {kind} {flow.get('id')}"
+    if kind == "chord":
+        head += f" ({flow.get('size')} members)"
+    rows = [[("step " if kind == "chain" else "member ") + str(j.get("index"))
+             if j.get("index") != "callback" else "callback", j.get("queue"), j.get("job_id"),
+             j.get("state") or "?", "<- this job" if j.get("index") == here else ""]
+            for j in flow.get("jobs") or []]
+    return [head] + ["    " + line for line in table(["", "queue", "job", "state", ""],
+                                                        rows).split("\n")[1:]]
 
 
 def history_of(why: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,14 +1,18 @@
 """The owner extensions an operator's tools need besides inspection: the workers table, the bulk
-admin actions and discovery. One list, so the app installs them in one line."""
+admin actions, wait/run distributions and discovery. One list: the app installs them in one
+line."""
 
 from __future__ import annotations
 
 from .bulk_admin import BulkAdmin
 from .extension import OwnerExtension
+from .latency import Latency
 from .owner import QueueOwner
 from .workers import WorkerTracker
+from .workflow_view import WorkflowView
 
 
 def operator_extensions(owner: QueueOwner) -> list[OwnerExtension]:
     """New extensions for ``owner``, in the order to add them (after ``LeaseOps``)."""
-    return [WorkerTracker(owner), BulkAdmin(owner)]
+    tracker = WorkerTracker(owner)
+    return [tracker, BulkAdmin(owner), Latency(owner, tracker.seen_count), WorkflowView(owner)]

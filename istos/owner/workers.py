@@ -140,6 +140,11 @@ class WorkerTracker(OwnerExtension):
         for worker in [w for w, r in self.rows.items() if now - r.last_seen > horizon]:
             del self.rows[worker]
 
+    def seen_count(self) -> int:
+        """How many workers were seen lately."""
+        self._prune(self.owner.node.clock.now())
+        return len(self.rows)
+
     # -- the op --
     async def op_workers(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Workers seen lately, longest known first, paged by count and bytes."""

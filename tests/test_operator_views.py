@@ -297,3 +297,59 @@ def _scrape(port: int) -> str:
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as resp:
         return resp.read().decode()
+
+
+async def test_why_of_a_chain_step_and_a_chord_member_shows_the_workflow_over_zenoh():
+    configs, prefix = isolated_configs(3), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    for name in ("a", "b", "c", "m", "cb"):
+        owner.queue(name, max_attempts=1)
+    worker = Istos(zenoh=configs[1], prefix=prefix, node_id="wk")
+    gate = asyncio.Event()
+
+    @worker.worker("a")
+    async def step_a(x: int) -> int:
+        return x + 1
+
+    @worker.worker("b")
+    async def step_b(x: int) -> int:
+        await gate.wait()  # the chain is held at its second step
+        return x * 2
+
+    @worker.worker("m", concurrency=2)
+    async def member(x: int) -> int:
+        if x == 1:
+            raise RuntimeError("member failed")
+        return x
+
+    async with owner.serving(), worker.serving():
+        first = await owner.workflows.chain(["a", "b", "c"], 1)
+        chain_id = first.rpartition(".")[0]
+        chord_id = await owner.workflows.chord("m", [0, 1], callback=("cb", None))
+        await wait_until(lambda: owner.owners["b"].stats()["counts"]["leased"] == 1
+                         and owner.owners["m"].stats()["counts"]["dead"] == 1, WAIT_S)
+
+        out = await cli(configs, prefix, "why", "b", f"{chain_id}.1")
+        assert out.returncode == 0, out.stderr
+        text = out.stdout
+        assert f"workflow: chain {chain_id}" in text
+        lines = {line.split()[1]: line for line in text.splitlines() if "step " in line}
+        assert "finished" in lines["0"] and f"{chain_id}.0" in lines["0"]
+        assert "leased" in lines["1"] and "<- this job" in lines["1"]
+        assert "not started" in lines["2"] and " c " in lines["2"]
+
+        lq = await aattach("m", configs[2], prefix=prefix, timeout_s=20)
+        try:
+            why = await lq.awhy(f"{chord_id}.1")
+            flow = why["workflow"]
+            assert flow["kind"] == "chord" and flow["size"] == 2 and flow["index"] == 1
+            jobs = flow["jobs"]
+            assert list(jobs.job_id) == [f"{chord_id}.0", f"{chord_id}.1",
+                                         f"{chord_id}.callback"]
+            assert list(jobs.queue) == ["m", "m", "cb"]
+            # members are forgotten once acked (no keep_results): "unknown" on their owner
+            assert list(jobs.state) == ["unknown", "dead", "unknown"]
+        finally:
+            await lq.aclose()
+        gate.set()
+        await wait_until(lambda: owner.owners["c"].stats()["counts"]["ready"] == 1, WAIT_S)

@@ -23,7 +23,7 @@ JOB_COLUMNS = {"job_id": object, "state": object, "priority": "int64", "attempts
                "progress": "float64", "progress_note": object}
 LEASE_COLUMNS = {"job_id": object, "worker": object, "deadline": "instant", "attempt": "int64"}
 DEAD_COLUMNS = {"job_id": object, "data": object, "attempts": "int64", "last_error": object,
-                "traceback": object, "history": object, "finished_at": "instant"}
+                "history": object, "finished_at": "instant", "traceback": object}
 ATTEMPT_COLUMNS = {"attempt": "int64", "worker": object, "claimed_at": "instant",
                    "finished_at": "instant", "outcome": object, "error": object,
                    "backoff": "duration", "traceback": object}
@@ -124,6 +124,20 @@ def ago(seconds: float) -> str:
     return duration(seconds)
 
 
+def _add_details(out: dict[str, Any], why: dict[str, Any]) -> None:
+    """The latest ``traceback``, a done job's ``result`` decoded, the workflow's jobs as a
+    frame (index, queue, job_id, state)."""
+    flow = out.get("workflow")
+    if isinstance(flow, dict) and "jobs" in flow:
+        out["workflow"] = {**flow, "jobs": pd.DataFrame(
+            flow["jobs"], columns=["index", "queue", "job_id", "state"])}
+    tb = latest_traceback(history_of(why))
+    if tb is not None:
+        out["traceback"] = tb
+    if out.get("state") == "done":
+        out["result"] = decode(out.get("result"))
+
+
 def readable_why(why: dict[str, Any]) -> dict[str, Any]:
     """The owner's ``why`` with instants as Timestamps, the dead letter's body decoded, and the
     reason in relative times ("leased by w1 for 2.0 s more", "dead since 3 min")."""
@@ -142,11 +156,7 @@ def readable_why(why: dict[str, Any]) -> dict[str, Any]:
             out["reason"] = f"delayed by the producer; eligible in {left}"
         elif state == "done":
             out["reason"] = f"done; result kept for {left} more"
-    tb = latest_traceback(history_of(why))
-    if tb is not None:
-        out["traceback"] = tb
-    if state == "done":
-        out["result"] = decode(out.get("result"))
+    _add_details(out, why)
     dead = out.get("dead_letter")
     if isinstance(dead, dict):
         dead = {k: v for k, v in dead.items() if k != "body"} | {"data": decode(dead.get("body"))}

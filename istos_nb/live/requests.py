@@ -13,8 +13,10 @@ from typing import Any
 import pandas as pd
 
 from istos import codec
+from istos.core.config import check_queue_name
 from istos.core.state import STATES
 from istos.errors import ProtocolError
+from istos.owner.workflow_view import fill_states
 from istos.protocol import MAX_EVENTS, MAX_PAGE, rpc_key
 from istos.transport.zenoh import ZenohTransport
 from istos.worker.client import query_owner, raise_for_reply
@@ -121,12 +123,27 @@ class OwnerRequests:
         return lf.table(lf.LEASE_COLUMNS, (await self.ask("leases"))["leases"])
 
     async def why(self, job_id: str) -> dict[str, Any]:
-        why = lf.readable_why((await self.ask("why", job_id=job_id))["why"])
+        why = lf.readable_why(await self.raw_why(job_id))
         why.pop("_job", None)
         return why
 
+    async def raw_why(self, job_id: str) -> dict[str, Any]:
+        """The owner's ``why``; a workflow step's workflow gets every job's ``state``."""
+        why = dict((await self.ask("why", job_id=job_id))["why"])
+        flow = why.get("workflow")
+        if isinstance(flow, dict):
+            flow["jobs"] = await fill_states(flow, self.ask_queue)
+        return why
+
+    async def ask_queue(self, queue: str, op: str, **fields: Any) -> dict[str, Any]:
+        """One request to another queue's owner under the same prefix (workflow steps)."""
+        if queue == self.queue:
+            return await self.ask(op, **fields)
+        return await OwnerRequests(self.transport, check_queue_name(queue), self.prefix,
+                                   self.timeout_s).ask(op, **fields)
+
     async def job(self, job_id: str) -> dict[str, Any]:
-        raw = (await self.ask("why", job_id=job_id))["why"]
+        raw = await self.raw_why(job_id)
         why = lf.readable_why(raw)
         rec = why.pop("_job", None)
         if rec is None:

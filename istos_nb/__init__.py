@@ -20,14 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .live.attach import LiveQueue, aattach, attach
+    from .live.overview import aqueues, queues
     from .views.widgets import LiveDashboard, SimDashboard
 
-__all__ = ["attach", "aattach", "LiveQueue", "LiveDashboard", "SimDashboard"]
+__all__ = ["attach", "aattach", "LiveQueue", "LiveDashboard", "SimDashboard", "queues",
+           "aqueues"]
 
 # public name -> the submodule defining it
 _LAZY = {"attach": "istos_nb.attach", "aattach": "istos_nb.attach",
          "LiveQueue": "istos_nb.attach", "LiveDashboard": "istos_nb.widgets",
-         "SimDashboard": "istos_nb.widgets"}
+         "SimDashboard": "istos_nb.widgets", "queues": "istos_nb.live.overview",
+         "aqueues": "istos_nb.live.overview"}
 
 
 def __getattr__(name: str) -> Any:

@@ -299,8 +299,12 @@ def test_the_package_exports_the_dashboards_and_the_twins():
     from istos_nb.views.widgets import LiveDashboard, SimDashboard
 
     assert istos_nb.LiveDashboard is LiveDashboard and istos_nb.SimDashboard is SimDashboard
+    from istos_nb.live.overview import aqueues, queues
+
+    assert istos_nb.queues is queues and istos_nb.aqueues is aqueues
     for name in ("stats", "jobs", "job", "why", "leases", "dead_letters", "events", "follow",
-                 "unfollow", "requeue", "purge_dead", "pause", "resume", "close"):
+                 "unfollow", "requeue", "purge_dead", "pause", "resume", "close", "workers",
+                 "requeue_dead", "promote"):
         assert asyncio.iscoroutinefunction(getattr(LiveQueue, "a" + name)), name
 
 

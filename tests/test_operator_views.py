@@ -28,9 +28,10 @@ WAIT_S = 60.0  # generous: the machine is shared
 
 
 def cli_config(configs: list[dict[str, Any]]) -> str:
-    """A peer of its own for one CLI run, connected to the owner's peer."""
-    owner = configs[0]["listen"]["endpoints"][0]
-    return json.dumps(peer_config(f"tcp/127.0.0.1:{free_port()}", [owner]))
+    """A peer of its own for one CLI run, connected to every peer of the mesh but the last
+    (the test's own Operator or LiveQueue: peers route nothing for others)."""
+    peers = [c["listen"]["endpoints"][0] for c in configs[:-1]]
+    return json.dumps(peer_config(f"tcp/127.0.0.1:{free_port()}", peers))
 
 
 async def cli(configs: list[dict[str, Any]], prefix: str, *args: str
@@ -353,3 +354,57 @@ async def test_why_of_a_chain_step_and_a_chord_member_shows_the_workflow_over_ze
             await lq.aclose()
         gate.set()
         await wait_until(lambda: owner.owners["c"].stats()["counts"]["ready"] == 1, WAIT_S)
+
+
+async def test_every_queue_is_discovered_by_the_cli_metrics_and_the_notebook_over_zenoh():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from istos_nb import aqueues
+
+    configs, prefix = isolated_configs(4), unique_prefix()
+    one = Istos(zenoh=configs[0], prefix=prefix, node_id="one")
+    one.queue("jobs/email")
+    one.queue("b")
+    two = Istos(zenoh=configs[1], prefix=prefix, node_id="two")
+    two.queue("late")
+    async with one.serving():
+        for _ in range(3):
+            await one.enqueue("jobs/email", {"x": 1})
+        await one.enqueue("b", {"x": 1}, delay_s=600)
+        out = await cli(configs, prefix, "queues")
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[0].split()[:4] == ["QUEUE", "OWNER", "ROLE", "READY"]
+        assert [line.split()[:5] for line in lines[1:]] == [
+            ["b", "one", "single", "0", "1"], ["jobs/email", "one", "single", "3", "0"]]
+        stats = json.loads((await cli(configs, prefix, "stats", "--json")).stdout)
+        assert sorted(stats) == ["b", "jobs/email"] and stats["b"]["counts"]["delayed"] == 1
+        frame = await aqueues(configs[2], prefix=prefix, timeout_s=20)
+        assert list(frame.queue) == ["b", "jobs/email"] and list(frame.owner) == ["one", "one"]
+        assert list(frame.ready) == [0, 3] and bool(frame.up.all())
+
+        port = free_port()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "istos", "metrics", "--port", str(port),
+             "--zenoh", cli_config(configs), "--prefix", prefix, "--timeout", "20"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            assert proc.stdout is not None
+            line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), WAIT_S)
+            assert "every queue discovered" in line
+            before = await asyncio.to_thread(_scrape, port)
+            async with two.serving():
+                await two.enqueue("late", {"x": 1})
+
+                async def late_seen() -> bool:
+                    return 'istos_up{queue="late"} 1.0' in await asyncio.to_thread(_scrape, port)
+
+                await wait_until(late_seen, WAIT_S, "the new queue in a scrape")
+        finally:
+            proc.terminate()
+            await asyncio.to_thread(proc.communicate, timeout=30)
+    ups = {s.labels["queue"]: s.value for f in text_string_to_metric_families(before)
+           for s in f.samples if s.name == "istos_up"}
+    assert ups == {"b": 1.0, "jobs/email": 1.0}

@@ -53,14 +53,15 @@ def parser() -> argparse.ArgumentParser:
 
     def command(name: str, help_: str, queues: str = "one") -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_)
-        if queues == "many":
-            p.add_argument("queue", nargs="+", metavar="QUEUE")
-        else:
-            p.add_argument("queue", metavar="QUEUE")
+        if queues in ("many", "any"):  # any: none given means every queue discovered
+            p.add_argument("queue", nargs="+" if queues == "many" else "*", metavar="QUEUE")
+        elif queues in ("one", "opt"):
+            p.add_argument("queue", metavar="QUEUE", nargs=None if queues == "one" else "?")
         _common(p)
         return p
 
-    command("stats", "counts, rates, totals and policy of queues", "many")
+    command("stats", "counts, rates, totals and policy of queues (none given: every queue "
+            "discovered)", "any")
     p = command("jobs", "jobs an owner holds (paged: says what was left out)")
     p.add_argument("--state", choices=list(STATES))
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
@@ -87,10 +88,12 @@ def parser() -> argparse.ArgumentParser:
     command("resume", "admin: let workers claim again")
     p = command("cancel", "admin: cancel a job (a running one is stopped by its worker)")
     p.add_argument("job_id", metavar="JOB_ID")
-    p = command("metrics", "serve Prometheus metrics of queues on /metrics (read-only)", "many")
+    p = command("metrics", "serve Prometheus metrics of queues on /metrics (read-only; none "
+                "given: every queue discovered at each scrape)", "any")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p = command("dashboard", "serve the LiveDashboard page through Voila on 127.0.0.1")
+    p = command("dashboard", "serve the LiveDashboard page through Voila on 127.0.0.1 (no "
+                "queue: an overview of every queue, each row opening its dashboard)", "opt")
     p.add_argument("--port", type=int, default=8866)
     OC.add_commands(command)
     return top
@@ -131,7 +134,7 @@ def _emit(out: Any, args: argparse.Namespace, data: Any, text: str) -> int:
 
 
 async def _stats(op: Operator, args: argparse.Namespace, out: Any) -> int:
-    stats = {q: await op.stats(q) for q in args.queue}
+    stats = {q: await op.stats(q) for q in await op.queue_names(args.queue)}
     return _emit(out, args, stats, "\n\n".join(R.stats_text(s) for s in stats.values()))
 
 
@@ -147,7 +150,8 @@ async def _jobs(op: Operator, args: argparse.Namespace, out: Any) -> int:
 
 async def _why(op: Operator, args: argparse.Namespace, out: Any) -> int:
     why = await OC.why(op, args.queue, args.job_id)
-    return _emit(out, args, why, R.why_text(args.job_id, why))
+    return _emit(out, args, why, R.why_text(args.job_id, why)
+                 + OC.dashboard_link(args.queue, args.job_id))
 
 
 async def _dead(op: Operator, args: argparse.Namespace, out: Any) -> int:
@@ -219,7 +223,8 @@ async def _cancel(op: Operator, args: argparse.Namespace, out: Any) -> int:
 async def _dashboard(op: Operator, args: argparse.Namespace, out: Any) -> int:
     from .dashboard import serve_dashboard
 
-    await op.stats(args.queue)  # fail fast (exit 3) when nobody serves the queue
+    if args.queue:
+        await op.stats(args.queue)  # fail fast (exit 3) when nobody serves the queue
     return await serve_dashboard(args, out)
 
 
@@ -229,7 +234,8 @@ _HANDLERS = {"stats": _stats, "jobs": _jobs, "why": _why, "dead": _dead, "leases
              "dashboard": _dashboard,
              "workers": lambda op, a, out: OC.workers(op, a, out, _emit),
              "requeue-dead": lambda op, a, out: OC.requeue_dead(op, a, out, _emit, UsageError),
-             "promote": lambda op, a, out: OC.promote(op, a, out, _emit)}
+             "promote": lambda op, a, out: OC.promote(op, a, out, _emit),
+             "queues": lambda op, a, out: OC.queues(op, a, out, _emit)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

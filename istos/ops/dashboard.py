@@ -24,13 +24,15 @@ from typing import Any
 from ..errors import ConfigError
 
 
-def notebook(queue: str, zenoh: str | None, prefix: str, timeout_s: float) -> dict[str, Any]:
-    """The notebook Voila serves (nbformat 4 as a dict)."""
-    source = ("import istos_nb\n"
-              f"q = istos_nb.attach({queue!r}, {zenoh!r}, prefix={prefix!r}, "
-              f"timeout_s={timeout_s!r})\n"
-              "dash = istos_nb.LiveDashboard(q, refresh_s=2.0)\n"
-              "dash")
+def notebook(queue: str | None, zenoh: str | None, prefix: str, timeout_s: float
+             ) -> dict[str, Any]:
+    """The notebook Voila serves (nbformat 4 as a dict): the queue's dashboard, or with no
+    queue the overview of every queue; ``?queue=`` and ``?job=`` in the URL pick a queue and
+    open a job (Voila hands the kernel the page's query string as ``QUERY_STRING``)."""
+    source = ("import os\n"
+              "from istos_nb.views.opviews import page\n"
+              f"page({queue!r}, {zenoh!r}, {prefix!r}, {timeout_s!r}, "
+              "os.environ.get('QUERY_STRING', ''))")
     cell: dict[str, Any] = {"cell_type": "code", "metadata": {}, "execution_count": None,
                             "outputs": [], "source": source}
     return {"nbformat": 4, "nbformat_minor": 5, "cells": [cell],
@@ -44,7 +46,8 @@ def _prepare(workdir: Path, args: argparse.Namespace) -> Path:
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "Python 3", "language": "python"}))
-    name = "istos-" + "-".join(filter(None, args.queue.split("/"))) + ".ipynb"
+    name = "istos-" + ("-".join(filter(None, args.queue.split("/"))) if args.queue
+                       else "overview") + ".ipynb"
     path = workdir / name
     path.write_text(json.dumps(notebook(args.queue, args.zenoh, args.prefix, args.timeout)))
     return path
@@ -66,7 +69,8 @@ async def serve_dashboard(args: argparse.Namespace, out: Any) -> int:
         proc = subprocess.Popen(
             [sys.executable, "-m", "voila", nb.name, "--no-browser", f"--port={args.port}",
              "--Voila.ip=127.0.0.1"], cwd=work, env=env, start_new_session=True)
-        out.write(f"serving the dashboard of {args.queue} on http://127.0.0.1:{args.port}/\n")
+        what = f"the dashboard of {args.queue}" if args.queue else "the overview of every queue"
+        out.write(f"serving {what} on http://127.0.0.1:{args.port}/\n")
         out.flush()
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()

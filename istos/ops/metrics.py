@@ -54,8 +54,9 @@ class QueueCollector:
             except IstosError:
                 return None
 
-        answers = await asyncio.gather(*(one(q) for q in self.queues))
-        return dict(zip(self.queues, answers))
+        queues = self.queues or list(await self.op.discover())  # none named: all, each time
+        answers = await asyncio.gather(*(one(q) for q in queues))
+        return dict(zip(queues, answers))
 
     def describe(self) -> list[Any]:
         # Without this, registering would call collect() on the loop's own thread: a deadlock.
@@ -107,7 +108,7 @@ async def serve_metrics(args: argparse.Namespace, out: Any) -> int:
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        out.write(f"serving metrics of {', '.join(args.queue)} on "
+        out.write(f"serving metrics of {', '.join(args.queue) or 'every queue discovered'} on "
                   f"http://{args.host}:{args.port}/metrics\n")
         out.flush()
         try:

@@ -73,6 +73,22 @@ class Operator:
             client = self._clients[queue] = OwnerClient(self.node, check_queue_name(queue))
         return await client.call(op, **fields)
 
+    async def discover(self) -> dict[str, dict[str, Any]]:
+        """Every queue under this prefix whose owner or HA replica is on the mesh
+        (:mod:`istos.ops.discovery`): ``{queue: {"owners": [...], "replicas": [...]}}``."""
+        from .discovery import discover
+
+        return await discover(self._transport, self.node.prefix, self.node.request_timeout_s)
+
+    async def queue_names(self, given: list[str] | None = None) -> list[str]:
+        """``given`` if any, else every queue discovered (none found: OwnerUnavailable)."""
+        if given:
+            return list(given)
+        names = list(await self.discover())
+        if not names:
+            raise OwnerUnavailable(f"no queue found under prefix {self.node.prefix!r}")
+        return names
+
     async def stats(self, queue: str) -> dict[str, Any]:
         return dict((await self.call(queue, "stats"))["stats"])
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import re
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
 from ..owner.workflow_view import fill_states
 from . import render as R
+from .discovery import queue_rows, queues_text
 from .operator import Operator
 
 Command = Callable[..., argparse.ArgumentParser]
@@ -54,8 +57,9 @@ def parse_instant(text: str, now: float) -> float:
 
 def add_commands(command: Command) -> None:
     """Declare this module's sub-commands (``command`` is ``cli.parser``'s factory)."""
-    command("workers", "worker nodes that claimed or renewed lately: slots, held jobs, counts",
-            "many")
+    command("workers", "worker nodes that claimed or renewed lately: slots, held jobs, counts "
+            "(none given: every queue discovered)", "any")
+    command("queues", "every queue under the prefix: owner, HA role, counts, rates", "none")
     p = command("requeue-dead", "admin: dead letters back to ready under their ids (afresh)")
     p.add_argument("--error", metavar="TEXT", help="only those whose last error contains TEXT")
     p.add_argument("--all", action="store_true", help="every dead letter")
@@ -114,11 +118,27 @@ async def why(op: Operator, queue: str, job_id: str) -> dict[str, Any]:
     return out
 
 
+def dashboard_link(queue: str, job_id: str) -> str:
+    """``"\\n  open: URL?queue=Q&job=ID"`` when ``ISTOS_DASHBOARD_URL`` names the address
+    ``istos dashboard`` serves on, else nothing."""
+    base = os.environ.get("ISTOS_DASHBOARD_URL", "").strip()
+    if not base:
+        return ""
+    query = urllib.parse.urlencode({"queue": queue, "job": job_id})
+    return f"\n  open: {base.rstrip('/')}/?{query}"
+
+
 async def workers(op: Operator, args: argparse.Namespace, out: Any,
                   emit: Callable[..., int]) -> int:
-    tables = {q: await op.workers(q) for q in args.queue}
+    tables = {q: await op.workers(q) for q in await op.queue_names(args.queue)}
     text = "\n\n".join(f"queue {q}\n{workers_text(rows, op.now())}" for q, rows in tables.items())
     return emit(out, args, tables, text)
+
+
+async def queues(op: Operator, args: argparse.Namespace, out: Any,
+                 emit: Callable[..., int]) -> int:
+    rows = await queue_rows(op)
+    return emit(out, args, {"queues": rows}, queues_text(rows))
 
 
 async def requeue_dead(op: Operator, args: argparse.Namespace, out: Any,

@@ -5,6 +5,7 @@ line."""
 from __future__ import annotations
 
 from .bulk_admin import BulkAdmin
+from .discovery import Announce
 from .extension import OwnerExtension
 from .latency import Latency
 from .owner import QueueOwner
@@ -15,4 +16,5 @@ from .workflow_view import WorkflowView
 def operator_extensions(owner: QueueOwner) -> list[OwnerExtension]:
     """New extensions for ``owner``, in the order to add them (after ``LeaseOps``)."""
     tracker = WorkerTracker(owner)
-    return [tracker, BulkAdmin(owner), Latency(owner, tracker.seen_count), WorkflowView(owner)]
+    return [tracker, BulkAdmin(owner), Latency(owner, tracker.seen_count), WorkflowView(owner),
+            Announce(owner)]

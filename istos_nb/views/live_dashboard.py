@@ -22,6 +22,7 @@ from istos.ops.cli import parse_where
 from istos_nb.views import charts
 
 from . import livetables as lt
+from . import opviews as ov
 from .panels import TABLE_ROWS, Panels, Shown, figure_png
 
 __all__ = ["LiveDashboard", "parse_search"]
@@ -94,7 +95,8 @@ class LiveDashboard(Shown):
         self.admin_buttons = {name: W.Button(description=label) for name, label in (
             ("pause", "Pause queue"), ("resume", "Resume queue"), ("requeue", "Requeue job"),
             ("purge", "Purge dead job"), ("purge-all", "Purge all dead"),
-            ("cancel-job", "Cancel job"))}
+            ("cancel-job", "Cancel job"), ("requeue-all", "Requeue all dead"),
+            ("promote", "Promote delayed"), ("purge-old", "Purge dead > 1 h"))}
         self.admin_row = W.HBox(list(self.admin_buttons.values()),
                                 layout=W.Layout(display="none"))
         self.confirm_text = W.HTML()
@@ -117,14 +119,14 @@ class LiveDashboard(Shown):
 
     def _build_layout(self) -> None:
         """The tab set (charts, jobs with its filters, dead letters, one job) and the handlers."""
-        self.panels = Panels(("jobs", "dead letters"),
+        self.panels = Panels(("jobs", "dead letters", "workers", "latency"),
                              hint="Waiting for the first refresh (press Refresh).")
         jobs_pane = W.VBox([W.HBox([self.state_filter, self.search]), self.panels.tables["jobs"]])
         job_pane = W.VBox([W.HBox([self.job_id, self.show_job]), self.detail, self.timeline])
-        tab = self.panels.tab
-        tab.children = [*(self.panels.panes[n] for n in self.panels.images), jobs_pane,
-                        self.panels.panes["dead letters"], job_pane]
-        tab.titles = [*self.panels.images, "jobs", "dead letters", "job"]
+        tab, panes = self.panels.tab, self.panels.panes
+        tab.children = [*(panes[n] for n in self.panels.images), jobs_pane,
+                        panes["dead letters"], job_pane, panes["workers"], panes["latency"]]
+        tab.titles = [*self.panels.images, "jobs", "dead letters", "job", "workers", "latency"]
         self.widget = W.VBox([W.HBox([self.interval, self.pause_toggle, self.button,
                                       self.status]), self.stats_line, self.admin_row,
                               self.confirm_box, tab])
@@ -160,6 +162,11 @@ class LiveDashboard(Shown):
             self.panels.tables["dead letters"].value = lt.dead_html(dead, now)
             self.panels.hide_hint("dead letters")
             self.job_id.options = tuple(dict.fromkeys([*jobs["job_id"], *dead["job_id"]]))
+            if hasattr(lq, "workers"):  # the owner's workers table and its distributions
+                self.panels.tables["workers"].value = ov.workers_html(lq.workers(), now)
+                self.panels.hide_hint("workers")
+            self.panels.tables["latency"].value = ov.latency_html(stats)
+            self.panels.hide_hint("latency")
             self.admin = bool(stats.get("admin"))
             self.admin_row.layout.display = None if self.admin else "none"
             self.stats_line.value = _esc(_stats_text(stats))
@@ -200,13 +207,21 @@ class LiveDashboard(Shown):
             self.detail.value = _esc(str(exc))
             self.timeline.layout.display = "none"
             return
-        self.detail.value = lt.detail_html(detail, pd.Timestamp.now(tz="UTC"))
+        self.detail.value = lt.detail_html(detail, pd.Timestamp.now(tz="UTC")) \
+            + ov.detail_extras_html(detail)
         mine = [e for e in events if isinstance(e, Mapping) and e.get("job_id") == job_id]
         if mine:
             self.timeline.value = figure_png(charts.retry_timeline(mine, job_ids=[job_id]))
             self.timeline.layout.display = None
         else:
             self.timeline.layout.display = "none"
+
+    def open_job(self, job_id: str) -> None:
+        """Select the job tab with ``job_id`` in it (shown at once and at every refresh):
+        what ``?job=ID`` in the dashboard's URL does."""
+        self.job_id.value = str(job_id)
+        self.panels.tab.selected_index = list(self.panels.tab.titles).index("job")
+        self._quietly(self.show_selected_job)
 
     # -- admin, behind a confirmation ----------------------------------------------------------
     def ask(self, action: str) -> None:
@@ -225,6 +240,11 @@ class LiveDashboard(Shown):
             "purge-all": ("Delete ALL dead letters for good?", lambda: lq.purge_dead()),
             "cancel-job": (f"Cancel job {job}? (a running job is stopped by its worker)",
                            lambda: lq.cancel(job)),
+            "requeue-all": ("Requeue EVERY dead letter (under its own id, afresh)?",
+                            lambda: lq.requeue_dead()),
+            "promote": ("Make every delayed job ready now?", lambda: lq.promote()),
+            "purge-old": ("Delete every dead letter older than 1 h for good?",
+                          lambda: lq.purge_dead(older_than_s=3600.0)),
         }
         if action == "cancel-job" and not job:
             self.status.value = _esc("pick a job in the job tab first")

@@ -1,0 +1,75 @@
+"""Every queue under a prefix, found on the mesh: ``istos queues``, and ``istos stats``,
+``istos workers`` and ``istos metrics`` without queue names (``istos_nb.queues`` too).
+
+One liveliness query on ``{prefix}/dir/**`` finds the owners serving (``owner/discovery.py``),
+one on ``{prefix}/ha/**`` the HA replicas; then each queue's owner is asked for its ``stats``
+(concurrently, each bounded by the request timeout). A queue whose owner does not answer is
+still listed, with ``up`` False and no counts: the operator sees it exists but is not told
+numbers nobody vouched for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..errors import IstosError
+from ..owner.discovery import DIR
+from ..transport.base import Transport
+
+
+async def discover(transport: Transport, prefix: str, timeout_s: float
+                   ) -> dict[str, dict[str, Any]]:
+    """``{queue: {"owners": [node ids], "replicas": [node ids]}}``, sorted by queue name."""
+    found: dict[str, dict[str, Any]] = {}
+    for kind, leaf in (("owners", DIR), ("replicas", "ha")):
+        base = f"{prefix}/{leaf}/"
+        for key in await transport.liveliness_alive(f"{base}**", timeout_s):
+            queue, _, last = key[len(base):].rpartition("/")
+            if not queue:
+                continue
+            entry = found.setdefault(queue, {"owners": [], "replicas": []})
+            # an HA candidate is "{start time}-{node id}"
+            entry[kind].append(last.split("-", 1)[1] if kind == "replicas" and "-" in last
+                               else last)
+    return {q: found[q] for q in sorted(found)}
+
+
+async def queue_rows(op: Any) -> list[dict[str, Any]]:
+    """One row per discovered queue: queue, owner (the node that answered), role, replicas,
+    up, counts, dead, rates, paused (``op``: an :class:`~istos.ops.operator.Operator`)."""
+    found = await op.discover()
+
+    async def one(queue: str, entry: dict[str, Any]) -> dict[str, Any]:
+        row: dict[str, Any] = {"queue": queue, "owner": None,
+                               "role": "ha" if entry["replicas"] else "single",
+                               "replicas": sorted(entry["replicas"]), "up": False}
+        try:
+            stats = await op.stats(queue)
+        except IstosError as exc:
+            row["error"] = str(exc)
+            return row
+        counts = stats.get("counts") or {}
+        row.update(owner=stats.get("node"), up=True, counts=counts,
+                   dead=counts.get("dead", 0), enqueue_rate=stats.get("enqueue_rate"),
+                   ack_rate=stats.get("ack_rate"), paused=stats.get("paused"),
+                   workers=stats.get("workers_seen"))
+        return row
+
+    return list(await asyncio.gather(*(one(q, e) for q, e in found.items())))
+
+
+def queues_text(rows: list[dict[str, Any]]) -> str:
+    from . import render as R
+
+    if not rows:
+        return "no queue found under this prefix"
+    states = ("ready", "delayed", "leased", "done", "dead")
+    return R.table(
+        ["queue", "owner", "role", *states, "enq/s", "ack/s", "workers"],
+        [[r["queue"], r.get("owner") or "(no answer)",
+          r["role"] + (f" ({len(r['replicas'])} replicas)" if r["replicas"] else ""),
+          *((r.get("counts") or {}).get(s, "") for s in states),
+          "" if r.get("enqueue_rate") is None else f"{r['enqueue_rate']:.1f}",
+          "" if r.get("ack_rate") is None else f"{r['ack_rate']:.1f}",
+          r.get("workers", "")] for r in rows])

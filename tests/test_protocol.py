@@ -377,7 +377,7 @@ async def test_every_op_replies_with_the_fields_the_protocol_names(mesh):
             "enqueue_slot": {"body": b"\x02", "job_id": "sched:s:1", "period_s": 60.0},
             "enqueue_many": {"items": [{"body": b"\x03", "job_id": "m1", "priority": 2}]},
             "workers": {}, "requeue_all_dead": {"error": "dead"}, "promote": {},
-            "purge_dead_older": {"older_than_s": 3600.0},
+            "purge_dead_older": {"older_than_s": 3600.0}, "states": {"job_ids": ["d1"]},
         }
         assert set(calls) == set(protocol.SCHEMAS) == set(protocol.REPLIES)
         replies = {op: await raw(probe, "q", op=op, **fields) for op, fields in calls.items()}

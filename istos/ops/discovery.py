@@ -57,19 +57,3 @@ async def queue_rows(op: Any) -> list[dict[str, Any]]:
         return row
 
     return list(await asyncio.gather(*(one(q, e) for q, e in found.items())))
-
-
-def queues_text(rows: list[dict[str, Any]]) -> str:
-    from . import render as R
-
-    if not rows:
-        return "no queue found under this prefix"
-    states = ("ready", "delayed", "leased", "done", "dead")
-    return R.table(
-        ["queue", "owner", "role", *states, "enq/s", "ack/s", "workers"],
-        [[r["queue"], r.get("owner") or "(no answer)",
-          r["role"] + (f" ({len(r['replicas'])} replicas)" if r["replicas"] else ""),
-          *((r.get("counts") or {}).get(s, "") for s in states),
-          "" if r.get("enqueue_rate") is None else f"{r['enqueue_rate']:.1f}",
-          "" if r.get("ack_rate") is None else f"{r['ack_rate']:.1f}",
-          r.get("workers", "")] for r in rows])

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..owner.workflow_view import fill_states
 from . import render as R
-from .discovery import queue_rows, queues_text
+from .discovery import queue_rows
 from .operator import Operator
 
 Command = Callable[..., argparse.ArgumentParser]
@@ -168,6 +168,20 @@ async def purge_older(op: Operator, args: argparse.Namespace, out: Any,
     n = await bulk(op, args.queue, "purge_dead_older", "purged", older_than_s=age)
     return emit(out, args, {"purged": n},
                 f"purged {n} dead letter(s) older than {R.duration(age)}")
+
+
+def queues_text(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no queue found under this prefix"
+    states = ("ready", "delayed", "leased", "done", "dead")
+    return R.table(
+        ["queue", "owner", "role", *states, "enq/s", "ack/s", "workers"],
+        [[r["queue"], r.get("owner") or "(no answer)",
+          r["role"] + (f" ({len(r['replicas'])} replicas)" if r["replicas"] else ""),
+          *((r.get("counts") or {}).get(s, "") for s in states),
+          "" if r.get("enqueue_rate") is None else f"{r['enqueue_rate']:.1f}",
+          "" if r.get("ack_rate") is None else f"{r['ack_rate']:.1f}",
+          r.get("workers", "")] for r in rows])
 
 
 def workers_text(rows: list[dict[str, Any]], now: float) -> str:

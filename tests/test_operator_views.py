@@ -408,3 +408,23 @@ async def test_every_queue_is_discovered_by_the_cli_metrics_and_the_notebook_ove
     ups = {s.labels["queue"]: s.value for f in text_string_to_metric_families(before)
            for s in f.samples if s.name == "istos_up"}
     assert ups == {"b": 1.0, "jobs/email": 1.0}
+
+
+def test_ages_instants_and_the_dashboard_link(monkeypatch):
+    from istos.ops import operator_cmds as OC
+
+    assert OC.parse_age("90") == 90 and OC.parse_age("15m") == 900
+    assert OC.parse_age("1h") == 3600 and OC.parse_age("2d") == 172800
+    with pytest.raises(ValueError, match="not an age"):
+        OC.parse_age("soon")
+    now = 1_800_000_000.0
+    assert OC.parse_instant("1h", now) == now - 3600
+    assert OC.parse_instant("1764547200", now) == 1764547200.0
+    assert OC.parse_instant("2026-12-01T00:00:00+00:00", now) == 1796083200.0
+    with pytest.raises(ValueError, match="not an instant"):
+        OC.parse_instant("yesterday-ish", now)
+    monkeypatch.delenv("ISTOS_DASHBOARD_URL", raising=False)
+    assert OC.dashboard_link("jobs/email", "j1") == ""
+    monkeypatch.setenv("ISTOS_DASHBOARD_URL", "http://127.0.0.1:8866/")
+    assert OC.dashboard_link("jobs/email", "j1") == \
+        "\n  open: http://127.0.0.1:8866/?queue=jobs%2Femail&job=j1"

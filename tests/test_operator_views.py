@@ -428,3 +428,36 @@ def test_ages_instants_and_the_dashboard_link(monkeypatch):
     monkeypatch.setenv("ISTOS_DASHBOARD_URL", "http://127.0.0.1:8866/")
     assert OC.dashboard_link("jobs/email", "j1") == \
         "\n  open: http://127.0.0.1:8866/?queue=jobs%2Femail&job=j1"
+
+
+def test_dashboard_views_of_workflows_results_tracebacks_histograms_and_queues():
+    import pandas as pd
+
+    from istos_nb.live.overview import queues_frame
+    from istos_nb.views import opviews
+
+    flow = {"kind": "chain", "id": "c", "step": 1, "jobs": pd.DataFrame(
+        [{"index": 0, "queue": "a", "job_id": "c.0", "state": "finished"},
+         {"index": 1, "queue": "b", "job_id": "c.1", "state": "leased"}],
+        columns=["index", "queue", "job_id", "state"])}
+    detail = {"why": {"state": "done", "result": {"echo": 1}, "result_size": 9,
+                      "traceback": "Traceback ...\nValueError: <boom>", "workflow": flow}}
+    html = opviews.detail_extras_html(detail)
+    assert html.count('class="istos-step') == 2 and html.count("istos-step-here") == 1
+    assert "c.0</code><br>finished" in html and " → " in html
+    assert '&quot;echo&quot;: 1' in html and "ValueError: &lt;boom&gt;" in html  # escaped
+    big = opviews.detail_extras_html({"why": {"state": "done", "result": None,
+                                              "result_size": 70_000}})
+    assert "70,000 bytes: too big to show" in big
+    hist = {"le": [0.005, 0.01, "+Inf"], "counts": [2, 2, 5], "sum": 1.0, "count": 5}
+    latency = opviews.latency_html({"wait_s": {"p50": 0.001, "p95": 0.002, "p99": 0.003,
+                                               "n": 5}, "wait_hist": hist})
+    assert "p99 0.003 s" in latency and "0–0.005 s" in latency and "&gt; 0.01 s" in latency
+    assert "0.005–0.01 s" not in latency  # an empty bucket draws no bar
+    frame = queues_frame([{"queue": "jobs/email", "owner": "one", "role": "single",
+                           "replicas": [], "up": True, "counts": {"ready": 3, "dead": 1},
+                           "enqueue_rate": 0.5, "ack_rate": 0.0, "paused": False},
+                          {"queue": "gone", "role": "ha", "replicas": ["r1"], "up": False}])
+    assert list(frame.ready.astype("object").where(frame.ready.notna(), None)) == [3, None]
+    overview = opviews.overview_html(frame)
+    assert 'href="?queue=jobs%2Femail"' in overview and "(no answer)" in overview

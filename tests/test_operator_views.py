@@ -461,3 +461,26 @@ def test_dashboard_views_of_workflows_results_tracebacks_histograms_and_queues()
     assert list(frame.ready.astype("object").where(frame.ready.notna(), None)) == [3, None]
     overview = opviews.overview_html(frame)
     assert 'href="?queue=jobs%2Femail"' in overview and "(no answer)" in overview
+
+
+async def test_discovery_names_an_ha_queue_its_leader_and_replicas_over_zenoh():
+    from istos.ops.discovery import queue_rows
+    from istos.storage.memory import MemoryStorage
+
+    configs, prefix = isolated_configs(3), unique_prefix()
+    storage = MemoryStorage(durable=True, shared=True)
+    apps = [Istos(zenoh=configs[i], prefix=prefix, node_id=name, storage=storage)
+            for i, name in enumerate(("ra", "rb"))]
+    for app in apps:
+        app.queue("q", ha=True)
+    async with apps[0].serving(), apps[1].serving():
+        await wait_until(lambda: any(app.is_active_owner("q") for app in apps), WAIT_S)
+        leader = next(app.node_id for app in apps if app.is_active_owner("q"))
+        async with Operator(configs[2], prefix=prefix, timeout_s=20) as op:
+            async def both_seen() -> bool:
+                return len((await op.discover()).get("q", {}).get("replicas", [])) == 2
+
+            await wait_until(both_seen, WAIT_S, "both replicas' tokens")
+            (row,) = await queue_rows(op)
+    assert row["queue"] == "q" and row["role"] == "ha" and row["up"] is True
+    assert row["replicas"] == ["ra", "rb"] and row["owner"] == leader

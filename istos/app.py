@@ -35,6 +35,7 @@ from .owner.inspect import Inspector
 from .owner.leases_ext import LeaseOps
 from .owner.operator_ext import operator_extensions
 from .owner.owner import QueueOwner
+from .owner.parking import ParkedClaims
 from .producer import Producer
 from .storage.base import Fence, Storage
 from .storage.memory import MemoryStorage
@@ -166,7 +167,7 @@ class Istos:
 
     def worker(self, name: str, *, concurrency: int = 1, poll_interval_s: float = 1.0,
                prefetch: int | None = None, heartbeat: bool = False,
-               timeout_s: float | None = None) -> Callable[[F], F]:
+               timeout_s: float | None = None, park: bool = True) -> Callable[[F], F]:
         """Decorate an async (or plain, run in a thread) function to work queue ``name``.
 
         The function receives the decoded job body first; returning acks, raising nacks.
@@ -179,10 +180,12 @@ class Istos:
         ``lease_s / 3``, so a job may run longer than ``lease_s`` and still run once, and a dead
         worker's jobs come back about ``lease_s`` after it stopped. ``timeout_s`` bounds one run:
         past it the function is cancelled and the attempt nacked with :class:`JobTimeout`.
+        ``park``: an idle worker's claim waits at a remote owner (up to ``poll_interval_s``)
+        and is answered the moment a job is claimable; False waits for the owner's nudge.
         """
         config = WorkerConfig.build(name, concurrency=concurrency,
                                     poll_interval_s=poll_interval_s, prefetch=prefetch,
-                                    heartbeat=heartbeat, timeout_s=timeout_s)
+                                    heartbeat=heartbeat, timeout_s=timeout_s, park=park)
 
         def register(fn: F) -> F:
             if not callable(fn):
@@ -268,6 +271,7 @@ class Istos:
             owner.extend(ext)
         # In-process workers are nudged directly; remote ones over the mesh.
         owner.extend(Hooks(on_nudge=lambda n, to: self._nudge_local(owner.name, to)))
+        owner.extend(ParkedClaims(owner))  # last: it wraps every other claim wrapper
 
     async def _continue_hook(self, meta: dict[str, Any], result: Any) -> None:
         """Run by a worker after its function returned, before it acks (workflows)."""

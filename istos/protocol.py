@@ -68,6 +68,7 @@ MAX_ID_LIST = 4096  # job ids in one purge_dead
 MAX_BULK = 1000  # jobs one bulk admin request changes (requeue_all_dead, promote, ...)
 MAX_SEARCH_TEXT = 1024  # an error or worker substring a `jobs` search looks for
 MAX_TIME = 1e11  # epoch seconds a time range may name (year 5138)
+MAX_PARK_S = 60.0  # the longest a claim may wait at the owner for a job (parked claims)
 
 SETTLE_OPS = ("ack", "nack")
 JOB_STATES = ("ready", "delayed", "leased", "done", "dead", "cancelled")
@@ -193,6 +194,11 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("workers", list_of(check_slot_id, MAX_SLOTS, empty=False), required=True),
         Field("node", text(MAX_SLOT_ID_BYTES)),
         Field("settle", list_of(settle_item, MAX_SETTLE_ITEMS, nil=True)),
+        Field("park_s", number(0.0, MAX_PARK_S)),  # wait for a job up to this long if none
+    ),
+    "unpark": (
+        Field("workers", list_of(check_slot_id, MAX_SLOTS, empty=False), required=True),
+        Field("node", text(MAX_SLOT_ID_BYTES)),
     ),
     "settle": (Field("items", list_of(settle_item, MAX_SETTLE_ITEMS), required=True),),
     "ack": (_JOB_ID, Field("token", token, required=True),
@@ -247,7 +253,9 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("ping", "node queue", ""),
         ("enqueue", "job_id created", ""),
         ("enqueue_many", "created", ""),
-        ("claim", "jobs max_attempts keep_results lease_s", "more settled cancel"),
+        ("claim", "jobs max_attempts keep_results lease_s",
+         "more settled cancel parked unparked"),
+        ("unpark", "unparked", ""),
         ("settle", "statuses", ""),
         ("ack", "status", ""),
         ("nack", "status", ""),
@@ -298,7 +306,7 @@ control can grant them apart: producers ``produce`` (and ``read`` for results), 
 
 OP_ROLES: dict[str, str] = {
     **dict.fromkeys(("enqueue", "enqueue_many", "enqueue_slot", "chord_open"), "produce"),
-    **dict.fromkeys(("claim", "settle", "ack", "nack", "extend", "release"), "work"),
+    **dict.fromkeys(("claim", "unpark", "settle", "ack", "nack", "extend", "release"), "work"),
     **dict.fromkeys(("ping", "result", "dead", "stats", "jobs", "leases", "why", "events",
                      "follow", "workers", "states"), "read"),
     **dict.fromkeys(ADMIN_OPS, "admin"),
@@ -379,8 +387,9 @@ def _fast_settle(m: dict[str, Any]) -> bool:
 
 
 def _fast_claim(m: dict[str, Any]) -> bool:
-    w, n, s = m.get("workers"), m.get("node", ""), m.get("settle")
-    return type(w) is list and 0 < len(w) <= MAX_SLOTS \
+    w, n, s, p = m.get("workers"), m.get("node", ""), m.get("settle"), m.get("park_s", 0)
+    return (type(p) is float or type(p) is int) and 0 <= p <= MAX_PARK_S \
+        and type(w) is list and 0 < len(w) <= MAX_SLOTS \
         and all(_id(x, MAX_SLOT_ID_BYTES) for x in w) \
         and type(n) is str and len(n) <= MAX_SLOT_ID_BYTES and n.isascii() \
         and (s is None or (type(s) is list and len(s) <= MAX_SETTLE_ITEMS

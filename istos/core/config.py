@@ -84,11 +84,12 @@ class WorkerConfig:
     prefetch: int | None = None  # None: automatic (see WorkerRunner)
     heartbeat: bool = False  # renew held leases every lease_s / 3 (see heartbeat.py)
     timeout_s: float | None = None  # hard limit on one run
+    park: bool = True  # idle claims wait at a remote owner for a job (worker/parking.py)
 
     @classmethod
     def build(cls, queue: str, *, concurrency: int = 1, poll_interval_s: float = 1.0,
               prefetch: int | None = None, heartbeat: bool = False,
-              timeout_s: float | None = None) -> WorkerConfig:
+              timeout_s: float | None = None, park: bool = True) -> WorkerConfig:
         check_queue_name(queue)
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"concurrency must be an integer >= 1, got {concurrency!r}")
@@ -100,8 +101,10 @@ class WorkerConfig:
         if not isinstance(heartbeat, bool):
             raise ConfigError(f"heartbeat must be True or False, got {heartbeat!r}")
         timeout = None if timeout_s is None else _positive("timeout_s", timeout_s)
+        if not isinstance(park, bool):
+            raise ConfigError(f"park must be True or False, got {park!r}")
         return cls(queue=queue, concurrency=concurrency, poll_interval_s=poll,
-                   prefetch=prefetch, heartbeat=heartbeat, timeout_s=timeout)
+                   prefetch=prefetch, heartbeat=heartbeat, timeout_s=timeout, park=park)
 
 
 def check_delay(delay_s: object) -> float:

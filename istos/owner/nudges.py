@@ -3,7 +3,8 @@
 Coalesced per loop turn, and sent only to as many of the hungry nodes (those whose last claim
 left slots empty, :class:`~istos.core.hungry.HungryNodes`) as there are new jobs: the
 extensions' ``on_nudge`` hooks first (the app's in-process workers), then one message on
-``{prefix}/q/{queue}/nudge`` naming the remote ones.
+``{prefix}/q/{queue}/nudge`` naming the remote ones, except those an absorber (parked claims,
+``parking.py``) answered itself.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from ..core.hungry import HungryNodes
 from ..node import Node
 from .extension import OwnerExtension
 
+Absorber = Callable[[set[str]], set[str]]
+"""Given the nodes about to be nudged, wakes what it can itself; returns the nodes it woke."""
+
 
 class Nudges:
     def __init__(self, node: Node, queue: str, hungry: HungryNodes,
@@ -23,6 +27,7 @@ class Nudges:
         self.node, self.queue, self.hungry = node, queue, hungry
         self.listeners = listeners  # the owner's list of on_nudge extensions (shared)
         self._running = running
+        self.absorbers: list[Absorber] = []
         self._count = 0
         self._scheduled = False
 
@@ -44,6 +49,9 @@ class Nudges:
             ext.on_nudge(len(targets), targets)
         node = self.node
         remote = targets - {node.node_id}
+        for absorb in self.absorbers:
+            if remote:
+                remote -= absorb(remote)
         if remote and node.transport is not None:
             payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "to": sorted(remote)})
             asyncio.get_running_loop().create_task(

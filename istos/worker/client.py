@@ -45,6 +45,11 @@ class OwnerClient:
             return raise_for_reply(await owner.dispatch(msg, trusted=True), self.queue)
         return raise_for_reply(await self._remote(msg, timeout_s), self.queue)
 
+    def owner_is_local(self) -> bool:
+        """Whether the queue's owner runs in this process (requests then skip the mesh)."""
+        owner = self._local_owner()
+        return owner is not None and owner.running
+
     async def enqueue(self, fields: dict[str, Any]) -> dict[str, Any]:
         """The ``enqueue`` op with ``fields`` (a job id included); to a remote owner coalesced
         with this event-loop turn's other enqueues into one request (see :mod:`.coalesce`)."""

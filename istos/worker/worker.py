@@ -41,6 +41,7 @@ from ..node import Node
 from ..wakeup import Wakeup
 from .client import OwnerClient
 from .heartbeat import Held, HeldLeases
+from .parking import ClaimParking
 
 log = logging.getLogger("istos.worker")
 
@@ -120,6 +121,7 @@ class WorkerRunner:
         self._info = [held, config.concurrency,
                       -1 if config.prefetch is None else config.prefetch, int(config.heartbeat)]
         self.leases = HeldLeases(self)
+        self.parking = ClaimParking(node, client, config.poll_interval_s, config.park)
 
     # -- lifecycle --------------------------------------------------------------------------------
     @property
@@ -159,6 +161,8 @@ class WorkerRunner:
         if self._nudge_handle is not None:
             self._nudge_handle.close()
         if self._dispatcher is not None:
+            await self.parking.stop(self._dispatcher, self.parking.poll_s
+                                    + self.node.request_timeout_s)
             self._dispatcher.cancel()
             await asyncio.gather(self._dispatcher, return_exceptions=True)
         if self._tasks:
@@ -208,8 +212,11 @@ class WorkerRunner:
                 log.debug("worker %s: claim failed: %s", slots[0], exc)
                 jobs = []
             if len(jobs) < len(slots):
-                # The queue had nothing more for us: sleep until a nudge or the poll interval.
-                await self._wake.wait(clock.to_loop_seconds(poll))
+                # The queue had nothing more for us: claim again at once if the claim waited
+                # at the owner (parked), else sleep until a nudge or the poll interval.
+                wait = self.parking.wait_after_short_claim(poll)
+                if wait is not None:
+                    await self._wake.wait(clock.to_loop_seconds(wait))
 
     def _claimable_slots(self) -> list[str]:
         """The free slots to claim for: running slots plus the prefetch allowed right now."""
@@ -245,16 +252,23 @@ class WorkerRunner:
                                   "wi": self._info}
         if settle:
             fields["settle"] = settle
+        park_s = self.parking.park_s()
+        if park_s > 0:
+            fields["park_s"] = park_s
+        timeout_s = self.parking.begin(slots, park_s)
         sent_at = self.node.clock.monotonic()
         try:
-            reply = await self.client.call("claim", **fields)
+            reply = await self.client.call("claim", timeout_s, **fields)
         except IstosError:
+            self.parking.end(None)
             if settle:  # the acks did not get through: send them on their own, with retries
                 self._outbox[:0] = settle
                 self._schedule_flush()
             raise
+        self.parking.end(reply)
         self.stats.claims += 1
-        self._avg_claim_s = _moving_average(self._avg_claim_s,
+        if not reply.get("parked"):  # a parked claim's time is mostly waiting, not the trip
+            self._avg_claim_s = _moving_average(self._avg_claim_s,
                                             self.node.clock.monotonic() - sent_at)
         self._lease_s = reply.get("lease_s", self._lease_s)
         if settle:

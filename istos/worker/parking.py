@@ -1,0 +1,93 @@
+"""The worker's side of parked claims (the owner's side and the why: ``owner/parking.py``).
+
+A dispatcher with every slot it may fill still empty asks its claim to park at a remote owner,
+up to its poll interval, and claims again as soon as a parked claim comes back: the parked
+claim is the wait, and the nudge message is not needed. An owner that did not park the claim
+(no ``parked`` in its reply) leaves the dispatcher to the nudge and the poll interval, as
+before; one that stopped while the claim was parked (``unparked``) is asked again at once.
+
+Stopping: a parked claim in flight is ended with ``unpark`` (sent again every
+:data:`UNPARK_RETRY_S` until the claim came back, since the unpark may overtake the claim it
+ends), so no job is leased to a worker that no longer listens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from .. import protocol
+from ..errors import IstosError
+from ..node import Node
+from .client import OwnerClient
+
+log = logging.getLogger("istos.worker")
+
+UNPARK_RETRY_S = 0.05
+UNPARK_TIMEOUT_S = 2.0
+AFTER_UNPARKED_S = 0.05  # the pause before claiming again from a queue whose owner stopped
+AFTER_FAILED_S = 0.25  # ... after a parked claim failed (the owner went away, or its storage)
+
+
+class ClaimParking:
+    """When one dispatcher parks its claims, and how it ends a parked claim on stop."""
+
+    def __init__(self, node: Node, client: OwnerClient, poll_s: float, enabled: bool) -> None:
+        self.node, self.client = node, client
+        self.enabled = enabled
+        self.poll_s = min(poll_s, protocol.MAX_PARK_S)
+        self.in_flight: list[str] | None = None  # the slots of the parked claim being sent
+        self.outcome = ""  # of the last claim: "parked", "unparked" or "" (not parked)
+
+    def park_s(self) -> float:
+        """How long the next claim may park: 0 (do not) for an owner in this process, which
+        nudges its workers directly."""
+        if not self.enabled or self.client.owner_is_local():
+            return 0.0
+        return self.poll_s
+
+    def begin(self, slots: list[str], park_s: float) -> float | None:
+        """A claim is being sent; returns its request timeout (the park plus the usual)."""
+        if park_s <= 0:
+            return None
+        self.in_flight = slots
+        return park_s + self.node.request_timeout_s
+
+    def end(self, reply: dict[str, Any] | None) -> None:
+        """The claim came back (``reply``) or failed (None)."""
+        parked, self.in_flight = self.in_flight, None
+        if reply is None:
+            # A parked claim that failed most likely lost its owner: look again soon for
+            # whoever owns the queue now rather than after a whole poll interval.
+            self.outcome = "failed" if parked is not None else ""
+        elif reply.get("unparked"):
+            self.outcome = "unparked"
+        else:
+            self.outcome = "parked" if reply.get("parked") else ""
+
+    def wait_after_short_claim(self, poll_s: float) -> float | None:
+        """After a claim that left slots empty: None to claim again at once (the claim waited
+        at the owner), else the longest to wait for a nudge."""
+        if self.outcome == "parked":
+            return None
+        if self.outcome == "unparked":
+            return min(poll_s, AFTER_UNPARKED_S)
+        return min(poll_s, AFTER_FAILED_S) if self.outcome == "failed" else poll_s
+
+    async def stop(self, dispatcher: asyncio.Task[None], budget_s: float) -> None:
+        """End the parked claim ``dispatcher`` may be waiting on, and let it come back (at most
+        ``budget_s``): jobs its reply brings are then run or released, never left leased.
+        An owner that does not answer the unpark holds no parked claim to end (it is gone)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget_s
+        while self.in_flight is not None and not dispatcher.done() \
+                and loop.time() < deadline:
+            try:
+                await self.client.call(
+                    "unpark", min(UNPARK_TIMEOUT_S, max(0.01, deadline - loop.time())),
+                    workers=self.in_flight, node=self.node.node_id)
+            except IstosError as exc:
+                log.debug("unpark failed: %s", exc)
+                return
+            await asyncio.wait({dispatcher}, timeout=UNPARK_RETRY_S)

@@ -1,0 +1,215 @@
+"""Parked claims over real Zenoh: an idle worker's claim waits at the owner for a job.
+
+Workers here poll every 60 s, so a job picked up within the tests' bounded waits was handed
+over by the parked claim (or, where a test says so, the nudge), never by the poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from zenoh_util import isolated_configs, query_when_served, unique_prefix, wait_until
+
+from istos import Istos, JobContext, codec, protocol
+from istos.core.records import LEASED, READY
+from istos.owner.parking import ParkedClaims
+from istos.transport.zenoh import ZenohTransport
+
+POLL = 60.0  # longer than every bounded wait below: the poll never explains a pickup
+
+
+def parking_of(app: Istos, queue: str = "q") -> ParkedClaims:
+    owner = app.owners[queue]
+    return next(e for e in owner.extensions if isinstance(e, ParkedClaims))
+
+
+def worker_app(config: dict[str, Any], prefix: str, name: str, seen: list[Any],
+               started: asyncio.Event | None = None, *, park: bool = True,
+               concurrency: int = 1) -> Istos:
+    app = Istos(zenoh=config, prefix=prefix, node_id=name, request_timeout_s=10.0)
+
+    @app.worker("q", concurrency=concurrency, poll_interval_s=POLL, park=park)
+    async def handle(job: Any, ctx: JobContext) -> None:
+        seen.append((job, ctx.worker, ctx.attempt))
+        if started is not None:
+            started.set()
+
+    return app
+
+
+async def test_parked_claim_is_answered_on_enqueue_without_a_nudge():
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+    seen: list[Any] = []
+    started = asyncio.Event()
+    worker = worker_app(configs[1], prefix, "w1", seen, started)
+    async with owner.serving(), worker.serving():
+        parking = parking_of(owner)
+        await wait_until(lambda: parking.parked, 15, "the idle worker's claim parked")
+        nudges: list[bytes] = []
+        sub = await owner.node.transport.declare_subscriber(  # type: ignore[union-attr]
+            owner.node.key("q", "nudge"), lambda key, payload: nudges.append(payload))
+        try:
+            await owner.enqueue("q", {"n": 1})
+            await asyncio.wait_for(started.wait(), 15)
+        finally:
+            sub.close()
+        assert parking.stats["answered_by_job"] == 1
+        assert nudges == []  # the parked claim was the wake-up: no nudge message went out
+        assert seen[0][0] == {"n": 1} and seen[0][2] == 1
+
+
+async def test_without_parking_the_nudge_still_wakes_the_worker():
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+    seen: list[Any] = []
+    started = asyncio.Event()
+    worker = worker_app(configs[1], prefix, "w1", seen, started, park=False)
+    async with owner.serving(), worker.serving():
+        await wait_until(lambda: len(owner.owners["q"].hungry) == 1, 15, "worker idle")
+        await owner.enqueue("q", {"n": 1})
+        await asyncio.wait_for(started.wait(), 15)
+        assert parking_of(owner).stats["parked"] == 0
+
+
+async def raw_claim(transport: ZenohTransport, prefix: str, slots: list[str],
+                    park_s: float, timeout_s: float = 30.0) -> dict[str, Any]:
+    msg = {"v": protocol.VERSION, "op": "claim", "workers": slots, "node": "raw",
+           "park_s": park_s}
+    raw = await query_when_served(transport, f"{prefix}/q/q/rpc/work",
+                                  codec.encode_message(msg), timeout_s=timeout_s)
+    return codec.decode_message(raw)
+
+
+async def test_parked_claim_expires_at_its_bound_with_no_job():
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+    client = ZenohTransport(configs[1], node_id="raw")
+    async with owner.serving():
+        await client.start()
+        try:
+            t0 = time.monotonic()
+            reply = await raw_claim(client, prefix, ["raw:s#0"], park_s=0.4)
+            elapsed = time.monotonic() - t0
+        finally:
+            await client.close()
+        assert reply["ok"] and reply["jobs"] == [] and reply["parked"] is True
+        assert elapsed >= 0.35  # held at the owner until its bound (timers never fire early)
+        parking = parking_of(owner)
+        assert parking.stats["expired"] == 1 and not parking.parked
+
+
+async def test_a_park_longer_than_the_cap_is_refused_by_the_schema():
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+    client = ZenohTransport(configs[1], node_id="raw")
+    async with owner.serving():
+        await client.start()
+        try:
+            reply = await raw_claim(client, prefix, ["raw:s#0"],
+                                    park_s=protocol.MAX_PARK_S + 1)
+        finally:
+            await client.close()
+    assert reply["ok"] is False and reply["error"] == "ProtocolError"
+    assert "park_s" in reply["message"]
+
+
+async def test_a_newer_claim_from_the_same_slots_supersedes_the_parked_one():
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+    client = ZenohTransport(configs[1], node_id="raw")
+    async with owner.serving():
+        await client.start()
+        try:
+            parking = parking_of(owner)
+            first = asyncio.create_task(raw_claim(client, prefix, ["raw:s#0"], park_s=30))
+            await wait_until(lambda: parking.parked, 15, "first claim parked")
+            second = asyncio.create_task(raw_claim(client, prefix, ["raw:s#0"], park_s=30))
+            old = await asyncio.wait_for(first, 15)  # answered at once, empty
+            assert old["jobs"] == [] and old["parked"] is True
+            await wait_until(lambda: parking.parked, 15, "second claim parked")
+            await owner.enqueue("q", "job")
+            new = await asyncio.wait_for(second, 15)
+        finally:
+            await client.close()
+        assert [j["body"] for j in new["jobs"]] == [codec.encode_body("job", queue="q")]
+        assert owner.owners["q"].state.counts[LEASED] == 1  # one lease, to the newer claim
+
+
+async def test_worker_stop_drops_its_parked_claim_and_leases_nothing():
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+    seen: list[Any] = []
+    worker = worker_app(configs[1], prefix, "w1", seen)
+    async with owner.serving():
+        parking = parking_of(owner)
+        await worker.start()
+        try:
+            await wait_until(lambda: parking.parked, 15, "the idle worker's claim parked")
+        finally:
+            # Well before its 60 s bound: the worker ends its parked claim with unpark.
+            await asyncio.wait_for(worker.stop(), 20)
+        assert not parking.parked and parking.stats["dropped"] >= 1
+        await owner.enqueue("q", "after")
+        state = owner.owners["q"].state
+        assert state.counts[READY] == 1 and state.counts[LEASED] == 0
+    assert seen == []
+
+
+async def test_owner_stop_ends_parked_claims_and_the_worker_finds_the_next_owner():
+    configs, prefix = isolated_configs(3), unique_prefix()
+    first = Istos(zenoh=configs[0], prefix=prefix, node_id="owner-a")
+    first.queue("q")
+    seen: list[Any] = []
+    started = asyncio.Event()
+    worker = worker_app(configs[2], prefix, "w1", seen, started)
+    await first.start()
+    try:
+        async with worker.serving():
+            parking = parking_of(first)
+            await wait_until(lambda: parking.parked, 15, "claim parked at the first owner")
+            await asyncio.wait_for(first.stop(), 20)
+            assert not parking.parked and parking.stats["dropped"] == 1
+            second = Istos(zenoh=configs[1], prefix=prefix, node_id="owner-b")
+            second.queue("q")
+            async with second.serving():
+                await wait_until(lambda: parking_of(second).parked, 15,
+                                 "claim parked at the second owner")
+                await second.enqueue("q", "next")
+                await asyncio.wait_for(started.wait(), 15)
+                assert parking_of(second).stats["answered_by_job"] == 1
+                await worker.stop()  # while its owner is there to take the last ack
+    finally:
+        await first.stop()
+    assert [s[0] for s in seen] == ["next"]
+
+
+async def test_parked_claims_never_lease_one_job_twice():
+    configs, prefix = isolated_configs(4), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+    seen: list[Any] = []
+    workers = [worker_app(configs[i], prefix, f"w{i}", seen, concurrency=2)
+               for i in (1, 2, 3)]
+    async with owner.serving(), workers[0].serving(), workers[1].serving(), \
+            workers[2].serving():
+        parking = parking_of(owner)
+        await wait_until(lambda: len(parking.parked) == 3, 20, "three claims parked")
+        for burst in range(10):  # bursts of concurrent enqueues and single ones between
+            await asyncio.gather(*(owner.enqueue("q", burst * 100 + i) for i in range(9)))
+            await owner.enqueue("q", burst * 100 + 99)
+        await wait_until(lambda: len(seen) >= 100, 60, "every job handled")
+        await wait_until(lambda: owner.owners["q"].state.counts[LEASED] == 0, 30, "all acked")
+        assert parking.stats["answered_by_job"] >= 1
+    bodies = sorted(s[0] for s in seen)
+    assert bodies == sorted(b * 100 + i for b in range(10) for i in [*range(9), 99])
+    assert all(s[2] == 1 for s in seen)  # each job ran once, on its first attempt
+    assert {s[1].split(":")[0] for s in seen} <= {"w1", "w2", "w3"}

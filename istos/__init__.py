@@ -32,6 +32,7 @@ from .storage.memory import MemoryStorage
 __all__ = [
     # the app and what workers receive
     "Istos",
+    "SyncProducer",
     "JobContext",
     "Depends",
     # storage plugins
@@ -67,7 +68,11 @@ logging.getLogger("istos").addHandler(logging.NullHandler())
 
 
 def __getattr__(name: str) -> Any:
-    # The durable plugins import optional packages: load them only when asked for.
+    # The durable plugins import optional packages, and the SyncProducer opens Zenoh: load
+    # them only when asked for.
+    if name == "SyncProducer":
+        from .sync_producer import SyncProducer
+        return SyncProducer
     if name == "RedisStoragePlugin":
         from .storage.redis import RedisStoragePlugin
         return RedisStoragePlugin

@@ -48,13 +48,8 @@ class Producer:
         delay = 0.0 if delay_s == 0 and type(delay_s) is int else check_delay(delay_s)
         prio = priority if type(priority) is int and -MAX_PRIORITY <= priority <= MAX_PRIORITY \
             else check_priority(priority)
-        if job_id is not None and (not isinstance(job_id, str) or not job_id):
-            raise ConfigError(f"job_id must be a non-empty string, got {job_id!r}")
         if job_id is not None:
-            try:
-                protocol.check_job_id("job_id", job_id)
-            except ProtocolError as exc:
-                raise InvalidJob(f"queue {name!r}: {exc}") from None
+            check_job_id(name, job_id)
         self.require_serving()
         # The id is chosen here, not by the owner, so a retried request cannot create a twin.
         jid = job_id or self.node.ids.new()
@@ -80,23 +75,10 @@ class Producer:
         is sent: a body msgpack cannot encode or over the size limit, or a bad id, raises
         :class:`InvalidJob` naming the item, and nothing of the batch is sent.
         """
-        check_queue_name(name)
-        datas = list(items)
-        delay, prio = check_delay(delay_s), check_priority(priority)
-        ids = None if job_ids is None else list(job_ids)
-        if ids is not None and len(ids) != len(datas):
-            raise ConfigError(f"job_ids has {len(ids)} ids for {len(datas)} items")
-        bodies = []
-        for i, data in enumerate(datas):
-            try:
-                bodies.append(codec.encode_body(data, queue=name))
-                if ids is not None:
-                    protocol.check_job_id(f"job_ids[{i}]", ids[i])
-            except (InvalidJob, ProtocolError) as exc:
-                raise InvalidJob(f"queue {name!r}: item {i}: {exc}") from None
+        bodies, ids, delay, prio = check_batch(name, items, delay_s, priority, job_ids)
         self.require_serving()
         if ids is None:
-            ids = [self.node.ids.new() for _ in datas]
+            ids = [self.node.ids.new() for _ in bodies]
         return await batches.send_many(self.client(name), ids, bodies, delay, prio, timeout_s)
 
     async def dead_letters(self, name: str) -> list[dict[str, Any]]:
@@ -109,26 +91,13 @@ class Producer:
             page.extend(reply["dead"])
             if not reply["dead"] or not reply.get("more", len(page) < reply.get("total", 0)):
                 break
-        out = []
-        for d in page:
-            item = {"job_id": d["job_id"], "data": codec.decode_body(d["body"]),
-                    "attempts": d["attempts"], "last_error": d["last_error"],
-                    "history": d["history"],
-                    "traceback": protocol.latest_traceback(d["history"])}
-            if d.get("meta"):
-                item["workflow"] = d["meta"]
-            out.append(item)
-        return out
+        return decode_dead(page)
 
     async def result(self, name: str, job_id: str) -> dict[str, Any]:
         """``{"state": ready|leased|done|dead|cancelled|unknown, "result": ...}`` for a job."""
         self.require_serving()
         reply = await self.client(name).call("result", job_id=job_id)
-        raw = reply.get("result")
-        out = {"state": reply["state"], "result": None if raw is None else codec.decode_body(raw)}
-        if reply.get("error") is not None:
-            out["error"] = reply["error"]
-        return out
+        return decode_result(reply)
 
     async def cancel(self, name: str, job_id: str) -> str:
         """Cancel job ``job_id`` of queue ``name`` (the queue needs ``admin=True``).
@@ -144,3 +113,60 @@ class Producer:
         self.require_serving()
         reply = await self.client(name).call("cancel", job_id=job_id)
         return str(reply["status"])
+
+
+# -- shared with the SyncProducer --------------------------------------------------------------
+def check_job_id(name: str, job_id: object) -> None:
+    """A caller's ``job_id`` for queue ``name``: ConfigError if no string, InvalidJob if the
+    wire refuses it."""
+    if not isinstance(job_id, str) or not job_id:
+        raise ConfigError(f"job_id must be a non-empty string, got {job_id!r}")
+    try:
+        protocol.check_job_id("job_id", job_id)
+    except ProtocolError as exc:
+        raise InvalidJob(f"queue {name!r}: {exc}") from None
+
+
+def check_batch(name: str, items: Iterable[Any], delay_s: float, priority: int,
+                job_ids: Sequence[str] | None
+                ) -> tuple[list[bytes], list[str] | None, float, int]:
+    """Check every item of an ``enqueue_many`` before anything is sent: the bodies (encoded),
+    the ids (None: to generate), the delay and the priority; raises naming the bad item."""
+    check_queue_name(name)
+    datas = list(items)
+    delay, prio = check_delay(delay_s), check_priority(priority)
+    ids = None if job_ids is None else list(job_ids)
+    if ids is not None and len(ids) != len(datas):
+        raise ConfigError(f"job_ids has {len(ids)} ids for {len(datas)} items")
+    bodies = []
+    for i, data in enumerate(datas):
+        try:
+            bodies.append(codec.encode_body(data, queue=name))
+            if ids is not None:
+                protocol.check_job_id(f"job_ids[{i}]", ids[i])
+        except (InvalidJob, ProtocolError) as exc:
+            raise InvalidJob(f"queue {name!r}: item {i}: {exc}") from None
+    return bodies, ids, delay, prio
+
+
+def decode_dead(page: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Dead letters as the producer returns them (bodies decoded)."""
+    out = []
+    for d in page:
+        item = {"job_id": d["job_id"], "data": codec.decode_body(d["body"]),
+                "attempts": d["attempts"], "last_error": d["last_error"],
+                "history": d["history"],
+                "traceback": protocol.latest_traceback(d["history"])}
+        if d.get("meta"):
+            item["workflow"] = d["meta"]
+        out.append(item)
+    return out
+
+
+def decode_result(reply: dict[str, Any]) -> dict[str, Any]:
+    """A ``result`` reply as the producer returns it (the result decoded)."""
+    raw = reply.get("result")
+    out = {"state": reply["state"], "result": None if raw is None else codec.decode_body(raw)}
+    if reply.get("error") is not None:
+        out["error"] = reply["error"]
+    return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import istos
 
 EXPECTED = {
-    "Istos", "JobContext", "Depends",
+    "Istos", "SyncProducer", "JobContext", "Depends",
     "MemoryStorage", "RedisStoragePlugin", "SQLAlchemyStoragePlugin",
     "Clock", "SystemClock", "JobEvent",
     "IstosError", "ConfigError", "CronError", "HAConfigError", "InvalidJob", "QueueNotFound",

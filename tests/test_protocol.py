@@ -368,6 +368,7 @@ async def test_every_op_replies_with_the_fields_the_protocol_names(mesh):
         calls = {
             "ping": {}, "enqueue": {"body": b"\x01", "job_id": "j1"}, "stats": {},
             "claim": {"workers": ["s"], "node": "p"}, "settle": {"items": []},
+            "unpark": {"workers": ["s"], "node": "p"},
             "ack": {"job_id": "x", "token": "t"}, "nack": {"job_id": "x", "token": "t"},
             "result": {"job_id": "d1"}, "dead": {}, "jobs": {}, "leases": {},
             "why": {"job_id": "j1"}, "events": {}, "follow": {}, "requeue": {"job_id": "d1"},

@@ -44,7 +44,7 @@ from ..events import EventKind, JobEvent
 from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
-from . import bulk
+from . import bulk, registry
 from .extension import Handler, OwnerExtension, overrides
 from .job_ops import JobOps
 from .nudges import Nudges
@@ -134,12 +134,14 @@ class QueueOwner:
             self._handle = await self.node.transport.declare_queryable(
                 self.node.key(self.name, "rpc") + "/*", self._on_request)
         self._timer = asyncio.get_running_loop().create_task(self._sweep_loop())
+        registry.add(self)
         self._emit_queue_event(ev.OWNER_UP, recovered=len(self.state.jobs))
         self.writes.after_change()
 
     def _unbind(self) -> None:
         """Stop answering requests and cancel the sweeper (``stop`` then awaits it)."""
         self.running = False
+        registry.remove(self)
         if self._handle is not None:
             self._handle.close()
             self._handle = None
@@ -158,6 +160,7 @@ class QueueOwner:
     def kill(self) -> None:
         """Stop at once without emitting or writing anything (a simulated crash)."""
         self.running = False
+        registry.remove(self)
         if self._timer is not None:
             self._timer.cancel()
 

@@ -35,22 +35,25 @@ class Producer:
         self.lt = h.LoopThread()
         self.pool = self.lt.run(create_pool(SETTINGS))
 
-    def enqueue_all(self, jobs: list[dict[str, Any]], timed: bool) -> list[float]:
+    async def one(self, job: dict[str, Any]) -> None:
         tag = self.spec["tag"]
+        await self.pool.enqueue_job("noop", job, _job_id=f"{tag}-{job['phase']}-{job['i']}",
+                                    _queue_name=tag)
 
-        async def one(job: dict[str, Any]) -> None:
-            await self.pool.enqueue_job("noop", job, _job_id=f"{tag}-{job['phase']}-{job['i']}",
-                                        _queue_name=tag)
-
-        result: list[float] = self.lt.run(h.timed_loop(one, jobs, timed))
+    def enqueue_all(self, jobs: list[dict[str, Any]], timed: bool) -> list[float]:
+        result: list[float] = self.lt.run(h.timed_loop(self.one, jobs, timed))
         return result
+
+    def enqueue_concurrent(self, jobs: list[dict[str, Any]], width: int) -> None:
+        self.lt.run(h.concurrent_loop(self.one, jobs, width))
 
     def close(self) -> None:
         try:
             self.lt.run(self.pool.aclose())
         finally:
             self.lt.close()
-            ru.delete_tagged(self.spec["tag"])
+            if not self.spec.get("attach"):
+                ru.delete_tagged(self.spec["tag"])
 
 
 def run_worker(spec: dict[str, Any], counter: h.Counter) -> None:

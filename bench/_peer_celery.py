@@ -58,8 +58,14 @@ class Producer:
                 out.append(perf() - t)
         return out
 
+    def enqueue_concurrent(self, jobs: list[dict[str, Any]], width: int) -> None:
+        h.threaded_loop(self.task.delay, jobs, width)
+
     def close(self) -> None:
         tag = self.spec["tag"]
+        if self.spec.get("attach"):
+            self.app.close()
+            return
         with self.app.connection_for_write() as conn:
             channel = conn.default_channel
             channel.queue_delete(tag)

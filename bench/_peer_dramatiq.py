@@ -46,9 +46,13 @@ class Producer:
                 out.append(perf() - t)
         return out
 
+    def enqueue_concurrent(self, jobs: list[dict[str, Any]], width: int) -> None:
+        h.threaded_loop(self.actor.send, jobs, width)
+
     def close(self) -> None:
         self.broker.close()
-        ru.delete_tagged(self.spec["tag"])
+        if not self.spec.get("attach"):
+            ru.delete_tagged(self.spec["tag"])
 
 
 def run_worker(spec: dict[str, Any], counter: h.Counter) -> None:

@@ -12,7 +12,14 @@ One round of one system, run by ``driver.py run SPEC`` (the producer's process):
 2. ``e2e``: with that worker idle, the producer enqueues ``jobs`` more, awaiting each call, and
    times each call (enqueue p50/p99); e2e jobs/s = jobs / (last handler return - first enqueue).
    ``time.perf_counter`` is CLOCK_MONOTONIC on Linux, one clock for every process on the host.
-3. The worker is stopped, and everything the round created (keys, queues, schema) is deleted.
+3. ``pickup``: with the worker idle, ``pickups`` jobs one at a time, ``PICKUP_GAP_S`` apart;
+   pickup = the job's handler start (in the worker) minus the moment its enqueue returned.
+4. ``procs``: ``producers`` processes (``driver.py produce SPEC``, each attached to what the
+   round set up: nothing created, nothing deleted) enqueue ``jobs`` between them, each awaiting
+   every call; e2e jobs/s = jobs / (last handler return - the moment all were told to go).
+5. ``conc``: this process enqueues ``jobs`` from ``width`` concurrent coroutines (threads, for
+   peers with no async client); e2e as above. Peers without ``enqueue_concurrent`` skip it.
+6. The worker is stopped, and everything the round created (keys, queues, schema) is deleted.
 
 The worker's handler is a no-op that counts: each job carries its phase, and when a phase's
 count reaches ``jobs`` the worker prints ``@@DONE {...}``. The producer prints one
@@ -35,6 +42,7 @@ from typing import Any, Protocol
 RESULT_TAG = "@@RESULT "
 DONE_TAG = "@@DONE "
 READY_TAG = "@@READY"
+PICKUP_GAP_S = 0.005
 
 
 def make_job(i: int, phase: str) -> dict[str, Any]:
@@ -54,15 +62,20 @@ def percentile(values: list[float], q: float) -> float:
 class Counter:
     """Counts handled jobs per phase (thread-safe: some peers run handlers on threads)."""
 
-    def __init__(self, target: int) -> None:
+    def __init__(self, target: int, targets: dict[str, int] | None = None) -> None:
         self.target = target
+        self.targets = targets or {}  # phases with another count than ``target``
         self._lock = threading.Lock()
         self._count: dict[str, int] = {}
         self._first: dict[str, float] = {}
+        self._starts: dict[int, float] = {}  # pickup phase: every job's start
 
     def start(self, body: Any) -> None:
-        """Call when a handler starts (only the first call per phase matters)."""
+        """Call when a handler starts (only the first call per phase matters, but in the
+        pickup phase every job's start is kept)."""
         phase = _phase(body)
+        if phase == "pickup":
+            self._starts.setdefault(int(body["i"]), time.perf_counter())
         if phase not in self._first:
             with self._lock:
                 self._first.setdefault(phase, time.perf_counter())
@@ -75,9 +88,12 @@ class Counter:
             self._first.setdefault(phase, now)
             n = self._count.get(phase, 0) + 1
             self._count[phase] = n
-        if n == self.target:
-            print(DONE_TAG + json.dumps({"phase": phase, "t_first": self._first[phase],
-                                         "t_last": now}), flush=True)
+        if n == self.targets.get(phase, self.target):
+            done: dict[str, Any] = {"phase": phase, "t_first": self._first[phase],
+                                    "t_last": now}
+            if phase == "pickup":
+                done["starts"] = self._starts
+            print(DONE_TAG + json.dumps(done), flush=True)
 
 
 def _phase(body: Any) -> str:
@@ -121,6 +137,41 @@ async def timed_loop(enqueue: Callable[[dict[str, Any]], Any], jobs: list[dict[s
         if timed:
             samples.append(perf() - t)
     return samples
+
+
+async def concurrent_loop(enqueue: Callable[[dict[str, Any]], Any],
+                          jobs: list[dict[str, Any]], width: int) -> None:
+    """``width`` coroutines, each awaiting ``enqueue(job)`` for the next job in turn."""
+    import asyncio
+
+    it = iter(jobs)
+
+    async def lane() -> None:
+        for job in it:
+            await enqueue(job)
+
+    await asyncio.gather(*(lane() for _ in range(width)))
+
+
+def threaded_loop(enqueue: Callable[[dict[str, Any]], Any], jobs: list[dict[str, Any]],
+                  width: int) -> None:
+    """``concurrent_loop`` for blocking clients: ``width`` threads."""
+    lock = threading.Lock()
+    it = iter(jobs)
+
+    def lane() -> None:
+        while True:
+            with lock:
+                job = next(it, None)
+            if job is None:
+                return
+            enqueue(job)
+
+    threads = [threading.Thread(target=lane) for _ in range(width)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def wait_for_stop_line() -> None:
@@ -181,11 +232,65 @@ class Producer(Protocol):
         """Enqueue each job, awaiting each call; return per-call seconds when ``timed``."""
 
     def close(self) -> None:
-        """Release connections and delete everything this round created."""
+        """Release connections and delete everything this round created (an attached
+        producer, ``spec["attach"]``, created nothing and deletes nothing)."""
+
+
+def pickup_phase(spec: dict[str, Any], producer: Producer, worker: Child,
+                 timeout: float) -> dict[str, Any]:
+    """Idle-worker pickup latency, one job at a time (see the module docstring)."""
+    n = int(spec.get("pickups", 0))
+    if not n:
+        return {}
+    replies: dict[int, float] = {}
+    for i in range(n):
+        producer.enqueue_all([make_job(i, "pickup")], timed=False)
+        replies[i] = time.perf_counter()
+        time.sleep(PICKUP_GAP_S)  # (a bench: lets the worker go idle again)
+    done = json.loads(worker.wait_tag(DONE_TAG, timeout))
+    starts = done["starts"]
+    ms = [(starts[str(i)] - t) * 1e3 for i, t in replies.items() if str(i) in starts]
+    return {"pickup_p50_ms": percentile(ms, 50), "pickup_p99_ms": percentile(ms, 99)}
+
+
+def procs_phase(spec: dict[str, Any], worker: Child, producer_argv: list[str],
+                timeout: float) -> float:
+    """``producers`` processes enqueue ``jobs`` between them, sequentially each; e2e jobs/s."""
+    jobs, n = int(spec["jobs"]), int(spec["producers"])
+    children = [Child([*producer_argv, json.dumps({**spec, "attach": True, "slot": k,
+                                                    "share": [k, n]})]) for k in range(n)]
+    try:
+        for child in children:
+            child.wait_tag(READY_TAG, 120)
+        t0 = time.perf_counter()
+        for child in children:
+            assert child.proc.stdin is not None
+            child.proc.stdin.write("go\n")
+            child.proc.stdin.flush()
+        done = json.loads(worker.wait_tag(DONE_TAG, timeout))
+        return jobs / (done["t_last"] - t0)
+    finally:
+        for child in children:
+            child.stop()
+
+
+def run_producer_child(spec: dict[str, Any],
+                       make_producer: Callable[[dict[str, Any]], Producer]) -> None:
+    """``driver.py produce SPEC``: one of the ``procs`` phase's producers."""
+    k, n = spec["share"]
+    mine = [make_job(i, "procs") for i in range(int(spec["jobs"])) if i % n == k]
+    producer = make_producer(spec)
+    try:
+        print(READY_TAG, flush=True)
+        sys.stdin.readline()  # go
+        producer.enqueue_all(mine, timed=False)
+        sys.stdin.readline()  # stop
+    finally:
+        producer.close()
 
 
 def run_round(spec: dict[str, Any], make_producer: Callable[[dict[str, Any]], Producer],
-              worker_argv: list[str]) -> dict[str, Any]:
+              worker_argv: list[str], producer_argv: list[str]) -> dict[str, Any]:
     """Run one round (see the module docstring) and return its figures."""
     jobs = int(spec["jobs"])
     timeout = 60.0 + jobs / 20.0
@@ -203,12 +308,22 @@ def run_round(spec: dict[str, Any], make_producer: Callable[[dict[str, Any]], Pr
         if e2e["phase"] != "e2e" or drain["phase"] != "drain":
             raise RuntimeError(f"phases out of order: {drain}, {e2e}")
         ms = [s * 1e3 for s in samples]
-        return {
+        result: dict[str, Any] = {
             "drain_jobs_s": jobs / (drain["t_last"] - drain["t_first"]),
             "e2e_jobs_s": jobs / (e2e["t_last"] - t0),
             "enqueue_p50_ms": percentile(ms, 50), "enqueue_p99_ms": percentile(ms, 99),
             "enqueue_phase_s": t_enq - t0,
         }
+        result.update(pickup_phase(spec, producer, worker, timeout))
+        if int(spec.get("producers", 0)):
+            result["procs_e2e_jobs_s"] = procs_phase(spec, worker, producer_argv, timeout)
+        conc = getattr(producer, "enqueue_concurrent", None)
+        if conc is not None and int(spec.get("width", 0)):
+            t0 = time.perf_counter()
+            conc([make_job(i, "conc") for i in range(jobs)], int(spec["width"]))
+            done = json.loads(worker.wait_tag(DONE_TAG, timeout))
+            result["conc_e2e_jobs_s"] = jobs / (done["t_last"] - t0)
+        return result
     finally:
         if worker is not None:
             worker.stop()
@@ -220,11 +335,16 @@ def main(argv: list[str], make_producer: Callable[[dict[str, Any]], Producer],
     """``driver.py run SPEC`` (one round, prints @@RESULT) or ``driver.py worker SPEC``."""
     mode, spec = argv[1], json.loads(argv[2])
     if mode == "worker":
-        run_worker(spec, Counter(int(spec["jobs"])))
+        run_worker(spec, Counter(int(spec["jobs"]),
+                                 {"pickup": int(spec.get("pickups", 0))}))
+        return
+    if mode == "produce":
+        run_producer_child(spec, make_producer)
         return
     try:
         result = run_round(spec, make_producer,
-                           [sys.executable, "-u", argv[0], "worker", argv[2]])
+                           [sys.executable, "-u", argv[0], "worker", argv[2]],
+                           [sys.executable, "-u", argv[0], "produce"])
     except Exception as exc:  # reported, not raised: the orchestrator goes on with the others
         traceback.print_exc(file=sys.stderr)
         result = {"error": f"{type(exc).__name__}: {exc}"}

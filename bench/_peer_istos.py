@@ -47,10 +47,12 @@ class IstosProducer:
         self.lt = h.LoopThread()
         self.owner_proc: h.Child | None = None
         remote = spec["variant"] == "remote"
-        if remote:
+        attach = bool(spec.get("attach"))  # a procs-phase producer: the owner is up already
+        if remote and not attach:
             self.owner_proc = h.Child([sys.executable, "-u", __file__, "owner", json.dumps(spec)])
             self.owner_proc.wait_tag(h.READY_TAG, 60)
-        self.app = Istos(storage=storage_for(spec), zenoh=spec["zenoh"][node(spec, "producer")],
+        where = 3 + int(spec["slot"]) if attach else node(spec, "producer")
+        self.app = Istos(storage=storage_for(spec), zenoh=spec["zenoh"][where],
                          prefix=spec["prefix"])
         if not remote:
             self.app.queue(QUEUE)
@@ -65,10 +67,16 @@ class IstosProducer:
         result: list[float] = self.lt.run(h.timed_loop(one, jobs, timed))
         return result
 
+    def enqueue_concurrent(self, jobs: list[dict[str, Any]], width: int) -> None:
+        async def one(job: dict[str, Any]) -> None:
+            await self.app.enqueue(QUEUE, job)
+
+        self.lt.run(h.concurrent_loop(one, jobs, width))
+
     def close(self) -> None:
         try:
             self.lt.run(self.app.stop())
-            if self.spec["variant"] == "redis":
+            if self.spec["variant"] == "redis" and not self.spec.get("attach"):
                 store = RedisStoragePlugin(REDIS, key_prefix=self.spec["redis_prefix"])
 
                 async def wipe() -> None:
@@ -114,7 +122,9 @@ def prepare(spec: dict[str, Any]) -> dict[str, Any]:
     from _common import zenoh_configs
 
     spec = dict(spec)
-    spec.setdefault("zenoh", zenoh_configs(3))
+    spec.setdefault("zenoh", zenoh_configs(3 + int(spec.get("producers", 0))))
+    if spec["variant"] != "remote":  # the owner is in the producer: many producers, or a
+        spec["producers"] = spec["width"] = 0  # concurrent one, would each be their own owner
     spec.setdefault("prefix", f"istos-bench/{secrets.token_hex(6)}")
     spec.setdefault("redis_prefix", f"istos-bench-{secrets.token_hex(6)}")
     return spec

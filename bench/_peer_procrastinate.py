@@ -37,30 +37,36 @@ def setup(spec: dict[str, Any]) -> Any:
 class Producer:
     def __init__(self, spec: dict[str, Any]) -> None:
         self.spec = spec
-        with psycopg.connect(BASE, autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA "{spec["tag"]}"')
+        if not spec.get("attach"):
+            with psycopg.connect(BASE, autocommit=True) as conn:
+                conn.execute(f'CREATE SCHEMA "{spec["tag"]}"')
         self.lt = h.LoopThread()
         self.app, self.task = setup(spec)
         self.lt.run(self._open())
 
     async def _open(self) -> None:
         await self.app.open_async()
-        await self.app.schema_manager.apply_schema_async()
+        if not self.spec.get("attach"):
+            await self.app.schema_manager.apply_schema_async()
+
+    async def one(self, job: dict[str, Any]) -> None:
+        await self.task.defer_async(body=job)
 
     def enqueue_all(self, jobs: list[dict[str, Any]], timed: bool) -> list[float]:
-        async def one(job: dict[str, Any]) -> None:
-            await self.task.defer_async(body=job)
-
-        result: list[float] = self.lt.run(h.timed_loop(one, jobs, timed))
+        result: list[float] = self.lt.run(h.timed_loop(self.one, jobs, timed))
         return result
+
+    def enqueue_concurrent(self, jobs: list[dict[str, Any]], width: int) -> None:
+        self.lt.run(h.concurrent_loop(self.one, jobs, width))
 
     def close(self) -> None:
         try:
             self.lt.run(self.app.close_async())
         finally:
             self.lt.close()
-            with psycopg.connect(BASE, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA IF EXISTS "{self.spec["tag"]}" CASCADE')
+            if not self.spec.get("attach"):
+                with psycopg.connect(BASE, autocommit=True) as conn:
+                    conn.execute(f'DROP SCHEMA IF EXISTS "{self.spec["tag"]}" CASCADE')
 
 
 def run_worker(spec: dict[str, Any], counter: h.Counter) -> None:

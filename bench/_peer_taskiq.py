@@ -45,12 +45,16 @@ class Producer:
         result: list[float] = self.lt.run(h.timed_loop(self.task.kiq, jobs, timed))
         return result
 
+    def enqueue_concurrent(self, jobs: list[dict[str, Any]], width: int) -> None:
+        self.lt.run(h.concurrent_loop(self.task.kiq, jobs, width))
+
     def close(self) -> None:
         try:
             self.lt.run(self.broker.shutdown())
         finally:
             self.lt.close()
-            ru.delete_tagged(self.spec["tag"])
+            if not self.spec.get("attach"):
+                ru.delete_tagged(self.spec["tag"])
 
 
 def run_worker(spec: dict[str, Any], counter: h.Counter) -> None:

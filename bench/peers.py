@@ -1,12 +1,17 @@
 """Istos against its peers, same workload, same machine, one table.
 
     .venv/bin/python -m bench.peers [--rounds 5] [--jobs 2000] [--concurrency 8]
+                                    [--pickups 100] [--producers 8] [--width 64]
                                     [--only istos-local,istos-remote,...] [--no-limits]
 
 Workload (every system): ``--jobs`` jobs of about 100 bytes, a no-op handler, one worker
 process with ``--concurrency`` slots, a producer that awaits each enqueue. Figures: drain jobs/s
 (a full queue, worker started afterwards), e2e jobs/s (worker idle and ready, producer
-enqueues), enqueue p50/p99 ms (each call of the e2e phase). See ``_peer_harness.py``.
+enqueues), enqueue p50/p99 ms (each call of the e2e phase), pickup p50/p99 ms (an idle
+worker: enqueue returned -> handler started, ``--pickups`` jobs one at a time), e2e jobs/s with
+``--producers`` producer processes each enqueuing sequentially, and with one process enqueuing
+from ``--width`` concurrent coroutines (threads for the sync clients). The last two are not run
+for the Istos variants whose owner lives in the producer. See ``_peer_harness.py``.
 
 Each peer runs in its own virtualenv under ``bench/.peer-venvs/<name>`` (gitignored), created
 on first use with pip (pinned versions below); Istos runs with this interpreter and this
@@ -89,8 +94,9 @@ def python_for(name: str) -> tuple[str, dict[str, str]] | None:
 def run_one(name: str, python: str, env: dict[str, str], args: argparse.Namespace
             ) -> dict[str, Any]:
     _, script, _, extra = SYSTEMS[name]
-    spec = {"jobs": args.jobs, "concurrency": args.concurrency, **extra}
-    timeout = 120.0 + args.jobs / 10.0
+    spec = {"jobs": args.jobs, "concurrency": args.concurrency, "pickups": args.pickups,
+            "producers": args.producers, "width": args.width, **extra}
+    timeout = 240.0 + args.jobs / 4.0
     try:
         proc = subprocess.run([python, "-u", str(BENCH / script), "run", json.dumps(spec)],
                               capture_output=True, text=True, env=env, cwd="/",
@@ -108,7 +114,7 @@ def run_one(name: str, python: str, env: dict[str, str], args: argparse.Namespac
 
 
 def median_of(runs: list[dict[str, Any]], key: str) -> float | None:
-    values = [r[key] for r in runs if "error" not in r]
+    values = [r[key] for r in runs if "error" not in r and key in r]
     return statistics.median(values) if values else None
 
 
@@ -118,15 +124,20 @@ def fmt(value: float | None, spec: str) -> str:
 
 def print_table(names: list[str], raw: dict[str, list[dict[str, Any]]],
                 limits: dict[str, Any] | None, rounds: int) -> None:
-    print("\n| system | drain jobs/s | e2e jobs/s | enqueue p50 / p99 ms | rounds ok |")
-    print("|---|---|---|---|---|")
+    print("\n| system | drain jobs/s | e2e jobs/s | enqueue p50 / p99 ms | pickup p50 / p99 ms "
+          "| e2e, N producer procs | e2e, W coroutines | rounds ok |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in names:
         runs = raw[name]
         ok = sum("error" not in r for r in runs)
         print(f"| {SYSTEMS[name][0]} | {fmt(median_of(runs, 'drain_jobs_s'), ',.0f')} | "
               f"{fmt(median_of(runs, 'e2e_jobs_s'), ',.0f')} | "
               f"{fmt(median_of(runs, 'enqueue_p50_ms'), '.3f')} / "
-              f"{fmt(median_of(runs, 'enqueue_p99_ms'), '.2f')} | {ok}/{rounds} |")
+              f"{fmt(median_of(runs, 'enqueue_p99_ms'), '.2f')} | "
+              f"{fmt(median_of(runs, 'pickup_p50_ms'), '.3f')} / "
+              f"{fmt(median_of(runs, 'pickup_p99_ms'), '.2f')} | "
+              f"{fmt(median_of(runs, 'procs_e2e_jobs_s'), ',.0f')} | "
+              f"{fmt(median_of(runs, 'conc_e2e_jobs_s'), ',.0f')} | {ok}/{rounds} |")
     if limits:
         print("\n| raw limit (two processes, loopback) | figure |")
         print("|---|---|")
@@ -152,6 +163,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians shown)")
     p.add_argument("--jobs", type=int, default=2000)
     p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--pickups", type=int, default=100, help="jobs of the pickup phase")
+    p.add_argument("--producers", type=int, default=8, help="producer processes")
+    p.add_argument("--width", type=int, default=64, help="concurrent coroutines")
     p.add_argument("--only", default=",".join(SYSTEMS),
                    help="comma-separated subset of " + ",".join(SYSTEMS))
     p.add_argument("--no-limits", action="store_true", help="skip the raw Zenoh/Redis limits")

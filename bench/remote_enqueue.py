@@ -16,6 +16,7 @@ C, another Istos app, times ``--n`` sequential calls of each layer:
 | ``transport`` | ``ZenohTransport.query`` | ``ZenohTransport`` queryable, echo |
 | ``ping`` | ``OwnerClient.call("ping")`` (msgpack both ways) | the owner's request path |
 | ``enqueue`` | ``app.enqueue`` (body encoding, ids, checks) | the owner's enqueue |
+| ``sync enqueue`` | ``istos.SyncProducer.enqueue`` (own session, no loop) | the owner's enqueue |
 
 plus ``raw express`` (``express=True`` on the get and on the reply). Each variant is a Zenoh
 config change applied to both sessions (``VARIANTS``). Rounds interleave the variants; the
@@ -49,7 +50,7 @@ RESULT_TAG = "@@RESULT "
 PAYLOAD = b"x" * 120
 LAYERS = ("raw", "raw inline", "raw express", "raw->transport", "transport->raw", "transport",
           "transport express", "transport inline", "transport final hop", "ping", "ping 200B",
-          "call enqueue", "enqueue")
+          "call enqueue", "enqueue", "sync enqueue")
 # Extra server-side transports, each its own session, for the A/B layers above.
 SERVER_EXTRAS: dict[str, dict[str, Any]] = {"echox": {"express": True}}
 
@@ -153,12 +154,14 @@ async def server(spec: dict[str, Any]) -> None:
 
 # -- client ---------------------------------------------------------------------------------
 async def client(spec: dict[str, Any]) -> dict[str, Any]:
-    from istos import Istos
+    from istos import Istos, SyncProducer
 
     apply_class_settings(spec["variant"])
     app = Istos(zenoh=spec["cfg"], prefix=spec["prefix"])
     n, p = int(spec["n"]), spec["prefix"]
     async with app.serving():
+        sync = SyncProducer(spec["sync_cfg"], prefix=p, request_timeout_s=10.0)
+        sync.enqueue(QUEUE, "warm-up")  # waits for the route; not part of the figures
         transport = app.node.transport
         assert transport is not None
         session = transport._session  # type: ignore[attr-defined]
@@ -207,6 +210,9 @@ async def client(spec: dict[str, Any]) -> dict[str, Any]:
                                                job_id=app.node.ids.new(), delay_s=0.0,
                                                priority=0),
             "enqueue": lambda: app.enqueue(QUEUE, body),
+            # Blocking, on this loop's thread: the owner is in the other process, so it goes
+            # over the SyncProducer's own session, no loop involved.
+            "sync enqueue": lambda: sync.enqueue(QUEUE, body),
         }
         samples: dict[str, list[float]] = {name: [] for name in LAYERS}
         perf = time.perf_counter
@@ -221,14 +227,15 @@ async def client(spec: dict[str, Any]) -> dict[str, Any]:
                 if asyncio.iscoroutine(r):
                     await r
                 samples[name].append((perf() - t) * 1e3)
+        sync.close()
         return {name: {"p50": percentile(s, 50), "p99": percentile(s, 99)}
                 for name, s in samples.items()}
 
 
 # -- orchestrator ---------------------------------------------------------------------------
 def run_pair(variant: str, n: int) -> dict[str, Any]:
-    cfgs = [merged(c, VARIANTS[variant]) for c in zenoh_configs(2 + len(SERVER_EXTRAS))]
-    cfg_s, extra_cfgs, cfg_c = cfgs[0], cfgs[1:-1], cfgs[-1]
+    cfgs = [merged(c, VARIANTS[variant]) for c in zenoh_configs(3 + len(SERVER_EXTRAS))]
+    cfg_s, extra_cfgs, cfg_c, cfg_sync = cfgs[0], cfgs[1:-2], cfgs[-2], cfgs[-1]
     prefix = f"istos-bench/{secrets.token_hex(6)}"
     env_py = [sys.executable, "-u", __file__]
     srv = subprocess.Popen([*env_py, "server", json.dumps({"cfg": cfg_s, "prefix": prefix,
@@ -240,7 +247,8 @@ def run_pair(variant: str, n: int) -> dict[str, Any]:
         if srv.stdout.readline().strip() != "@@READY":
             raise RuntimeError("server did not start")
         cli = subprocess.run([*env_py, "client", json.dumps({"cfg": cfg_c, "prefix": prefix,
-                                                             "n": n, "variant": variant})],
+                                                             "n": n, "variant": variant,
+                                                             "sync_cfg": cfg_sync})],
                              capture_output=True, text=True, timeout=300, cwd="/")
         result: dict[str, Any] | None = None
         for line in cli.stdout.splitlines():

@@ -29,27 +29,45 @@ class Nudges:
         self._running = running
         self.absorbers: list[Absorber] = []
         self._count = 0
+        self._targets: set[str] = set()  # chosen already this turn (with absorbers)
+        self._absorbed: set[str] = set()  # ...and woken by an absorber: no message for them
         self._scheduled = False
 
     def nudge(self, count: int) -> None:
-        """Tell idle workers that ``count`` jobs became claimable; coalesced per loop turn."""
-        self._count += count
+        """Tell idle workers that ``count`` jobs became claimable; coalesced per loop turn.
+
+        With absorbers (parked claims), the nodes to wake are chosen at once and the
+        absorbers wake theirs now, so a parked claim is answered in the next loop step rather
+        than after the turn's end; the hooks and the message still go out once per turn."""
+        if count > 0 and self.absorbers and self._running():
+            targets = self.hungry.take(count)
+            remote = targets - {self.node.node_id}
+            for absorb in self.absorbers:
+                if remote:
+                    woken = absorb(remote)
+                    self._absorbed |= woken
+                    remote -= woken
+            self._targets |= targets
+        else:
+            self._count += count
         if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         count, self._count, self._scheduled = self._count, 0, False
+        chosen, self._targets = self._targets, set()
+        absorbed, self._absorbed = self._absorbed, set()
         if not self._running():
             return
-        targets = self.hungry.take(count)
+        targets = chosen | self.hungry.take(count)
         if not targets:
             return
         for ext in self.listeners:
             ext.on_nudge(len(targets), targets)
         node = self.node
-        remote = targets - {node.node_id}
-        for absorb in self.absorbers:
+        remote = targets - {node.node_id} - absorbed
+        for absorb in self.absorbers:  # (nodes chosen at the turn's end: pokes)
             if remote:
                 remote -= absorb(remote)
         if remote and node.transport is not None:

@@ -1,0 +1,187 @@
+"""Pickup latency: enqueue reply -> handler start on a remote, idle worker; parked claims vs nudges.
+
+    .venv/bin/python -m bench.pickup [--rounds 5] [--n 300] [--gap-ms 5]
+
+Three processes on a private loopback mesh: the owner (an Istos app owning the queue, plus a raw
+zenoh-python queryable that replies inline), one worker (concurrency 8, poll interval 5 s) and
+the producer (this process). The producer enqueues ``--n`` jobs one at a time, ``--gap-ms``
+apart so that the worker is idle again before each; per job, pickup = the worker's handler
+start minus the moment the producer got the enqueue reply (``time.perf_counter``: one
+CLOCK_MONOTONIC for every process on the host). Between jobs it also times one raw
+``session.get`` to the owner's process: the round trip the target is stated against.
+
+Variants, interleaved per round (order rotated): ``park`` (the default: the idle worker's claim
+waits at the owner) and ``nudge`` (``park=False``: enqueue -> nudge message -> claim). With
+parking the job can start before the producer even has its reply (the two messages leave the
+owner together), so a pickup may be negative.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+from _common import percentile, zenoh_configs  # noqa: E402
+
+QUEUE = "bench/pickup"
+TAG = "@@"
+VARIANTS = ("park", "nudge")
+
+
+def child(role: str, spec: dict[str, Any]) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-u", __file__, role, json.dumps(spec)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/",
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if line != TAG + "READY":
+        proc.kill()
+        raise RuntimeError(f"{role} did not start: {line!r}")
+    return proc
+
+
+async def run_owner(spec: dict[str, Any]) -> None:
+    import zenoh
+
+    from istos import Istos
+
+    app = Istos(zenoh=spec["cfgs"][0], prefix=spec["prefix"])
+    app.queue(QUEUE)
+    async with app.serving():
+        session = app.node.transport._session  # type: ignore[union-attr]
+
+        def raw(query: zenoh.Query) -> None:
+            query.reply(query.key_expr, b"")
+
+        handle = session.declare_queryable(f"{spec['prefix']}/raw",
+                                           zenoh.handlers.Callback(raw, indirect=False))
+        print(TAG + "READY", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        handle.undeclare()
+
+
+async def run_worker(spec: dict[str, Any]) -> None:
+    from istos import Istos
+
+    app = Istos(zenoh=spec["cfgs"][1], prefix=spec["prefix"])
+    starts: dict[int, float] = {}
+
+    @app.worker(QUEUE, concurrency=8, poll_interval_s=5.0, park=spec["variant"] == "park")
+    async def handle(job: dict[str, Any]) -> None:
+        starts.setdefault(job["i"], time.perf_counter())
+
+    async with app.serving():
+        print(TAG + "READY", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+    print(TAG + json.dumps(starts), flush=True)
+
+
+async def produce(spec: dict[str, Any]) -> dict[str, Any]:
+    from istos import Istos
+
+    app = Istos(zenoh=spec["cfgs"][2], prefix=spec["prefix"])
+    n, gap = int(spec["n"]), float(spec["gap_ms"]) / 1e3
+    replies: dict[int, float] = {}
+    rtts: list[float] = []
+    async with app.serving():
+        session = app.node.transport._session  # type: ignore[union-attr]
+        await app.client(QUEUE).call("ping")  # waits for the route
+        raw_key = f"{spec['prefix']}/raw"
+        for _ in range(20):
+            list(session.get(raw_key))
+        perf = time.perf_counter
+        for i in range(-20, n):  # 20 warm-up jobs first
+            await app.enqueue(QUEUE, {"i": i, "pad": "x" * 70})
+            replies[i] = perf()
+            await asyncio.sleep(gap / 2)
+            t = perf()
+            for _ in session.get(raw_key):  # blocking: nothing else runs meanwhile
+                pass
+            rtts.append(perf() - t)
+            await asyncio.sleep(gap / 2)
+    return {"replies": replies, "rtts": rtts}
+
+
+def one(variant: str, n: int, gap_ms: float) -> dict[str, Any]:
+    spec = {"cfgs": zenoh_configs(3), "prefix": f"istos-bench/{secrets.token_hex(6)}",
+            "variant": variant, "n": n, "gap_ms": gap_ms}
+    owner = child("owner", spec)
+    worker = child("worker", spec)
+    try:
+        got = asyncio.run(produce(spec))
+        time.sleep(0.5)  # (a bench: the last job starts long before this)
+        assert worker.stdin is not None and worker.stdout is not None
+        worker.stdin.write("stop\n")
+        worker.stdin.flush()
+        starts: dict[str, float] = {}
+        for line in worker.stdout:
+            if line.startswith(TAG):
+                starts = json.loads(line[len(TAG):])
+                break
+    finally:
+        for proc in (worker, owner):
+            if proc.stdin is not None and not proc.stdin.closed:
+                proc.stdin.close()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    pick = [(starts[str(i)] - t) * 1e3 for i, t in got["replies"].items()
+            if i >= 0 and str(i) in starts]
+    rtt = [x * 1e3 for x in got["rtts"][20:]]
+    return {"pickup_p50": percentile(pick, 50), "pickup_p99": percentile(pick, 99),
+            "raw_p50": percentile(rtt, 50), "raw_p99": percentile(rtt, 99),
+            "started": len(pick), "n": n}
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 2 and argv[1] in ("owner", "worker"):
+        spec = json.loads(argv[2])
+        asyncio.run(run_owner(spec) if argv[1] == "owner" else run_worker(spec))
+        return
+    p = argparse.ArgumentParser(prog="python -m bench.pickup")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--n", type=int, default=300)
+    p.add_argument("--gap-ms", type=float, default=5.0)
+    args = p.parse_args(argv[1:])
+    load = os.getloadavg()
+    raw: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+    for r in range(args.rounds):
+        order = list(VARIANTS[r % 2:] + VARIANTS[:r % 2])
+        for v in order:
+            res = one(v, args.n, args.gap_ms)
+            raw[v].append(res)
+            print(f"  round {r + 1} {v}: pickup p50 {res['pickup_p50']:.3f} ms, p99 "
+                  f"{res['pickup_p99']:.2f}, raw p50 {res['raw_p50']:.3f} "
+                  f"({res['started']}/{res['n']} started)", file=sys.stderr)
+    print("\nmedians over rounds, ms\n")
+    print("| variant | pickup p50 | pickup p99 | raw query p50 (same run) | pickup p50 / raw |")
+    print("|---|---|---|---|---|")
+    for v in VARIANTS:
+        med = {k: statistics.median(x[k] for x in raw[v])
+               for k in ("pickup_p50", "pickup_p99", "raw_p50")}
+        print(f"| {v} | {med['pickup_p50']:.3f} | {med['pickup_p99']:.2f} | "
+              f"{med['raw_p50']:.3f} | {med['pickup_p50'] / med['raw_p50']:.2f}x |")
+    out = BENCH / "results" / f"pickup-{time.strftime('%Y-%m-%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"raw": raw, "loadavg_before": load,
+                               "loadavg_after": os.getloadavg()}, indent=1) + "\n")
+    print(f"\n1-min load {load[0]:.1f} before, {os.getloadavg()[0]:.1f} after; rounds in {out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .app import Istos
 from .clock import Clock, SystemClock
@@ -28,6 +28,9 @@ from .errors import (
 )
 from .events import JobEvent
 from .storage.memory import MemoryStorage
+
+if TYPE_CHECKING:  # loaded on first use (see __getattr__): it imports Zenoh
+    from .sync_producer import SyncProducer
 
 __all__ = [
     # the app and what workers receive

@@ -66,14 +66,22 @@ class ClaimParking:
         else:
             self.outcome = "parked" if reply.get("parked") else ""
 
-    def wait_after_short_claim(self, poll_s: float) -> float | None:
+    def wait_after_short_claim(self, poll_s: float, *, holding: bool) -> float | None:
         """After a claim that left slots empty: None to claim again at once (the claim waited
-        at the owner), else the longest to wait for a nudge."""
+        at the owner, and the worker holds no job), else the longest to wait for a wake-up.
+
+        A worker that still holds jobs waits for the nudge (as without parking) or for the
+        moment it holds none (:meth:`park_again`): its next parked claim then carries those
+        jobs' acks, instead of a settle request of their own."""
         if self.outcome == "parked":
-            return None
+            return poll_s if holding else None
         if self.outcome == "unparked":
             return min(poll_s, AFTER_UNPARKED_S)
         return min(poll_s, AFTER_FAILED_S) if self.outcome == "failed" else poll_s
+
+    def park_again(self, idle: bool) -> bool:
+        """A job ended; whether to wake the dispatcher (it now holds none, and parks)."""
+        return idle and self.outcome == "parked"
 
     async def stop(self, dispatcher: asyncio.Task[None], budget_s: float) -> None:
         """End the parked claim ``dispatcher`` may be waiting on, and let it come back (at most

@@ -214,7 +214,8 @@ class WorkerRunner:
             if len(jobs) < len(slots):
                 # The queue had nothing more for us: claim again at once if the claim waited
                 # at the owner (parked), else sleep until a nudge or the poll interval.
-                wait = self.parking.wait_after_short_claim(poll)
+                wait = self.parking.wait_after_short_claim(
+                    poll, holding=len(self._free) < len(self.slot_ids))
                 if wait is not None:
                     await self._wake.wait(clock.to_loop_seconds(wait))
 
@@ -315,6 +316,8 @@ class WorkerRunner:
             self.leases.finish(held, outcome)  # the latest progress rides along
             self._free.append(job.worker)
             self._slot_freed.set()
+            if self.parking.park_again(len(self._free) == len(self.slot_ids)):
+                self._wake.set()  # idle again: park a claim at once, this ack riding on it
             if outcome is not None:
                 # Queued after the slot is freed, so a dispatcher woken by the free slot takes
                 # the ack along with its claim; otherwise it leaves at the end of this turn.

@@ -270,7 +270,7 @@ class WorkerRunner:
         self.stats.claims += 1
         if not reply.get("parked"):  # a parked claim's time is mostly waiting, not the trip
             self._avg_claim_s = _moving_average(self._avg_claim_s,
-                                            self.node.clock.monotonic() - sent_at)
+                                                self.node.clock.monotonic() - sent_at)
         self._lease_s = reply.get("lease_s", self._lease_s)
         if settle:
             self._count(settle, reply.get("settled") or [])

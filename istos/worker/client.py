@@ -47,7 +47,7 @@ class OwnerClient:
 
     def owner_is_local(self) -> bool:
         """Whether the queue's owner runs in this process (requests then skip the mesh)."""
-        owner = self._local_owner()
+        owner = self.node.local_owner(self.queue)
         return owner is not None and owner.running
 
     async def enqueue(self, fields: dict[str, Any]) -> dict[str, Any]:

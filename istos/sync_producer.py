@@ -177,7 +177,8 @@ class SyncProducer:
             f"node serving app.queue({queue!r}) under prefix {self.prefix!r} reachable?)")
 
 
-def _dispatch_inline(owner: Any, msg: dict[str, Any], queue: str) -> dict[str, Any]:
+def _dispatch_inline(owner: registry.RunningOwner, msg: dict[str, Any],
+                     queue: str) -> dict[str, Any]:
     """Run one request on an owner of the calling thread's loop, within this call."""
     if owner.durable:
         raise ConfigError(

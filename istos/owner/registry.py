@@ -12,23 +12,36 @@ of lists replaced, never mutated in place, so a reader sees a consistent list.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # (only the type: the owner imports this module)
-    from .owner import QueueOwner
+from ..node import Node
 
-Entry = tuple["QueueOwner", asyncio.AbstractEventLoop]
+
+class RunningOwner(Protocol):
+    """What the registry and its readers need of an owner (the owner imports this module)."""
+
+    name: str
+    node: Node
+    running: bool
+    durable: bool
+
+    def dispatch(self, msg: dict[str, Any], *, trusted: bool = False,
+                 role: str | None = None) -> Coroutine[Any, Any, dict[str, Any]]: ...
+
+
+Entry = tuple[RunningOwner, asyncio.AbstractEventLoop]
 _running: dict[tuple[str, str], list[Entry]] = {}
 
 
-def add(owner: QueueOwner) -> None:
+def add(owner: RunningOwner) -> None:
     """``owner`` serves from now on, on the running loop."""
     key = (owner.node.prefix, owner.name)
     entry = (owner, asyncio.get_running_loop())
     _running[key] = [e for e in _running.get(key, ()) if e[0] is not owner] + [entry]
 
 
-def remove(owner: QueueOwner) -> None:
+def remove(owner: RunningOwner) -> None:
     key = (owner.node.prefix, owner.name)
     left = [e for e in _running.get(key, ()) if e[0] is not owner]
     if left:
@@ -37,7 +50,7 @@ def remove(owner: QueueOwner) -> None:
         _running.pop(key, None)
 
 
-def on_this_loop(prefix: str, queue: str) -> QueueOwner | None:
+def on_this_loop(prefix: str, queue: str) -> RunningOwner | None:
     """The running owner of ``queue`` under ``prefix`` whose loop is the calling thread's
     running loop, or None (no loop runs on this thread, or no such owner on it)."""
     try:

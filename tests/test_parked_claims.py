@@ -10,10 +10,12 @@ import asyncio
 import time
 from typing import Any
 
+from helpers import count, wait_events
 from zenoh_util import isolated_configs, query_when_served, unique_prefix, wait_until
 
 from istos import Istos, JobContext, codec, protocol
 from istos.core.records import LEASED, READY
+from istos.owner.extension import Hooks
 from istos.owner.parking import ParkedClaims
 from istos.transport.zenoh import ZenohTransport
 
@@ -213,3 +215,29 @@ async def test_parked_claims_never_lease_one_job_twice():
     assert bodies == sorted(b * 100 + i for b in range(10) for i in [*range(9), 99])
     assert all(s[2] == 1 for s in seen)  # each job ran once, on its first attempt
     assert {s[1].split(":")[0] for s in seen} <= {"w1", "w2", "w3"}
+
+
+async def test_a_parking_workers_acks_ride_on_its_next_parked_claim():
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+    seen: list[Any] = []
+    worker = worker_app(configs[1], prefix, "w1", seen, concurrency=2)
+    async with owner.serving(), worker.serving():
+        qowner = owner.owners["q"]
+        settle = qowner.handler("settle")
+        assert settle is not None
+        settles: list[dict[str, Any]] = []
+
+        async def counted(msg: dict[str, Any]) -> dict[str, Any]:
+            settles.append(msg)
+            return await settle(msg)
+
+        qowner.extend(Hooks(ops={"settle": counted}))
+        parking = parking_of(owner)
+        for i in range(5):  # one job at a time, to an idle worker each time
+            await wait_until(lambda: parking.parked, 15, "the idle worker's claim parked")
+            await owner.enqueue("q", i)
+            await wait_events(owner, lambda ev, n=i + 1: count(ev, "acked") == n, timeout_s=15)
+        assert settles == []  # every ack travelled on the worker's next (parked) claim
+        assert parking.stats["answered_by_job"] == 5

@@ -13,7 +13,7 @@ from typing import Any
 from helpers import count, wait_events
 from zenoh_util import isolated_configs, query_when_served, unique_prefix, wait_until
 
-from istos import Istos, JobContext, codec, protocol
+from istos import Istos, JobContext, MemoryStorage, codec, protocol
 from istos.core.records import LEASED, READY
 from istos.owner.extension import Hooks
 from istos.owner.parking import ParkedClaims
@@ -241,3 +241,18 @@ async def test_a_parking_workers_acks_ride_on_its_next_parked_claim():
             await wait_events(owner, lambda ev, n=i + 1: count(ev, "acked") == n, timeout_s=15)
         assert settles == []  # every ack travelled on the worker's next (parked) claim
         assert parking.stats["answered_by_job"] == 5
+
+
+async def test_a_durable_queue_answers_a_parking_claim_at_once():
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(storage=MemoryStorage(durable=True), zenoh=configs[0], prefix=prefix)
+    owner.queue("q")
+    client = ZenohTransport(configs[1], node_id="raw")
+    async with owner.serving():
+        await client.start()
+        try:
+            reply = await raw_claim(client, prefix, ["raw:s#0"], park_s=30, timeout_s=10)
+        finally:
+            await client.close()
+        assert reply["ok"] and reply["jobs"] == [] and "parked" not in reply
+        assert parking_of(owner).stats["parked"] == 0

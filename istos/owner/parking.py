@@ -18,6 +18,11 @@ written, and its reply, when it comes, carries their statuses. A parked claim en
 - when the owner stops (or steps down): with the empty reply marked ``unparked``, so the worker
   claims again at once, from whoever owns the queue now.
 
+Queues with durable storage do not park (their claims are answered at once, and their workers
+wait for nudges): a parked claim leases each job the moment it is stored, one claim write per
+job, where a nudged worker's claim arriving a round trip later takes what came meanwhile in one;
+measured, that cost durable end-to-end throughput a third (``bench.durable --twoproc-only``).
+
 Replies of claims that parked say ``parked: true``; a worker that sees none (an owner without
 this extension, or a full table) falls back to waiting for a nudge or its poll interval.
 Parked claims are bounded (:data:`MAX_PARKED` per queue; past it a claim is answered at once),
@@ -74,7 +79,9 @@ class ParkedClaims(OwnerExtension):
         reply = await self._claim(msg)
         park_s = min(float(msg.get("park_s") or 0.0), protocol.MAX_PARK_S)
         if park_s <= 0 or reply["jobs"] or reply.get("cancel") or reply.get("more") \
-                or not self.owner.running:
+                or not self.owner.running or self.owner.durable:
+            # (Durable queues do not park: measured, a job leased the moment it is stored
+            # makes one claim write per job where nudged claims batch them, bench.durable.)
             return reply
         slot: str = msg["workers"][0]
         old = self.parked.pop(slot, None)

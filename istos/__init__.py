@@ -24,6 +24,7 @@ from .errors import (
     ProtocolError,
     QueueNotFound,
     RemoteError,
+    Retry,
     StorageUnavailable,
 )
 from .events import JobEvent
@@ -62,6 +63,7 @@ __all__ = [
     "JobTimeout",
     "MeshUnreachable",
     "JobCancelled",
+    "Retry",
 ]
 
 __version__ = "0.1.0"

@@ -147,14 +147,23 @@ class Istos:
               retry_backoff_s: float = 1.0, retry_backoff_max_s: float = 600.0,
               retry_jitter: float = 0.1, keep_results: bool = False,
               result_ttl_s: float = 3600.0, sweep_interval_s: float | None = None,
-              ha: bool = False, ha_lease_s: float = 5.0, admin: bool = False) -> QueueConfig:
+              ha: bool = False, ha_lease_s: float = 5.0, admin: bool = False,
+              rate_limit: tuple[int, float] | None = None,
+              group_concurrency: int | None = None,
+              group_rate_limit: tuple[int, float] | None = None) -> QueueConfig:
         """Own queue ``name`` on this node, with the options the spec names; invalid ones raise
-        :class:`ConfigError` (a ``ValueError``) naming the option (``QueueConfig.build``)."""
+        :class:`ConfigError` (a ``ValueError``) naming the option (``QueueConfig.build``).
+        ``rate_limit=(n, per_s)``: at most ``n`` claims in any ``per_s`` seconds, across all
+        workers (``core/ratelimit.py``). Jobs enqueued with a ``group`` are handed out
+        round-robin between groups; ``group_concurrency`` caps each group's leased jobs and
+        ``group_rate_limit=(n, per_s)`` its claims (``core/groups.py``)."""
         config = QueueConfig.build(
             name, lease_s=lease_s, max_attempts=max_attempts, retry_backoff_s=retry_backoff_s,
             retry_backoff_max_s=retry_backoff_max_s, retry_jitter=retry_jitter,
             keep_results=keep_results, result_ttl_s=result_ttl_s,
-            sweep_interval_s=sweep_interval_s, ha=ha, admin=admin, ha_lease_s=ha_lease_s)
+            sweep_interval_s=sweep_interval_s, ha=ha, admin=admin, ha_lease_s=ha_lease_s,
+            rate_limit=rate_limit, group_concurrency=group_concurrency,
+            group_rate_limit=group_rate_limit)
         if config.ha and not getattr(self.node.storage, "shared", False):
             raise HAConfigError(
                 f"queue {name!r}: ha=True needs storage shared by every replica "

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NoReturn
 
-from .errors import InvalidProgress, JobCancelled
+from .core.joblogs import MAX_LINES, clip_line
+from .errors import InvalidProgress, JobCancelled, Retry
 
 MAX_NOTE_CHARS = 256  # a progress note rides on every heartbeat: keep it a status line
 
@@ -33,13 +35,27 @@ class RunSignals:
     the heartbeat) and the cancellation flag (written by the worker, read by the function).
     Plain attribute writes: cheap, and safe enough across the worker thread under the GIL."""
 
-    __slots__ = ("fraction", "note", "dirty", "cancelled")
+    __slots__ = ("fraction", "note", "dirty", "cancelled", "logs", "logged", "logs_dropped")
 
     def __init__(self) -> None:
         self.fraction: float | None = None
         self.note: str | None = None
         self.dirty = False
         self.cancelled = False
+        self.logs: list[str] = []  # ctx.log() lines not sent yet
+        self.logged = 0  # lines this attempt kept so far (sent or not)
+        self.logs_dropped = 0  # lines beyond the limit, not sent yet
+
+    def take_logs(self) -> tuple[list[str], int]:
+        """The lines (and the count dropped) to send now; they leave the signals."""
+        lines, dropped = self.logs, self.logs_dropped
+        self.logs, self.logs_dropped = [], 0
+        return lines, dropped
+
+    def put_back_logs(self, lines: list[str], dropped: int) -> None:
+        """A send failed: the lines go out with the next one, before the newer lines."""
+        self.logs[:0] = lines
+        self.logs_dropped += dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +97,27 @@ class JobContext:
         """Raise :class:`JobCancelled` if the run was cancelled or timed out (see above)."""
         if self._signals.cancelled:
             raise JobCancelled(f"job {self.job_id!r} of queue {self.queue!r} was cancelled")
+
+    def log(self, message: object) -> None:
+        """Add a line to this attempt's log (BullMQ's ``job.log``): synchronous, no I/O.
+
+        Lines ride on the worker's next heartbeat or on the ack/nack, are kept with the
+        attempt in the job's history (and its dead letter), and show in ``why``, ``istos
+        why`` and ``LiveQueue.job()``. At most 100 lines per attempt, each cut to 1 KiB;
+        lines beyond are dropped and counted (``logs_dropped``). ``message`` is ``str()``-ed.
+        """
+        sig = self._signals
+        if sig.logged >= MAX_LINES:
+            sig.logs_dropped += 1
+            return
+        sig.logged += 1
+        sig.logs.append(clip_line(message if isinstance(message, str) else str(message)))
+
+    def retry_after(self, after_s: float, reason: str | None = None) -> NoReturn:
+        """Fail this attempt and retry the job after ``after_s`` seconds (capped by the
+        queue's ``retry_backoff_max_s``): raises :class:`~istos.errors.Retry`, so a thread
+        function can write ``ctx.retry_after(30, "429")`` as an async one raises it."""
+        raise Retry(after_s, reason)
 
     @property
     def is_retry(self) -> bool:

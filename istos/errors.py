@@ -15,10 +15,13 @@ The tree::
     ├── AdminDisabled                         admin action on a queue declared without admin=True
     ├── InvalidProgress (also ValueError)     ctx.progress() with a bad fraction or note
     ├── JobTimeout                            a run exceeded its worker's timeout_s
-    └── JobCancelled                          the job was cancelled (ctx.check_cancelled())
+    ├── JobCancelled                          the job was cancelled (ctx.check_cancelled())
+    └── Retry                                 raised by a worker: retry after after_s (a nack)
 """
 
 from __future__ import annotations
+
+import math
 
 
 class IstosError(Exception):
@@ -88,3 +91,25 @@ class JobTimeout(IstosError):
 
 class JobCancelled(IstosError):
     """The job was cancelled (``app.cancel``); raised by ``ctx.check_cancelled()``."""
+
+
+class Retry(IstosError):
+    """Raise from a worker to fail this attempt and retry the job after ``after_s`` seconds
+    (capped by the queue's ``retry_backoff_max_s``) instead of the backoff curve, as for an
+    HTTP 429 with ``Retry-After``. The attempt counts like any nack (dead-lettered after
+    ``max_attempts``); ``reason`` is recorded in the job's history.
+
+    ``after_s`` must be a finite number >= 0, else :class:`ConfigError` names it.
+    """
+
+    def __init__(self, after_s: float, reason: str | None = None) -> None:
+        if isinstance(after_s, bool) or not isinstance(after_s, (int, float)) \
+                or not math.isfinite(after_s) or after_s < 0:
+            raise ConfigError(f"Retry(after_s=...) must be a finite number >= 0, got "
+                              f"{after_s!r}")
+        if reason is not None and not isinstance(reason, str):
+            raise ConfigError(f"Retry(reason=...) must be a string or None, got "
+                              f"{type(reason).__name__}")
+        self.after_s = float(after_s)
+        self.reason = reason
+        super().__init__(f"retry after {self.after_s:g} s" + (f": {reason}" if reason else ""))

@@ -10,7 +10,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from . import codec, protocol
-from .core.config import check_delay, check_priority, check_queue_name
+from .core.config import (
+    check_dedup,
+    check_delay,
+    check_group,
+    check_priority,
+    check_queue_name,
+)
 from .errors import ConfigError, InvalidJob, ProtocolError
 from .node import Node
 from .protocol import MAX_PRIORITY
@@ -30,12 +36,18 @@ class Producer:
 
     async def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
                       job_id: str | None = None, timeout_s: float | None = None,
+                      dedup_s: float | None = None, group: str | None = None,
                       _meta: dict[str, Any] | None = None) -> str:
         """Put a job on queue ``name``; returns its id.
 
         Idempotent by ``job_id``: if the queue still holds that id, nothing is added and the id is
-        returned. Raises :class:`InvalidJob` (before sending) for a body msgpack cannot encode and
-        :class:`OwnerUnavailable` if no owner answers within the request timeout.
+        returned. With ``dedup_s`` the id stays reserved that many seconds after the job
+        finished (done, dead or cancelled): a resend inside the window returns the id and
+        changes nothing, also across an owner restart or failover (``ConfigError`` without a
+        ``job_id``). ``group``: the job's group (round-robin between groups, and the queue's
+        ``group_concurrency``/``group_rate_limit`` per group). Raises :class:`InvalidJob`
+        (before sending) for a body msgpack cannot encode and :class:`OwnerUnavailable` if
+        no owner answers within the request timeout.
 
         To a remote owner, the calls made in one event-loop turn (``asyncio.gather`` of many
         enqueues) after its first travel as one ``enqueue_many`` request; the first (a lone
@@ -50,11 +62,17 @@ class Producer:
             else check_priority(priority)
         if job_id is not None:
             check_job_id(name, job_id)
+        window = None if dedup_s is None else check_dedup(dedup_s, job_id is not None)
+        grp = None if group is None else check_group(group)
         self.require_serving()
         # The id is chosen here, not by the owner, so a retried request cannot create a twin.
         jid = job_id or self.node.ids.new()
         fields: dict[str, Any] = {"body": body, "job_id": jid, "delay_s": delay,
                                   "priority": prio}
+        if window:
+            fields["dedup_s"] = window
+        if grp is not None:
+            fields["group"] = grp
         if _meta:
             fields["meta"] = _meta
         if timeout_s is None and not _meta:  # concurrent calls share one request
@@ -65,7 +83,9 @@ class Producer:
 
     async def enqueue_many(self, name: str, items: Iterable[Any], *, delay_s: float = 0,
                            priority: int = 0, job_ids: Sequence[str] | None = None,
-                           timeout_s: float | None = None) -> list[str]:
+                           timeout_s: float | None = None,
+                           dedup_s: float | None = None,
+                           groups: Sequence[str | None] | None = None) -> list[str]:
         """Put many jobs on queue ``name``; returns their ids, in order.
 
         Sent as few requests as the frame cap allows (one round trip each), each stored by the
@@ -73,13 +93,25 @@ class Producer:
         Idempotent per item by ``job_ids`` (one per item; generated if None): sending a batch
         again adds only the ids the queue does not hold. Every item is checked before anything
         is sent: a body msgpack cannot encode or over the size limit, or a bad id, raises
-        :class:`InvalidJob` naming the item, and nothing of the batch is sent.
+        :class:`InvalidJob` naming the item, and nothing of the batch is sent. ``dedup_s``
+        (with ``job_ids``): every item's id stays reserved that long after its job finished,
+        as in :meth:`enqueue`. ``groups``: one group (or None) per item.
         """
         bodies, ids, delay, prio = check_batch(name, items, delay_s, priority, job_ids)
+        window = check_dedup(dedup_s, job_ids is not None)
+        grps = None if groups is None else list(groups)
+        if grps is not None and len(grps) != len(bodies):
+            raise ConfigError(f"groups has {len(grps)} entries for {len(bodies)} items")
+        for i, g in enumerate(grps or ()):
+            try:
+                check_group(g)
+            except ConfigError as exc:
+                raise ConfigError(f"queue {name!r}: item {i}: {exc}") from None
         self.require_serving()
         if ids is None:
             ids = [self.node.ids.new() for _ in bodies]
-        return await batches.send_many(self.client(name), ids, bodies, delay, prio, timeout_s)
+        return await batches.send_many(self.client(name), ids, bodies, delay, prio, timeout_s,
+                                       window, grps)
 
     async def dead_letters(self, name: str) -> list[dict[str, Any]]:
         """Dead jobs of ``name``: ``job_id``, ``data`` (decoded), ``attempts``, ``last_error``,

@@ -60,6 +60,9 @@ MAX_WHERE_PATH_PARTS = 16
 MAX_WHERE_VALUE_DEPTH = 8
 MAX_PRIORITY = (1 << 31) - 1  # priorities are in [-MAX_PRIORITY, MAX_PRIORITY]
 MAX_DELAY_S = 10 * 365 * 86_400.0
+MAX_GROUP_BYTES = 128  # a job's group name (enqueue ``group``), UTF-8 bytes
+MAX_LOG_LINES = 100  # ctx.log() lines per attempt (core/joblogs.py)
+MAX_LOG_LINE_BYTES = 1024
 MAX_OFFSET = 1 << 31
 MAX_PAGE = 1000  # jobs, dead and leases pages
 MAX_EVENTS = 5000  # events per reply
@@ -133,6 +136,9 @@ _SETTLE_ITEM = (
     Field("result", binary(MAX_BODY_BYTES, nil=True)),
     Field("error", text(1 << 20, nil=True)),  # longer than MAX_ERROR_BYTES is cut, not refused
     Field("traceback", text(1 << 20, nil=True)),  # cut to MAX_TRACEBACK_BYTES, not refused
+    Field("retry_after", number(0.0, MAX_DELAY_S)),  # a nack's chosen wait (istos.Retry)
+    Field("logs", list_of(text(MAX_LOG_LINE_BYTES), MAX_LOG_LINES, nil=True)),  # ctx.log()
+    Field("logs_dropped", integer(0, (1 << 31) - 1)),
 )
 
 
@@ -161,6 +167,8 @@ _ENQUEUE_ITEM = (
     Field("job_id", check_job_id, required=True),  # producer-chosen: a retried batch is a no-op
     Field("delay_s", number(0.0, MAX_DELAY_S)),
     Field("priority", integer(-MAX_PRIORITY, MAX_PRIORITY)),
+    Field("dedup_s", number(0.0, MAX_DELAY_S)),  # id reserved this long after the job ended
+    Field("group", text(MAX_GROUP_BYTES, empty=False)),  # round-robin/concurrency group
 )
 
 
@@ -186,6 +194,8 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("delay_s", number(0.0, MAX_DELAY_S), error=InvalidJob),
         Field("priority", integer(-MAX_PRIORITY, MAX_PRIORITY), error=InvalidJob),
         Field("meta", meta, error=InvalidJob),
+        Field("dedup_s", number(0.0, MAX_DELAY_S), error=InvalidJob),
+        Field("group", text(MAX_GROUP_BYTES, empty=False), error=InvalidJob),
     ),
     "enqueue_many": (
         Field("items", list_of(enqueue_item, MAX_ENQUEUE_ITEMS), required=True, error=InvalidJob),
@@ -205,7 +215,8 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
             Field("result", binary(MAX_BODY_BYTES, nil=True))),
     "nack": (_JOB_ID, Field("token", token, required=True),
              Field("error", text(1 << 20, nil=True)),
-             Field("traceback", text(1 << 20, nil=True))),
+             Field("traceback", text(1 << 20, nil=True)),
+             Field("retry_after", number(0.0, MAX_DELAY_S))),
     "result": (_JOB_ID,),
     "dead": (_OFFSET, _PAGE),
     "requeue_dead": (_JOB_ID,),
@@ -366,9 +377,20 @@ def _err(e: Any) -> bool:
     return e is None or (type(e) is str and len(e) <= 1 << 18)  # 4 bytes a char: < 1 MiB
 
 
+def _after(a: Any) -> bool:
+    return a is None or ((type(a) is float or type(a) is int) and 0 <= a <= MAX_DELAY_S)
+
+
+def _logs(lines: Any) -> bool:  # (anything unusual takes the schema's path)
+    return lines is None or (type(lines) is list and len(lines) <= MAX_LOG_LINES and all(
+        type(x) is str and len(x) <= MAX_LOG_LINE_BYTES and x.isascii() for x in lines))
+
+
 def _item(i: Any) -> bool:
     return type(i) is dict and i.get("op") in SETTLE_OPS and _fast_ack(i) \
-        and _err(i.get("error")) and _err(i.get("traceback"))
+        and _err(i.get("error")) and _err(i.get("traceback")) \
+        and _after(i.get("retry_after")) and _logs(i.get("logs")) \
+        and type(i.get("logs_dropped", 0)) is int
 
 
 def _fast_ack(m: dict[str, Any]) -> bool:
@@ -378,7 +400,7 @@ def _fast_ack(m: dict[str, Any]) -> bool:
 
 def _fast_nack(m: dict[str, Any]) -> bool:
     return _id(m.get("job_id"), MAX_JOB_ID_BYTES) and _tok(m.get("token")) \
-        and _err(m.get("error")) and _err(m.get("traceback"))
+        and _err(m.get("error")) and _err(m.get("traceback")) and _after(m.get("retry_after"))
 
 
 def _fast_settle(m: dict[str, Any]) -> bool:
@@ -401,7 +423,12 @@ def _fast_enqueue(m: dict[str, Any]) -> bool:
     return type(b) is bytes and len(b) <= MAX_BODY_BYTES and m.get("meta") is None \
         and _id(m.get("job_id", "x"), MAX_JOB_ID_BYTES) \
         and (type(d) is float or type(d) is int) and 0 <= d <= MAX_DELAY_S \
-        and type(p) is int and -MAX_PRIORITY <= p <= MAX_PRIORITY
+        and type(p) is int and -MAX_PRIORITY <= p <= MAX_PRIORITY and _after(m.get("dedup_s")) \
+        and _group(m.get("group"))
+
+
+def _group(g: Any) -> bool:  # (a non-ASCII name takes the schema's path)
+    return g is None or (type(g) is str and 0 < len(g) <= MAX_GROUP_BYTES and g.isascii())
 
 
 def _fast_enqueue_item(i: Any) -> bool:

@@ -10,7 +10,7 @@ EXPECTED = {
     "Clock", "SystemClock", "JobEvent",
     "IstosError", "ConfigError", "CronError", "HAConfigError", "InvalidJob", "QueueNotFound",
     "OwnerUnavailable", "StorageUnavailable", "ProtocolError", "AdminDisabled", "RemoteError",
-    "InvalidProgress", "JobTimeout", "JobCancelled", "MeshUnreachable",
+    "InvalidProgress", "JobTimeout", "JobCancelled", "MeshUnreachable", "Retry",
 }
 
 

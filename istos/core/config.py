@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..protocol import MAX_DELAY_S, MAX_PRIORITY
 from .backoff import BackoffPolicy
+from .groups import MAX_GROUP_BYTES
+from .ratelimit import check_rate_limit
 from .state import QueuePolicy
 
 _FORBIDDEN_IN_NAMES = set("*$?#[]{} \t\n")
@@ -51,7 +53,9 @@ class QueueConfig:
         retry_backoff_s: float = 1.0, retry_backoff_max_s: float = 600.0,
         retry_jitter: float = 0.1, keep_results: bool = False, result_ttl_s: float = 3600.0,
         sweep_interval_s: float | None = None, ha: bool = False, admin: bool = False,
-        ha_lease_s: float = 5.0,
+        ha_lease_s: float = 5.0, rate_limit: tuple[int, float] | None = None,
+        group_concurrency: int | None = None,
+        group_rate_limit: tuple[int, float] | None = None,
     ) -> QueueConfig:
         check_queue_name(name)
         lease = _positive("lease_s", lease_s)
@@ -68,9 +72,21 @@ class QueueConfig:
         # Sweeping at a quarter of the lease bounds how late an expired lease is noticed.
         sweep = min(1.0, lease / 4) if sweep_interval_s is None else \
             _positive("sweep_interval_s", sweep_interval_s)
+        try:
+            limit = check_rate_limit("rate_limit", rate_limit)
+            group_limit = check_rate_limit("group_rate_limit", group_rate_limit)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if group_concurrency is not None and (
+                isinstance(group_concurrency, bool) or not isinstance(group_concurrency, int)
+                or group_concurrency < 1):
+            raise ConfigError(f"group_concurrency must be None or an integer >= 1, got "
+                              f"{group_concurrency!r}")
         policy = QueuePolicy(lease_s=lease, max_attempts=max_attempts,
                              backoff=BackoffPolicy(base, cap, jitter),
-                             keep_results=bool(keep_results), result_ttl_s=ttl)
+                             keep_results=bool(keep_results), result_ttl_s=ttl,
+                             rate_limit=limit, group_concurrency=group_concurrency,
+                             group_rate_limit=group_limit)
         ha_lease = _positive("ha_lease_s", ha_lease_s)
         return cls(name=name, policy=policy, sweep_interval_s=sweep, ha=bool(ha),
                    admin=bool(admin), ha_lease_s=ha_lease)
@@ -121,3 +137,29 @@ def check_priority(priority: object) -> int:
         raise ConfigError(f"priority must be between {-MAX_PRIORITY} and {MAX_PRIORITY}, got "
                           f"{priority!r}")
     return priority
+
+
+def check_dedup(dedup_s: object, has_id: bool) -> float | None:
+    """A dedup window (``enqueue(..., dedup_s=...)``): None, or seconds in [0, ten years];
+    it needs producer-chosen ids (a generated id is never sent twice)."""
+    if dedup_s is None:
+        return None
+    window = _positive("dedup_s", dedup_s, allow_zero=True)
+    if window > MAX_DELAY_S:
+        raise ConfigError(f"dedup_s must be at most {MAX_DELAY_S:g} (ten years), got "
+                          f"{dedup_s!r}")
+    if not has_id:
+        raise ConfigError("dedup_s needs a job_id (job_ids for enqueue_many): the id is what "
+                          "a resend repeats")
+    return window or None
+
+
+def check_group(group: object) -> str | None:
+    """A job's group: None, or a non-empty string of at most 128 UTF-8 bytes."""
+    if group is None:
+        return None
+    if not isinstance(group, str) or not group:
+        raise ConfigError(f"group must be None or a non-empty string, got {group!r}")
+    if len(group.encode("utf-8", "surrogatepass")) > MAX_GROUP_BYTES:
+        raise ConfigError(f"group {group[:40]!r}... is longer than {MAX_GROUP_BYTES} bytes")
+    return group

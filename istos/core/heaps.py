@@ -12,16 +12,22 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 
+from .groups import GroupLimits, Groups
 from .records import CANCELLED, DELAYED, DONE, LEASED, READY, JobRecord
 
 
 class JobHeaps:
     """The ready, delayed, lease and result-expiry heaps over one queue's ``jobs``."""
 
-    __slots__ = ("jobs", "ready", "delayed", "leases", "expiry", "seq")
+    __slots__ = ("jobs", "ready", "delayed", "leases", "expiry", "seq", "groups", "group_limits")
 
-    def __init__(self, jobs: dict[str, JobRecord]) -> None:
+    def __init__(self, jobs: dict[str, JobRecord],
+                 group_limits: GroupLimits | None = None) -> None:
         self.jobs = jobs  # the queue's records (shared, not copied): liveness reads them
+        # Grouped ready jobs wait in their group's heap (groups.py), made at the first one;
+        # a queue that never sees a group pays one test per push.
+        self.groups: Groups | None = None
+        self.group_limits = group_limits or GroupLimits()
         self.ready: list[tuple[int, float, int, str]] = []
         self.delayed: list[tuple[float, int, str]] = []
         self.leases: list[tuple[float, str, str]] = []  # (deadline, token, job_id)
@@ -33,7 +39,22 @@ class JobHeaps:
         """Queue ``rec`` as ready, behind every job that became ready before it."""
         self.seq += 1
         rec.seq = self.seq
-        heapq.heappush(self.ready, (-rec.priority, rec.ready_at, rec.seq, rec.job_id))
+        entry = (-rec.priority, rec.ready_at, rec.seq, rec.job_id)
+        if rec.group is not None:
+            self.grouped().push(rec, entry)
+            return
+        heapq.heappush(self.ready, entry)
+        if self.groups is not None:
+            self.groups.push_rest()
+
+    def grouped(self) -> Groups:
+        """The queue's groups (made at the first grouped job)."""
+        groups = self.groups
+        if groups is None:
+            groups = self.groups = Groups(self.jobs, self.group_limits)
+            if self.ready:
+                groups.push_rest()  # ungrouped jobs waiting already keep their turn
+        return groups
 
     def push_delayed(self, rec: JobRecord) -> None:
         self.seq += 1
@@ -53,12 +74,20 @@ class JobHeaps:
         Dead records are not in any heap (the caller keeps them in its dead list).
         """
         if rec.state == READY:
-            heapq.heappush(self.ready, (-rec.priority, rec.ready_at, rec.seq, rec.job_id))
+            entry = (-rec.priority, rec.ready_at, rec.seq, rec.job_id)
+            if rec.group is not None:
+                self.grouped().push(rec, entry)
+            else:
+                heapq.heappush(self.ready, entry)
+                if self.groups is not None:
+                    self.groups.push_rest()
         elif rec.state == DELAYED:
             heapq.heappush(self.delayed, (rec.ready_at, rec.seq, rec.job_id))
         elif rec.state == LEASED:
             deadline = rec.lease_deadline if rec.lease_deadline is not None else lease_default
             self.push_lease(rec, deadline)
+            if rec.group is not None:  # restored or rolled back: it counts for its group
+                self.grouped().note_leased(rec)
         elif rec.state in (DONE, CANCELLED):
             if rec.expires_at is not None:
                 self.push_expiry(rec.expires_at, rec.job_id)

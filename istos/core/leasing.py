@@ -16,6 +16,7 @@ from typing import Any
 
 from .. import events as ev
 from ..context import check_progress
+from .joblogs import record_logs
 from .state import CANCELLED, DEAD, DELAYED, DONE, LEASED, READY, JobRecord, QueueState
 
 MAX_EXTEND_ITEMS = 1024  # per request: 1024 maximal items stay well inside one frame
@@ -43,6 +44,8 @@ def extend(state: QueueState, item: dict[str, Any], now: float) -> str:
         return STALE
     if "progress" in item or "note" in item:
         record_progress(state, rec, now, item.get("progress"), item.get("note"))
+    if "logs" in item or "logs_dropped" in item:
+        keep_logs(state, rec, item)
     if rec.cancel_requested:
         return CANCEL
     rec.lease_deadline = now + state.policy.lease_s
@@ -50,6 +53,14 @@ def extend(state: QueueState, item: dict[str, Any], now: float) -> str:
     state._emit(now, rec, ev.LEASE_EXTENDED, worker=rec.lease_worker,
                 deadline=rec.lease_deadline)
     return OK
+
+
+def keep_logs(state: QueueState, rec: JobRecord, item: dict[str, Any]) -> None:
+    """Add the ``ctx.log()`` lines riding on ``item`` to ``rec``'s current attempt; the
+    record is written with the request's commit (logs are kept, unlike renewals)."""
+    state._save(rec)
+    if record_logs(rec, item.get("logs"), item.get("logs_dropped")):
+        state.dirty.append(rec)
 
 
 def record_progress(state: QueueState, rec: JobRecord, now: float, fraction: object,

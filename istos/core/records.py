@@ -39,6 +39,9 @@ class QueuePolicy:
     result_ttl_s: float = 3600.0
     history_limit: int = 20
     tracebacks_kept: int = 2  # the newest failed attempts that keep their traceback
+    rate_limit: tuple[int, float] | None = None  # (n, per_s): see ratelimit.py
+    group_concurrency: int | None = None  # leased jobs per group at once (groups.py)
+    group_rate_limit: tuple[int, float] | None = None  # (n, per_s) per group
 
 
 @dataclass(slots=True)
@@ -53,13 +56,19 @@ class Attempt:
     error: str | None = None
     backoff_s: float | None = None  # the wait chosen before the next try
     traceback: str | None = None  # the worker's formatted traceback of a failed attempt
+    logs: list[str] | None = None  # ctx.log() lines of this attempt (joblogs.py)
+    logs_dropped: int | None = None  # lines beyond the per-attempt limit, counted
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "attempt": self.attempt, "worker": self.worker, "claimed_at": self.claimed_at,
             "finished_at": self.finished_at, "outcome": self.outcome, "error": self.error,
             "backoff_s": self.backoff_s, "traceback": self.traceback,
         }
+        if self.logs is not None:  # (only when written: the common entry stays as it was)
+            d["logs"] = self.logs
+            d["logs_dropped"] = self.logs_dropped or 0
+        return d
 
 
 @dataclass(slots=True)
@@ -83,6 +92,8 @@ class JobRecord:
     history: list[Attempt] = field(default_factory=list)
     meta: dict[str, Any] | None = None
     cancel_requested: bool | None = None  # app.cancel reached it while leased (persisted)
+    dedup_s: float | None = None  # its id stays reserved this long after it finished (dedup.py)
+    group: str | None = None  # its fairness/concurrency group (groups.py)
     # The holder's latest ctx.progress() (not persisted: the next heartbeat brings it back).
     progress: float | None = None
     progress_note: str | None = None
@@ -104,7 +115,7 @@ class JobRecord:
 SCALAR_FIELDS = (
     "job_id", "queue", "body", "priority", "enqueued_at", "state", "ready_at", "seq", "attempts",
     "lease_token", "lease_worker", "lease_deadline", "last_error", "result", "finished_at",
-    "expires_at", "meta", "cancel_requested",
+    "expires_at", "meta", "cancel_requested", "dedup_s", "group",
 )
 
 

@@ -21,12 +21,15 @@ import heapq
 import hmac
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 from .. import events as ev
 from ..events import EventKind, JobEvent
 from .backoff import backoff
+from .dedup import DedupMark, DedupMarks
+from .groups import REST, GroupLimits
 from .heaps import JobHeaps
+from .ratelimit import TokenBucket
 from .records import (
     CANCELLED,
     DEAD,
@@ -45,10 +48,13 @@ from .records import (
 )
 from .undo import Snapshot, put_back, snapshot
 
+Change: TypeAlias = JobRecord | str | DedupMark
+"""One entry of ``QueueState.dirty``: a record to write, an id to delete, or a dedup mark."""
+
 __all__ = [
     "CANCELLED", "DEAD", "DELAYED", "DONE", "LEASED", "LEASE_EXPIRED_ERROR", "READY", "RELEASED",
-    "SPARED_ERROR", "STATES", "Attempt", "JobRecord", "JobState", "QueuePolicy", "QueueState",
-    "Snapshot",
+    "Change", "SPARED_ERROR", "STATES", "Attempt", "JobRecord", "JobState", "QueuePolicy",
+    "QueueState", "Snapshot",
 ]
 
 
@@ -66,11 +72,17 @@ class QueueState:
         self.jobs: dict[str, JobRecord] = {}
         self.dead: dict[str, JobRecord] = {}  # insertion-ordered: oldest dead first
         self.counts = dict.fromkeys(STATES, 0)
-        self.dirty: list[JobRecord | str] = []  # records to write, or ids to delete
+        # records to write, ids to delete, or dedup marks to write in place of a record
+        self.dirty: list[Change] = []
+        self.marks = DedupMarks()  # ids reserved after their jobs finished (dedup windows)
+        # The queue's rate limit (None: no limit, and the claim path pays one test for it).
+        self.limiter = TokenBucket(*policy.rate_limit) if policy.rate_limit else None
         self.events: list[JobEvent] = []
         self.paused = False
         self._leased = 0
-        self.heaps = JobHeaps(self.jobs)
+        self.heaps = JobHeaps(self.jobs, GroupLimits(policy.group_concurrency,
+                                                     policy.group_rate_limit))
+        self.limited = False  # the last claim stopped at a rate or group limit
         self._undo: dict[str, Snapshot] | None = None  # None: undo tracking off
 
     # -- undo (write, then apply) -----------------------------------------------------------
@@ -98,41 +110,67 @@ class QueueState:
         put_back(self, undo)
 
     # -- enqueue ---------------------------------------------------------------------------
-    def holds(self, job_id: str) -> bool:
-        return job_id in self.jobs
+    def holds(self, job_id: str, now: float | None = None) -> bool:
+        """Whether an enqueue of ``job_id`` is a duplicate: the queue holds the job, or (with
+        ``now``) its dedup window is still open after it finished."""
+        return job_id in self.jobs or (
+            now is not None and bool(self.marks) and self.marks.holds(job_id, now))
 
     def new_record(
         self, job_id: str, body: bytes, now: float, *, delay_s: float = 0.0, priority: int = 0,
-        meta: dict[str, Any] | None = None,
+        meta: dict[str, Any] | None = None, dedup_s: float | None = None,
+        group: str | None = None,
     ) -> JobRecord:
         """Build (but do not insert) a record, so the owner can persist it before accepting."""
         rec = JobRecord(job_id=job_id, queue=self.queue, body=body, priority=int(priority),
-                        enqueued_at=now, meta=meta)
+                        enqueued_at=now, meta=meta, dedup_s=dedup_s or None, group=group)
         rec.ready_at = now + max(0.0, delay_s)
         rec.state = DELAYED if delay_s > 0 else READY
         return rec
 
     def insert(self, rec: JobRecord, now: float) -> None:
         """Accept a record built by :meth:`new_record`."""
+        if self.marks:
+            self.marks.drop(rec.job_id)  # an ended window: the sweep must not delete this key
         self.jobs[rec.job_id] = rec
         self.counts[rec.state] += 1
         if rec.state == READY:
             self.heaps.push_ready(rec)
         else:
             self.heaps.push_delayed(rec)
+        if rec.dedup_s or rec.group is not None:  # (only when set: the common event stays)
+            extra: dict[str, Any] = {}
+            if rec.dedup_s:
+                extra["dedup_s"] = rec.dedup_s
+            if rec.group is not None:
+                extra["group"] = rec.group
+            self._emit(now, rec, ev.ENQUEUED, priority=rec.priority,
+                       delay_s=max(0.0, rec.ready_at - now), ready_at=rec.ready_at, **extra)
+            return
         self._emit(now, rec, ev.ENQUEUED, priority=rec.priority,
                    delay_s=max(0.0, rec.ready_at - now), ready_at=rec.ready_at)
 
     def enqueue(self, job_id: str, body: bytes, now: float, *, delay_s: float = 0.0,
-                priority: int = 0, meta: dict[str, Any] | None = None) -> bool:
-        """Insert a job; False (and no change) if the queue already holds ``job_id``."""
+                priority: int = 0, meta: dict[str, Any] | None = None,
+                dedup_s: float | None = None, group: str | None = None) -> bool:
+        """Insert a job; False (and no change) if the queue already holds ``job_id`` or its
+        dedup window is open."""
         if job_id in self.jobs:
             self._emit(now, self.jobs[job_id], ev.DUPLICATE_ENQUEUE)
             return False
-        rec = self.new_record(job_id, body, now, delay_s=delay_s, priority=priority, meta=meta)
+        if self.marks and self.marks.holds(job_id, now):
+            self.duplicate_of_mark(job_id, now)
+            return False
+        rec = self.new_record(job_id, body, now, delay_s=delay_s, priority=priority, meta=meta,
+                              dedup_s=dedup_s, group=group)
         self.insert(rec, now)
         self.dirty.append(rec)
         return True
+
+    def duplicate_of_mark(self, job_id: str, now: float) -> None:
+        """Record the ``duplicate_enqueue`` event of an id whose dedup window is open."""
+        self.events.append(JobEvent(now, self.node, self.queue, job_id, ev.DUPLICATE_ENQUEUE,
+                                    0, None, {"dedup_until": self.marks.until(job_id)}))
 
     # -- claim -----------------------------------------------------------------------------
     def claim(self, workers: list[str], now: float, *, budget: int | None = None,
@@ -145,11 +183,24 @@ class QueueState:
         if self.paused:
             return []
         self.promote_due(now)
+        self.limited = False
+        limiter = self.limiter
+        if limiter is not None:
+            workers = self._within_limit(limiter, workers, now)
         out: list[JobRecord] = []
         used = 0
         sized = budget is not None and size_of is not None and len(workers) > 1
+        groups = self.heaps.groups
+        name = REST
         for worker in workers:
-            rec = self.heaps.peek_ready()
+            if groups is None:
+                rec = self.heaps.peek_ready()
+            else:  # round-robin between groups (groups.py)
+                rec, turn = groups.peek(now, self.heaps.peek_ready())
+                if rec is None:
+                    self.limited = self.limited or turn is None and bool(self.counts[READY])
+                    break
+                name = turn or REST
             if rec is None:
                 break
             if sized:  # (one slot: its job is leased whatever its size)
@@ -157,10 +208,38 @@ class QueueState:
                 used += size_of(rec, worker)
                 if out and used > budget:
                     break
-            heapq.heappop(self.heaps.ready)
+            if groups is None or name == REST:
+                heapq.heappop(self.heaps.ready)
+            if groups is not None:
+                groups.take(rec, name, now)
             self._lease(rec, worker, now)
             out.append(rec)
+        if limiter is not None:
+            limiter.spend(len(out), now)
         return out
+
+    def _within_limit(self, limiter: TokenBucket, workers: list[str], now: float) -> list[str]:
+        """The slots the rate limit lets claim now; the others are counted as throttled
+        while jobs are ready for them."""
+        allowed = limiter.available(now)
+        if allowed >= len(workers):
+            return workers
+        ready = self.counts[READY]
+        if ready:
+            limiter.throttled += min(len(workers) - max(0, allowed), ready)
+            self.limited = True
+        return workers[:max(0, allowed)]
+
+    def throttled_until(self, now: float) -> float | None:
+        """When the rate limit next lets a claim through, if it holds back ready jobs now
+        (None: no limit, nothing ready, or tokens left)."""
+        limiter = self.limiter
+        if not self.counts[READY]:
+            return None
+        if limiter is not None and limiter.available(now) <= 0:
+            return limiter.next_token_at(now)
+        groups = self.heaps.groups
+        return None if groups is None else groups.next_token_at(now)
 
     def _lease(self, rec: JobRecord, worker: str, now: float) -> None:
         self._save(rec)
@@ -219,18 +298,22 @@ class QueueState:
             self.heaps.push_expiry(rec.expires_at, rec.job_id)
             self.dirty.append(rec)
         else:
-            self._forget(rec)
+            self._forget(rec, now)
         return "ok"
 
     def nack(self, job_id: str, token: str, now: float, error: str, rng: random.Random,
-             traceback: str | None = None) -> str:
+             traceback: str | None = None, *, retry_after: float | None = None) -> str:
         """Fail a delivery: back off and retry, or dead-letter after ``max_attempts``.
-        ``traceback`` (already cut to size) is kept with the attempt's history entry."""
+        ``traceback`` (already cut to size) is kept with the attempt's history entry.
+
+        ``retry_after`` (the worker raised :class:`~istos.errors.Retry`): wait that long
+        instead of the backoff curve, capped by the policy's ``max_s``; the attempt counts.
+        """
         rec = self.holder(job_id, token)
         if rec is None:
             return "stale"
         self._emit(now, rec, ev.NACKED, worker=rec.lease_worker, error=error)
-        self._fail(rec, now, ev.NACKED, error, rng, traceback)
+        self._fail(rec, now, ev.NACKED, error, rng, traceback, retry_after)
         return "ok"
 
     def release(self, job_id: str, token: str, now: float) -> str:
@@ -256,7 +339,8 @@ class QueueState:
         self.dirty.append(rec)
 
     def _fail(self, rec: JobRecord, now: float, outcome: str, error: str,
-              rng: random.Random | None, traceback: str | None = None) -> None:
+              rng: random.Random | None, traceback: str | None = None,
+              retry_after: float | None = None) -> None:
         self._save(rec)
         rec.last_error = error
         if traceback is not None:
@@ -272,7 +356,13 @@ class QueueState:
             self.dead[rec.job_id] = rec
             self._emit(now, rec, ev.DEAD_LETTERED, error=error)
         else:
-            delay = backoff(rec.attempts, self.policy.backoff, rng) if rng is not None else 0.0
+            extra: dict[str, Any] = {}
+            if retry_after is not None:
+                delay = min(max(0.0, retry_after), self.policy.backoff.max_s)
+                extra["retry_after"] = retry_after
+            else:
+                delay = backoff(rec.attempts, self.policy.backoff, rng) if rng is not None \
+                    else 0.0
             self._finish_attempt(rec, now, outcome, error, backoff_s=delay)
             rec.ready_at = now + delay
             if delay > 0:
@@ -282,7 +372,7 @@ class QueueState:
                 self._move(rec, READY)
                 self.heaps.push_ready(rec)
             self._emit(now, rec, ev.RETRY_SCHEDULED, delay_s=delay, ready_at=rec.ready_at,
-                       error=error)
+                       error=error, **extra)
         self.dirty.append(rec)
 
     def end_cancelled(self, rec: JobRecord, now: float) -> None:
@@ -322,7 +412,10 @@ class QueueState:
                 self._fail(rec, now, ev.LEASE_EXPIRED, LEASE_EXPIRED_ERROR, None)
         for rec in self.heaps.pop_expired_results(now):
             self._emit(now, rec, ev.RESULT_EXPIRED)
-            self._forget(rec)
+            self._forget(rec, now)
+        if self.marks:
+            # Ended windows: delete their marks (never a key a live record holds again).
+            self.dirty.extend(j for j in self.marks.pop_expired(now) if j not in self.jobs)
         self.promote_due(now)
         return reclaimed
 
@@ -345,7 +438,12 @@ class QueueState:
         Stale heap heads (leases already acked, delays already promoted) are dropped first, so
         the owner's timer never wakes for work that is gone.
         """
-        return self.heaps.next_deadline()
+        deadline = self.heaps.next_deadline()
+        if self.marks:
+            ends = self.marks.next_expiry()
+            if ends is not None and (deadline is None or ends < deadline):
+                return ends
+        return deadline
 
     # -- recovery and admin ----------------------------------------------------------------------
     def restore(self, rec: JobRecord, now: float) -> None:
@@ -369,12 +467,17 @@ class QueueState:
         else:
             self.heaps.reinsert(rec, now)
 
+    def restore_mark(self, mark: DedupMark) -> None:
+        """Re-insert a dedup mark loaded from storage (an ended one is deleted by the sweep)."""
+        if mark.job_id not in self.jobs:
+            self.marks.add(mark.job_id, mark.until)
+
     def purge_dead(self, now: float, job_ids: list[str] | None = None) -> int:
         ids = list(self.dead) if job_ids is None else [j for j in job_ids if j in self.dead]
         for job_id in ids:
             rec = self.dead[job_id]
             self._emit(now, rec, ev.PURGED)
-            self._forget(rec)
+            self._forget(rec, now)
         return len(ids)
 
     def revive_dead(self, job_id: str, now: float) -> JobRecord | None:
@@ -407,7 +510,13 @@ class QueueState:
     def oldest_ready_at(self) -> float | None:
         """The ``ready_at`` of the job at the head of the ready heap (lazily cleaned)."""
         rec = self.heaps.peek_ready()
-        return None if rec is None else rec.ready_at
+        oldest = None if rec is None else rec.ready_at
+        groups = self.heaps.groups
+        if groups is not None:
+            grouped = groups.oldest_ready_at()
+            if grouped is not None and (oldest is None or grouped < oldest):
+                return grouped
+        return oldest
 
     # -- internals ---------------------------------------------------------------------------
     def _move(self, rec: JobRecord, state: JobState) -> None:
@@ -415,11 +524,19 @@ class QueueState:
         self.counts[state] += 1
         rec.state = state
 
-    def _forget(self, rec: JobRecord) -> None:
+    def _forget(self, rec: JobRecord, now: float | None = None) -> None:
+        """Drop ``rec``; with ``now`` and an open dedup window, its id stays reserved (a mark
+        written in place of the record: one atomic write, see ``dedup.py``)."""
         self._save(rec)
         self.counts[rec.state] -= 1
         del self.jobs[rec.job_id]
         self.dead.pop(rec.job_id, None)
+        if rec.dedup_s and now is not None:
+            until = (now if rec.finished_at is None else rec.finished_at) + rec.dedup_s
+            if until > now:
+                self.marks.add(rec.job_id, until)
+                self.dirty.append(DedupMark(rec.job_id, until))
+                return
         self.dirty.append(rec.job_id)
 
     def _emit(self, now: float, rec: JobRecord, kind: EventKind, worker: str | None = None,
@@ -427,7 +544,7 @@ class QueueState:
         self.events.append(JobEvent(now, self.node, self.queue, rec.job_id, kind,
                                     rec.attempts, worker, detail))
 
-    def drain(self) -> tuple[list[JobRecord | str], list[JobEvent]]:
+    def drain(self) -> tuple[list[Change], list[JobEvent]]:
         """Hand the owner what changed since the last drain."""
         dirty, events = self.dirty, self.events
         self.dirty, self.events = [], []

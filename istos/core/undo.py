@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..events import JobEvent
+from .dedup import DedupMark, DedupMarks
 from .heaps import JobHeaps
 from .records import DEAD, SCALAR_FIELDS, Attempt, JobRecord, JobState
 
@@ -22,9 +23,10 @@ class Restorable(Protocol):
     jobs: dict[str, JobRecord]
     dead: dict[str, JobRecord]
     counts: dict[JobState, int]
-    dirty: list[JobRecord | str]
+    dirty: list[JobRecord | str | DedupMark]
     events: list[JobEvent]
     heaps: JobHeaps
+    marks: DedupMarks
 
 
 @dataclass(slots=True)
@@ -51,7 +53,8 @@ def snapshot(rec: JobRecord) -> Snapshot:
     if hist:  # only the last attempt is ever changed in place (_finish_attempt)
         last = hist[-1]
         hist[-1] = Attempt(last.attempt, last.worker, last.claimed_at, last.finished_at,
-                           last.outcome, last.error, last.backoff_s, last.traceback)
+                           last.outcome, last.error, last.backoff_s, last.traceback,
+                           None if last.logs is None else list(last.logs), last.logs_dropped)
     return Snapshot(rec, tuple(getattr(rec, name) for name in SCALAR_FIELDS), hist)
 
 
@@ -67,6 +70,7 @@ def put_back(state: Restorable, undo: dict[str, Snapshot]) -> None:
         rec = snap.restore()
         if rec is None:
             continue
+        state.marks.drop(job_id)  # a mark written in its place failed with it
         state.jobs[rec.job_id] = rec
         state.counts[rec.state] += 1
         state.heaps.reinsert(rec, 0.0)

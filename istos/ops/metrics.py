@@ -10,6 +10,8 @@ timeout) and reports, with a ``queue`` label:
   (a new owner starts again from 0, which Prometheus' ``rate()`` treats as a counter reset);
 - ``istos_oldest_ready_age_seconds`` how long the oldest ready job has waited (0 when none);
 - ``istos_paused`` 1 while claiming is paused;
+- ``istos_throttled_total`` claim slots the queue's rate limit refused while jobs were ready
+  (0 for a queue without a limit);
 - wait/run histograms, ``istos_workers`` and per-worker counters: see ``metrics_ops.py``.
 
 It never claims and sends nothing but ``stats``. Needs ``prometheus-client`` (the ``metrics``
@@ -78,6 +80,9 @@ class QueueCollector:
                                    "Seconds the oldest ready job has waited", labels=["queue"])
         paused = GaugeMetricFamily("istos_paused", "1 while claiming is paused",
                                    labels=["queue"])
+        throttled = CounterMetricFamily(
+            "istos_throttled", "Claim slots the queue's rate limit refused while jobs were "
+            "ready, since the owner started", labels=["queue"])
         for queue, s in stats.items():
             up.add_metric([queue], 0.0 if s is None else 1.0)
             if s is None:
@@ -88,7 +93,8 @@ class QueueCollector:
                 family.add_metric([queue], float((s.get("totals") or {}).get(kind, 0)))
             oldest.add_metric([queue], float(s.get("oldest_ready_age_s") or 0.0))
             paused.add_metric([queue], 1.0 if s.get("paused") else 0.0)
-        yield from (up, jobs, *totals.values(), oldest, paused)
+            throttled.add_metric([queue], float((s.get("rate_limit") or {}).get("throttled", 0)))
+        yield from (up, jobs, *totals.values(), oldest, paused, throttled)
         yield from families(stats)  # histograms and workers (metrics_ops.py)
 
 

@@ -101,6 +101,17 @@ def stats_text(s: dict[str, Any]) -> str:
                      f"{policy.get('max_attempts')}  backoff {policy.get('retry_backoff_s')}"
                      f"–{policy.get('retry_backoff_max_s')} s ±{policy.get('retry_jitter')}"
                      f"  keep results {policy.get('keep_results')}")
+    groups = s.get("groups")
+    if groups:
+        busiest = "  ".join(f"{g.get('group')} {g.get('ready', 0):,}/{g.get('leased', 0):,}"
+                            for g in (groups.get("busiest") or [])[:5])
+        lines.append(f"  groups  {groups.get('count', 0):,} (ready/leased: {busiest or '-'})"
+                     f"  cap {groups.get('concurrency') or '-'}  held back "
+                     f"{groups.get('held_back', 0):,}")
+    limit = s.get("rate_limit")
+    if limit:
+        lines.append(f"  limit   {limit.get('n')} claims per {limit.get('per_s'):g} s  tokens "
+                     f"{limit.get('tokens')}  throttled {limit.get('throttled', 0):,}")
     return "\n".join(lines)
 
 
@@ -151,6 +162,7 @@ def why_text(job_id: str, why: dict[str, Any]) -> str:
     if tb:
         lines.append("  traceback of the last failed attempt:")
         lines.extend("    " + line for line in tb.rstrip("\n").split("\n"))
+    lines += logs_text(why)
     return "\n".join(lines)
 
 
@@ -178,6 +190,21 @@ def history_of(why: dict[str, Any]) -> list[dict[str, Any]]:
     history = source.get("history") if isinstance(source, dict) else None
     return [a for a in history or [] if isinstance(a, dict)]
 
+def logs_text(why: dict[str, Any], last: int = 20) -> list[str]:
+    """The ``ctx.log()`` lines of the job's attempts (a dead job's come in its dead letter),
+    the last ``last`` of each attempt."""
+    out = []
+    for a in history_of(why):
+        logs = a.get("logs") or []
+        if not logs and not a.get("logs_dropped"):
+            continue
+        more = len(logs) - last
+        out.append(f"  log of attempt {a.get('attempt')}"
+                   + (f" ({a['logs_dropped']} line(s) beyond the limit dropped)"
+                      if a.get("logs_dropped") else "")
+                   + (f" (last {last} of {len(logs)})" if more > 0 else "") + ":")
+        out += [f"    {cut(line, 200)}" for line in logs[-last:]]
+    return out
 
 
 def dead_text(dead: list[dict[str, Any]], now: float) -> str:

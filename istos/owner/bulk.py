@@ -31,7 +31,9 @@ async def enqueue_many(owner: OwnerHandle, items: list[dict[str, Any]]) -> list[
         now = clock.now()
         created = [state.enqueue(i["job_id"], i["body"], now,
                                  delay_s=float(i.get("delay_s", 0.0)),
-                                 priority=i.get("priority", 0)) for i in items]
+                                 priority=i.get("priority", 0), dedup_s=i.get("dedup_s"),
+                                 group=i.get("group"))
+                   for i in items]
         state.dirty.clear()
         owner.writes.after_change()
         return created
@@ -42,14 +44,15 @@ async def enqueue_many(owner: OwnerHandle, items: list[dict[str, Any]]) -> list[
     created = []
     for item in items:
         jid = item["job_id"]
-        if jid in new or state.holds(jid):
+        if jid in new or state.holds(jid, now):
             if jid not in new:
                 state.enqueue(jid, item["body"], now)  # the duplicate_enqueue event only
             created.append(False)
             continue
         new[jid] = state.new_record(jid, item["body"], now,
                                     delay_s=float(item.get("delay_s", 0.0)),
-                                    priority=item.get("priority", 0))
+                                    priority=item.get("priority", 0),
+                                    dedup_s=item.get("dedup_s"), group=item.get("group"))
         created.append(True)
     if new:
         await owner.writes.store_new(new, clock.now)

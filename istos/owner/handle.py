@@ -25,6 +25,7 @@ class OwnerHandle(Protocol):
     durable: bool
     writes: WritePath
     hungry: HungryNodes
+    running: bool  # serving now (a timer set before a stop must not nudge after it)
 
     def nudge(self, count: int) -> None:
         """Tell idle workers that ``count`` jobs became claimable."""

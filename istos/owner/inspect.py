@@ -103,6 +103,12 @@ class Inspector(OwnerExtension):
         out.update(enqueue_rate=enq_rate, ack_rate=ack_rate, totals=dict(self.totals),
                    admin=config.admin, lease_s=config.policy.lease_s,
                    max_attempts=config.policy.max_attempts, policy=queue_policy(config))
+        limiter = self.owner.state.limiter
+        if limiter is not None:  # tokens now, and slots refused while jobs waited
+            out["rate_limit"] = limiter.describe(self.owner.node.clock.now())
+        groups = self.owner.state.heaps.groups
+        if groups is not None:  # once the queue saw a grouped job: the busiest groups
+            out["groups"] = groups.summary(self.owner.node.clock.now())
         return {"stats": out}
 
     async def op_jobs(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -199,11 +205,14 @@ class Inspector(OwnerExtension):
 def queue_policy(config: QueueConfig) -> dict[str, Any]:
     """The queue's declared policy, named as ``app.queue(...)`` takes it."""
     policy = config.policy
-    return {"lease_s": policy.lease_s, "max_attempts": policy.max_attempts,
-            "retry_backoff_s": policy.backoff.base_s,
-            "retry_backoff_max_s": policy.backoff.max_s, "retry_jitter": policy.backoff.jitter,
-            "keep_results": policy.keep_results, "result_ttl_s": policy.result_ttl_s,
-            "admin": config.admin}
+    out: dict[str, Any] = {
+        "lease_s": policy.lease_s, "max_attempts": policy.max_attempts,
+        "retry_backoff_s": policy.backoff.base_s, "retry_backoff_max_s": policy.backoff.max_s,
+        "retry_jitter": policy.backoff.jitter, "keep_results": policy.keep_results,
+        "result_ttl_s": policy.result_ttl_s, "admin": config.admin}
+    if policy.rate_limit is not None:  # (only when declared: the common shape stays)
+        out["rate_limit"] = list(policy.rate_limit)
+    return out
 
 
 def lease_summary(rec: JobRecord) -> dict[str, Any]:
@@ -217,7 +226,8 @@ def job_summary(rec: JobRecord) -> dict[str, Any]:
             "worker": rec.lease_worker if rec.state == LEASED else None,
             "deadline": rec.lease_deadline if rec.state == LEASED else None,
             "last_error": rec.last_error, "body": rec.body,
-            "progress": rec.progress, "progress_note": rec.progress_note}
+            "progress": rec.progress, "progress_note": rec.progress_note,
+            **({"group": rec.group} if rec.group is not None else {})}
 
 
 def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from ..core.records import DEAD, DELAYED, DONE, READY, JobRecord
 from ..errors import IstosError, ProtocolError
 from .extension import Handler
 from .handle import OwnerHandle
+from .throttle import RefillNudge
 
 log = logging.getLogger("istos.owner")
 
@@ -30,6 +31,10 @@ class JobOps:
     def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self.state = owner.state
+        # Only a rate-limited queue has one (``throttle.py``): the others pay nothing.
+        pol = owner.config.policy
+        self.refill = RefillNudge(owner) \
+            if pol.rate_limit is not None or pol.group_rate_limit is not None else None
 
     def ops(self) -> Mapping[str, Handler]:
         return {"claim": self.op_claim, "ack": self.op_ack, "nack": self.op_nack,
@@ -46,11 +51,15 @@ class JobOps:
         # Slots are filled only while the reply stays under the frame cap; the first job is
         # always taken (a body at the size limit fits a reply alone).
         budget = protocol.PAGE_BUDGET - 8 * len(settled or ())
-        jobs = self.state.claim(workers, owner.node.clock.now(), budget=budget,
-                                size_of=_claimed_size)
+        now = owner.node.clock.now()
+        jobs = self.state.claim(workers, now, budget=budget, size_of=_claimed_size)
         node: str = msg.get("node") or ""
         more = len(jobs) < len(workers) and self.state.counts[READY] > 0 \
             and not self.state.paused
+        if more and self.state.limited:  # a rate or group limit cut it, not the frame cap:
+            more = False  # no nudge now (it would find the same limit: a busy loop)
+            if self.refill is not None:
+                self.refill.after_claim(now)  # ...but when a token returns
         owner.hungry.note_claim(node, len(workers) - len(jobs), took=bool(jobs), cut=more)
         if more:
             owner.nudge(0)  # the poked node comes back for the rest at once
@@ -83,12 +92,19 @@ class JobOps:
             try:
                 if item.get("op") == "nack":
                     statuses.append(self.nack_one(job_id, token, item.get("error"),
-                                                  item.get("traceback")))
+                                                  item.get("traceback"),
+                                                  item.get("retry_after")))
                 else:
                     statuses.append(await self.ack_one(job_id, token, item.get("result"), now))
             except IstosError as exc:  # e.g. a chord callback that could not be enqueued
                 log.warning("queue %s: ack of %s refused: %s", self.owner.name, job_id, exc)
                 statuses.append("error")  # left to its lease: it comes back and retries
+        if self.state.heaps.groups is not None and self.state.counts[READY]:
+            # A settled grouped job may free its group's slot (group_concurrency): wake the
+            # workers the cap held back, as a new job would.
+            freed = statuses.count("ok")
+            if freed:
+                self.owner.nudge(freed)
         return statuses
 
     async def ack_one(self, job_id: str, token: str, result: bytes | None,
@@ -106,10 +122,11 @@ class JobOps:
         return state.ack(job_id, token, owner.node.clock.now() if now is None else now, result)
 
     def nack_one(self, job_id: str, token: str, error: str | None,
-                 traceback: str | None = None) -> str:
+                 traceback: str | None = None, retry_after: float | None = None) -> str:
         node = self.owner.node
         return self.state.nack(job_id, token, node.clock.now(), protocol.clip_error(error),
-                               node.rng, protocol.clip_traceback(traceback))
+                               node.rng, protocol.clip_traceback(traceback),
+                               retry_after=retry_after)
 
     async def op_ack(self, msg: dict[str, Any]) -> dict[str, Any]:
         gen = self.owner.writes.generation
@@ -119,7 +136,7 @@ class JobOps:
 
     async def op_nack(self, msg: dict[str, Any]) -> dict[str, Any]:
         status = self.nack_one(msg["job_id"], msg["token"], msg.get("error"),
-                               msg.get("traceback"))
+                               msg.get("traceback"), msg.get("retry_after"))
         await self.owner.writes.commit()
         return {"status": status}
 

@@ -81,11 +81,16 @@ class LeaseOps(OwnerExtension):
             return
         state, now = self.owner.state, self.owner.node.clock.now()
         for item in items:
-            if not isinstance(item, dict) or ("progress" not in item and "note" not in item):
+            if not isinstance(item, dict) or ("progress" not in item and "note" not in item
+                                              and "logs" not in item):
                 continue
             rec = state.jobs.get(str(item.get("job_id")))
             if rec is None or rec.state != LEASED or \
                     not leasing.token_matches(rec, item.get("token")):
+                continue
+            if "logs" in item:  # kept with the attempt the ack/nack then finishes
+                leasing.keep_logs(state, rec, item)
+            if "progress" not in item and "note" not in item:
                 continue
             try:
                 leasing.record_progress(state, rec, now, item.get("progress"), item.get("note"))

@@ -127,8 +127,11 @@ class QueueOwner:
         """Recover from durable storage, bind the rpc key, start the sweeper."""
         now = self.node.clock.now()
         if self.durable:
-            for rec in await self.writes.persister.load():
+            records, marks = await self.writes.persister.load_all()
+            for rec in records:
                 self.state.restore(rec, now)
+            for mark in marks:
+                self.state.restore_mark(mark)
         self.running = True
         if self.node.transport is not None:
             self._handle = await self.node.transport.declare_queryable(
@@ -243,20 +246,23 @@ class QueueOwner:
             await self.meta_check(job_id, meta)
         created = await self.enqueue(
             msg["body"], job_id=job_id, delay_s=float(msg.get("delay_s", 0.0)),
-            priority=msg.get("priority", 0), meta=meta)
+            priority=msg.get("priority", 0), meta=meta, dedup_s=msg.get("dedup_s"),
+            group=msg.get("group"))
         return {"job_id": job_id, "created": created}
 
     async def enqueue(self, body: bytes, *, job_id: str, delay_s: float = 0.0,
-                      priority: int = 0, meta: dict[str, Any] | None = None) -> bool:
-        """Accept a job; returns False when the queue already holds ``job_id`` (idempotent)."""
+                      priority: int = 0, meta: dict[str, Any] | None = None,
+                      dedup_s: float | None = None, group: str | None = None) -> bool:
+        """Accept a job; returns False when the queue already holds ``job_id`` (idempotent),
+        or holds it reserved (a dedup window, ``core/dedup.py``)."""
         state, now = self.state, self.node.clock.now()
         if not self.durable:
             created = state.enqueue(job_id, body, now, delay_s=delay_s, priority=priority,
-                                    meta=meta)
+                                    meta=meta, dedup_s=dedup_s, group=group)
             state.dirty.clear()
             self.writes.after_change()
             return created
-        if state.holds(job_id):
+        if state.holds(job_id, now):
             state.enqueue(job_id, body, now)  # records the duplicate_enqueue event only
             self.writes.after_change()
             return False
@@ -266,7 +272,8 @@ class QueueOwner:
             return False
         # Durable: the record is stored before the queue accepts it, so a storage outage makes
         # the producer's enqueue fail and nothing half-accepted remains in memory.
-        rec = state.new_record(job_id, body, now, delay_s=delay_s, priority=priority, meta=meta)
+        rec = state.new_record(job_id, body, now, delay_s=delay_s, priority=priority, meta=meta,
+                               dedup_s=dedup_s, group=group)
         await self.writes.store_new({job_id: rec}, self.node.clock.now)
         return True
 

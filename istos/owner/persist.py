@@ -19,12 +19,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
-from ..core.records import JobRecord, decode_record, encode_record
+import msgpack
+
+from ..core.dedup import DedupMark, is_mark, mark_from_dict
+from ..core.records import JobRecord, encode_record
 from ..core.state import Snapshot
 from ..errors import StorageUnavailable
 from ..storage.base import Fence, Storage
 
 FailureHook = Callable[[dict[str, Snapshot], StorageUnavailable], None]
+
 
 
 class Persister:
@@ -39,7 +43,7 @@ class Persister:
         self._waiters: list[asyncio.Future[None]] = []
         self._flushing = False
 
-    async def write(self, changes: Iterable[JobRecord | str],
+    async def write(self, changes: Iterable[JobRecord | str | DedupMark],
                     undo: dict[str, Snapshot] | None = None) -> None:
         """Store ``changes`` (records, or ids to delete); raise StorageUnavailable on failure.
 
@@ -51,6 +55,8 @@ class Persister:
             any_change = True
             if isinstance(change, str):
                 self._pending[change] = None
+            elif isinstance(change, DedupMark):  # in place of the forgotten record
+                self._pending[change.job_id] = msgpack.packb(change.to_dict())
             else:
                 # Encode now: the record keeps changing in memory after this call.
                 self._pending[change.job_id] = encode_record(change)
@@ -109,4 +115,18 @@ class Persister:
                 fut.exception()  # retrieved: a waiter gone (cancelled) must not warn
 
     async def load(self) -> list[JobRecord]:
-        return [decode_record(raw) for _, raw in await self._storage.scan(self._ns)]
+        """The stored job records (dedup marks left out)."""
+        return (await self.load_all())[0]
+
+    async def load_all(self) -> tuple[list[JobRecord], list[DedupMark]]:
+        """The stored job records, and the dedup marks stored in place of forgotten ones."""
+        records, marks = [], []
+        for key, raw in await self._storage.scan(self._ns):
+            d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+            if isinstance(d, dict) and is_mark(d):
+                mark = mark_from_dict(key, d)
+                if mark is not None:
+                    marks.append(mark)
+            else:
+                records.append(JobRecord.from_dict(d))
+        return records, marks

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ..core.state import JobRecord, QueueState, Snapshot
+from ..core.state import Change, JobRecord, QueueState, Snapshot
 from ..errors import FencedOut, StorageUnavailable
 from ..events import JobEvent
 from .persist import Persister
@@ -96,7 +96,7 @@ class WritePath:
             self._publish(events)
         self._deadline_changed()
 
-    async def write_quietly(self, dirty: list[JobRecord | str], events: list[JobEvent],
+    async def write_quietly(self, dirty: list[Change], events: list[JobEvent],
                             undo: dict[str, Snapshot]) -> bool:
         """A write nobody waits on (the sweeper's): False, logged and rolled back, on failure."""
         try:

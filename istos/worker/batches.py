@@ -22,12 +22,13 @@ class Caller(Protocol):
     async def call(self, op: str, timeout_s: float | None = None,
                    **fields: Any) -> dict[str, Any]: ...
 
-ITEM_OVERHEAD = 64  # msgpack bytes of one item's map besides its body and job id (at most)
+ITEM_OVERHEAD = 96  # msgpack bytes of one item's map besides its body and job id (at most)
 
 
 def item_size(item: dict[str, Any]) -> int:
     """An upper bound of one item's encoded bytes in an ``enqueue_many`` request."""
-    return len(item["body"]) + 4 * len(item["job_id"]) + ITEM_OVERHEAD
+    return len(item["body"]) + 4 * len(item["job_id"]) + ITEM_OVERHEAD \
+        + 4 * len(item.get("group") or "")
 
 
 def cut(sizes: Sequence[int]) -> list[tuple[int, int]]:
@@ -47,29 +48,36 @@ def cut(sizes: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
-def frames(job_ids: Sequence[str], bodies: Sequence[bytes], delay_s: float, priority: int
+def frames(job_ids: Sequence[str], bodies: Sequence[bytes], delay_s: float, priority: int,
+           dedup_s: float | None = None, groups: Sequence[str | None] | None = None
            ) -> list[list[dict[str, Any]]]:
     """The ``items`` of each request of a batch, in order (see :func:`cut`)."""
     items: list[dict[str, Any]] = []
-    for jid, body in zip(job_ids, bodies):
+    for i, (jid, body) in enumerate(zip(job_ids, bodies)):
         item: dict[str, Any] = {"body": body, "job_id": jid}
         if delay_s:
             item["delay_s"] = delay_s
         if priority:
             item["priority"] = priority
+        if dedup_s:
+            item["dedup_s"] = dedup_s
+        if groups is not None and groups[i] is not None:
+            item["group"] = groups[i]
         items.append(item)
     return [items[a:b] for a, b in cut([item_size(i) for i in items])]
 
 
 async def send_many(client: Caller, job_ids: list[str], bodies: list[bytes],
-                    delay_s: float, priority: int, timeout_s: float | None) -> list[str]:
+                    delay_s: float, priority: int, timeout_s: float | None,
+                    dedup_s: float | None = None,
+                    groups: Sequence[str | None] | None = None) -> list[str]:
     """Send a checked batch, one request per frame, in order; returns ``job_ids``.
 
     A failure after the first frame leaves the frames before it stored: the error says how
     many jobs, and sending the batch again with the same ids adds only the rest.
     """
     stored = 0
-    for items in frames(job_ids, bodies, delay_s, priority):
+    for items in frames(job_ids, bodies, delay_s, priority, dedup_s, groups):
         try:
             await client.call("enqueue_many", timeout_s, items=items)
         except IstosError as exc:

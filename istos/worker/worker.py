@@ -36,7 +36,7 @@ from typing import Any
 from .. import codec, di, protocol
 from ..context import JobContext
 from ..core.config import WorkerConfig
-from ..errors import InvalidJob, IstosError, OwnerUnavailable, StorageUnavailable
+from ..errors import InvalidJob, IstosError, OwnerUnavailable, Retry, StorageUnavailable
 from ..node import Node
 from ..wakeup import Wakeup
 from .client import OwnerClient
@@ -45,6 +45,8 @@ from .parking import ClaimParking
 
 log = logging.getLogger("istos.worker")
 
+SETTLE_ITEM_BYTES = 256  # an ack/nack's fields besides its result and logs (at most)
+SETTLE_BUDGET = protocol.PAGE_BUDGET // 2  # of one request's settled items (the rest: claims)
 AUTO_PREFETCH_FACTOR = 4
 """The automatic prefetch holds at most this many times ``concurrency`` extra jobs."""
 
@@ -247,8 +249,26 @@ class WorkerRunner:
         waiting_cap = math.floor(conc * lease / (100 * run) + 1e-9)  # (1e-9: float noise)
         return max(conc, min(depth, self._max_prefetch, waiting_cap))
 
+    def _take_outbox(self) -> list[dict[str, Any]]:
+        """The outbox's acks/nacks that fit one request (results, tracebacks and ctx.log()
+        lines are large: the rest wait for the next request)."""
+        box = self._outbox
+        used, n = 0, 0
+        for item in box:
+            size = SETTLE_ITEM_BYTES + len(item.get("result") or b"") \
+                + 4 * len(item.get("traceback") or "") \
+                + protocol.MAX_LOG_LINE_BYTES * len(item.get("logs") or ())
+            if n and used + size > SETTLE_BUDGET:
+                break
+            used, n = used + size, n + 1
+        if n == len(box):
+            self._outbox = []
+            return box
+        self._outbox = box[n:]
+        return box[:n]
+
     async def _claim(self, slots: list[str]) -> list[ClaimedJob]:
-        settle, self._outbox = self._outbox, []
+        settle = self._take_outbox()
         fields: dict[str, Any] = {"workers": slots, "node": self.node.node_id,
                                   "wi": self._info}
         if settle:
@@ -353,6 +373,10 @@ class WorkerRunner:
         except InvalidJob as exc:
             return {"job_id": job.job_id, "token": job.token, "op": "nack",
                     "error": f"result not storable: {exc}"}
+        except Retry as exc:  # the worker chose the wait (a 429's Retry-After), not the curve
+            return {"job_id": job.job_id, "token": job.token, "op": "nack",
+                    "error": f"Retry: {exc.reason or 'retry requested'}",
+                    "retry_after": min(exc.after_s, protocol.MAX_DELAY_S)}
         except Exception as exc:
             return {"job_id": job.job_id, "token": job.token, "op": "nack",
                     "error": f"{type(exc).__name__}: {exc}", "traceback": _traceback(exc)}
@@ -384,12 +408,11 @@ class WorkerRunner:
 
     def _flush_outbox(self) -> None:
         self._flush_scheduled = False
-        if not self._outbox:
-            return  # a claim took them along
-        items, self._outbox = self._outbox, []
-        task = asyncio.get_running_loop().create_task(self._send_settle(items))
-        self._settling.add(task)
-        task.add_done_callback(self._settling.discard)
+        while self._outbox:  # (empty: a claim took them along)
+            items = self._take_outbox()
+            task = asyncio.get_running_loop().create_task(self._send_settle(items))
+            self._settling.add(task)
+            task.add_done_callback(self._settling.discard)
 
     async def _send_settle(self, items: list[dict[str, Any]]) -> None:
         """Send acks/nacks in one request; retried briefly (they are idempotent). If the owner

@@ -184,8 +184,9 @@ class LiveQueue:
     def job(self, job_id: str) -> dict[str, Any]:
         """One job in detail: ``state``, ``record`` (the owner's summary, instants as
         Timestamps), ``why`` (as :meth:`why`), ``attempts`` (one row per delivery: attempt,
-        worker, claimed_at, finished_at, outcome, error, backoff) and ``data`` (the decoded
-        body). Raises LookupError if the queue holds no such job."""
+        worker, claimed_at, finished_at, outcome, error, backoff), ``data`` (the decoded
+        body) and ``logs`` (its ``ctx.log()`` lines: ``{attempt, line}``, oldest first).
+        Raises LookupError if the queue holds no such job."""
         return self._blocking(lambda: self._req.job(str(job_id)), "job")
 
     async def ajob(self, job_id: str) -> dict[str, Any]:

@@ -155,8 +155,10 @@ class OwnerRequests:
             history, data = rec.pop("history", []), lf.decode(rec.pop("body", None))
         record = {k: lf.instant(v) if k.endswith("_at") or k == "deadline" else v
                   for k, v in rec.items() if k not in ("body", "history")}
+        logs = [{"attempt": a.get("attempt"), "line": line}  # ctx.log(), oldest first
+                for a in history for line in a.get("logs") or ()]
         return {"job_id": job_id, "state": why["state"], "record": record, "why": why,
-                "attempts": lf.attempts_table(history), "data": data}
+                "attempts": lf.attempts_table(history), "data": data, "logs": logs}
 
     async def ring(self, limit: int) -> list[dict[str, Any]]:
         """The owner's latest ``limit`` events, fewer if they do not fit in one reply (its

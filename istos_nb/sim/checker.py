@@ -89,7 +89,7 @@ def check(rec: RunRecord) -> list[Finding]:
     findings += [
         _single_lease(rec), _attempts_bounded(rec), _backoff_respected(rec),
         _dead_after_max(rec), _fifo_within_priority(rec), _chord_once(rec),
-        *lease_findings(rec),
+        _dedup_windows(rec), _rate_limits(rec), _group_limits(rec), *lease_findings(rec),
     ]
     return findings
 
@@ -153,7 +153,13 @@ def _backoff_respected(rec: RunRecord) -> Finding:
                 after_nack = True
             elif kind == "retry_scheduled":
                 delay = e["detail"]["delay_s"]
-                if after_nack:
+                asked = e["detail"].get("retry_after")
+                if after_nack and asked is not None:  # istos.Retry: the worker's wait, capped
+                    want = min(asked, config.policy.backoff.max_s)
+                    if abs(delay - want) > EPS:
+                        bad.append(f"{job}: Retry(after_s={asked:g}) after attempt "
+                                   f"{e['attempt']} waits {delay:.3f} s, not {want:.3f}")
+                elif after_nack:
                     lo, hi = delay_bounds(e["attempt"], config.policy.backoff)
                     if not lo - EPS <= delay <= hi + EPS:
                         bad.append(f"{job}: retry after attempt {e['attempt']} waits "
@@ -169,19 +175,24 @@ def _backoff_respected(rec: RunRecord) -> Finding:
 
 
 def _fifo_within_priority(rec: RunRecord) -> Finding:
-    """Replay each owner's ready set; every claim must take the best job that was ready."""
+    """Replay each owner's ready set; every claim must take the best job that was ready in its
+    group (groups take turns, ``core/groups.py``: the order holds within each group)."""
     bad: list[str] = []
-    models: dict[tuple[str, str], _ReadyModel] = defaultdict(_ReadyModel)
+    models: dict[tuple[str, str, str | None], _ReadyModel] = defaultdict(_ReadyModel)
+    group_of: dict[str, str] = {}
     for e in rec.events:
         kind = e["kind"]
         # Durable storage is one queue whatever replica leads it (HA): one model per queue,
         # so a job finished under one leader is not still "ready" in another's model.
         key = (e["node"], e["queue"]) if rec.volatile else ("", e["queue"])
         if kind in ("owner_up",) and rec.volatile:
-            models[key] = _ReadyModel()
+            for stale in [k for k in models if k[:2] == key]:
+                models[stale] = _ReadyModel()
         if not e["job_id"]:
             continue
-        model = models[key]
+        if kind == "enqueued" and e["detail"].get("group") is not None:
+            group_of[e["job_id"]] = e["detail"]["group"]
+        model = models[(key[0], key[1], group_of.get(e["job_id"]))]
         if kind == "enqueued":
             model.add(e["job_id"], e["detail"]["priority"], e["detail"]["ready_at"])
         elif kind == "retry_scheduled":
@@ -235,6 +246,110 @@ def _chord_once(rec: RunRecord) -> Finding:
                       if e["kind"] == "enqueued" and e["job_id"].endswith(".callback"))
     bad = [f"chord callback {j} enqueued {n} times" for j, n in created.items() if n > 1]
     return Finding("chord callback fires exactly once", not bad, _summary(bad))
+
+
+def _dedup_windows(rec: RunRecord) -> Finding:
+    """An id enqueued with ``dedup_s`` is not enqueued again (a second job) within ``dedup_s``
+    of its job finishing, by the owner's clock. A volatile owner that restarted in between
+    forgot its marks (expected: use storage='durable')."""
+    bad: list[str] = []
+    window: dict[tuple[str, str], float] = {}
+    ended: dict[tuple[str, str], tuple[str, float, float]] = {}  # node, t_node, t
+    for e in rec.events:
+        key, kind = (e["queue"], e["job_id"]), e["kind"]
+        if not e["job_id"]:
+            continue
+        if kind == "enqueued":
+            prev = ended.pop(key, None)
+            dedup = window.get(key)
+            if prev is not None and dedup is not None and prev[0] == e["node"] \
+                    and e["t_node"] + EPS < prev[1] + dedup \
+                    and not (rec.volatile and any(prev[2] <= t <= e["t"]
+                                                  for t, _ in rec.owner_crashes)):
+                bad.append(f"{e['job_id']}: enqueued again {e['t_node'] - prev[1]:.3f} s "
+                           f"after it finished, inside its {dedup:g} s dedup window")
+            window[key] = e["detail"].get("dedup_s") or 0.0
+        elif kind in ("acked", "dead_lettered", "cancelled"):
+            ended[key] = (e["node"], e["t_node"], e["t"])
+    return Finding("no second job for an id inside its dedup window", not bad, _summary(bad))
+
+
+def _rate_limits(rec: RunRecord) -> Finding:
+    """A queue declared with ``rate_limit=(n, per_s)`` never hands out more than ``n`` claims
+    in any window of ``per_s`` seconds of its owner's clock. Each owner's life is judged on its
+    own: a restarted (or newly elected) owner starts with a full bucket."""
+    bad: list[str] = []
+    limits = {q: c.policy.rate_limit for q, c in rec.queues.items() if c.policy.rate_limit}
+    if not limits:
+        return Finding("claims within the rate limit", True, "no rate-limited queue")
+    claims: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    life: Counter[tuple[str, str]] = Counter()
+    for e in rec.events:
+        queue = e["queue"]
+        if queue not in limits:
+            continue
+        if e["kind"] == "owner_up":
+            life[(e["node"], queue)] += 1
+        elif e["kind"] == "claimed":
+            claims[(e["node"], queue, life[(e["node"], queue)])].append(e["t_node"])
+    for (node, queue, _), times in claims.items():
+        breach = _window_breach(times, *limits[queue])
+        if breach:
+            bad.append(f"{queue} on {node}: {breach}")
+    return Finding("claims within the rate limit", not bad, _summary(bad))
+
+
+def _window_breach(times: list[float], n: int, per_s: float) -> str | None:
+    """Where ``n + 1`` of ``times`` fall inside one window of ``per_s`` seconds, if anywhere."""
+    times = sorted(times)
+    for i in range(len(times) - n):
+        if times[i + n] - times[i] < per_s - EPS:
+            return (f"{n + 1} claims within {times[i + n] - times[i]:.3f} s from "
+                    f"{times[i]:.3f} (limit {n} per {per_s:g} s)")
+    return None
+
+
+def _group_limits(rec: RunRecord) -> Finding:
+    """A queue with ``group_concurrency`` never has more leased jobs of one group at once, and
+    one with ``group_rate_limit=(n, per_s)`` never more than ``n`` claims of one group in any
+    ``per_s`` seconds of an owner's life (as :func:`_rate_limits`). Groups come from the
+    ``enqueued`` events; a lease is open from ``claimed`` until the owner ends that attempt."""
+    bad: list[str] = []
+    queues = {q: c.policy for q, c in rec.queues.items()
+              if c.policy.group_concurrency or c.policy.group_rate_limit}
+    if not queues:
+        return Finding("group limits held", True, "no queue with group limits")
+    group: dict[tuple[str, str], str] = {}
+    held: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # ids with an open lease
+    claims: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
+    life: Counter[tuple[str, str]] = Counter()
+    for e in rec.events:
+        q, node, kind = e["queue"], e["node"], e["kind"]
+        if q not in queues:
+            continue
+        if kind == "owner_up":  # a new life: its bucket is full, its restored leases unseen
+            life[(node, q)] += 1
+            for key in [k for k in held if k[0] == node and k[1] == q]:
+                del held[key]
+            continue
+        g = group.get((q, e["job_id"]))
+        if kind == "enqueued" and e["detail"].get("group") is not None:
+            group[(q, e["job_id"])] = e["detail"]["group"]
+        elif kind == "claimed" and g is not None:
+            open_ = held[(node, q, g)]
+            open_.add(e["job_id"])
+            cap = queues[q].group_concurrency
+            if cap is not None and len(open_) > cap:
+                bad.append(f"{q}/{g}: {len(open_)} leased at {e['t']:.3f} (cap {cap})")
+            claims[(node, q, g, life[(node, q)])].append(e["t_node"])
+        elif kind in ("acked", "nacked", "lease_expired", "retry_scheduled") and g is not None:
+            held[(node, q, g)].discard(e["job_id"])  # (retry_scheduled: also a release)
+    for (node, q, g, _), times in claims.items():
+        limit = queues[q].group_rate_limit
+        breach = None if limit is None else _window_breach(times, *limit)
+        if breach:
+            bad.append(f"{q}/{g} on {node}: {breach}")
+    return Finding("group limits held", not bad, _summary(bad))
 
 
 def _summary(bad: list[str]) -> str:

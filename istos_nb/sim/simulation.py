@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from istos import events as ev
+from istos.core.dedup import is_stored_mark
 from istos.core.records import decode_record
 from istos.errors import IstosError, StorageUnavailable
 from istos.events import JobEvent
@@ -292,8 +293,8 @@ class Simulation:
         if self.storage_mode == "durable":  # dead letters are set aside, not stranded
             for q in queues:
                 for job_id, raw in self.shared_storage._data.get(f"jobs:{q}", {}).items():
-                    if decode_record(raw).state != "dead":
-                        stored.add(job_id)
+                    if not is_stored_mark(raw) and decode_record(raw).state != "dead":
+                        stored.add(job_id)  # (a dedup mark reserves an id: not a job)
         return SimResult(events=list(self.events), attempts=list(self.attempts),
                          effects=list(self.effects), queues=queues, held=held, stored=stored,
                          volatile=self.storage_mode == "volatile",

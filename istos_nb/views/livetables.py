@@ -179,5 +179,10 @@ def detail_html(detail: dict[str, Any], now: pd.Timestamp) -> str:
                          _rows(attempts, now, _ATTEMPT_COLS) if attempts is not None else [],
                          f"{0 if attempts is None else len(attempts)} attempt(s)",
                          "istos-history")
+    logs = detail.get("logs") or []  # ctx.log() lines, oldest first
+    log_html = "" if not logs else (
+        f"<p>log ({len(logs)} line(s))</p><pre>"
+        + esc("\n".join(f"[{x.get('attempt')}] {x.get('line')}" for x in logs)) + "</pre>")
     return (f"{CSS}<div class=\"istos-job-card istos-table\"><h4>job {esc(detail['job_id'])}"
-            f"</h4><table>{dl}</table><p>payload</p><pre>{esc(payload)}</pre>{history}</div>")
+            f"</h4><table>{dl}</table><p>payload</p><pre>{esc(payload)}</pre>{history}"
+            f"{log_html}</div>")

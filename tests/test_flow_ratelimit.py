@@ -120,9 +120,12 @@ async def test_stats_and_metrics_show_the_limiter():
     owner.queue("api", rate_limit=(2, 3600.0))
     owner.queue("free")
 
-    class Stats:  # the collector's one call, answered by the real owner
+    class Stats:  # the collector's calls, answered by the real owner
         async def stats(self, queue: str) -> dict[str, Any]:
             return (await owner.client(queue).call("stats"))["stats"]
+
+        async def workers(self, queue: str) -> list[dict[str, Any]]:
+            return (await owner.client(queue).call("workers"))["workers"]
 
     async with owner.serving():
         await owner.enqueue_many("api", [1, 2, 3])

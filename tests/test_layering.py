@@ -104,8 +104,10 @@ def test_simulated_half_of_the_demo_passes_every_invariant() -> None:
     out = subprocess.run([sys.executable, "-m", "istos_nb.demo"], capture_output=True, text=True,
                          cwd=ROOT, timeout=110)
     assert out.returncode == 0, out.stderr[-3000:]
-    report = [line for line in out.stdout.splitlines() if line.startswith("  [")]
-    assert report and all(line.startswith("  [ok]") for line in report), out.stdout
+    report = [line.strip() for line in out.stdout.splitlines() if line.strip().startswith("[")]
+    # Every check holds, or had nothing to check in this run ([n/a]); never a [FAIL].
+    assert report and all(line.startswith(("[ok]", "[n/a]")) for line in report), out.stdout
+    assert sum(line.startswith("[ok]") for line in report) >= 6, out.stdout
 
 
 def _without(line: str, parts: tuple[str, ...]) -> str:

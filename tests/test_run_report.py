@@ -54,3 +54,15 @@ def test_a_violation_reads_fail(result: Any) -> None:
     report.loc[0, ["ok", "detail"]] = [False, "1 lost"]
     lines = report_lines(result, pd.DataFrame(report))
     assert any(line.strip().startswith("[FAIL] no accepted job lost: 1 lost") for line in lines)
+
+
+def test_a_run_with_dedup_windows_reports_that_check_as_applied() -> None:
+    sim = Simulation(seed=4)
+    owner = sim.node("owner")
+    owner.queue("q", lease_s=5.0)
+    sim.node("w").worker("q")(sim.handler(service_s=0.1))
+    for t in (1.0, 5.0):  # sent, then resent after it finished: one job
+        sim.at(t, owner.enqueue, "q", {"order": 1}, job_id="order-1", dedup_s=600.0)
+    lines = report_lines(sim.run(until=30.0, progress=None))
+    line = next(x for x in lines if "dedup window" in x)
+    assert line.startswith("  [ok]") and "resend" in line

@@ -47,7 +47,16 @@ INVARIANT_MEANING: dict[str, str] = {
     "no lease expired while its heart-beating holder was alive and connected":
         "heartbeats kept every lease of a live, reachable worker alive",
     "a cancelled job never runs again": "after a cancel, no new attempt of that job started",
+    "no second job for an id inside its dedup window":
+        "a resend of a finished job's id within its dedup_s made no second job",
+    "claims within the rate limit": "no window of per_s seconds handed out more than n claims",
+    "group limits held": "no group held more leases at once, or claims per window, than allowed",
 }
+
+
+def _has_dedup(result: SimResult) -> bool:
+    return any(e["kind"] == "enqueued" and (e.get("detail") or {}).get("dedup_s")
+               for e in result.events_raw)
 
 
 def _kinds(result: SimResult) -> set[str]:
@@ -69,6 +78,10 @@ _APPLIES: dict[str, tuple[Callable[[SimResult, str], bool], str]] = {
                                      "no job was dead-lettered"),
     "retry delays respect the backoff policy": (lambda r, d: "retry_scheduled" in _kinds(r),
                                                 "no job was retried"),
+    "no second job for an id inside its dedup window": (lambda r, d: _has_dedup(r),
+                                                        "no job was enqueued with dedup_s"),
+    "claims within the rate limit": (lambda r, d: not d.startswith("no rate-limited"), ""),
+    "group limits held": (lambda r, d: not d.startswith("no queue with group"), ""),
     "no lease expired while its heart-beating holder was alive and connected": (
         lambda r, d: not d.startswith(("no heart-beating", "not checked")), ""),
 }

@@ -3,7 +3,8 @@
 ``istos stats|jobs|why|dead|leases|follow QUEUE [...] --zenoh CONFIG --prefix P [--json]``, the
 admin commands ``requeue``, ``purge-dead``, ``pause``, ``resume``, ``cancel`` (refused unless
 the queue was declared with ``admin=True``), ``istos metrics QUEUE... --port N`` (Prometheus text on
-``/metrics``) and ``istos dashboard QUEUE`` (the LiveDashboard through Voila on 127.0.0.1).
+``/metrics``) and ``istos dashboard QUEUE`` (the LiveDashboard through Voila on 127.0.0.1) and ``istos record
+QUEUE --seconds N -o FILE`` (a trace for ``istos_nb.sim.replay``; see ``record.py``).
 
 Tables are for people (local times, ages, one-line payloads); ``--json`` prints one JSON document
 (``follow``: one JSON object per line) with epoch seconds, for scripts. Exit status: 0 success,
@@ -26,6 +27,8 @@ from ..errors import AdminDisabled, ConfigError, IstosError, OwnerUnavailable
 from . import operator_cmds as OC
 from . import render as R
 from .operator import Operator
+from .record import add_command as add_record_command
+from .record import run_record
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_OWNER = 0, 1, 2, 3
 
@@ -96,6 +99,7 @@ def parser() -> argparse.ArgumentParser:
                 "queue: an overview of every queue, each row opening its dashboard)", "opt")
     p.add_argument("--port", type=int, default=8866)
     OC.add_commands(command)
+    add_record_command(sub, _common)
     return top
 
 
@@ -235,7 +239,7 @@ _HANDLERS = {"stats": _stats, "jobs": _jobs, "why": _why, "dead": _dead, "leases
              "workers": lambda op, a, out: OC.workers(op, a, out, _emit),
              "requeue-dead": lambda op, a, out: OC.requeue_dead(op, a, out, _emit, UsageError),
              "promote": lambda op, a, out: OC.promote(op, a, out, _emit),
-             "queues": lambda op, a, out: OC.queues(op, a, out, _emit)}
+             "queues": lambda op, a, out: OC.queues(op, a, out, _emit), "record": run_record}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

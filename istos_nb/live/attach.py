@@ -22,7 +22,7 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
@@ -33,7 +33,11 @@ from istos.transport.zenoh import ZenohTransport
 
 from . import frames as lf
 from .loop import LoopThread, Stream, async_call, keep_following, stop_stream, sync_call
+from .record import check_seconds, record_on_loop
 from .requests import MAX_PAGE, OwnerRequests, jobs_args, purge_fields, search_filters
+
+if TYPE_CHECKING:
+    from ..sim.trace import Trace
 
 __all__ = ["attach", "aattach", "LiveQueue"]
 
@@ -332,6 +336,25 @@ class LiveQueue:
             raise
         stream.renewer = asyncio.get_running_loop().create_task(keep_following(
             stream, lambda: self._req.ask("follow", ttl_s=FOLLOW_TTL_S)))
+
+    # -- recording -----------------------------------------------------------------------------
+    def record(self, seconds: float, *, bodies: bool = False,
+               on_start: Callable[[], None] | None = None) -> Trace:
+        """Follow the queue for ``seconds`` and return what happened as a replayable
+        :class:`~istos_nb.sim.trace.Trace` (policy from ``stats``, the fleet seen, per job and
+        per attempt what the owner saw); ``bodies=True`` keeps bodies seen waiting;
+        ``on_start()`` is called (from this LiveQueue's thread) once the owner publishes to the
+        recording. See ``istos_nb.live.record``; ``istos record`` writes the same as a file."""
+        check_seconds(seconds)
+        return self._blocking(lambda: record_on_loop(self, float(seconds), bodies, on_start),
+                              "record", float(seconds) + 4 * self.timeout_s)
+
+    async def arecord(self, seconds: float, *, bodies: bool = False,
+                      on_start: Callable[[], None] | None = None) -> Trace:
+        check_seconds(seconds)
+        return await self._awaiting(
+            lambda: record_on_loop(self, float(seconds), bodies, on_start), "record",
+            float(seconds) + 4 * self.timeout_s)
 
     # -- admin (the owner refuses these with AdminDisabled unless admin=True) ------------------
     def requeue(self, job_id: str) -> str:

@@ -1,0 +1,172 @@
+"""replay: run a recorded trace again on the real engine under virtual time, another policy.
+
+The recorded arrivals enter at their recorded times (through the owner node, with their job
+ids, priorities and delays); attempt ``k`` of a job behaves as the trace's attempt ``k`` did
+(the same run time, then the same ack or nack), and worker nodes that died in the trace die at
+the same moments. What the replay changes is the schedule: the policy (``lease_s``,
+``max_attempts``, backoff, ``heartbeat``, ``timeout_s``, ``prefetch``) and the fleet
+(``workers``, ``concurrency``).
+
+What replay assumes, and where that breaks (the README says it too):
+
+- A job's behaviour does not depend on the schedule: attempt ``k`` takes as long and ends the
+  same way whenever and wherever it runs. Jobs that slow down under load, fail because of a
+  neighbour, or succeed on a retry *because* time passed, are replayed as they happened.
+- The recorded run time is claim to ack/nack on the owner's clock, so it includes the two
+  network hops and any wait of a prefetched job for a free slot; replays default to
+  ``prefetch=0``, which is faithful when the recorded workers did not prefetch either.
+- An attempt the trace does not have (a job that now runs more often, e.g. under a shorter
+  lease) draws its run time and outcome from the trace's finished deliveries, seeded. A lease
+  that ran out while its node lived on (the job ran past its lease) has no run time in the
+  trace: it is drawn from the recorded run times longer than that lease (at least the lease).
+- A delivery lost to a worker crash is replayed as lost at that crash's moment, on whichever
+  node now runs it (at once if it starts later), so the job needs the same attempts; the node
+  itself dies at that moment too, and whatever else it holds then is lost with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+from .result import SimResult
+from .simulation import ScenarioError, Simulation
+from .trace import Trace
+from .workload import HandlerFailure
+
+__all__ = ["replay", "QUEUE_OPTIONS", "WORKER_OPTIONS"]
+
+QUEUE_OPTIONS = ("lease_s", "max_attempts", "retry_backoff_s", "retry_backoff_max_s",
+                 "retry_jitter", "sweep_interval_s")
+WORKER_OPTIONS = ("heartbeat", "timeout_s", "prefetch", "poll_interval_s")
+LEAD_S = 1.0  # virtual seconds for the nodes to boot and find each other before arrivals
+OWNER = "owner"
+
+Behaviour = tuple[str, float, str | None]  # (acked | nacked | crash | slow, seconds, error)
+
+
+def replay(trace: Trace, *, seed: int = 0, workers: int | None = None,
+           concurrency: int | None = None, until: float | None = None,
+           progress: Callable[[float, float], None] | str | None = None,
+           **policy: Any) -> SimResult:
+    """Replay ``trace`` in a fresh :class:`Simulation` and return its result.
+
+    ``workers``: that many worker nodes (``worker-0``...) instead of the recorded fleet;
+    ``concurrency``: slots per worker node (default: each recorded node's). ``policy``: any of
+    :data:`QUEUE_OPTIONS` and :data:`WORKER_OPTIONS`, overriding the recorded policy.
+    ``until``: virtual seconds to run (default: the trace's span plus time for every retry to
+    finish). Raises ScenarioError for an unknown option or an empty trace, ConfigError (from
+    the engine) for a bad value. Result times are virtual seconds; arrivals start at
+    ``LEAD_S``.
+    """
+    unknown = sorted(set(policy) - set(QUEUE_OPTIONS) - set(WORKER_OPTIONS))
+    if unknown:
+        raise ScenarioError(f"replay: unknown option(s) {unknown}; policy options are "
+                            f"{', '.join(QUEUE_OPTIONS + WORKER_OPTIONS)}")
+    if trace.jobs.empty:
+        raise ScenarioError("replay: the trace has no enqueued job (record for longer?)")
+    queue_opts = {k: v for k, v in trace.policy.items() if k in QUEUE_OPTIONS}
+    queue_opts.update({k: v for k, v in policy.items() if k in QUEUE_OPTIONS})
+    worker_opts: dict[str, Any] = {"prefetch": 0}
+    worker_opts.update({k: v for k, v in policy.items() if k in WORKER_OPTIONS})
+    sim = Simulation(seed=seed)
+    queue = trace.queue or "q"
+    sim.node(OWNER).queue(queue, **queue_opts)
+    plan = _fleet(trace, workers, concurrency)
+    nodes = {name: sim.node(name) for name in plan}
+    _crashes(sim, trace, plan)
+    handle = _handler(trace, random.Random(f"{seed}:replay"))
+    for name, slots in plan.items():
+        nodes[name].worker(queue, concurrency=slots, **worker_opts)(handle)
+    owner = sim.nodes[OWNER]
+    for job in trace.jobs.itertuples(index=False):
+        sim.at(LEAD_S + float(job.arrival), owner.enqueue, queue, {"trace_job": job.job_id},
+               job_id=job.job_id, priority=int(job.priority), delay_s=float(job.delay_s))
+    return sim.run(until if until is not None else _until(trace, queue_opts),
+                   progress=progress)
+
+
+def _fleet(trace: Trace, workers: int | None, concurrency: int | None) -> dict[str, int]:
+    """Worker node name -> slots."""
+    for name, value in (("workers", workers), ("concurrency", concurrency)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ScenarioError(f"replay: {name} must be an integer >= 1, got {value!r}")
+    recorded = {str(r.node): int(r.concurrency) for r in trace.fleet.itertuples()}
+    if workers is None:
+        if not recorded:
+            raise ScenarioError("replay: the trace shows no worker; pass workers=N")
+        return {node: concurrency or slots for node, slots in recorded.items()}
+    slots = concurrency or (max(recorded.values()) if recorded else 1)
+    return {f"worker-{i}": slots for i in range(workers)}
+
+
+def _crashes(sim: Simulation, trace: Trace, plan: dict[str, int]) -> None:
+    """Schedule the trace's worker crashes on the replay's nodes."""
+    recorded = [str(n) for n in trace.fleet["node"]]
+    names = list(plan)
+    for crash in trace.crashes:
+        node = crash["node"]
+        if node not in plan:  # a synthetic fleet: the i-th recorded node is worker-(i mod n)
+            node = names[recorded.index(node) % len(names)] if node in recorded else None
+        if node is None:
+            continue
+        at = LEAD_S + max(0.0, float(crash["t"]))
+        sim.crash(node, at=at, restart_after=crash["restart_after"])
+
+
+def behaviours(trace: Trace) -> dict[tuple[str, int], Behaviour]:
+    """What each recorded delivery did, keyed by (job_id, attempt); a crashed one carries the
+    virtual time of its node's crash."""
+    crash_at = {c["node"]: LEAD_S + max(0.0, float(c["t"])) for c in trace.crashes}
+    lease = float(trace.policy.get("lease_s") or 30.0)
+    out: dict[tuple[str, int], Behaviour] = {}
+    for a in trace.attempts.itertuples(index=False):
+        key = (str(a.job_id), int(a.attempt))
+        if a.outcome in ("acked", "nacked"):
+            out[key] = (str(a.outcome), float(a.run_s), a.error)
+        elif a.outcome == "expired" and a.crashed:
+            out[key] = ("crash", crash_at[str(a.node)], None)
+        elif a.outcome == "expired":  # ran past its lease: how long is not in the trace
+            out[key] = ("slow", lease, None)
+    return out
+
+
+def _handler(trace: Trace, rng: random.Random) -> Callable[..., Any]:
+    table = behaviours(trace)
+    finished = [b for b in table.values() if b[0] in ("acked", "nacked")]
+    runs = sorted(b[1] for b in finished)
+
+    def draw() -> Behaviour:
+        return rng.choice(finished) if finished else ("acked", 0.0, None)
+
+    async def handle(job: Any, ctx: Any) -> None:
+        loop = asyncio.get_running_loop()
+        key = (str(job.get("trace_job")) if isinstance(job, dict) else "", int(ctx.attempt))
+        kind, seconds, error = table.get(key) or draw()
+        if kind == "crash":  # lost at its recorded node's crash, wherever it runs now
+            wait = seconds - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            raise asyncio.CancelledError("delivery lost (replayed crash)")
+        if kind == "slow":
+            longer = [r for r in runs if r > seconds]
+            kind, seconds = "acked", rng.choice(longer) if longer else seconds * 1.25
+        await asyncio.sleep(seconds)
+        if kind == "nacked":
+            raise HandlerFailure(error or "replayed failure")
+
+    return handle
+
+
+def _until(trace: Trace, queue_opts: dict[str, Any]) -> float:
+    """Enough virtual time for the last arrival's every attempt and backoff."""
+    lease = float(queue_opts.get("lease_s", 30.0))
+    attempts = int(queue_opts.get("max_attempts", 5))
+    base = float(queue_opts.get("retry_backoff_s", 1.0))
+    cap = float(queue_opts.get("retry_backoff_max_s", 600.0))
+    longest = max(trace.run_times().max() if len(trace.run_times()) else 0.0, lease)
+    backoffs = sum(min(cap, base * 2 ** i) * 1.1 for i in range(attempts))
+    return LEAD_S + trace.span_s + attempts * longest + backoffs + 30.0

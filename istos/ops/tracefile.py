@@ -47,7 +47,7 @@ class TraceFormatError(IstosError, ValueError):
 
 def fleet_of(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The worker nodes the events show: per node its slot ids seen and the most deliveries
-    it held at once (its effective concurrency, prefetched jobs included)."""
+    it held at once (its effective concurrency; prefetched jobs hold slots too)."""
     slots: dict[str, set[str]] = {}
     open_: dict[str, set[tuple[str, int]]] = {}
     peak: dict[str, int] = {}
@@ -64,7 +64,9 @@ def fleet_of(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             peak[node] = max(peak.get(node, 0), len(held))
         elif e["kind"] in ("acked", "nacked", "lease_expired", "cancelled"):
             held.discard(key)
-    return [{"node": n, "slots": len(s), "concurrency": peak.get(n, 1)}
+    # A slot's next claim can reach the owner before its previous ack (they travel apart),
+    # so the peak may count a slot twice; a node never holds more leases than its slots.
+    return [{"node": n, "slots": len(s), "concurrency": min(len(s), peak.get(n, 1))}
             for n, s in sorted(slots.items())]
 
 

@@ -16,12 +16,17 @@ What replay assumes, and where that breaks (the README says it too):
   network hops and any wait of a prefetched job for a free slot; replays default to
   ``prefetch=0``, which is faithful when the recorded workers did not prefetch either.
 - An attempt the trace does not have (a job that now runs more often, e.g. under a shorter
-  lease) draws its run time and outcome from the trace's finished deliveries, seeded. A lease
+  lease) takes as long as the job's latest recorded run (a run time belongs to the job) and
+  draws its outcome from the trace's finished deliveries, seeded; a job with no finished
+  delivery in the trace draws its run time with that outcome. A lease
   that ran out while its node lived on (the job ran past its lease) has no run time in the
   trace: it is drawn from the recorded run times longer than that lease (at least the lease).
-- A delivery lost to a worker crash is replayed as lost at that crash's moment, on whichever
-  node now runs it (at once if it starts later), so the job needs the same attempts; the node
-  itself dies at that moment too, and whatever else it holds then is lost with it.
+- A crash replays as the losses it caused, not as a fresh accident: each delivery it cost is
+  lost at the crash's moment on whichever node now runs it (at once if it starts later), so
+  the job needs the same attempts. The crashed node stops claiming at that moment, finishes
+  what else it runs (in the recording those runs were not lost) for up to the longest recorded
+  run, then dies (and comes back if it did); with heartbeats on, its lost deliveries' leases
+  are renewed until then, so they come back that much later than a real crash's would. A live crash is dated by the node's last act before it vanished.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .result import SimResult
+from .simnode import SimNode
 from .simulation import ScenarioError, Simulation
 from .trace import Trace
 from .workload import HandlerFailure
@@ -42,9 +48,13 @@ QUEUE_OPTIONS = ("lease_s", "max_attempts", "retry_backoff_s", "retry_backoff_ma
                  "retry_jitter", "sweep_interval_s")
 WORKER_OPTIONS = ("heartbeat", "timeout_s", "prefetch", "poll_interval_s")
 LEAD_S = 1.0  # virtual seconds for the nodes to boot and find each other before arrivals
+_AFTER_LOSS_S = 0.001  # a replayed crash stops its node this long after its losses
+_DRAIN_S = 1e6  # ...and lets the runs it holds that the crash did not cost finish
+_FOREVER_S = 1e9
 OWNER = "owner"
 
-Behaviour = tuple[str, float, str | None]  # (acked | nacked | crash | slow, seconds, error)
+# (acked | nacked | crash | slow, seconds, error); a crash: (crash, its time, its node)
+Behaviour = tuple[str, float, str | None]
 
 
 def replay(trace: Trace, *, seed: int = 0, workers: int | None = None,
@@ -76,8 +86,9 @@ def replay(trace: Trace, *, seed: int = 0, workers: int | None = None,
     sim.node(OWNER).queue(queue, **queue_opts)
     plan = _fleet(trace, workers, concurrency)
     nodes = {name: sim.node(name) for name in plan}
-    _crashes(sim, trace, plan)
-    handle = _handler(trace, random.Random(f"{seed}:replay"))
+    crashes = _crashes(trace, plan)
+    _schedule_crashes(sim, trace, crashes, _drain_s(trace))
+    handle = _handler(behaviours(trace, crashes), random.Random(f"{seed}:replay"))
     for name, slots in plan.items():
         nodes[name].worker(queue, concurrency=slots, **worker_opts)(handle)
     owner = sim.nodes[OWNER]
@@ -103,53 +114,91 @@ def _fleet(trace: Trace, workers: int | None, concurrency: int | None) -> dict[s
     return {f"worker-{i}": slots for i in range(workers)}
 
 
-def _crashes(sim: Simulation, trace: Trace, plan: dict[str, int]) -> None:
-    """Schedule the trace's worker crashes on the replay's nodes."""
+def _crashes(trace: Trace, plan: dict[str, int]) -> dict[str, tuple[str, float]]:
+    """Recorded crashed node -> (the replay node that crashes for it, virtual time)."""
     recorded = [str(n) for n in trace.fleet["node"]]
     names = list(plan)
+    out: dict[str, tuple[str, float]] = {}
     for crash in trace.crashes:
         node = crash["node"]
-        if node not in plan:  # a synthetic fleet: the i-th recorded node is worker-(i mod n)
-            node = names[recorded.index(node) % len(names)] if node in recorded else None
-        if node is None:
+        if node in plan:
+            out[node] = (node, LEAD_S + max(0.0, float(crash["t"])))
+        elif node in recorded:  # a synthetic fleet: the i-th recorded node is worker-(i mod n)
+            out[node] = (names[recorded.index(node) % len(names)],
+                         LEAD_S + max(0.0, float(crash["t"])))
+    return out
+
+
+def _schedule_crashes(sim: Simulation, trace: Trace, crashes: dict[str, tuple[str, float]],
+                      drain_s: float) -> None:
+    """Each crashed node stops claiming just after its crash's moment, finishes the runs the
+    crash did not cost (for up to ``drain_s``), then dies, and comes back if the recorded node
+    did."""
+    for crash in trace.crashes:
+        if crash["node"] not in crashes:
             continue
-        at = LEAD_S + max(0.0, float(crash["t"]))
-        sim.crash(node, at=at, restart_after=crash["restart_after"])
+        node, t = crashes[crash["node"]]
+        sim.at(t + _AFTER_LOSS_S, _go_away, sim.nodes[node])
+        back = crash["restart_after"]
+        sim.crash(node, at=t + drain_s,
+                  restart_after=None if back is None else max(0.0, float(back) - drain_s))
 
 
-def behaviours(trace: Trace) -> dict[tuple[str, int], Behaviour]:
+async def _go_away(node: SimNode) -> None:
+    """Stop claiming and leave once what the node runs has finished: in the recording those
+    runs were not lost (they ran, here or elsewhere), so the replay does not lose them."""
+    app = node.app
+    for runner in app.runners:
+        runner.shutdown_grace_s = _DRAIN_S
+    await app.stop()
+
+
+def behaviours(trace: Trace, crashes: dict[str, tuple[str, float]]
+               ) -> dict[tuple[str, int], Behaviour]:
     """What each recorded delivery did, keyed by (job_id, attempt); a crashed one carries the
-    virtual time of its node's crash."""
-    crash_at = {c["node"]: LEAD_S + max(0.0, float(c["t"])) for c in trace.crashes}
+    replay node that crashes for it and when."""
     lease = float(trace.policy.get("lease_s") or 30.0)
     out: dict[tuple[str, int], Behaviour] = {}
     for a in trace.attempts.itertuples(index=False):
         key = (str(a.job_id), int(a.attempt))
         if a.outcome in ("acked", "nacked"):
             out[key] = (str(a.outcome), float(a.run_s), a.error)
-        elif a.outcome == "expired" and a.crashed:
-            out[key] = ("crash", crash_at[str(a.node)], None)
+        elif a.outcome == "expired" and a.crashed and str(a.node) in crashes:
+            node, t = crashes[str(a.node)]
+            out[key] = ("crash", t, node)
         elif a.outcome == "expired":  # ran past its lease: how long is not in the trace
             out[key] = ("slow", lease, None)
     return out
 
 
-def _handler(trace: Trace, rng: random.Random) -> Callable[..., Any]:
-    table = behaviours(trace)
+def _handler(table: dict[tuple[str, int], Behaviour],
+             rng: random.Random) -> Callable[..., Any]:
     finished = [b for b in table.values() if b[0] in ("acked", "nacked")]
     runs = sorted(b[1] for b in finished)
+    own: dict[str, float] = {}  # a job's latest recorded run time
+    for (job_id, attempt), b in sorted(table.items()):
+        if b[0] in ("acked", "nacked"):
+            own[job_id] = b[1]
 
-    def draw() -> Behaviour:
-        return rng.choice(finished) if finished else ("acked", 0.0, None)
+    def draw(job_id: str) -> Behaviour:
+        """An attempt the trace lacks: the outcome drawn from the queue's finished deliveries,
+        the run time the job's own (its latest recorded one; else drawn with the outcome)."""
+        kind, seconds, error = rng.choice(finished) if finished else ("acked", 0.0, None)
+        return kind, own.get(job_id, seconds), error
 
     async def handle(job: Any, ctx: Any) -> None:
         loop = asyncio.get_running_loop()
         key = (str(job.get("trace_job")) if isinstance(job, dict) else "", int(ctx.attempt))
-        kind, seconds, error = table.get(key) or draw()
-        if kind == "crash":  # lost at its recorded node's crash, wherever it runs now
+        kind, seconds, error = table.get(key) or draw(key[0])
+        if kind == "crash":
+            # Lost with its node's crash, holding a slot until then wherever it runs now (the
+            # slot it took in the recording was busy until the crash too). On the crashing
+            # node it is still held when that node dies.
             wait = seconds - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
+            if str(ctx.worker).split(":", 1)[0] == error:
+                await asyncio.sleep(_FOREVER_S)
             raise asyncio.CancelledError("delivery lost (replayed crash)")
         if kind == "slow":
             longer = [r for r in runs if r > seconds]
@@ -159,6 +208,12 @@ def _handler(trace: Trace, rng: random.Random) -> Callable[..., Any]:
             raise HandlerFailure(error or "replayed failure")
 
     return handle
+
+
+def _drain_s(trace: Trace) -> float:
+    """How long a crashing node may finish its other runs: the longest recorded run."""
+    runs = trace.run_times()
+    return float(runs.max()) + 0.5 if len(runs) else 1.0
 
 
 def _until(trace: Trace, queue_opts: dict[str, Any]) -> float:

@@ -26,7 +26,7 @@ from istos import events as ev
 from istos.ops import tracefile
 from istos.ops.tracefile import TraceFormatError
 
-from ..views.frames import EventsLike, events_frame, leases_frame, worker_node
+from ..views.frames import EventsLike, depth_frame, events_frame, leases_frame, worker_node
 
 __all__ = ["Trace", "TraceFormatError"]
 
@@ -166,6 +166,8 @@ class Trace:
         return out
 
     def _inferred_crashes(self) -> list[dict[str, Any]]:
+        """A node died right after its last act if its leases expired and it never acted
+        again, or if jobs waited for a claim long after its last act (it vanished idle)."""
         last_act: dict[str, float] = {}
         first_expiry: dict[str, float] = {}
         for e in self.events:
@@ -176,9 +178,23 @@ class Trace:
                 first_expiry.setdefault(node, e["t"])
             elif e["kind"] in (ev.CLAIMED, ev.ACKED, ev.NACKED, ev.LEASE_EXTENDED):
                 last_act[node] = e["t"]
-        return [{"node": n, "t": last_act[n] - self.t0, "restart_after": None}
-                for n, t in sorted(first_expiry.items())
-                if n in last_act and last_act[n] < t]
+        out = []
+        for node, last in sorted(last_act.items()):
+            silent_since_expiry = node in first_expiry and last < first_expiry[node]
+            if silent_since_expiry or self._starved_after(last):
+                out.append({"node": node, "t": last - self.t0, "restart_after": None})
+        return out
+
+    def _starved_after(self, t: float) -> bool:
+        """Whether jobs stood ready after ``t`` for longer than any recorded run: a live node
+        with a free slot would have claimed them."""
+        leases = leases_frame(self.events)  # not self.attempts: that needs the crashes
+        done = leases[leases["outcome"].isin(_FINISHED)]
+        longest = float((done["end"] - done["start"]).max()) if len(done) else 1.0
+        patience = 2.0 * longest + 1.0
+        depth = depth_frame(self.events)
+        ready = depth[depth["t"] > t + patience]
+        return bool(len(ready)) and bool((ready["ready"] > 0).any())
 
     def run_times(self) -> pd.Series:
         """The recorded run times of finished deliveries (what replay draws from)."""

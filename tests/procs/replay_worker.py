@@ -3,7 +3,8 @@
 argv: config_json prefix node_id concurrency queue [queue...]
 Each job carries its behaviour per attempt: ``{"runs": [seconds...], "fails": [bool...]}``;
 attempt k sleeps ``runs[k-1]`` (the last entry past the end), then raises if ``fails[k-1]``,
-else prints ``DONE <job_id> <attempt>`` (a side effect the test counts). Prints READY once
+else prints ``DONE <job_id> <attempt>`` (a side effect the test counts); ``START`` and
+``FAIL`` lines tell the test what it is running. Prints READY once
 serving; the test SIGKILLs one such process mid-run.
 """
 
@@ -23,8 +24,10 @@ async def main() -> None:
 
     async def work(job: dict, ctx: JobContext) -> None:
         k = min(ctx.attempt, len(job["runs"])) - 1
+        print(f"START {ctx.job_id} {ctx.attempt}", flush=True)
         await asyncio.sleep(job["runs"][k])
         if job["fails"][k]:
+            print(f"FAIL {ctx.job_id} {ctx.attempt}", flush=True)
             raise RuntimeError(f"planned failure of attempt {ctx.attempt}")
         print(f"DONE {ctx.job_id} {ctx.attempt}", flush=True)
 

@@ -146,8 +146,6 @@ async def test_a_recorded_live_run_replays_faithfully_and_predicts_duplicates():
             if lq is not None:
                 await lq.aclose()
     ring = Trace.from_events(owner.events.recent(), queue="q1", policy=trace.policy)
-    trace.save("/tmp/t27.jsonl"); Path("/tmp/t27dups").write_text(str(duplicated_runs(workers["wa2"].done + workers["wb2"].done, ids2)))
-    Trace.from_events(owner.events.recent(), queue="q2").save("/tmp/t27q2.jsonl")
 
     # The recording holds the run as the owner saw it: every job, every event of it.
     assert set(trace.jobs["job_id"]) == set(ids1)

@@ -39,7 +39,7 @@ def add_command(sub: Any, common: Any) -> None:
 async def record(op: Operator, queue: str, seconds: float, *, bodies: bool = False
                  ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """Follow ``queue`` for ``seconds``; ``(header, events, bodies)`` for a trace file."""
-    if not seconds > 0 or seconds != seconds:
+    if not 0 < seconds < float("inf"):
         raise ConfigError(f"--seconds must be > 0, got {seconds!r}")
     policy = (await op.stats(queue)).get("policy") or {}
     events: list[dict[str, Any]] = []

@@ -25,7 +25,7 @@ What replay assumes, and where that breaks (the README says it too):
   lost at the crash's moment on whichever node now runs it (at once if it starts later), so
   the job needs the same attempts. The crashed node stops claiming at that moment, finishes
   what else it runs (in the recording those runs were not lost) for up to the longest recorded
-  run, then dies (and comes back if it did); with heartbeats on, its lost deliveries' leases
+  run or the lease, whichever is shorter, then dies (and comes back if it did); with heartbeats on, its lost deliveries' leases
   are renewed until then, so they come back that much later than a real crash's would. A live crash is dated by the node's last act before it vanished.
 """
 
@@ -87,7 +87,7 @@ def replay(trace: Trace, *, seed: int = 0, workers: int | None = None,
     plan = _fleet(trace, workers, concurrency)
     nodes = {name: sim.node(name) for name in plan}
     crashes = _crashes(trace, plan)
-    _schedule_crashes(sim, trace, crashes, _drain_s(trace))
+    _schedule_crashes(sim, trace, crashes, _drain_s(trace, queue_opts))
     handle = _handler(behaviours(trace, crashes), random.Random(f"{seed}:replay"))
     for name, slots in plan.items():
         nodes[name].worker(queue, concurrency=slots, **worker_opts)(handle)
@@ -210,10 +210,13 @@ def _handler(table: dict[tuple[str, int], Behaviour],
     return handle
 
 
-def _drain_s(trace: Trace) -> float:
-    """How long a crashing node may finish its other runs: the longest recorded run."""
+def _drain_s(trace: Trace, queue_opts: dict[str, Any]) -> float:
+    """How long a crashing node may finish its other runs: the longest recorded run, and never
+    past the replay's lease (a run drained past its lease would run twice, which the recorded
+    crash, having killed it, never did)."""
     runs = trace.run_times()
-    return float(runs.max()) + 0.5 if len(runs) else 1.0
+    longest = float(runs.max()) + 0.5 if len(runs) else 1.0
+    return min(longest, float(queue_opts.get("lease_s", 30.0)))
 
 
 def _until(trace: Trace, queue_opts: dict[str, Any]) -> float:

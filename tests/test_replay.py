@@ -1,0 +1,260 @@
+"""Traces and replay (issue 27) in the virtual world, the trace file, and ``istos record``.
+
+The faithfulness test on real Zenoh and real processes is tests/test_replay_live.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from matplotlib.figure import Figure
+from test_cli import Mesh, _following, cli
+
+from istos import Istos
+from istos.ops import tracefile
+from istos_nb.sim import ScenarioError, Simulation
+from istos_nb.sim.replay import replay
+from istos_nb.sim.trace import Trace, TraceFormatError
+from istos_nb.views.compare import compare, compare_chart, run_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+POLICY = {"lease_s": 5.0, "max_attempts": 3, "retry_backoff_s": 0.2, "retry_jitter": 0.0}
+
+
+def recorded_run(seed: int = 1, crash_at: float | None = 8.0):
+    """A simulated 'production' run: Poisson arrivals, lognormal runs, 10% nacks, a crash."""
+    sim = Simulation(seed=seed)
+    sim.node("owner").queue("q", **POLICY)
+    for name in ("w0", "w1"):
+        sim.node(name).worker("q", concurrency=2, prefetch=0)(
+            sim.handler(service_s=("lognormal", -1.2, 0.6), fail_p=0.1))
+    sim.enqueue_jobs("owner", "q", 150, rate=8, poisson=True, start=1.0)
+    if crash_at is not None:
+        sim.crash("w1", at=crash_at)
+    return sim.run(80, progress=None)
+
+
+@pytest.fixture(scope="module")
+def run():
+    return recorded_run()
+
+
+@pytest.fixture(scope="module")
+def trace(run):
+    return Trace.from_events(run.job_events(), policy=POLICY)
+
+
+# -- the trace ------------------------------------------------------------------------------------
+def test_a_trace_holds_jobs_attempts_fleet_and_crashes(run, trace):
+    assert trace.queue == "q" and trace.policy == POLICY
+    assert len(trace.jobs) == 150 and trace.jobs["arrival"].iloc[0] == 0.0
+    assert trace.jobs["arrival"].is_monotonic_increasing
+    att = trace.attempts
+    assert set(att["outcome"]) <= {"acked", "nacked", "expired"}
+    assert (att["outcome"] == "acked").sum() == 150
+    assert att.loc[att["outcome"] == "acked", "run_s"].gt(0).all()
+    assert att.loc[att["outcome"] == "expired", "run_s"].isna().all()
+    assert trace.fleet.to_dict("records") == [{"node": "w0", "slots": 2, "concurrency": 2},
+                                              {"node": "w1", "slots": 2, "concurrency": 2}]
+    # from the simulator's crashed event: 8.0 virtual s, arrivals from 1.0
+    assert trace.crashes == [{"node": "w1", "t": 7.0, "restart_after": None}]
+    expired = att[att["outcome"] == "expired"]
+    assert len(expired) >= 1 and expired["crashed"].all() and set(expired["node"]) == {"w1"}
+
+
+def test_a_crash_is_inferred_when_the_stream_does_not_mark_it(run, trace):
+    live_like = [e for e in run.job_events() if e["kind"] != "crashed"]
+    inferred = Trace.from_events(live_like, policy=POLICY)
+    (crash,) = inferred.crashes
+    # dated by the node's last act, at most one run before the real crash
+    assert crash["node"] == "w1" and 6.0 < crash["t"] <= 7.0
+    assert inferred.attempts["crashed"].sum() == trace.attempts["crashed"].sum()
+
+
+def test_from_events_picks_a_queue_and_reads_the_lease_from_claims(run):
+    events = run.job_events()
+    other = [{**e, "queue": "other"} for e in events if e["job_id"]]
+    with pytest.raises(ValueError, match="several queues"):
+        Trace.from_events(events + other)
+    picked = Trace.from_events(events + other, queue="q")
+    assert len(picked.jobs) == 150 and picked.policy == {"lease_s": 5.0}
+
+
+@pytest.mark.parametrize("name", ["t.jsonl", "t.jsonl.gz"])
+def test_save_and_load_round_trip(trace, tmp_path, name):
+    trace.bodies = {"x": {"body_of": "x", "size": 12, "data": {"a": 1}}}
+    path = tmp_path / name
+    trace.save(path)
+    if name.endswith(".gz"):
+        with gzip.open(path, "rt") as f:
+            head = json.loads(f.readline())
+    else:
+        head = json.loads(path.read_text().splitlines()[0])
+    assert head["format"] == "istos-trace" and head["version"] == tracefile.TRACE_VERSION
+    back = Trace.load(path)
+    assert back.events == trace.events and back.policy == trace.policy
+    assert back.bodies == trace.bodies and back.jobs.equals(trace.jobs)
+    trace.bodies = {}
+
+
+@pytest.mark.parametrize("lines, match", [
+    (['{"hello": 1}'], "not an Istos trace"),
+    (["not json"], "not JSON"),
+    (['{"format": "istos-trace", "version": 99, "queue": "q", "policy": {}}'], "newer"),
+    (['{"format": "istos-trace", "version": 1, "queue": 3, "policy": {}}'], "queue"),
+    (['{"format": "istos-trace", "version": 1, "queue": "q", "policy": {}}',
+      '{"t": "soon", "kind": "claimed", "job_id": "a"}'], ":2: event time"),
+    (['{"format": "istos-trace", "version": 1, "queue": "q", "policy": {}}',
+      '{"t": 1.0, "kind": "claimed", "job_id": "a", "attempt": -1}'], "attempt"),
+    (['{"format": "istos-trace", "version": 1, "queue": "q", "policy": {}}',
+      '{"t": 1.0, "kind": "claimed", "job_id": "a", "detail": [1]}'], "detail"),
+    (['{"format": "istos-trace", "version": 1, "queue": "q", "policy": {}}',
+      '{"body_of": "a", "size": -3}'], "size"),
+    (['{"format": "istos-trace", "version": 1, "queue": "q", "policy": {}}',
+      '{"t": 1.0, "kind": "claimed", "job_id": "' + "x" * tracefile.MAX_LINE + '"}'],
+     "longer than"),
+])
+def test_a_bad_trace_file_is_refused_naming_the_line(tmp_path, lines, match):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceFormatError, match=match):
+        Trace.load(path)
+
+
+# -- replay ---------------------------------------------------------------------------------------
+def test_replay_under_the_recorded_policy_measures_what_was_recorded(trace):
+    recorded = run_metrics(trace)
+    replayed = run_metrics(replay(trace, seed=0))
+    for key in ("wait_p50", "wait_p95"):
+        assert replayed[key] == pytest.approx(recorded[key], rel=0.15), (recorded, replayed)
+    assert replayed["done"] == recorded["done"] == 150
+    assert replayed["attempts_hist"] == recorded["attempts_hist"]
+    assert abs(replayed["redeliveries"] - recorded["redeliveries"]) <= 1
+
+
+def test_replay_is_deterministic_per_seed(trace):
+    a, b = replay(trace, seed=3), replay(trace, seed=3)
+    assert a.events_raw == b.events_raw
+
+
+def test_what_ifs_move_the_figures_the_right_way(trace):
+    base = run_metrics(replay(trace))
+    more = run_metrics(replay(trace, workers=4))
+    assert more["wait_p95"] < base["wait_p95"]
+    short = run_metrics(replay(trace, lease_s=0.2, retry_backoff_s=0.0))
+    assert short["duplicated_runs"] > base["duplicated_runs"] == 0
+    assert short["redeliveries"] > base["redeliveries"]
+    beat = run_metrics(replay(trace, lease_s=0.2, heartbeat=True))
+    assert beat["duplicated_runs"] == 0  # renewals keep a live worker's long runs its own
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"lease": 3}, "unknown option"), ({"workers": 0}, "workers"),
+    ({"concurrency": 1.5}, "concurrency"),
+])
+def test_replay_refuses_bad_options(trace, kwargs, match):
+    with pytest.raises(ScenarioError, match=match):
+        replay(trace, **kwargs)
+
+
+def test_replay_of_an_empty_trace_says_so():
+    with pytest.raises(ScenarioError, match="no enqueued job"):
+        replay(Trace.from_events([], queue="q"))
+
+
+def test_compare_table_and_chart(trace):
+    a, b = replay(trace), replay(trace, workers=3)
+    table = compare(trace, a, b)
+    assert list(table.columns) == ["recorded", "replay", "replay 2"]
+    assert {"wait_p50", "wait_p95", "wait_p99", "run_p50", "done", "dead", "duplicated_runs",
+            "redeliveries", "attempts_hist", "peak_depth"} <= set(table.index)
+    assert table.loc["done", "replay"] == 150
+    fig = compare_chart(trace, a, b, names=["live", "same", "3 workers"])
+    assert isinstance(fig, Figure)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == \
+        ["live", "same", "3 workers"]
+    with pytest.raises(ValueError, match="labels"):
+        compare(trace, a, names=["one"])
+
+
+# -- istos record ---------------------------------------------------------------------------------
+def test_the_trace_writer_does_not_import_the_notebook_side():
+    code = ("import sys, istos.ops.record, istos.ops.tracefile\n"
+            "bad = [m for m in sys.modules if m.startswith(('istos_nb', 'pandas'))]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30,
+                   env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+@pytest.mark.timeout(120)
+def test_istos_record_writes_a_trace_replay_reads(tmp_path):
+    mesh = Mesh()
+    try:
+        from zenoh_util import unique_prefix
+
+        prefix = unique_prefix()
+        owner = Istos(zenoh=mesh.clients[0], prefix=prefix, node_id="owner")
+        owner.queue("q", lease_s=5)
+        worker = Istos(zenoh=mesh.clients[1], prefix=prefix, node_id="wk")
+        done = threading.Event()
+
+        @worker.worker("q", poll_interval_s=0.2)
+        async def work(job):
+            if job.get("last"):
+                done.set()
+
+        mesh.serve(owner)
+        mesh.serve(worker)
+        out = tmp_path / "rec.jsonl.gz"
+        common = ["--zenoh", json.dumps(mesh.clients[2]), "--prefix", prefix]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        proc = subprocess.Popen([sys.executable, "-m", "istos", "record", "q", "--seconds", "8",
+                                 "-o", str(out), "--bodies", *common],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+        try:
+            deadline = threading.Event()
+            for _ in range(1500):
+                if _following(owner.owners["q"]):
+                    break
+                deadline.wait(0.02)
+            ids = [mesh.run(owner.enqueue("q", {"i": i})) for i in range(4)]
+            ids.append(mesh.run(owner.enqueue("q", {"i": 4, "last": True}, delay_s=2.5)))
+            assert done.wait(30)
+            stdout, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        assert proc.returncode == 0, stderr
+        assert "5 jobs enqueued" in stdout and str(out) in stdout
+        trace = Trace.load(out)
+        assert set(trace.jobs["job_id"]) == set(ids) and trace.policy["lease_s"] == 5.0
+        assert (trace.attempts["outcome"] == "acked").sum() == 5
+        assert trace.bodies[ids[4]]["data"] == {"i": 4, "last": True}  # it waited: polled
+        assert trace.jobs.set_index("job_id").loc[ids[4], "delay_s"] == pytest.approx(2.5)
+        assert run_metrics(replay(trace))["done"] == 5
+    finally:
+        mesh.close()
+
+
+def test_istos_record_bad_usage(tmp_path):
+    assert cli("record", "q", "-o", str(tmp_path / "x")).returncode == 2  # no --seconds
+    bad = cli("record", "q", "--seconds", "0", "-o", str(tmp_path / "x"), "--timeout", "0.5")
+    assert bad.returncode == 2 and "seconds" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_record_seconds_are_checked():
+    from istos.errors import ConfigError
+    from istos_nb.live.record import check_seconds
+
+    for bad in (0, -1, float("nan"), float("inf"), True, "5"):
+        with pytest.raises(ConfigError, match="seconds"):
+            check_seconds(bad)

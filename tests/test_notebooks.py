@@ -72,7 +72,8 @@ def test_there_are_notebooks_to_run():
     names = {p.stem for p in NOTEBOOKS}
     assert {"01-quickstart", "02-jobs-vs-events", "03-leases", "04-backoff-and-jitter",
             "05-poison-jobs", "06-clock-skew-and-failover", "07-workflows",
-            "08-inspect-a-live-queue", "10-how-many-workers"} <= names
+            "08-inspect-a-live-queue", "10-how-many-workers",
+            "11-replay-a-production-hour"} <= names
 
 
 @pytest.mark.timeout(int(NOTEBOOK_BOUND_S) + 90)

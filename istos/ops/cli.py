@@ -3,8 +3,8 @@
 ``istos stats|jobs|why|dead|leases|follow QUEUE [...] --zenoh CONFIG --prefix P [--json]``, the
 admin commands ``requeue``, ``purge-dead``, ``pause``, ``resume``, ``cancel`` (refused unless
 the queue was declared with ``admin=True``), ``istos metrics QUEUE... --port N`` (Prometheus text on
-``/metrics``) and ``istos dashboard QUEUE`` (the LiveDashboard through Voila on 127.0.0.1) and ``istos record
-QUEUE --seconds N -o FILE`` (a trace for ``istos_nb.sim.replay``; see ``record.py``).
+``/metrics``), ``istos dashboard QUEUE`` (the LiveDashboard through Voila on 127.0.0.1) and
+``istos record QUEUE --seconds N -o FILE`` (a trace for ``istos_nb.sim.replay``: record.py).
 
 Tables are for people (local times, ages, one-line payloads); ``--json`` prints one JSON document
 (``follow``: one JSON object per line) with epoch seconds, for scripts. Exit status: 0 success,

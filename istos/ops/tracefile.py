@@ -23,7 +23,6 @@ the line; unknown header keys are kept (a newer writer of the same version may a
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import math
 from collections.abc import Iterable, Iterator
@@ -80,7 +79,7 @@ def header(queue: str, policy: dict[str, Any], events: list[dict[str, Any]], *,
 
 def _open(path: str | Path, mode: str) -> IO[str]:
     if str(path).endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8")
+        return gzip.open(path, mode + "t", encoding="utf-8")  # type: ignore[return-value]
     return open(path, mode, encoding="utf-8")
 
 

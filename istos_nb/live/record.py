@@ -4,8 +4,9 @@ The recording runs on the LiveQueue's own loop thread with a follow stream of it
 follow the caller already runs is left alone), so a notebook cell that waits for it keeps its
 kernel's loop running, as every LiveQueue call does. Only events the owner publishes while the
 recording follows are kept (the ring's older events are not merged: their jobs' arrivals may
-lie before the recording, and replay needs arrivals). ``bodies=True`` polls the waiting jobs once a second and keeps
-each body seen (its size and decoded data); jobs claimed between two polls have none.
+lie before the recording, and replay needs arrivals). ``bodies=True`` polls the waiting jobs
+once a second and keeps each body seen (its size and decoded data); jobs claimed between two
+polls have none.
 """
 
 from __future__ import annotations

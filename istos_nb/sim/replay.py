@@ -14,7 +14,8 @@ What replay assumes, and where that breaks (the README says it too):
   neighbour, or succeed on a retry *because* time passed, are replayed as they happened.
 - The recorded run time is claim to ack/nack on the owner's clock, so it includes the two
   network hops and any wait of a prefetched job for a free slot; replays default to
-  ``prefetch=0``, which is faithful when the recorded workers did not prefetch either.
+  ``prefetch=0``, which is faithful when the recorded workers did not prefetch either (and
+  ``poll_interval_s=5``: the owner's nudges wake idle workers, and none is lost in replay).
 - An attempt the trace does not have (a job that now runs more often, e.g. under a shorter
   lease) takes as long as the job's latest recorded run (a run time belongs to the job) and
   draws its outcome from the trace's finished deliveries, seeded; a job with no finished
@@ -25,8 +26,10 @@ What replay assumes, and where that breaks (the README says it too):
   lost at the crash's moment on whichever node now runs it (at once if it starts later), so
   the job needs the same attempts. The crashed node stops claiming at that moment, finishes
   what else it runs (in the recording those runs were not lost) for up to the longest recorded
-  run or the lease, whichever is shorter, then dies (and comes back if it did); with heartbeats on, its lost deliveries' leases
-  are renewed until then, so they come back that much later than a real crash's would. A live crash is dated by the node's last act before it vanished.
+  run or the lease, whichever is shorter, then dies (and comes back if it did); with
+  heartbeats on, its lost deliveries' leases are renewed until then, so they come back that
+  much later than a real crash's would. A live crash is dated by the node's last act before
+  it vanished (its expired leases, or jobs left waiting long after).
 """
 
 from __future__ import annotations
@@ -79,7 +82,9 @@ def replay(trace: Trace, *, seed: int = 0, workers: int | None = None,
         raise ScenarioError("replay: the trace has no enqueued job (record for longer?)")
     queue_opts = {k: v for k, v in trace.policy.items() if k in QUEUE_OPTIONS}
     queue_opts.update({k: v for k, v in policy.items() if k in QUEUE_OPTIONS})
-    worker_opts: dict[str, Any] = {"prefetch": 0}
+    # The owner nudges idle workers when jobs become claimable, and the simulated network
+    # loses none of those nudges unless told to: a long poll only saves idle virtual work.
+    worker_opts: dict[str, Any] = {"prefetch": 0, "poll_interval_s": 5.0}
     worker_opts.update({k: v for k, v in policy.items() if k in WORKER_OPTIONS})
     sim = Simulation(seed=seed)
     queue = trace.queue or "q"
@@ -176,7 +181,7 @@ def _handler(table: dict[tuple[str, int], Behaviour],
     finished = [b for b in table.values() if b[0] in ("acked", "nacked")]
     runs = sorted(b[1] for b in finished)
     own: dict[str, float] = {}  # a job's latest recorded run time
-    for (job_id, attempt), b in sorted(table.items()):
+    for (job_id, _attempt), b in sorted(table.items()):
         if b[0] in ("acked", "nacked"):
             own[job_id] = b[1]
 

@@ -5,6 +5,7 @@ The faithfulness test on real Zenoh and real processes is tests/test_replay_live
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import os
@@ -258,3 +259,25 @@ def test_record_seconds_are_checked():
     for bad in (0, -1, float("nan"), float("inf"), True, "5"):
         with pytest.raises(ConfigError, match="seconds"):
             check_seconds(bad)
+
+
+# -- found by replay: a worker stopping with a claim in flight -------------------------------------
+def test_a_worker_stopped_with_a_claim_in_flight_hands_its_jobs_back():
+    """Cancelled mid-claim, the reply (and the lease the owner granted) was lost and the job
+    burnt an attempt on its expiry; now the claim lands and the job is released uncounted."""
+    sim = Simulation(seed=0, latency_s=(0.1, 0.1))
+    sim.node("owner").queue("q", lease_s=5, max_attempts=1)
+    w = sim.node("w")
+
+    @w.worker("q", poll_interval_s=30)
+    async def work(job):
+        await asyncio.sleep(10)
+
+    sim.at(2.0, sim.nodes["owner"].enqueue, "q", {}, job_id="j")
+    sim.at(2.15, w.stop)  # the nudge reached w at 2.1; its claim is on the wire until 2.3
+    result = sim.run(20, progress=None)
+    kinds = [(e["kind"], e["detail"].get("spared")) for e in result.events_raw
+             if e["job_id"] == "j"]
+    assert ("claimed", None) in kinds
+    assert ("retry_scheduled", True) in kinds  # handed back: ready again, attempt not counted
+    assert ("lease_expired", None) not in kinds and ("dead_lettered", None) not in kinds

@@ -18,8 +18,7 @@ import pytest
 from matplotlib.figure import Figure
 from test_cli import Mesh, _following, cli
 
-from istos import Istos
-from istos.ops import tracefile
+from istos import Istos, tracefile
 from istos_nb.sim import ScenarioError, Simulation
 from istos_nb.sim.replay import replay
 from istos_nb.sim.trace import Trace, TraceFormatError
@@ -187,7 +186,7 @@ def test_compare_table_and_chart(trace):
 
 # -- istos record ---------------------------------------------------------------------------------
 def test_the_trace_writer_does_not_import_the_notebook_side():
-    code = ("import sys, istos.ops.record, istos.ops.tracefile\n"
+    code = ("import sys, istos.ops.record, istos.tracefile\n"
             "bad = [m for m in sys.modules if m.startswith(('istos_nb', 'pandas'))]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30,

@@ -1,10 +1,11 @@
 """Write ``notebooks/data/sample-trace.jsonl.gz``, the trace notebook 11 replays offline.
 
-It is a *simulated* hour in the trace format ``istos record`` writes (``istos.ops.tracefile``):
+A *simulated* hour in the trace format ``istos record`` writes (``istos.tracefile``):
 a report queue with a quiet background (0.08 jobs/s), a three-minute burst at 2.5 jobs/s from
 minute 20, lognormal run times (median 3 s), 5% failing tries, two worker nodes of four slots,
 and one of them crashing in the burst (minute 22) and coming back a minute later (the
-simulator marks the crash in the stream, as a live recording cannot: see Trace.crashes). Deterministic:
+simulator marks the crash in the stream, as a live recording cannot: see Trace.crashes).
+Deterministic:
 
     PYTHONPATH=$PWD python tools/make_sample_trace.py
 """

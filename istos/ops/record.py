@@ -2,7 +2,7 @@
 
 The command follows the owner's event stream (as ``istos follow`` does) for ``N`` seconds, asks
 the owner for the queue's policy (``stats``) and writes both as a trace file
-(:mod:`istos.ops.tracefile`), which ``istos_nb.sim.Trace.load`` reads and
+(:mod:`istos.tracefile`), which ``istos_nb.sim.Trace.load`` reads and
 ``istos_nb.sim.replay`` runs. It lives in ``istos`` (the CLI never imports ``istos_nb``), which
 is why the trace format does too. ``--bodies`` also polls the owner's waiting jobs once a second
 and keeps each body seen (size and decoded data); jobs claimed between two polls have none.
@@ -14,8 +14,8 @@ import argparse
 import asyncio
 from typing import Any
 
+from .. import tracefile
 from ..errors import ConfigError
-from . import tracefile
 from .operator import Operator, decode_body
 
 BODY_POLL_S = 1.0

@@ -8,7 +8,7 @@ tables are seconds since the trace's first arrival, whatever clock the events ca
 
 Build one with :meth:`Trace.from_events` (an event list or frame: a simulation's, a saved
 ``istos follow --json`` stream, the owner's ring), with ``LiveQueue.record(seconds)``, or read
-one with :meth:`Trace.load` (the file ``istos record`` writes; see ``istos.ops.tracefile``).
+one with :meth:`Trace.load` (the file ``istos record`` writes; see ``istos.tracefile``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 import pandas as pd
 
 from istos import events as ev
-from istos.ops import tracefile
-from istos.ops.tracefile import TraceFormatError
+from istos import tracefile
+from istos.tracefile import TraceFormatError
 
 from ..views.frames import EventsLike, depth_frame, events_frame, leases_frame, worker_node
 

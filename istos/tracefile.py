@@ -2,7 +2,8 @@
 
 A trace is the owner's own event stream for one queue over a stretch of time, plus what the
 stream cannot say by itself (the queue's declared policy, from ``stats``). It lives here, on the
-engine side, because the CLI writes it and ``istos`` never imports ``istos_nb``; the notebook
+engine side and outside ``istos.ops`` (which the simulator may not import), because the CLI
+writes it and ``istos`` never imports ``istos_nb``; the notebook
 side derives its tables (jobs, attempts, fleet, crashes) from the same events on load, so the
 file keeps facts and never a second opinion about them.
 
@@ -29,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import IstosError
+from .errors import IstosError
 
 __all__ = ["TRACE_FORMAT", "TRACE_VERSION", "TraceFormatError", "fleet_of", "header",
            "read_trace", "write_trace"]

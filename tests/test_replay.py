@@ -280,3 +280,38 @@ def test_a_worker_stopped_with_a_claim_in_flight_hands_its_jobs_back():
     assert ("claimed", None) in kinds
     assert ("retry_scheduled", True) in kinds  # handed back: ready again, attempt not counted
     assert ("lease_expired", None) not in kinds and ("dead_lettered", None) not in kinds
+
+
+# -- the LiveDashboard's replay tab ----------------------------------------------------------------
+class RingQueue:
+    """What the replay tab asks of a LiveQueue: stats' policy and the event ring."""
+
+    queue = "q"
+
+    def __init__(self, events):
+        self._events = events
+
+    def stats(self):
+        return {"policy": POLICY}
+
+    def raw_events(self, limit):
+        return self._events[-limit:]
+
+
+def test_the_dashboard_replay_tab_runs_a_what_if_on_the_last_minutes(run):
+    from istos_nb.views.replay_panel import ReplayPanel
+
+    panel = ReplayPanel(RingQueue(run.job_events()))
+    panel.minutes.value, panel.workers.value, panel.lease.value = 60, 4, 2.0
+    assert panel.what_if() == {"lease_s": 2.0, "workers": 4}
+    panel.run()
+    assert "150 jobs" in panel.status.value and "error" not in panel.status.value
+    assert "what-if" in panel.table.value and "wait_p95" in panel.table.value
+    assert panel.chart.value[:4] == b"\x89PNG" and panel.chart.layout.display == ""
+    short = ReplayPanel(RingQueue(run.job_events()))
+    short.minutes.value = 0.1  # the last 6 s of the ring: after the last arrival
+    short.run()
+    assert "no enqueued job" in short.status.value  # (it says so, it does not guess)
+    empty = ReplayPanel(RingQueue([]))
+    empty.run()
+    assert "error" in empty.status.value and "no enqueued job" in empty.status.value

@@ -358,7 +358,8 @@ def test_live_refresh_fills_stats_charts_and_tables(recorded):
     dead = table_rows(dash.panels.tables["dead letters"].value)
     expected = recorded.jobs[recorded.jobs["state"] == "dead"]["job_id"]
     assert len(expected) > 0 and sorted(r[0] for r in dead) == sorted(expected)
-    assert dash.panels.tab.titles[-5:] == ("jobs", "dead letters", "job", "workers", "latency")
+    assert dash.panels.tab.titles[-6:] == ("jobs", "dead letters", "job", "workers", "latency",
+                                           "replay")
     assert "istos-latency" in dash.panels.tables["latency"].value
     dash.close()
     assert fake.calls.get("close") is None  # the dashboard does not own the client

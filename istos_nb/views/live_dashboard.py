@@ -24,6 +24,7 @@ from istos_nb.views import charts
 from . import livetables as lt
 from . import opviews as ov
 from .panels import TABLE_ROWS, Panels, Shown, figure_png
+from .replay_panel import ReplayPanel
 
 __all__ = ["LiveDashboard", "parse_search"]
 
@@ -124,9 +125,12 @@ class LiveDashboard(Shown):
         jobs_pane = W.VBox([W.HBox([self.state_filter, self.search]), self.panels.tables["jobs"]])
         job_pane = W.VBox([W.HBox([self.job_id, self.show_job]), self.detail, self.timeline])
         tab, panes = self.panels.tab, self.panels.panes
+        self.replay = ReplayPanel(self.live_queue)  # record the last minutes, run what-ifs
         tab.children = [*(panes[n] for n in self.panels.images), jobs_pane,
-                        panes["dead letters"], job_pane, panes["workers"], panes["latency"]]
-        tab.titles = [*self.panels.images, "jobs", "dead letters", "job", "workers", "latency"]
+                        panes["dead letters"], job_pane, panes["workers"], panes["latency"],
+                        self.replay.widget]
+        tab.titles = [*self.panels.images, "jobs", "dead letters", "job", "workers", "latency",
+                      "replay"]
         self.widget = W.VBox([W.HBox([self.interval, self.pause_toggle, self.button,
                                       self.status]), self.stats_line, self.admin_row,
                               self.confirm_box, tab])

@@ -73,8 +73,9 @@ def test_a_crash_is_inferred_when_the_stream_does_not_mark_it(run, trace):
     live_like = [e for e in run.job_events() if e["kind"] != "crashed"]
     inferred = Trace.from_events(live_like, policy=POLICY)
     (crash,) = inferred.crashes
-    # dated by the node's last act, at most one run before the real crash
-    assert crash["node"] == "w1" and 6.0 < crash["t"] <= 7.0
+    # dated by the node's last act: at most one run before the real crash, or a little after
+    # (a claim the dead node had parked at the owner may still be granted)
+    assert crash["node"] == "w1" and 6.0 < crash["t"] <= 7.5
     assert inferred.attempts["crashed"].sum() == trace.attempts["crashed"].sum()
 
 
@@ -131,9 +132,11 @@ def test_a_bad_trace_file_is_refused_naming_the_line(tmp_path, lines, match):
 # -- replay ---------------------------------------------------------------------------------------
 def test_replay_under_the_recorded_policy_measures_what_was_recorded(trace):
     recorded = run_metrics(trace)
-    replayed = run_metrics(replay(trace, seed=0))
-    for key in ("wait_p50", "wait_p95"):
-        assert replayed[key] == pytest.approx(recorded[key], rel=0.15), (recorded, replayed)
+    replays = [run_metrics(replay(trace, seed=s)) for s in range(3)]
+    replayed = replays[0]
+    for key in ("wait_p50", "wait_p95"):  # a replay's own seed moves a median by up to ~15%
+        mean = sum(r[key] for r in replays) / len(replays)
+        assert mean == pytest.approx(recorded[key], rel=0.15), (recorded, replays)
     assert replayed["done"] == recorded["done"] == 150
     assert replayed["attempts_hist"] == recorded["attempts_hist"]
     assert abs(replayed["redeliveries"] - recorded["redeliveries"]) <= 1

@@ -121,7 +121,10 @@ class Trace:
         expired, cancelled, open), error, crashed (its lease ran out because its node died)."""
         leases = leases_frame(self.events)
         leases = leases[leases["job_id"].isin(set(self.jobs["job_id"]))].copy()
-        crash_at = {c["node"]: c["t"] for c in self.crashes}
+        # A delivery lost to a crash: it expired on a node that had died by then (claimed
+        # before the crash, or granted to the dead node's parked claim before it came back).
+        down = {c["node"]: (c["t"], math.inf if c["restart_after"] is None
+                            else c["t"] + c["restart_after"]) for c in self.crashes}
         out = pd.DataFrame({
             "job_id": leases["job_id"], "attempt": leases["attempt"],
             "worker": leases["worker"], "node": leases["node"],
@@ -129,7 +132,7 @@ class Trace:
             "run_s": (leases["end"] - leases["start"]).where(
                 leases["outcome"].isin(_FINISHED)),
             "outcome": leases["outcome"], "error": leases["error"]})
-        out["crashed"] = [o == "expired" and n in crash_at and c <= crash_at[n]
+        out["crashed"] = [o == "expired" and n in down and c <= down[n][1]
                           for o, n, c in zip(out["outcome"], out["node"], out["claimed"],
                                              strict=True)]
         return out.reset_index(drop=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -206,7 +207,9 @@ def test_run_button_fills_progress_status_charts_and_tables():
     assert dash.result is not None
     assert dash.progress.value == dash.progress.max
     assert len(seen) > 20 and seen == sorted(seen)  # followed virtual time, in many steps
-    assert dash.status.value.startswith("run finished: 40 jobs enqueued, 10/10 invariants hold")
+    held = re.match(r"run finished: 40 jobs enqueued, (\d+)/(\d+) invariants hold",
+                    dash.status.value)
+    assert held and held[1] == held[2]  # every check the dashboard ran holds
     assert not dash.status.value.startswith("done")  # "done" is only ever a job state
     assert not dash.button.disabled
     assert all(h.layout.display == "none" for h in dash.panels.hints.values())  # tabs filled
@@ -219,7 +222,7 @@ def test_run_button_fills_progress_status_charts_and_tables():
     assert len(jobs) == 40
     assert sorted(r[0] for r in jobs) == sorted(dash.result.jobs["job_id"])
     invariants = table_rows(dash.panels.tables["invariants"].value)
-    assert len(invariants) == len(dash.result.check()) == 10
+    assert len(invariants) == len(dash.result.check()) >= 10
     assert all(row[1] == "✔ holds" for row in invariants)
     assert dash.panels.tab.titles == ("leases", "retries", "backoff", "depth", "jobs",
                                       "invariants")

@@ -49,6 +49,7 @@ MAX_TOKEN_BYTES = 64
 MAX_SLOT_ID_BYTES = 256  # worker slot ids and node ids
 MAX_SLOTS = 1024  # worker slots in one claim
 MAX_SETTLE_ITEMS = 4096  # acks/nacks in one request
+MAX_RELEASES = 4096  # jobs handed back unrun in one release request
 MAX_ERROR_BYTES = 1024  # a nack's error text is kept up to this many bytes (cut, not refused)
 MAX_TRACEBACK_BYTES = 8 << 10  # a failed attempt's traceback as kept (the innermost frames)
 MAX_RESULT_SHOWN = 4 << 10  # bytes of a kept result that `why` shows (bigger: size only)

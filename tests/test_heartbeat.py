@@ -124,9 +124,46 @@ async def test_without_heartbeat_a_prefetched_job_is_not_started_after_its_lease
         events = await wait_events(owner, lambda ev: count(ev, "acked", second) == 1,
                                    timeout_s=10)
         not_started = worker.runners[0].stats.not_started
-    assert not_started >= 1  # the stale prefetch was dropped, not run
-    assert [s for s in starts if s.startswith("second")] == ["second#2"]
-    assert count(events, "lease_expired", second) == 1
+    assert not_started >= 1  # the prefetch about to go stale was handed back, not run
+    # ...before its lease ended, so the attempt it never started was not used up
+    assert [s for s in starts if s.startswith("second")] == ["second#1"]
+    assert count(events, "lease_expired", second) == 0
+
+
+async def test_prefetched_jobs_whose_lease_runs_out_unrun_keep_their_only_attempt():
+    """max_attempts=1, no heartbeat: a slow job holds the one execution slot until the short
+    jobs prefetched behind it are about to see their lease end. They go back without using
+    their attempt (handed back a tenth of the lease early): every job runs exactly once, at
+    attempt 1, none dead-lettered. The slow job is released by the hand-back itself, so the
+    test waits on events, not on timing."""
+    (owner, worker), _ = apps(2, "owner", "worker")
+    lease_s = 10.0  # the hand-back leaves the slow job a tenth of it (1 s) to ack in time
+    owner.queue("q", lease_s=lease_s, max_attempts=1, sweep_interval_s=0.05)
+    starts: list[str] = []
+    gate = asyncio.Event()
+
+    @worker.worker("q", concurrency=1, prefetch=3, poll_interval_s=0.1)
+    async def work(job, ctx: JobContext):
+        starts.append(f"{job}#{ctx.attempt}")
+        if job == "slow":
+            await asyncio.wait_for(gate.wait(), 2 * lease_s)
+
+    async with owner.serving(), worker.serving():
+        slow = await owner.enqueue("q", "slow")
+        shorts = [await owner.enqueue("q", f"short{i}") for i in range(3)]
+        await wait_events(owner, lambda ev: all(count(ev, "retry_scheduled", j) for j in shorts),
+                          timeout_s=3 * lease_s)
+        gate.set()
+        events = await wait_events(owner, lambda ev: count(ev, "acked") == 4, timeout_s=30)
+        dead = owner.owners["q"].state.counts["dead"]
+        not_started = worker.runners[0].stats.not_started
+    assert not_started == 3  # the three short jobs waited until just before their lease ended
+    assert dead == 0 and count(events, "dead_lettered") == 0
+    assert sorted(starts) == ["short0#1", "short1#1", "short2#1", "slow#1"]
+    for jid in [slow, *shorts]:
+        assert count(events, "lease_expired", jid) == 0
+    spared = [e for e in events if e.kind == "retry_scheduled"]
+    assert all(e.detail.get("spared") for e in spared)
 
 
 async def test_a_killed_heart_beating_process_has_its_job_back_within_a_lease():

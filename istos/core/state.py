@@ -317,12 +317,13 @@ class QueueState:
         return "ok"
 
     def release(self, job_id: str, token: str, now: float) -> str:
-        """Hand a delivery back unfinished (its worker shut down): ready again at once, and
+        """Hand a delivery back unfinished (its worker shut down, or the job's lease would end
+        while it waited behind others in the worker's prefetch): ready again at once, and
         the attempt does not count. Returns "ok", or "stale" as :meth:`ack` does."""
         rec = self.holder(job_id, token)
         if rec is None:
             return "stale"
-        self._spare(rec, now, RELEASED, "released by its worker at shutdown")
+        self._spare(rec, now, RELEASED, "handed back unfinished by its worker")
         return "ok"
 
     def _spare(self, rec: JobRecord, now: float, outcome: str, error: str) -> None:

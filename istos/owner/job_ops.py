@@ -22,7 +22,7 @@ from .throttle import RefillNudge
 
 log = logging.getLogger("istos.owner")
 
-MAX_RELEASES = 4096
+MAX_RELEASES = protocol.MAX_RELEASES
 
 
 class JobOps:

@@ -74,7 +74,7 @@ class WorkerStats:
     acked: int = 0
     nacked: int = 0
     failed_replies: int = 0
-    not_started: int = 0  # prefetched jobs dropped because their lease ended while waiting
+    not_started: int = 0  # prefetched jobs handed back (or dropped): their lease ran out waiting
     peak_held: int = 0  # most jobs held at once (running + prefetched): > concurrency = prefetch
     slot_ids: list[str] = field(default_factory=list)
 
@@ -115,6 +115,7 @@ class WorkerRunner:
         self._stopping = False
         self._killed = False
         self._released: list[dict[str, Any]] = []  # jobs cancelled by shutdown, to hand back
+        self._handback: list[dict[str, Any]] = []  # unstarted jobs whose lease would end
         self._outbox: list[dict[str, Any]] = []
         self._flush_scheduled = False
         self._settling: set[asyncio.Task[None]] = set()
@@ -318,7 +319,13 @@ class WorkerRunner:
     async def _run(self, job: ClaimedJob, held: Held) -> None:
         outcome: dict[str, Any] | None = None
         try:
-            async with self._running:  # FIFO: prefetched jobs start in claim order
+            if not await self._take_slot(held):
+                # Its lease would end before a slot frees: hand it back while the owner still
+                # counts it as ours, so the attempt it never started is not used up.
+                self.stats.not_started += 1
+                self._hand_back(job)
+                return
+            try:  # FIFO: prefetched jobs start in claim order
                 now = self.node.clock.monotonic()
                 verdict = self.leases.verdict(held, now)
                 if verdict == "run":
@@ -328,6 +335,8 @@ class WorkerRunner:
                     if verdict == "cancelled":
                         outcome = {"job_id": job.job_id, "token": job.token, "op": "nack",
                                    "error": "JobCancelled: cancelled before it started"}
+            finally:
+                self._running.release()
         except asyncio.CancelledError:
             if self._stopping and not self._killed:  # shutdown, not a crash: hand it back
                 self._released.append({"job_id": job.job_id, "token": job.token})
@@ -343,6 +352,43 @@ class WorkerRunner:
                 # the ack along with its claim; otherwise it leaves at the end of this turn.
                 self._outbox.append(outcome)
                 self._schedule_flush()
+
+    async def _take_slot(self, held: Held) -> bool:
+        """Wait for an execution slot; False when the job's lease would end first (less a
+        margin for the release to reach the owner). A heartbeat that renews the lease while
+        the job waits extends the wait."""
+        if not self._running.locked():
+            await self._running.acquire()
+            return True
+        clock = self.node.clock
+        while True:
+            left = held.expires - self._release_margin() - clock.monotonic()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._running.acquire(), clock.to_loop_seconds(left))
+                return True
+            except asyncio.TimeoutError:
+                continue  # look again: a renewal may have moved the lease's end
+
+    def _release_margin(self) -> float:
+        """How long before its lease ends a waiting job is handed back: a tenth of the lease,
+        or four claim round trips when those are longer (the release must arrive in time)."""
+        return max((self._lease_s or 0.0) / 10, 4 * (self._avg_claim_s or 0.0))
+
+    def _hand_back(self, job: ClaimedJob) -> None:
+        """Queue an unstarted job for one batched ``release`` at the end of this loop turn."""
+        self._handback.append({"job_id": job.job_id, "token": job.token})
+        if len(self._handback) == 1:
+            asyncio.get_running_loop().call_soon(self._flush_handback)
+
+    def _flush_handback(self) -> None:
+        items, self._handback = self._handback, []
+        for start in range(0, len(items), protocol.MAX_RELEASES):
+            task = asyncio.get_running_loop().create_task(
+                self._send_release(items[start:start + protocol.MAX_RELEASES]))
+            self._settling.add(task)
+            task.add_done_callback(self._settling.discard)
 
     async def _run_job(self, job: ClaimedJob, held: Held, started: float) -> dict[str, Any]:
         """Run the function; return the ack or nack to send (raise on crash or shutdown)."""
@@ -434,7 +480,8 @@ class WorkerRunner:
         self.stats.failed_replies += len(items)
 
     async def _send_release(self, items: list[dict[str, Any]]) -> None:
-        """Hand shutdown-cancelled jobs back (retried briefly; idempotent by token)."""
+        """Hand jobs back unrun (shutdown, or a lease that would end while the job waited):
+        retried briefly; idempotent by token."""
         for attempt in range(3):
             try:
                 await self.client.call("release", items=items)

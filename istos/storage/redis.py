@@ -25,6 +25,10 @@ Every operation is one round trip (``scan`` pages through ``HSCAN``). Any failur
 server, or a server refusal (OOM, read-only replica), raises
 :class:`~istos.errors.StorageUnavailable` naming the URL (password hidden) and the operation.
 The client reconnects on its own: the first call after the server is back succeeds.
+
+No client can hold another hostage: there is no ``WATCH`` and no lock; a script runs to its end
+inside the server, and a ``MULTI`` pipeline is sent whole with its ``EXEC``, so a frozen or cut-off
+client leaves at most queued commands on its own connection, which block nobody.
 """
 
 from __future__ import annotations

@@ -26,6 +26,16 @@ in one transaction. ``put_if_absent`` is the same statement with ``WHERE expires
 AND expires_at <= :now`` on the update branch and ``RETURNING``: a returned row means this call
 wrote. The database serialises racing inserts on the primary key, so exactly one of N racers wins.
 
+No session can hold leadership hostage (PostgreSQL): the lease statements (acquire, renew,
+release, read) run in autocommit, one statement each, so a leader frozen or cut off between two
+round trips holds no row lock; every session is opened with ``lock_timeout`` and
+``idle_in_transaction_session_timeout`` of ``hold_timeout_s`` (a multi-statement write, such as
+a large ``put_many``, whose client stopped is rolled back by the server and its locks freed),
+``statement_timeout`` of ``op_timeout_s``, and server-side TCP keepalives plus
+``tcp_user_timeout`` that notice a vanished client within about ``hold_timeout_s + 3`` s. Keep
+``hold_timeout_s`` well under the queue's ``ha_lease_s``. The client side bounds every call by
+``op_timeout_s``.
+
 Failures to reach the database, timeouts and refused writes raise
 :class:`~istos.errors.StorageUnavailable` naming the URL (password hidden) and the operation.
 ``pool_pre_ping`` discards dead pooled connections, so the first call after the database is
@@ -55,13 +65,16 @@ class SQLAlchemyStoragePlugin:
     ``url`` is an SQLAlchemy async URL: ``postgresql+asyncpg://user@host:5432/db``,
     ``sqlite+aiosqlite:///path/file.db`` or ``sqlite+aiosqlite:///:memory:``. In-memory SQLite
     lives and dies with this object, so it reports ``durable=False`` and ``shared=False``.
-    ``op_timeout_s`` bounds each call, connecting included.
+    ``op_timeout_s`` bounds each call, connecting included. ``hold_timeout_s`` (PostgreSQL)
+    bounds how long a statement waits for a row lock and how long a session may sit idle inside
+    an open transaction before the server ends it (see the module docstring).
 
     Raises :class:`~istos.errors.ConfigError` at construction if SQLAlchemy is not installed, or
     the URL is malformed or names a dialect other than PostgreSQL or SQLite.
     """
 
-    def __init__(self, url: str, *, table: str = "istos_kv", op_timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, *, table: str = "istos_kv", op_timeout_s: float = 5.0,
+                 hold_timeout_s: float = 1.0) -> None:
         # Imported here, not at module top, so `import istos` never needs SQLAlchemy installed.
         try:
             from sqlalchemy import Column, Double, LargeBinary, MetaData, String, Table
@@ -71,8 +84,11 @@ class SQLAlchemyStoragePlugin:
             raise ConfigError(
                 "SQLAlchemyStoragePlugin needs SQLAlchemy: pip install istos-nb[sqlalchemy]"
             ) from exc
-        if op_timeout_s <= 0:
+        if not op_timeout_s > 0:
             raise ConfigError("SQLAlchemyStoragePlugin op_timeout_s must be > 0 seconds")
+        if not 0.001 <= hold_timeout_s < 3600:
+            raise ConfigError("SQLAlchemyStoragePlugin hold_timeout_s must be between 0.001 and "
+                              f"3600 seconds (well under ha_lease_s), not {hold_timeout_s!r}")
         try:
             parsed = make_url(url)
         except ArgumentError as exc:
@@ -85,7 +101,10 @@ class SQLAlchemyStoragePlugin:
         self.url = url
         self.table_name = table
         self.op_timeout_s = op_timeout_s
+        self.hold_timeout_s = hold_timeout_s
         self._backend = backend
+        # Lease statements run in autocommit there: no transaction left open between round trips.
+        self._pg = backend == "postgresql"
         self._safe_url = parsed.render_as_string(hide_password=True)
         self._memory = backend == "sqlite" and (
             parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory"
@@ -120,6 +139,7 @@ class SQLAlchemyStoragePlugin:
             kwargs["connect_args"] = {
                 "timeout": self.op_timeout_s,
                 "command_timeout": self.op_timeout_s,
+                "server_settings": self._pg_session_settings(),
             }
             kwargs["pool_timeout"] = self.op_timeout_s
         elif self._memory:
@@ -134,6 +154,20 @@ class SQLAlchemyStoragePlugin:
             kwargs["pool_timeout"] = self.op_timeout_s
         self._engine = create_async_engine(self.url, **kwargs)
         return self._engine
+
+    def _pg_session_settings(self) -> dict[str, str]:
+        """Per-session PostgreSQL settings so that no stuck client holds locks for long."""
+        hold_ms = max(1, round(self.hold_timeout_s * 1000))
+        idle_s = max(1, round(self.hold_timeout_s))  # keepalive settings are whole seconds
+        return {
+            "lock_timeout": str(hold_ms),
+            "idle_in_transaction_session_timeout": str(hold_ms),
+            "statement_timeout": str(max(1, round(self.op_timeout_s * 1000))),
+            "tcp_keepalives_idle": str(idle_s),
+            "tcp_keepalives_interval": "1",
+            "tcp_keepalives_count": "3",
+            "tcp_user_timeout": str((idle_s + 3) * 1000),
+        }
 
     def _insert(self) -> Any:
         """The dialect's INSERT construct, which offers ``on_conflict_do_update``."""
@@ -409,7 +443,7 @@ class SQLAlchemyStoragePlugin:
                 .values(value=_lease_value(epoch + 1, holder), expires_at=expires))
             return epoch + 1 if result.rowcount == 1 else None
 
-        return await self._call("acquire_leader", run)
+        return await self._call("acquire_leader", run, autocommit=self._pg)
 
     async def _set_expiry(self, op: str, name: str, holder: str, epoch: int,
                           expires: float) -> bool:
@@ -424,7 +458,7 @@ class SQLAlchemyStoragePlugin:
                 .values(expires_at=expires))
             return bool(result.rowcount == 1)
 
-        return await self._call(op, run)
+        return await self._call(op, run, autocommit=self._pg)
 
     async def renew_leader(self, name: str, holder: str, epoch: int, *, now: float,
                            ttl_s: float) -> bool:
@@ -448,7 +482,7 @@ class SQLAlchemyStoragePlugin:
             epoch, holder = _parse_lease(bytes(row.value))
             return LeaderLease(holder, epoch, float(row.expires_at))
 
-        return await self._call("read_leader", run)
+        return await self._call("read_leader", run, autocommit=self._pg)
 
     # -- helpers (tests) ----------------------------------------------------------------------
 

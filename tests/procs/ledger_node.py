@@ -5,7 +5,8 @@ role "owner" | "replica" (ha=True) | "worker". Workers append one JSON line per 
 ({"i", "attempt", "pid"}) to ledger_path and fsync it *before* acking, so the ledger holds
 every side effect that happened, even if the process is SIGKILLed right after.
 env: ISTOS_HA_LEASE_S (default 1.5), ISTOS_LEASE_S (job lease, default 2),
-ISTOS_MAX_ATTEMPTS (default 50).
+ISTOS_MAX_ATTEMPTS (default 50), ISTOS_TEST_LEASE_PAUSE ("stop:PATH" or "cut:PATH", see
+pause_after_lease_update).
 Owners print READY; replicas print LEADING / STANDBY on every change of their role.
 """
 
@@ -14,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
+import time
 
 from istos import Istos, JobContext, RedisStoragePlugin, SQLAlchemyStoragePlugin
 
@@ -25,9 +28,40 @@ def storage(url: str, ns: str):
     return SQLAlchemyStoragePlugin(url, table=ns, op_timeout_s=1.0)
 
 
+def pause_after_lease_update(spec: str) -> None:
+    """Once PATH.arm exists, pause right after this process's next UPDATE of a leader lease
+    row, *before* anything else runs (inside its transaction if the statement opened one):
+    print PAUSED, then ``stop``: SIGSTOP itself; ``cut``: block until PATH.cut exists (the test
+    has cut the link to the database meanwhile), then carry on into the cut."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    mode, path = spec.split(":", 1)
+    fired = False
+
+    def after(conn, cursor, statement, parameters, context, executemany) -> None:  # noqa: ANN001
+        nonlocal fired
+        if fired or not statement.lstrip().upper().startswith("UPDATE"):
+            return
+        if "#leader" not in repr(parameters) or not os.path.exists(path + ".arm"):
+            return
+        fired = True
+        print("PAUSED", flush=True)
+        if mode == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return
+        deadline = time.monotonic() + 30
+        while not os.path.exists(path + ".cut") and time.monotonic() < deadline:
+            time.sleep(0.01)  # the test process creates the file: nothing to wait on
+
+    event.listen(Engine, "after_cursor_execute", after)
+
+
 async def main() -> None:
     role, config, prefix, url, ns = sys.argv[1], json.loads(sys.argv[2]), *sys.argv[3:6]
     ledger = sys.argv[6] if len(sys.argv) > 6 else None
+    if os.environ.get("ISTOS_TEST_LEASE_PAUSE"):
+        pause_after_lease_update(os.environ["ISTOS_TEST_LEASE_PAUSE"])
     app = Istos(storage=storage(url, ns) if role != "worker" else None, zenoh=config,
                 prefix=prefix, node_id=f"{role}-{os.getpid()}", request_timeout_s=2.0,
                 shutdown_grace_s=1.0)

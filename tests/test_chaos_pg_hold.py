@@ -26,14 +26,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from services import free_port
+from services import drop_postgres_table, free_port, postgres_url
 from test_chaos import Proc, mesh_configs, produce
 from test_chaos_ledger import NODE, check, node, postgres_store, produce_range, tally, wait_done
 
-from istos import Istos
+from istos import Istos, SQLAlchemyStoragePlugin
+from istos.storage.base import LEADER_NS
 
 __all__ = ["postgres_store"]  # the fixture, imported for pytest
-pytestmark = pytest.mark.slow
 
 HA_LEASE_S = 1.5  # ledger_node's default
 STUCK_S = 12.0  # how long the old leader stays stuck: far longer than a takeover needs
@@ -83,6 +83,7 @@ class Relay:
             w.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["stop", "cut"])
 async def test_pg_leader_stuck_right_after_its_lease_update_cannot_block_takeover(
         fault, postgres_store, tmp_path, monkeypatch):
@@ -136,3 +137,37 @@ async def test_pg_leader_stuck_right_after_its_lease_update_cannot_block_takeove
     check(await tally(store, [ledger], 150),
           f"PG leader {fault} after its lease UPDATE (takeover {takeover_s:.2f} s, "
           f"ha_lease_s {HA_LEASE_S})")
+
+
+@pytest.mark.postgres
+async def test_a_session_left_idle_in_transaction_on_the_lease_row_is_ended_by_the_server():
+    """A client that took the lease row's lock in a transaction and then went quiet (frozen,
+    cut off: the server cannot tell) is ended by ``idle_in_transaction_session_timeout``, so
+    the next acquirer gets the row instead of waiting on the lock for as long as it lasts."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    url, table = postgres_url(), f"hold_{uuid.uuid4().hex[:8]}"
+    stuck = SQLAlchemyStoragePlugin(url, table=table, hold_timeout_s=0.5)
+    # The other side waits for locks up to 3 s: the stuck session (idle since before the
+    # wait began, limit 0.5 s) is ended well before that, whatever the machine's load.
+    other = SQLAlchemyStoragePlugin(url, table=table, hold_timeout_s=3.0, op_timeout_s=10.0)
+    try:
+        await stuck.open()
+        assert await stuck.acquire_leader("ha:q", "a", now=0.0, ttl_s=1.0) == 1
+        conn = await stuck._ensure_engine().connect()
+        tx = await conn.begin()
+        await conn.execute(text(f'UPDATE "{table}" SET expires_at = expires_at '
+                                "WHERE ns = :ns"), {"ns": LEADER_NS})
+        # ...and now this session just sits there, holding the row lock
+        assert await other.acquire_leader("ha:q", "b", now=10.0, ttl_s=1.0) == 2
+        with pytest.raises(DBAPIError):  # the server ended the idle transaction's session
+            await tx.commit()
+        with contextlib.suppress(Exception):
+            await conn.close()
+        lease = await other.read_leader("ha:q")
+        assert lease is not None and (lease.holder, lease.epoch) == ("b", 2)
+    finally:
+        await stuck.close()
+        await other.close()
+        await drop_postgres_table(url, table)

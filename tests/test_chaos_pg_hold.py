@@ -171,3 +171,63 @@ async def test_a_session_left_idle_in_transaction_on_the_lease_row_is_ended_by_t
         await stuck.close()
         await other.close()
         await drop_postgres_table(url, table)
+
+
+async def probe(app: Istos, *, until: float, step: float, out: list[tuple[float, bool]]) -> None:
+    """Until wall time ``until``, send one ``stats`` request every ``step`` s, each on its own
+    (not waiting for the previous one); record (wall time sent, answered ok)."""
+
+    async def one(sent: float) -> None:
+        try:
+            await app.client("q").call("stats", timeout_s=1.0)
+            out.append((sent, True))
+        except Exception:
+            out.append((sent, False))
+
+    tasks = []
+    while time.time() < until:
+        tasks.append(asyncio.create_task(one(time.time())))
+        await asyncio.sleep(step)  # the probe's cadence, not a synchronisation
+    await asyncio.gather(*tasks)
+
+
+@pytest.mark.slow
+async def test_pg_leader_cut_from_the_store_answers_nothing_once_its_lease_lapsed(
+        postgres_store, tmp_path):
+    """The only replica loses its database link (a silent relay): it cannot renew. Every
+    renewal that counted was asked before the cut, so its lease ran out by cut + ha_lease_s:
+    no request sent after that may get an ok reply, not even a read from its memory."""
+    store = postgres_store
+    assert store.pg is not None
+    relay = Relay(store.pg.port)
+    await relay.start()
+    configs, prefix = mesh_configs(2), f"pgl-{uuid.uuid4().hex[:8]}"
+    via_relay = store.url.replace(f":{store.pg.port}/", f":{relay.port}/")
+    leader = Proc("replica", configs[0], prefix, via_relay, store.ns, node=NODE)
+    leader.start()
+    producer = Istos(zenoh=configs[1], prefix=prefix, node_id="producer", request_timeout_s=2.0)
+    answers: list[tuple[float, bool]] = []
+    try:
+        await leader.expect("LEADING", 30)
+        async with producer.serving():
+            await produce(producer, 20)
+            start = time.time()
+            probing = asyncio.create_task(probe(producer, until=start + 2 + 3 * HA_LEASE_S,
+                                                step=0.05, out=answers))
+            await asyncio.sleep(2.0)  # probes answered while the link is up
+            cut_at = time.time()
+            relay.cut()
+            await asyncio.wait_for(probing, 30)
+            await leader.expect("STANDBY", 30)  # it noticed, and stood down
+    finally:
+        leader.kill()
+        with contextlib.suppress(Exception):
+            await relay.close()
+    before = [ok for t, ok in answers if t < cut_at - 0.2]
+    late = sorted(t - cut_at for t, ok in answers if ok and t > cut_at + HA_LEASE_S)
+    print(f"\nprobes: {len(answers)}; ok before the cut {sum(before)}/{len(before)}; "
+          f"last ok sent {max((t - cut_at for t, ok in answers if ok), default=0):.2f} s "
+          "after the cut")
+    assert before and all(before)
+    assert not late, f"a lapsed leader answered {len(late)} request(s) sent {late[0]:.2f} s " \
+                     "after the cut"

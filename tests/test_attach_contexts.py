@@ -28,6 +28,7 @@ from istos_nb import LiveQueue, aattach, attach
 from istos_nb.live.reenter import can_reenter, wait_running_loop
 
 REPO = Path(__file__).resolve().parents[1]
+CALL_TIMEOUT_S = 30.0  # long, so a call that waits for its timeout cannot pass for an answer
 
 
 def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
@@ -44,13 +45,15 @@ async def test_plain_calls_on_the_loop_that_serves_the_owner_answer_within_1s():
     await app.start()  # what a notebook cell does: the owner now lives on this loop
     try:
         ids = [await app.enqueue("jobs/email", {"to": f"u{i}@x"}) for i in range(3)]
-        lq = attach("jobs/email", configs[1], prefix=prefix)  # plain, on this loop
+        # A call that waited for its timeout instead of being answered would take 30 s:
+        # well apart from an answer's milliseconds, whatever the machine's load.
+        lq = attach("jobs/email", configs[1], prefix=prefix, timeout_s=CALL_TIMEOUT_S)
         try:
             assert lq.owner_node == "kernel-owner"
             for call in (lq.stats, lq.jobs, lq.leases, lq.dead_letters, lq.events,
                          lambda: lq.why(ids[0]), lambda: lq.job(ids[1])):
                 _, took = timed(call)
-                assert took < 1.0, f"{call} took {took:.2f} s"
+                assert took < CALL_TIMEOUT_S / 2, f"{call} waited {took:.2f} s for its timeout"
             assert lq.stats()["counts"]["ready"] == 3
             assert "unavailable" not in repr(lq) and "ready=3" in repr(lq)
             lq.follow()
@@ -61,10 +64,11 @@ async def test_plain_calls_on_the_loop_that_serves_the_owner_answer_within_1s():
         finally:
             lq.close()
         # attach() handed to a thread, then plain calls on the loop (the third case).
-        lq = await asyncio.to_thread(attach, "jobs/email", configs[1], prefix=prefix)
+        lq = await asyncio.to_thread(attach, "jobs/email", configs[1], prefix=prefix,
+                                     timeout_s=CALL_TIMEOUT_S)
         try:
             stats, took = timed(lq.stats)
-            assert took < 1.0 and stats["counts"]["ready"] == 4
+            assert took < CALL_TIMEOUT_S / 2 and stats["counts"]["ready"] == 4
             assert "unavailable" not in repr(lq)
         finally:
             lq.close()
@@ -167,7 +171,8 @@ def test_a_real_jupyter_kernel_owner_and_attach_in_the_next_cell(tmp_path, monke
         "await app.start()\n"
         "jid = await app.enqueue('jobs/email', {'to': 'a@b'})",
         f"t0 = time.perf_counter()\nq = istos_nb.attach('jobs/email', "
-        f"json.loads({json.dumps(json.dumps(configs[1]))}), prefix={prefix!r})\n"
+        f"json.loads({json.dumps(json.dumps(configs[1]))}), prefix={prefix!r}, "
+        f"timeout_s={CALL_TIMEOUT_S})\n"
         "s = q.stats()\nj = q.jobs()\nw = q.why(jid)\nr = repr(q)\n"
         "took = time.perf_counter() - t0\n"
         "print(json.dumps({'ready': s['counts']['ready'], 'policy': s['policy'], "
@@ -183,7 +188,8 @@ def test_a_real_jupyter_kernel_owner_and_attach_in_the_next_cell(tmp_path, monke
     assert out["policy"]["retry_backoff_s"] == 0.5 and out["policy"]["max_attempts"] == 3
     assert out["dtype"] == "datetime64[ns, UTC]" or out["dtype"].endswith(", UTC]")
     assert "unavailable" not in out["repr"]
-    assert out["took"] < 5.0  # opening the session included; no 5 s freeze per call
+    # Opening the session included: no call waited for its (30 s) timeout.
+    assert out["took"] < CALL_TIMEOUT_S / 2
 
 
 async def test_a_blocking_wait_keeps_the_running_loop_going_and_leaves_it_sound():

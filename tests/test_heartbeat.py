@@ -104,8 +104,10 @@ async def test_a_job_four_times_its_lease_runs_once_and_shows_progress_elsewhere
         assert "lease_expired" not in kinds(events, jid)
         assert count(events, "lease_extended", jid) >= 9  # held >= 4 s, renewed every 1/3 s
     assert count(events, "progress", a) == 1  # coalesced: reported once, changed once
-    # One request renews both jobs: about 4.2 s / (1 s / 3) = 12 requests, not one per job.
-    assert 9 <= beats <= 16
+    # One request renews both jobs, not one request per job: while both were held, each
+    # request renewed both (whatever the machine's load does to how many there were).
+    assert count(events, "lease_extended", a) <= beats < \
+        count(events, "lease_extended", a) + count(events, "lease_extended", b)
 
 
 async def test_without_heartbeat_a_prefetched_job_is_not_started_after_its_lease():

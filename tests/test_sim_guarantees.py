@@ -5,7 +5,6 @@ owner, a late ack (after expiry, before the next claim) is honoured once."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from istos_nb.sim import Simulation
 

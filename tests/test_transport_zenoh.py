@@ -457,3 +457,24 @@ async def test_processes_with_default_config_find_each_other() -> None:
         if child.returncode is None:
             child.kill()
             await child.wait()
+
+
+def test_shared_memory_is_off_unless_the_config_mentions_it(tmp_path):
+    """Zenoh's shared-memory transport kept a 16 MiB pool mapped per same-host peer session
+    that had closed (an owner grew with producer churn): Istos turns it off by default, and a
+    config that says anything about ``shared_memory`` keeps what it says."""
+    from istos.transport._zenoh_config import to_zenoh_config
+
+    def shm(config) -> bool:
+        return json.loads(to_zenoh_config(config).get_json("transport/shared_memory/enabled"))
+
+    assert shm(None) is False and shm({"mode": "peer"}) is False and shm("{mode: 'peer'}") is False
+    assert shm({"transport": {"shared_memory": {"enabled": True}}}) is True
+    path = tmp_path / "z.json5"
+    path.write_text("{transport: {shared_memory: {enabled: true}}}")
+    assert shm(str(path)) is True
+    plain = tmp_path / "plain.json5"
+    plain.write_text("{mode: 'peer'}")
+    assert shm(plain) is False
+    given = zenoh.Config()  # a zenoh.Config object is used exactly as given
+    assert to_zenoh_config(given) is given

@@ -7,6 +7,13 @@ Everything else, and anything Zenoh rejects while parsing, raises
 :class:`~istos.errors.ConfigError` (a ``ValueError``) naming the problem. Parsing catches only
 what Zenoh checks when it builds the config; a bad or busy endpoint shows up when the session
 opens, in :meth:`~istos.transport.zenoh.ZenohTransport.start`.
+
+Zenoh's shared-memory transport is turned off unless the config names ``shared_memory``: with
+it on (Zenoh 1.x's default), every peer on the same host that sends a message of 3 KiB or more
+makes a 16 MiB pool, and the receiving side keeps the peer's pool mapped after that peer's
+session has closed, so a long-lived owner grew 16 MiB per producer session that came and went
+(``bench/zenoh_session_churn.py`` reproduces it with raw Zenoh; off, it stays flat). A
+``zenoh.Config`` object is used exactly as given.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ def to_zenoh_config(config: object) -> zenoh.Config:
     """Turn the accepted config forms into a ``zenoh.Config``; raise ConfigError otherwise."""
     if config is None:
         # Peer mode with multicast scouting: processes on one host find each other unaided.
-        return zenoh.Config()
+        return _without_shm(zenoh.Config())
     if isinstance(config, zenoh.Config):
         return config
     try:
@@ -32,18 +39,28 @@ def to_zenoh_config(config: object) -> zenoh.Config:
                 text = json.dumps(config)
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"zenoh config dict is not JSON-serialisable: {exc}") from exc
-            return zenoh.Config.from_json5(text)
+            return _without_shm(zenoh.Config.from_json5(text), text)
         if isinstance(config, str) and "{" in config:
             # A JSON5 document always holds an object; a file path practically never a brace.
-            return zenoh.Config.from_json5(config)
+            return _without_shm(zenoh.Config.from_json5(config), config)
         if isinstance(config, (str, os.PathLike)):
             path = os.fspath(config)
             if not os.path.isfile(path):
                 raise ConfigError(f"zenoh config file not found: {path!r}")
-            return zenoh.Config.from_file(path)
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            return _without_shm(zenoh.Config.from_file(path), text)
     except zenoh.ZError as exc:
         raise ConfigError(f"invalid zenoh config: {exc}") from exc
     raise ConfigError(
         "zenoh config must be None, a zenoh.Config, a dict, a JSON5 string or a path to a "
         f"JSON5 file, not {type(config).__name__}"
     )
+
+
+def _without_shm(config: zenoh.Config, text: str = "") -> zenoh.Config:
+    """Shared memory off unless the config's text says anything about it (see the module
+    docstring for why)."""
+    if "shared_memory" not in text:
+        config.insert_json5("transport/shared_memory/enabled", "false")
+    return config

@@ -5,7 +5,9 @@ owner, a late ack (after expiry, before the next claim) is honoured once."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
+from istos.errors import FencedOut
 from istos_nb.sim import Simulation
 
 HA_LEASE_S = 3.0
@@ -62,3 +64,49 @@ def test_a_leader_whose_storage_lease_lapsed_answers_no_request_not_even_a_read(
     assert before and all(before)  # the probe works: the leader answered before it froze
     assert [e for e in result.events_raw if e["kind"] == "owner_up" and e["node"] == "b"]
     assert not after, f"a lapsed leader answered {len(after)} request(s), first sent at {after[0]}"
+
+
+class _LoopTimes(logging.Handler):
+    """Records the virtual time of each owner warning whose arguments carry a FencedOut."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.fenced_at: list[float] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if any(isinstance(a, FencedOut) for a in args):
+            self.fenced_at.append(asyncio.get_running_loop().time())
+
+
+def test_a_write_refused_by_the_fence_stops_the_owner_at_once():
+    """b joins at t=10 with its clock 5 s ahead: a's lease (3 s) always looks expired to it, so
+    it takes the epoch while a still believes it leads (a's own clock says its lease runs).
+    a's next write (an enqueue every 10 ms reaches it) is refused by the fence: from then on a
+    answers nothing, reads included, without waiting for its next renewal to fail."""
+    sim = Simulation(seed=5, storage="durable", link_lease_s=10.0)
+    sim.node("a").queue("q", ha=True, ha_lease_s=HA_LEASE_S, lease_s=5.0)
+    sim.node("b", clock_skew_s=5.0).queue("q", ha=True, ha_lease_s=HA_LEASE_S, lease_s=5.0)
+    sim.crash("b", at=0.001, restart_after=10.129)
+    sim.node("p")
+    # b is cut from a and from the probe and the producer on the mesh (not from the store), so
+    # a learns of the new epoch only from the store: its next renewal, or a refused write.
+    sim.partition({"a", "p"}, {"b"}, at=0.5)
+    sim.enqueue_jobs("p", "q", 1500, start=1.0, rate=100.0)
+    answers: list[tuple[float, bool]] = []
+    probe_every(sim, "p", "q", start=5.0, stop=14.0, step=0.005, out=answers, timeout_s=1.0)
+    seen = _LoopTimes()
+    log = logging.getLogger("istos.owner")
+    log.addHandler(seen)
+    try:
+        result = sim.run(until=20.0)
+    finally:
+        log.removeHandler(seen)
+    assert seen.fenced_at, "no write was refused by the fence: the scenario did not happen"
+    refused = seen.fenced_at[0]
+    assert 10.0 <= refused < 11.0
+    assert [e for e in result.events_raw if e["kind"] == "owner_up" and e["node"] == "b"]
+    before = [ok for t, ok in answers if t < 9.9]
+    late = sorted(t for t, ok in answers if ok and t > refused)
+    assert before and all(before)
+    assert not late, f"a fenced owner answered {len(late)} request(s), first at {late[0]}"

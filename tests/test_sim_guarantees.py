@@ -110,3 +110,36 @@ def test_a_write_refused_by_the_fence_stops_the_owner_at_once():
     late = sorted(t for t, ok in answers if ok and t > refused)
     assert before and all(before)
     assert not late, f"a fenced owner answered {len(late)} request(s), first at {late[0]}"
+
+
+def _kinds(result, job_id: str) -> list[str]:
+    return [e["kind"] for e in result.events_raw if e["job_id"] == job_id]
+
+
+def test_a_late_ack_before_the_next_claim_is_honoured_and_after_it_is_not():
+    """No heartbeat, lease 5 s, a 6 s job: its lease expires while it runs and it goes back to
+    ready. Alone (nobody else to claim it), the late ack still ends it: it ran once, one
+    claim, acked. With a second worker that claims it in the meantime, the first worker's late
+    ack is stale (that delivery is no longer the latest) and the job ends with the second."""
+    for rivals in (0, 1):
+        sim = Simulation(seed=9, storage="durable")
+        sim.node("o").queue("q", lease_s=5.0, max_attempts=3, sweep_interval_s=0.1)
+        sim.node("w").worker("q", concurrency=1, poll_interval_s=0.2)(sim.handler(service_s=6.0))
+        if rivals:
+            sim.node("r").worker("q", concurrency=1, poll_interval_s=0.2)(
+                sim.handler(service_s=1.0))
+            sim.crash("r", at=0.0, restart_after=5.5)  # arrives after w's claim, before its ack
+        sim.enqueue_jobs("o", "q", 1, start=1.0)
+        result = sim.run(until=30.0)
+        report = result.check()
+        assert report["ok"].all(), report[~report["ok"]]
+        (job_id,) = {e["job_id"] for e in result.events_raw if e["kind"] == "enqueued"}
+        kinds = _kinds(result, job_id)
+        ran = [e for e in result.effects if e["job_id"] == job_id]
+        assert kinds.count("lease_expired") == 1 and kinds.count("acked") == 1
+        if rivals:
+            assert kinds.count("claimed") == 2 and len(ran) == 2  # at least once: it ran twice
+            (acked,) = [e for e in result.events_raw if e["kind"] == "acked"]
+            assert acked["worker"].startswith("r")  # the latest delivery's ack, not w's
+        else:
+            assert kinds.count("claimed") == 1 and len(ran) == 1  # the late ack was honoured

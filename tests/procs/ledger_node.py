@@ -5,8 +5,10 @@ role "owner" | "replica" (ha=True) | "worker". Workers append one JSON line per 
 ({"i", "attempt", "pid"}) to ledger_path and fsync it *before* acking, so the ledger holds
 every side effect that happened, even if the process is SIGKILLed right after.
 env: ISTOS_HA_LEASE_S (default 1.5), ISTOS_LEASE_S (job lease, default 2),
-ISTOS_MAX_ATTEMPTS (default 50), ISTOS_TEST_LEASE_PAUSE ("stop:PATH" or "cut:PATH", see
-pause_after_lease_update).
+ISTOS_MAX_ATTEMPTS (default 50), ISTOS_JOB_S (a worker's run time, default 0.002),
+ISTOS_CONCURRENCY (a worker's, default 8),
+ISTOS_TEST_LEASE_PAUSE ("stop:PATH" or "cut:PATH", see pause_after_lease_update),
+ISTOS_TEST_REPORT_FENCE (print "FENCED <wall time>" when a write is refused by the fence).
 Owners print READY; replicas print LEADING / STANDBY on every change of their role.
 """
 
@@ -57,9 +59,27 @@ def pause_after_lease_update(spec: str) -> None:
     event.listen(Engine, "after_cursor_execute", after)
 
 
+def report_fence_refusals() -> None:
+    """Print FENCED and the wall time once the owner logs a write refused by the fence."""
+    import logging
+    import time as wall
+
+    from istos.errors import FencedOut
+
+    class Report(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            args = record.args if isinstance(record.args, tuple) else ()
+            if any(isinstance(a, FencedOut) for a in args):
+                print(f"FENCED {wall.time():.6f}", flush=True)
+
+    logging.getLogger("istos.owner").addHandler(Report(logging.WARNING))
+
+
 async def main() -> None:
     role, config, prefix, url, ns = sys.argv[1], json.loads(sys.argv[2]), *sys.argv[3:6]
     ledger = sys.argv[6] if len(sys.argv) > 6 else None
+    if os.environ.get("ISTOS_TEST_REPORT_FENCE"):
+        report_fence_refusals()
     if os.environ.get("ISTOS_TEST_LEASE_PAUSE"):
         pause_after_lease_update(os.environ["ISTOS_TEST_LEASE_PAUSE"])
     app = Istos(storage=storage(url, ns) if role != "worker" else None, zenoh=config,
@@ -76,9 +96,10 @@ async def main() -> None:
         assert ledger is not None
         fd = os.open(ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
-        @app.worker("q", concurrency=8, poll_interval_s=0.2)
+        @app.worker("q", concurrency=int(os.environ.get("ISTOS_CONCURRENCY", "8")),
+                    poll_interval_s=0.2)
         async def work(job: dict, ctx: JobContext) -> None:
-            await asyncio.sleep(0.002)
+            await asyncio.sleep(float(os.environ.get("ISTOS_JOB_S", "0.002")))
             line = json.dumps({"i": job["i"], "attempt": ctx.attempt, "pid": os.getpid()})
             os.write(fd, (line + "\n").encode())
             os.fsync(fd)  # the side effect is durable before the ack leaves

@@ -5,10 +5,11 @@ or the simulator does (a new message, another rng draw) changes them too: then r
 
     PYTHONPATH=$PWD python tests/sim_digests.py > tests/sim_digests.json
 
-(which updates the entry of the running Python's minor version) and say so in the commit
-message. A pure optimisation must leave the file untouched. The digests are per Python minor
-version: asyncio itself schedules differently across versions (``wait_for`` was rewritten in
-3.12), so the same seed gives a different, equally reproducible, stream there.
+and say so in the commit message. A pure optimisation must leave the file untouched. The
+digests do not depend on the Python version: the same seeds give byte-identical streams on
+3.10, 3.11, 3.12 and 3.13 (checked 2026-12-01 with each interpreter), so one table serves every
+supported version and the test never skips. Should a future Python schedule differently, that
+is a finding: make the engine's order independent of it rather than pinning a second table.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from istos_nb.sim.result import SimResult  # noqa: E402
 from istos_nb.views.scenario import scenario_from_params  # noqa: E402
 
 PINNED = Path(__file__).parent / "sim_digests.json"
-PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def bench_like(jobs: int, seed: int) -> tuple[Simulation, float]:
@@ -70,13 +70,11 @@ def compute(name: str) -> dict[str, Any]:
     return {"digest": digest(result), "events": len(result.events_raw)}
 
 
-def pinned() -> dict[str, Any] | None:
-    """The digests recorded for the running Python version, or None."""
-    entry: dict[str, Any] | None = json.loads(PINNED.read_text()).get(PY)
-    return entry
+def pinned() -> dict[str, Any]:
+    """The recorded digests (the same for every supported Python version)."""
+    table: dict[str, Any] = json.loads(PINNED.read_text())
+    return table
 
 
 if __name__ == "__main__":
-    table = json.loads(PINNED.read_text()) if PINNED.exists() else {}
-    table[PY] = {name: compute(name) for name in SCENARIOS}
-    print(json.dumps(table, indent=2))
+    print(json.dumps({name: compute(name) for name in SCENARIOS}, indent=2))

@@ -30,16 +30,24 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import free_port  # noqa: E402
+from bench._netns import gaps, sh, veth_namespace  # noqa: E402
 
 KEY = "gap/q"
 
 
+WAIT_BEFORE_CLOSE_MS: int | None = None
+
+
 def peer_config(listen: str, connect: list[str], lease_ms: int) -> dict[str, Any]:
+    tx: dict[str, Any] = {"lease": lease_ms}
+    if WAIT_BEFORE_CLOSE_MS is not None:
+        tx["queue"] = {"congestion_control": {"block": {
+            "wait_before_close": WAIT_BEFORE_CLOSE_MS * 1000}}}
     return {"mode": "peer", "listen": {"endpoints": [listen]},
             "connect": {"endpoints": connect},
             "scouting": {"multicast": {"enabled": False}, "gossip": {"enabled": False},
                          "delay": 20},
-            "transport": {"link": {"tx": {"lease": lease_ms}},
+            "transport": {"link": {"tx": tx},
                           "shared_memory": {"enabled": False}}}
 
 
@@ -62,11 +70,97 @@ def serve(config: dict[str, Any], name: str, extras: bool) -> None:
         time.sleep(0.01)
 
 
-def sh(*args: str) -> None:
-    subprocess.run(list(args), check=True)
+def start_servers(args: argparse.Namespace, ns: str, a_end: str, b_end: str
+                  ) -> list[subprocess.Popen[str]]:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    procs = []
+    for where, cfg, name in ((["ip", "netns", "exec", ns], peer_config(a_end, [], args.lease_ms),
+                              "A"), ([], peer_config(b_end, [a_end], args.lease_ms), "B")):
+        proc = subprocess.Popen([*where, sys.executable, __file__, "--serve", json.dumps(cfg),
+                                 name, "1" if args.extras else "0"], stdout=subprocess.PIPE,
+                                text=True, env=env)
+        procs.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+    return procs
+
+
+def query_through_cut(session: Any, args: argparse.Namespace, host_if: str,
+                      t0: float) -> list[tuple[float, str]]:
+    """One query every 100 ms; cut at --cut-at; (with --declare-after) publish and declare."""
+    import zenoh
+
+    got: list[tuple[float, str]] = []  # (sent, first reply or error)
+    lock = threading.Lock()
+    cc = zenoh.CongestionControl.DROP if args.drop else zenoh.CongestionControl.BLOCK
+    pub = session.declare_publisher("gap/events/C",
+                                    congestion_control=zenoh.CongestionControl.DROP)
+    cut = declared = False
+    while time.monotonic() - t0 < args.seconds:
+        now = time.monotonic() - t0
+        if not cut and now >= args.cut_at:
+            sh("ip", "link", "set", host_if, "down")
+            cut = True
+        if args.declare_after is not None:
+            for _ in range(10):
+                pub.put(b"e" * 20000)
+            if cut and not declared and now >= args.cut_at + args.declare_after:
+                declared = True
+                began = time.monotonic()
+                session.declare_queryable("gap/other", lambda q: None)
+                print(f"  declare_queryable at t={now:.1f} took "
+                      f"{time.monotonic() - began:.2f} s")
+        first: list[str] = []
+
+        def on_reply(reply: Any, sent: float = now, first: list[str] = first) -> None:
+            with lock:
+                if not first:
+                    try:
+                        first.append(reply.ok.payload.to_bytes().decode())
+                    except Exception:
+                        first.append("error:" + reply.err.payload.to_bytes().decode())
+                    got.append((sent, first[0]))
+
+        called = time.monotonic()
+        session.get(KEY, zenoh.handlers.Callback(on_reply, lambda: None, indirect=False),
+                    timeout=1.0, consolidation=zenoh.ConsolidationMode.NONE,
+                    congestion_control=cc)
+        if time.monotonic() - called > 0.05:
+            print(f"  get() itself blocked {time.monotonic() - called:.2f} s at t={now:.1f}")
+        time.sleep(max(0.0, 0.1 - (time.monotonic() - called)))
+    return got
+
+
+def run(args: argparse.Namespace, ns: str, host_if: str, host_ip: str, ns_ip: str) -> None:
+    import zenoh
+
+    a_end, b_end, c_end = (f"tcp/{ip}:{free_port()}" for ip in (ns_ip, host_ip, host_ip))
+    procs = start_servers(args, ns, a_end, b_end)
+    try:
+        session = zenoh.open(zenoh.Config.from_json5(json.dumps(
+            peer_config(c_end, [a_end, b_end], args.lease_ms))))
+        t0 = time.monotonic()
+        if args.extras:
+            session.liveliness().declare_subscriber("gap/alive/*", lambda s: None)
+            session.declare_subscriber("gap/events/**", lambda s: None)
+        time.sleep(1.0)  # let the three links come up
+        got = query_through_cut(session, args, host_if, t0)
+        time.sleep(1.5)
+        session.close()
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)
+    ok = sorted(s for s, first in got if not first.startswith("error"))
+    print(f"cut at {args.cut_at:.1f} s; {len(ok)} answered queries; lease "
+          f"{args.lease_ms} ms; congestion control {'DROP' if args.drop else 'BLOCK'}")
+    longest, lines = gaps(ok, got)
+    for line in lines:
+        print(line)
+    print(f"longest stretch with no answer: {longest:.2f} s")
 
 
 def main() -> None:
+    global WAIT_BEFORE_CLOSE_MS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--cut-at", type=float, default=3.0)
@@ -75,97 +169,20 @@ def main() -> None:
     parser.add_argument("--extras", action="store_true",
                         help="A and B also hold a liveliness token, a subscriber and a "
                              "publisher (100 puts/s), C watches liveliness, as Istos does")
+    parser.add_argument("--declare-after", type=float, default=None, metavar="S",
+                        help="C publishes 10 x 20 KB per query and, S s after the cut, "
+                             "declares a queryable (as a new leader binds its queue)")
+    parser.add_argument("--wait-before-close-ms", type=int, default=None,
+                        help="transport.link.tx.queue.congestion_control.block."
+                             "wait_before_close for every peer (Zenoh's default: 5000)")
     parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(json.loads(args.serve[0]), args.serve[1], args.serve[2] == "1")
         return
-    import zenoh
-
-    ns, host_if, ns_if = f"istos-gap-{os.getpid()}", f"vg{os.getpid() % 100000}h", \
-        f"vg{os.getpid() % 100000}n"
-    host_ip, ns_ip = "10.224.77.1", "10.224.77.2"
-    sh("ip", "netns", "add", ns)
-    procs: list[subprocess.Popen[str]] = []
-    try:
-        sh("ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if)
-        sh("ip", "link", "set", ns_if, "netns", ns)
-        sh("ip", "addr", "add", f"{host_ip}/24", "dev", host_if)
-        sh("ip", "link", "set", host_if, "up")
-        sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{ns_ip}/24", "dev", ns_if)
-        sh("ip", "netns", "exec", ns, "ip", "link", "set", ns_if, "up")
-        sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        a_end = f"tcp/{ns_ip}:{free_port()}"
-        b_end = f"tcp/{host_ip}:{free_port()}"
-        c_end = f"tcp/{host_ip}:{free_port()}"
-        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-        for where, cfg, name in (
-                (["ip", "netns", "exec", ns], peer_config(a_end, [], args.lease_ms), "A"),
-                ([], peer_config(b_end, [a_end], args.lease_ms), "B")):
-            proc = subprocess.Popen([*where, sys.executable, __file__, "--serve",
-                                     json.dumps(cfg), name, "1" if args.extras else "0"],
-                                    stdout=subprocess.PIPE,
-                                    text=True, env=env)
-            procs.append(proc)
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
-        session = zenoh.open(zenoh.Config.from_json5(json.dumps(
-            peer_config(c_end, [a_end, b_end], args.lease_ms))))
-        t0 = time.monotonic()
-        if args.extras:
-            session.liveliness().declare_subscriber(
-                "gap/alive/*", lambda s: print(f"  liveliness {s.kind} {s.key_expr} at "
-                                               f"t={time.monotonic() - t0:.1f}"))
-            session.declare_subscriber("gap/events/**", lambda s: None)
-        time.sleep(1.0)  # let the three links come up
-        got: list[tuple[float, float, str]] = []  # (sent, answered, first reply or error)
-        lock = threading.Lock()
-        cut = False
-        cc = zenoh.CongestionControl.DROP if args.drop else zenoh.CongestionControl.BLOCK
-        while time.monotonic() - t0 < args.seconds:
-            if not cut and time.monotonic() - t0 >= args.cut_at:
-                sh("ip", "link", "set", host_if, "down")
-                cut = True
-            sent = time.monotonic() - t0
-            first: list[str] = []
-
-            def on_reply(reply: Any, sent: float = sent, first: list[str] = first) -> None:
-                with lock:
-                    if first:
-                        return
-                    try:
-                        first.append(reply.ok.payload.to_bytes().decode())
-                    except Exception:
-                        first.append("error:" + reply.err.payload.to_bytes().decode())
-                    got.append((sent, time.monotonic() - t0, first[0]))
-
-            called = time.monotonic()
-            session.get(KEY, zenoh.handlers.Callback(on_reply, lambda: None, indirect=False),
-                        timeout=1.0, consolidation=zenoh.ConsolidationMode.NONE,
-                        congestion_control=cc)
-            blocked = time.monotonic() - called
-            if blocked > 0.05:
-                print(f"  get() itself blocked {blocked:.2f} s at t={sent:.1f}")
-            time.sleep(max(0.0, 0.1 - (time.monotonic() - called)))
-        time.sleep(1.5)
-        session.close()
-        ok = sorted(s for s, _, first in got if not first.startswith("error"))
-        print(f"cut at {args.cut_at:.1f} s; {len(ok)} answered queries; lease "
-              f"{args.lease_ms} ms; congestion control {'DROP' if args.drop else 'BLOCK'}")
-        longest = 0.0
-        for prev, nxt in zip(ok, ok[1:]):
-            if nxt - prev > 0.5:
-                errors = sorted({f for s, _, f in got if prev < s < nxt})
-                print(f"  no answer from {prev:.1f} s to {nxt:.1f} s ({nxt - prev:.1f} s); "
-                      f"replies meanwhile: {errors or 'none'}")
-            longest = max(longest, nxt - prev)
-        print(f"longest stretch with no answer: {longest:.2f} s")
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait(10)
-        subprocess.run(["ip", "link", "del", host_if], check=False,
-                       stderr=subprocess.DEVNULL)
-        subprocess.run(["ip", "netns", "del", ns], check=False)
+    WAIT_BEFORE_CLOSE_MS = args.wait_before_close_ms
+    with veth_namespace("gap", 77) as (ns, host_if, host_ip, ns_ip):
+        run(args, ns, host_if, host_ip, ns_ip)
 
 
 if __name__ == "__main__":

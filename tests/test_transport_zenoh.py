@@ -478,3 +478,18 @@ def test_shared_memory_is_off_unless_the_config_mentions_it(tmp_path):
     assert shm(plain) is False
     given = zenoh.Config()  # a zenoh.Config object is used exactly as given
     assert to_zenoh_config(given) is given
+
+
+def test_block_messages_wait_one_second_for_a_silent_peer_unless_configured():
+    """Zenoh's 5 s BLOCK wait toward a peer that went silent stalled the sender (a new HA leader
+    answered nothing for seconds): Istos waits 1 s, and a config that names the option wins."""
+    from istos.transport._zenoh_config import WAIT_BEFORE_CLOSE_US, to_zenoh_config
+
+    def wait_us(config) -> int:
+        return json.loads(to_zenoh_config(config).get_json(
+            "transport/link/tx/queue/congestion_control/block/wait_before_close"))
+
+    assert wait_us(None) == wait_us({"mode": "peer"}) == WAIT_BEFORE_CLOSE_US == 1_000_000
+    mine = {"transport": {"link": {"tx": {"queue": {"congestion_control": {
+        "block": {"wait_before_close": 250_000}}}}}}}
+    assert wait_us(mine) == 250_000

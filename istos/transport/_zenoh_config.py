@@ -12,8 +12,16 @@ Zenoh's shared-memory transport is turned off unless the config names ``shared_m
 it on (Zenoh 1.x's default), every peer on the same host that sends a message of 3 KiB or more
 makes a 16 MiB pool, and the receiving side keeps the peer's pool mapped after that peer's
 session has closed, so a long-lived owner grew 16 MiB per producer session that came and went
-(``bench/zenoh_session_churn.py`` reproduces it with raw Zenoh; off, it stays flat). A
-``zenoh.Config`` object is used exactly as given.
+(``bench/zenoh_session_churn.py`` reproduces it with raw Zenoh; off, it stays flat).
+
+A message sent with congestion control BLOCK waits for room in the queue toward each peer for
+up to ``transport.link.tx.queue.congestion_control.block.wait_before_close`` (Zenoh's default:
+5 s) before Zenoh gives up on that link. Toward a peer that went silent (a pulled cable: no FIN,
+no RST) the queue fills within a second of traffic, and the sending thread then stalls for the
+whole wait: a new HA leader answered nothing for seconds after a full partition of the old one.
+Istos sets it to 1 s unless the config names ``wait_before_close`` (``bench/
+zenoh_partition_gap.py`` reproduces it with raw Zenoh: a 5.1 s gap by default, 0.5 s at 0.5 s).
+A ``zenoh.Config`` object is used exactly as given.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ def to_zenoh_config(config: object) -> zenoh.Config:
     """Turn the accepted config forms into a ``zenoh.Config``; raise ConfigError otherwise."""
     if config is None:
         # Peer mode with multicast scouting: processes on one host find each other unaided.
-        return _without_shm(zenoh.Config())
+        return _istos_defaults(zenoh.Config())
     if isinstance(config, zenoh.Config):
         return config
     try:
@@ -39,17 +47,17 @@ def to_zenoh_config(config: object) -> zenoh.Config:
                 text = json.dumps(config)
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"zenoh config dict is not JSON-serialisable: {exc}") from exc
-            return _without_shm(zenoh.Config.from_json5(text), text)
+            return _istos_defaults(zenoh.Config.from_json5(text), text)
         if isinstance(config, str) and "{" in config:
             # A JSON5 document always holds an object; a file path practically never a brace.
-            return _without_shm(zenoh.Config.from_json5(config), config)
+            return _istos_defaults(zenoh.Config.from_json5(config), config)
         if isinstance(config, (str, os.PathLike)):
             path = os.fspath(config)
             if not os.path.isfile(path):
                 raise ConfigError(f"zenoh config file not found: {path!r}")
             with open(path, encoding="utf-8", errors="replace") as f:
                 text = f.read()
-            return _without_shm(zenoh.Config.from_file(path), text)
+            return _istos_defaults(zenoh.Config.from_file(path), text)
     except zenoh.ZError as exc:
         raise ConfigError(f"invalid zenoh config: {exc}") from exc
     raise ConfigError(
@@ -58,9 +66,16 @@ def to_zenoh_config(config: object) -> zenoh.Config:
     )
 
 
-def _without_shm(config: zenoh.Config, text: str = "") -> zenoh.Config:
-    """Shared memory off unless the config's text says anything about it (see the module
-    docstring for why)."""
+#: How long a BLOCK message waits for room toward one peer before Zenoh closes that link.
+WAIT_BEFORE_CLOSE_US = 1_000_000
+
+
+def _istos_defaults(config: zenoh.Config, text: str = "") -> zenoh.Config:
+    """Shared memory off and a 1 s BLOCK wait, each unless the config's text names it (see
+    the module docstring for why)."""
     if "shared_memory" not in text:
         config.insert_json5("transport/shared_memory/enabled", "false")
+    if "wait_before_close" not in text:
+        config.insert_json5("transport/link/tx/queue/congestion_control/block/wait_before_close",
+                            str(WAIT_BEFORE_CLOSE_US))
     return config

@@ -121,6 +121,10 @@ def _single_lease(rec: RunRecord) -> Finding:
                                f"deadline {e['detail']['deadline']:.3f} on the owner's clock")
                 if prev is not None and prev["attempt"] == e["attempt"]:
                     del open_lease[node]
+            elif kind == "retry_scheduled" and e["detail"].get("spared"):
+                # A release (its worker handed it back unrun or at shutdown) ends the lease
+                # with no other event; its attempt was given back, so the numbers differ.
+                open_lease.pop(node, None)
     return Finding("one live lease per job (by the owner's clock)", not bad, _summary(bad))
 
 

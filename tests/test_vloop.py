@@ -40,11 +40,12 @@ def loop():
 # -- virtual time --------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(120)
 def test_an_hour_of_sleep_costs_no_wall_time(loop):
     t0 = time.perf_counter()
     loop.run_until_complete(asyncio.sleep(3600))
-    assert time.perf_counter() - t0 < 0.5
+    # A loop that really slept would take the hour; a loaded machine never takes a minute.
+    assert time.perf_counter() - t0 < 60
     assert loop.time() == 3600.0
 
 

@@ -35,7 +35,8 @@ from istos.storage.base import LEADER_NS
 
 __all__ = ["postgres_store"]  # the fixture, imported for pytest
 
-HA_LEASE_S = 1.5  # ledger_node's default
+HA_LEASE_S = 3.0  # not ledger_node's 1.5: a loaded machine must not flip leadership before the
+# test arms the pause in the leader it started
 STUCK_S = 12.0  # how long the old leader stays stuck: far longer than a takeover needs
 
 
@@ -93,6 +94,7 @@ async def test_pg_leader_stuck_right_after_its_lease_update_cannot_block_takeove
     await relay.start()
     configs, prefix = mesh_configs(4), f"pgh-{uuid.uuid4().hex[:8]}"
     pause = tmp_path / "pause"
+    monkeypatch.setenv("ISTOS_HA_LEASE_S", str(HA_LEASE_S))
     monkeypatch.setenv("ISTOS_TEST_LEASE_PAUSE", f"{fault}:{pause}")
     via_relay = store.url.replace(f":{store.pg.port}/", f":{relay.port}/")
     leader = Proc("replica", configs[0], prefix, via_relay, store.ns, node=NODE)
@@ -111,6 +113,7 @@ async def test_pg_leader_stuck_right_after_its_lease_update_cannot_block_takeove
         async with producer.serving():
             await produce(producer, 50)
             await wait_done([ledger], 50, 30)
+            assert leader.last_role == "LEADING", "leadership moved before the test began"
             Path(f"{pause}.arm").touch()
             await leader.expect("PAUSED", 10)
             stuck_at = time.monotonic()
@@ -193,7 +196,7 @@ async def probe(app: Istos, *, until: float, step: float, out: list[tuple[float,
 
 @pytest.mark.slow
 async def test_pg_leader_cut_from_the_store_answers_nothing_once_its_lease_lapsed(
-        postgres_store, tmp_path):
+        postgres_store, tmp_path, monkeypatch):
     """The only replica loses its database link (a silent relay): it cannot renew. Every
     renewal that counted was asked before the cut, so its lease ran out by cut + ha_lease_s:
     no request sent after that may get an ok reply, not even a read from its memory."""
@@ -203,6 +206,7 @@ async def test_pg_leader_cut_from_the_store_answers_nothing_once_its_lease_lapse
     await relay.start()
     configs, prefix = mesh_configs(2), f"pgl-{uuid.uuid4().hex[:8]}"
     via_relay = store.url.replace(f":{store.pg.port}/", f":{relay.port}/")
+    monkeypatch.setenv("ISTOS_HA_LEASE_S", str(HA_LEASE_S))
     leader = Proc("replica", configs[0], prefix, via_relay, store.ns, node=NODE)
     leader.start()
     producer = Istos(zenoh=configs[1], prefix=prefix, node_id="producer", request_timeout_s=2.0)

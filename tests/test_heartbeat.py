@@ -127,9 +127,11 @@ async def test_without_heartbeat_a_prefetched_job_is_not_started_after_its_lease
                                    timeout_s=10)
         not_started = worker.runners[0].stats.not_started
     assert not_started >= 1  # the prefetch about to go stale was handed back, not run
-    # ...before its lease ended, so the attempt it never started was not used up
+    # ...so the attempt it never started was not used up (whether the release beat the
+    # owner's sweep, as it normally does, or came just after it on a loaded machine: a
+    # release of the latest delivery gives the attempt back either way)
     assert [s for s in starts if s.startswith("second")] == ["second#1"]
-    assert count(events, "lease_expired", second) == 0
+    assert count(events, "retry_scheduled", second) >= 1
 
 
 async def test_prefetched_jobs_whose_lease_runs_out_unrun_keep_their_only_attempt():

@@ -165,7 +165,9 @@ def check(t: Tally, label: str) -> None:
 
 async def test_frozen_ha_leader_is_harmless(redis_store, tmp_path):
     """SIGSTOP the leader: the standby takes over after the storage lease; SIGCONT: the old
-    leader serves nothing from its stale memory, steps down, and every job runs."""
+    leader steps down and every job runs (counted here). That it answers nothing from its stale
+    memory meanwhile is seen by tests/test_sim_guarantees.py and tests/test_chaos_pg_hold.py
+    (probes that fail when the lapsed-leader check is disabled)."""
     configs, prefix = mesh_configs(4), f"frz-{uuid.uuid4().hex[:8]}"
     replicas = [node("replica", configs[i], prefix, redis_store) for i in range(2)]
     ledger = tmp_path / "ledger.jsonl"

@@ -42,6 +42,7 @@ from ..wakeup import Wakeup
 from .client import OwnerClient
 from .heartbeat import Held, HeldLeases
 from .parking import ClaimParking
+from .waiting import WaitingJobs
 
 log = logging.getLogger("istos.worker")
 
@@ -115,7 +116,7 @@ class WorkerRunner:
         self._stopping = False
         self._killed = False
         self._released: list[dict[str, Any]] = []  # jobs cancelled by shutdown, to hand back
-        self._handback: list[dict[str, Any]] = []  # unstarted jobs whose lease would end
+        self.waiting = WaitingJobs(self)  # prefetched jobs: wait for a slot, or hand back
         self._outbox: list[dict[str, Any]] = []
         self._flush_scheduled = False
         self._settling: set[asyncio.Task[None]] = set()
@@ -319,11 +320,16 @@ class WorkerRunner:
     async def _run(self, job: ClaimedJob, held: Held) -> None:
         outcome: dict[str, Any] | None = None
         try:
-            if not await self._take_slot(held):
+            if not await self.waiting.take_slot(held):
                 # Its lease would end before a slot frees: hand it back while the owner still
-                # counts it as ours, so the attempt it never started is not used up.
+                # counts it as ours, so the attempt it never started is not used up (a job
+                # cancelled meanwhile is nacked as cancelled instead, so it ends).
                 self.stats.not_started += 1
-                self._hand_back(job)
+                if held.cancel_requested:
+                    outcome = {"job_id": job.job_id, "token": job.token, "op": "nack",
+                               "error": "JobCancelled: cancelled before it started"}
+                else:
+                    self.waiting.hand_back(job.job_id, job.token)
                 return
             try:  # FIFO: prefetched jobs start in claim order
                 now = self.node.clock.monotonic()
@@ -352,43 +358,6 @@ class WorkerRunner:
                 # the ack along with its claim; otherwise it leaves at the end of this turn.
                 self._outbox.append(outcome)
                 self._schedule_flush()
-
-    async def _take_slot(self, held: Held) -> bool:
-        """Wait for an execution slot; False when the job's lease would end first (less a
-        margin for the release to reach the owner). A heartbeat that renews the lease while
-        the job waits extends the wait."""
-        if not self._running.locked():
-            await self._running.acquire()
-            return True
-        clock = self.node.clock
-        while True:
-            left = held.expires - self._release_margin() - clock.monotonic()
-            if left <= 0:
-                return False
-            try:
-                await asyncio.wait_for(self._running.acquire(), clock.to_loop_seconds(left))
-                return True
-            except asyncio.TimeoutError:
-                continue  # look again: a renewal may have moved the lease's end
-
-    def _release_margin(self) -> float:
-        """How long before its lease ends a waiting job is handed back: a tenth of the lease,
-        or four claim round trips when those are longer (the release must arrive in time)."""
-        return max((self._lease_s or 0.0) / 10, 4 * (self._avg_claim_s or 0.0))
-
-    def _hand_back(self, job: ClaimedJob) -> None:
-        """Queue an unstarted job for one batched ``release`` at the end of this loop turn."""
-        self._handback.append({"job_id": job.job_id, "token": job.token})
-        if len(self._handback) == 1:
-            asyncio.get_running_loop().call_soon(self._flush_handback)
-
-    def _flush_handback(self) -> None:
-        items, self._handback = self._handback, []
-        for start in range(0, len(items), protocol.MAX_RELEASES):
-            task = asyncio.get_running_loop().create_task(
-                self._send_release(items[start:start + protocol.MAX_RELEASES]))
-            self._settling.add(task)
-            task.add_done_callback(self._settling.discard)
 
     async def _run_job(self, job: ClaimedJob, held: Held, started: float) -> dict[str, Any]:
         """Run the function; return the ack or nack to send (raise on crash or shutdown)."""

@@ -1,0 +1,66 @@
+"""Prefetched jobs waiting for an execution slot: wait while their lease allows, else hand back.
+
+A prefetched job waits in claim order for one of ``concurrency`` slots. Without heartbeats its
+lease does not grow while it waits; if it would still be waiting when the lease ends (less a
+margin for the message to arrive: a tenth of the lease, or four claim round trips if longer),
+the worker hands it back with one batched ``release`` per loop turn, as it does at shutdown:
+ready again at once and its attempt not counted, so a job that never started never uses an
+attempt (with ``max_attempts=1`` it would otherwise be dead-lettered without having run). A
+heartbeat that renews the lease while the job waits extends the wait. If the release cannot
+reach the owner in time, the lease expires and the attempt counts, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from .. import protocol
+
+if TYPE_CHECKING:
+    from .heartbeat import Held
+    from .worker import WorkerRunner
+
+
+class WaitingJobs:
+    def __init__(self, runner: WorkerRunner) -> None:
+        self.runner = runner
+        self._handback: list[dict[str, Any]] = []
+
+    async def take_slot(self, held: Held) -> bool:
+        """Acquire an execution slot; False (no slot taken) when the job's lease would end
+        first, less :meth:`margin`."""
+        slots = self.runner._running
+        if not slots.locked():
+            await slots.acquire()
+            return True
+        clock = self.runner.node.clock
+        while True:
+            left = held.expires - self.margin() - clock.monotonic()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(slots.acquire(), clock.to_loop_seconds(left))
+                return True
+            except asyncio.TimeoutError:
+                continue  # look again: a renewal may have moved the lease's end
+
+    def margin(self) -> float:
+        """How long before its lease ends a waiting job is handed back."""
+        runner = self.runner
+        return max((runner._lease_s or 0.0) / 10, 4 * (runner._avg_claim_s or 0.0))
+
+    def hand_back(self, job_id: str, token: str) -> None:
+        """Queue an unstarted job for one batched ``release`` at the end of this loop turn."""
+        self._handback.append({"job_id": job_id, "token": token})
+        if len(self._handback) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        items, self._handback = self._handback, []
+        runner = self.runner
+        for start in range(0, len(items), protocol.MAX_RELEASES):
+            task = asyncio.get_running_loop().create_task(
+                runner._send_release(items[start:start + protocol.MAX_RELEASES]))
+            runner._settling.add(task)
+            task.add_done_callback(runner._settling.discard)

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from .worker import WorkerRunner
 
 
+MIN_WAIT_S = 1e-3
+"""Less time than this left before the hand-back point: hand the job back now."""
+
+
 class WaitingJobs:
     def __init__(self, runner: WorkerRunner) -> None:
         self.runner = runner
@@ -37,7 +41,7 @@ class WaitingJobs:
         clock = self.runner.node.clock
         while True:
             left = held.expires - self.margin() - clock.monotonic()
-            if left <= 0:
+            if left <= MIN_WAIT_S:  # (a floor: float rounding never makes it spin in place)
                 return False
             try:
                 await asyncio.wait_for(slots.acquire(), clock.to_loop_seconds(left))

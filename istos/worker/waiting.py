@@ -13,13 +13,19 @@ reach the owner in time, the lease expires and the attempt counts, as before.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from .. import protocol
+from ..clock import Clock
 
-if TYPE_CHECKING:
-    from .heartbeat import Held
-    from .worker import WorkerRunner
+
+class Waiting(Protocol):
+    """What is waited for: the job's lease end as the worker can be sure of it
+    (:class:`~istos.worker.heartbeat.Held`)."""
+
+    @property
+    def expires(self) -> float: ...
 
 
 MIN_WAIT_S = 1e-3
@@ -27,18 +33,27 @@ MIN_WAIT_S = 1e-3
 
 
 class WaitingJobs:
-    def __init__(self, runner: WorkerRunner) -> None:
-        self.runner = runner
+    """Built by the worker with what it needs of it (so neither module imports the other):
+    the slots, the node's clock, the lease and claim round trip as they are now, how to send
+    a ``release`` and where to keep the task that sends it."""
+
+    def __init__(self, slots: asyncio.Semaphore, clock: Clock, *,
+                 lease_s: Callable[[], float | None], claim_rtt: Callable[[], float | None],
+                 send_release: Callable[[list[dict[str, Any]]], Coroutine[Any, Any, None]],
+                 tasks: set[asyncio.Task[None]]) -> None:
+        self.slots, self.clock = slots, clock
+        self._lease_s, self._claim_rtt = lease_s, claim_rtt
+        self._send_release, self._tasks = send_release, tasks
         self._handback: list[dict[str, Any]] = []
 
-    async def take_slot(self, held: Held) -> bool:
+    async def take_slot(self, held: Waiting) -> bool:
         """Acquire an execution slot; False (no slot taken) when the job's lease would end
         first, less :meth:`margin`."""
-        slots = self.runner._running
+        slots = self.slots
         if not slots.locked():
             await slots.acquire()
             return True
-        clock = self.runner.node.clock
+        clock = self.clock
         while True:
             left = held.expires - self.margin() - clock.monotonic()
             if left <= MIN_WAIT_S:  # (a floor: float rounding never makes it spin in place)
@@ -51,8 +66,7 @@ class WaitingJobs:
 
     def margin(self) -> float:
         """How long before its lease ends a waiting job is handed back."""
-        runner = self.runner
-        return max((runner._lease_s or 0.0) / 10, 4 * (runner._avg_claim_s or 0.0))
+        return max((self._lease_s() or 0.0) / 10, 4 * (self._claim_rtt() or 0.0))
 
     def hand_back(self, job_id: str, token: str) -> None:
         """Queue an unstarted job for one batched ``release`` at the end of this loop turn."""
@@ -62,9 +76,8 @@ class WaitingJobs:
 
     def _flush(self) -> None:
         items, self._handback = self._handback, []
-        runner = self.runner
         for start in range(0, len(items), protocol.MAX_RELEASES):
             task = asyncio.get_running_loop().create_task(
-                runner._send_release(items[start:start + protocol.MAX_RELEASES]))
-            runner._settling.add(task)
-            task.add_done_callback(runner._settling.discard)
+                self._send_release(items[start:start + protocol.MAX_RELEASES]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)

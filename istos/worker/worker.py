@@ -116,10 +116,13 @@ class WorkerRunner:
         self._stopping = False
         self._killed = False
         self._released: list[dict[str, Any]] = []  # jobs cancelled by shutdown, to hand back
-        self.waiting = WaitingJobs(self)  # prefetched jobs: wait for a slot, or hand back
         self._outbox: list[dict[str, Any]] = []
         self._flush_scheduled = False
         self._settling: set[asyncio.Task[None]] = set()
+        # Prefetched jobs wait here for a slot, or go back unrun if their lease would end.
+        self.waiting = WaitingJobs(self._running, node.clock, lease_s=lambda: self._lease_s,
+                                   claim_rtt=lambda: self._avg_claim_s,
+                                   send_release=self._send_release, tasks=self._settling)
         self.stats = WorkerStats(slot_ids=list(self.slot_ids))
         # What the owner's `workers` table shows of this runner (owner/workers.py).
         self._info = [held, config.concurrency,

@@ -8,18 +8,13 @@ the quickstart notebook it was told to open.
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import matplotlib.image
@@ -89,52 +84,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.mark.timeout(120)
-def test_make_lab_serves_the_quickstart_with_the_venv_kernel(tmp_path: Path):
-    if importlib.util.find_spec("jupyterlab") is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("jupyterlab is in the dev extra: CI must install it to run `make lab`")
-        pytest.skip("jupyterlab is not installed (pip install -e '.[dev]')")
-    lab = [line for line in _make_n("lab") if " lab " in line and "jupyter" in line]
-    assert len(lab) == 1 and lab[0].rstrip().endswith("notebooks/01-quickstart.ipynb")
-    port, token = _free_port(), "first-steps"
-    extra = (f"--no-browser --port={port} --ServerApp.ip=127.0.0.1 "
-             f"--IdentityProvider.token={token} --ServerApp.open_browser=False")
-    cmd = lab[0].replace(" lab ", f" lab {extra} ", 1)
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_PLATFORM_DIRS": "1"}
-    log = open(tmp_path / "lab.log", "wb")  # noqa: SIM115 - closed in finally
-    proc = subprocess.Popen(["bash", "-c", cmd], cwd=ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/kernelspecs?token={token}",
-                                            timeout=5) as reply:
-                    specs = reply.read().decode()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError((tmp_path / "lab.log").read_text()) from None
-                time.sleep(0.2)
-        assert '"python3"' in specs
-        # Given a file, the server is rooted at its directory: every notebook is in view.
-        url = f"{base}/api/contents/01-quickstart.ipynb?token={token}&content=0"
-        with urllib.request.urlopen(url, timeout=10) as reply:
-            assert reply.status == 200
-        with urllib.request.urlopen(f"{base}/api/contents?token={token}", timeout=10) as reply:
-            listing = reply.read().decode()
-        assert '"dashboard.ipynb"' in listing and '"08-inspect-a-live-queue.ipynb"' in listing
-        assert "JUPYTER_PATH=" in lab[0] and shlex.split(lab[0])[1].endswith("jupyter")
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGKILL):  # Lab and any kernel: its own group
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
-            try:
-                proc.wait(15)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        log.close()
+def test_make_lab_runs_tools_lab_with_the_venv_kernel_path():
+    """`make lab` starts tools/lab.py with this venv's Jupyter path; tests/test_lab.py starts
+    it for real and opens notebook 01 (jupyterlab is in the dev extra, so CI runs that)."""
+    lab = [line for line in _make_n("lab") if "tools/lab.py" in line]
+    assert len(lab) == 1 and "JUPYTER_PATH=" in lab[0]
+    assert shlex.split(lab[0])[1].endswith("python")

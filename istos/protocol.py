@@ -163,6 +163,21 @@ def lease_item(name: str, value: Any) -> None:
     check_fields(value, _LEASE_ITEM, prefix=f"{name}.")
 
 
+_SLOT_LIST = list_of(check_slot_id, MAX_SLOTS, empty=False)
+
+
+def slot_list(name: str, value: Any) -> None:
+    """A claim's ``workers``: 1-1024 slot ids, each listed once (at most one job per slot: a
+    repeated slot would lease several jobs to one slot, which runs one at a time)."""
+    _SLOT_LIST(name, value)
+    if len(set(value)) != len(value):
+        seen: set[str] = set()
+        for slot in value:
+            if slot in seen:
+                fail(name, "must list each slot once; repeated", slot)
+            seen.add(slot)
+
+
 _ENQUEUE_ITEM = (
     Field("body", binary(MAX_BODY_BYTES), required=True),
     Field("job_id", check_job_id, required=True),  # producer-chosen: a retried batch is a no-op
@@ -202,7 +217,7 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("items", list_of(enqueue_item, MAX_ENQUEUE_ITEMS), required=True, error=InvalidJob),
     ),
     "claim": (
-        Field("workers", list_of(check_slot_id, MAX_SLOTS, empty=False), required=True),
+        Field("workers", slot_list, required=True),
         Field("node", text(MAX_SLOT_ID_BYTES)),
         Field("settle", list_of(settle_item, MAX_SETTLE_ITEMS, nil=True)),
         Field("park_s", number(0.0, MAX_PARK_S)),  # wait for a job up to this long if none
@@ -316,6 +331,8 @@ ROLES = ("produce", "work", "read", "admin")
 control can grant them apart: producers ``produce`` (and ``read`` for results), workers
 ``work`` (and ``produce`` if they run chains), operators ``read`` and ``admin``."""
 
+_ROLE_SET = frozenset(ROLES)
+
 OP_ROLES: dict[str, str] = {
     **dict.fromkeys(("enqueue", "enqueue_many", "enqueue_slot", "chord_open"), "produce"),
     **dict.fromkeys(("claim", "unpark", "settle", "ack", "nack", "extend", "release"), "work"),
@@ -334,6 +351,16 @@ def role_of(op: str) -> str:
 def rpc_key(queue_key: str, op: str) -> str:
     """The key a request for ``op`` goes to, under a queue's rpc key (``.../q/{queue}/rpc``)."""
     return f"{queue_key}/{role_of(op)}"
+
+
+def role_in_key(rpc_base: str, key: str) -> str | None:
+    """The role a request key names under a queue's rpc key (``{rpc_base}/{role}``), or None
+    when the key is malformed: no role, an unknown one, chunks after it, or wildcards."""
+    if len(key) <= len(rpc_base) + 1 or not key.startswith(rpc_base) \
+            or key[len(rpc_base)] != "/":
+        return None
+    role = key[len(rpc_base) + 1:]
+    return role if role in _ROLE_SET else None
 
 
 def check_role(op: str, role: str) -> None:
@@ -413,7 +440,7 @@ def _fast_claim(m: dict[str, Any]) -> bool:
     w, n, s, p = m.get("workers"), m.get("node", ""), m.get("settle"), m.get("park_s", 0)
     return (type(p) is float or type(p) is int) and 0 <= p <= MAX_PARK_S \
         and type(w) is list and 0 < len(w) <= MAX_SLOTS \
-        and all(_id(x, MAX_SLOT_ID_BYTES) for x in w) \
+        and all(_id(x, MAX_SLOT_ID_BYTES) for x in w) and len(set(w)) == len(w) \
         and type(n) is str and len(n) <= MAX_SLOT_ID_BYTES and n.isascii() \
         and (s is None or (type(s) is list and len(s) <= MAX_SETTLE_ITEMS
                            and all(map(_item, s))))

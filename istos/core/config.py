@@ -23,8 +23,13 @@ def check_queue_name(name: object) -> str:
     if bad:
         raise ConfigError(f"queue name {name!r} contains {''.join(sorted(bad))!r}; "
                           "use letters, digits, '-', '_', '.' and '/' separators")
-    if any(chunk == "" for chunk in name.split("/")):
+    chunks = name.split("/")
+    if any(chunk == "" for chunk in chunks):
         raise ConfigError(f"queue name {name!r} has an empty '/' chunk")
+    if "rpc" in chunks:
+        # An owner serves {prefix}/q/{queue}/rpc/** (a malformed key gets a rejection, not
+        # silence), so the first "rpc" chunk must end the queue name.
+        raise ConfigError(f"queue name {name!r} has the reserved chunk 'rpc'")
     return name
 
 

@@ -81,6 +81,7 @@ class QueueOwner:
         self.storage: Storage = node.storage if fence is None else FencedStorage(
             node.storage, fence, self._storage_fenced)
         self._handle: Any = None
+        self._rpc_base = ""
         self._timer: asyncio.Task[None] | None = None
         self._reschedule = Wakeup()
         self._timer_target = float("inf")
@@ -134,8 +135,12 @@ class QueueOwner:
                 self.state.restore_mark(mark)
         self.running = True
         if self.node.transport is not None:
+            # rpc/** (not rpc/*): a request on a malformed rpc key (no role, or chunks past
+            # it) reaches this owner too and gets a ProtocolError rather than silence. Queue
+            # names hold no "rpc" chunk (check_queue_name), so these keys are this queue's.
+            self._rpc_base = self.node.key(self.name, "rpc")
             self._handle = await self.node.transport.declare_queryable(
-                self.node.key(self.name, "rpc") + "/*", self._on_request)
+                self._rpc_base + "/**", self._on_request)
         self._timer = asyncio.get_running_loop().create_task(self._sweep_loop())
         registry.add(self)
         self._emit_queue_event(ev.OWNER_UP, recovered=len(self.state.jobs))
@@ -178,7 +183,14 @@ class QueueOwner:
         except ProtocolError as exc:
             self._rejected("?", "undecodable", exc)
             return codec.encode_message(error_reply(exc))
-        reply = await self.dispatch(msg, role=key.rpartition("/")[2])
+        role = protocol.role_in_key(self._rpc_base, key)
+        if role is None:
+            exc = ProtocolError(f"queue {self.name!r}: requests go to {self._rpc_base}/<role> "
+                                f"with a role of {', '.join(protocol.ROLES)}; got key "
+                                f"{key[:200]!r}")
+            self._rejected("?", "bad-key", exc)
+            return codec.encode_message(error_reply(exc))
+        reply = await self.dispatch(msg, role=role)
         self._check_leading()
         return protocol.encode_reply(reply)
 

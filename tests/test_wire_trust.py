@@ -1,0 +1,92 @@
+"""Trust at the wire (issue 23): what a raw Zenoh client holding only a key prefix can and
+cannot make an owner do, on real Zenoh on a private loopback mesh."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgpack
+import pytest
+from zenoh_util import isolated_configs, query_when_served, unique_prefix
+
+from istos import Istos, codec
+from istos.errors import ConfigError
+from istos.transport.zenoh import ZenohTransport
+
+
+class Raw:
+    """A client that speaks the wire by hand: encoded maps to keys, decoded replies back."""
+
+    def __init__(self, transport: ZenohTransport, prefix: str) -> None:
+        self.transport = transport
+        self.prefix = prefix
+
+    async def send(self, key: str, msg: Any) -> dict[str, Any]:
+        payload = msg if isinstance(msg, bytes) else codec.encode_message(msg)
+        raw = await query_when_served(self.transport, key, payload, timeout_s=10.0,
+                                      within_s=15.0)
+        reply = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        assert isinstance(reply, dict) and reply.get("v") == 1, reply
+        return reply
+
+    async def op(self, queue: str, role: str, op: str, **fields: Any) -> dict[str, Any]:
+        return await self.send(f"{self.prefix}/q/{queue}/rpc/{role}",
+                               {"v": 1, "op": op, **fields})
+
+
+@asynccontextmanager
+async def owner_and_raw(*queues: str, **queue_opts: Any) -> AsyncIterator[tuple[Istos, Raw]]:
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    for name in queues:
+        owner.queue(name, **queue_opts)
+    transport = ZenohTransport(configs[1], node_id="raw")
+    async with owner.serving():
+        await transport.start()
+        try:
+            yield owner, Raw(transport, prefix)
+        finally:
+            await transport.close()
+
+
+def refused(reply: dict[str, Any], error: str, *words: str) -> None:
+    assert reply["ok"] is False and reply["error"] == error, reply
+    for word in words:
+        assert word in reply["message"], reply
+
+
+async def test_a_claim_listing_a_slot_twice_is_refused_and_leases_nothing():
+    async with owner_and_raw("q") as (owner, raw):
+        for i in range(5):
+            await owner.enqueue("q", {"i": i}, job_id=f"j{i}")
+        reply = await raw.op("q", "work", "claim", workers=["same"] * 5, node="w")
+        refused(reply, "ProtocolError", "workers", "once", "same")
+        reply = await raw.op("q", "work", "claim", workers=["a", "b", "a"], node="w")
+        refused(reply, "ProtocolError", "'a'")
+        stats = await raw.op("q", "read", "stats")
+        assert stats["stats"]["counts"]["leased"] == 0 and stats["stats"]["counts"]["ready"] == 5
+        ok = await raw.op("q", "work", "claim", workers=["a", "b"], node="w")
+        assert ok["ok"] is True and len(ok["jobs"]) == 2  # distinct slots still claim
+
+
+@pytest.mark.parametrize("suffix", ["", "/read/x", "/nope", "/produce/rpc/produce"])
+async def test_every_request_on_a_malformed_rpc_key_gets_a_protocol_error(suffix: str):
+    async with owner_and_raw("jobs/email") as (owner, raw):
+        base = f"{raw.prefix}/q/jobs/email/rpc"
+        await raw.op("jobs/email", "read", "ping")  # routed
+        for msg in ({"v": 1, "op": "ping"}, {"v": 1, "op": "enqueue", "body": b"\x90"}, b"\xc1"):
+            reply = await raw.send(base + suffix, msg)
+            refused(reply, "ProtocolError")
+            if msg != b"\xc1":
+                assert "<role>" in reply["message"], reply
+        assert (await raw.op("jobs/email", "read", "stats"))["stats"]["counts"]["ready"] == 0
+
+
+def test_queue_names_may_not_hold_the_reserved_rpc_chunk():
+    app = Istos(prefix="p")
+    for name in ("rpc", "jobs/rpc", "a/rpc/b"):
+        with pytest.raises(ConfigError, match="reserved chunk 'rpc'"):
+            app.queue(name)
+    app.queue("jobs/rpcs")  # only the whole chunk is reserved

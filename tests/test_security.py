@@ -118,11 +118,12 @@ def test_make_certs_issues_ca_signed_role_certificates(tmp_path: Path):
                        check=True, capture_output=True)
 
 
-async def start_owner(config: dict[str, Any], prefix: str, log: Path) -> subprocess.Popen[str]:
-    """The owner of queue ``q`` in its own process, a router with ``config``; READY-checked."""
+async def start_owner(config: dict[str, Any], prefix: str, log: Path,
+                      queue: str = "q") -> subprocess.Popen[str]:
+    """The owner of ``queue`` in its own process, a router with ``config``; READY-checked."""
     with log.open("w") as err:  # a file, not a pipe nobody drains
         proc = subprocess.Popen(
-            [sys.executable, OWNER_PROC, json.dumps(config), prefix, "q", "owner"],
+            [sys.executable, OWNER_PROC, json.dumps(config), prefix, queue, "owner"],
             stdout=subprocess.PIPE, stderr=err, text=True,
             env={**os.environ, "ISTOS_LEASE_S": "10"})
     assert proc.stdout is not None
@@ -223,6 +224,42 @@ async def test_producers_cannot_claim_and_workers_cannot_pause(mesh: dict[str, A
                 "ack", job_id=jid, token=job["token"]))["status"] == "ok"
             stats = (await producer.client("q").call("stats"))["stats"]
         assert stats["totals"]["acked"] == 1 and not stats.get("paused")
+    finally:
+        stop(owner)
+
+
+async def test_role_rules_hold_for_queue_names_of_any_depth(mesh: dict[str, Any]):
+    """``jobs/email`` (two chunks, the protocol doc's example): the rules' ``**`` lets the
+    producer enqueue and read and the worker claim and ack, and still keeps the producer from
+    claiming, also through a key that ends in a role it holds."""
+    prefix, queue = mesh["prefix"], "jobs/email"
+    owner = await start_owner(mesh["router"], prefix, mesh["log"], queue=queue)
+    try:
+        producer = Istos(zenoh=mesh["producer"], prefix=prefix, node_id="producer",
+                         request_timeout_s=5.0)
+        worker = Istos(zenoh=mesh["worker"], prefix=prefix, node_id="worker",
+                       request_timeout_s=5.0)
+        async with producer.serving(), worker.serving():
+            jid = await producer.enqueue(queue, {"to": "a@example.org"})
+            assert (await producer.client(queue).call("stats"))["stats"]["counts"]["ready"] == 1
+            transport = producer.node.transport
+            assert transport is not None
+            claim = codec.encode_message({"v": 1, "op": "claim", "workers": ["p#0"],
+                                          "node": "producer"})
+            # Allowed by the produce rule's key, refused by the owner: a malformed rpc key.
+            sneaky = await transport.query(f"{prefix}/q/{queue}/rpc/work/rpc/produce", claim, 5.0)
+            assert codec.decode_message(sneaky)["error"] == "ProtocolError"
+            with pytest.raises(OwnerUnavailable):  # the work key: denied by the router
+                await producer.client(queue).call("claim", workers=["p#0"], node="producer",
+                                                  timeout_s=1.0)
+            claimed = await worker.client(queue).call("claim", workers=["worker:x#0"],
+                                                      node="worker")
+            assert [j["job_id"] for j in claimed["jobs"]] == [jid]
+            ack = await worker.client(queue).call("ack", job_id=jid,
+                                                  token=claimed["jobs"][0]["token"])
+            assert ack["status"] == "ok"
+            stats = (await producer.client(queue).call("stats"))["stats"]
+        assert stats["totals"]["acked"] == 1 and stats["counts"]["leased"] == 0
     finally:
         stop(owner)
 

@@ -3,8 +3,14 @@ cannot make an owner do, on real Zenoh on a private loopback mesh."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -13,6 +19,7 @@ from zenoh_util import isolated_configs, query_when_served, unique_prefix
 
 from istos import Istos, codec
 from istos.errors import ConfigError
+from istos.transport.base import TransportError
 from istos.transport.zenoh import ZenohTransport
 
 
@@ -90,3 +97,55 @@ def test_queue_names_may_not_hold_the_reserved_rpc_chunk():
         with pytest.raises(ConfigError, match="reserved chunk 'rpc'"):
             app.queue(name)
     app.queue("jobs/rpcs")  # only the whole chunk is reserved
+
+
+# -- frames over the cap never land (item 5 of the issue) -------------------------------------
+OWNER_PROC = str(Path(__file__).parent / "procs" / "zworker.py")
+BIG = 200 << 20
+MAX_PEAK_GROWTH_KB = 64 << 10
+
+
+def proc_status_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+async def test_four_concurrent_200_mib_requests_leave_the_owners_peak_rss_within_64_mb():
+    configs, prefix = isolated_configs(2), unique_prefix()
+    proc = subprocess.Popen([sys.executable, OWNER_PROC, json.dumps(configs[0]), prefix, "q",
+                             "owner"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env=dict(os.environ))
+    transport = ZenohTransport(configs[1], node_id="sender")
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30)
+        assert line.strip() == "READY", line
+        await transport.start()
+        raw = Raw(transport, prefix)
+        for i in range(20):  # warm the request path before the baseline
+            assert (await raw.op("q", "produce", "enqueue", body=b"\x90" * 1000,
+                                 job_id=f"warm-{i}"))["ok"]
+        before = proc_status_kb(proc.pid, "VmHWM")
+        big = codec.encode_message({"v": 1, "op": "enqueue", "body": b"x" * BIG})
+        key = f"{prefix}/q/q/rpc/produce"
+        outcomes = await asyncio.gather(*(transport.query(key, big, 15.0) for _ in range(4)),
+                                        return_exceptions=True)
+        del big
+        # One link, in order: once a request sent after them is answered, they have arrived.
+        assert (await raw.op("q", "read", "ping"))["ok"]
+        peak = proc_status_kb(proc.pid, "VmHWM")
+        after = proc_status_kb(proc.pid, "VmRSS")
+        # Dropped by Zenoh on arrival: no reply at all (a timeout), and the owner serves on.
+        assert all(isinstance(o, TransportError) for o in outcomes), outcomes
+        stats = await raw.op("q", "read", "stats")
+        assert stats["stats"]["counts"]["ready"] == 20
+        print(f"\nowner VmHWM {before / 1024:.0f} MiB -> {peak / 1024:.0f} MiB after 4 x 200 MiB "
+              f"requests (RSS now {after / 1024:.0f} MiB)")
+        assert peak - before < MAX_PEAK_GROWTH_KB
+    finally:
+        await transport.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)

@@ -4,7 +4,11 @@ Accepted forms (:data:`~istos.transport.zenoh.ZenohConfigLike`): None (Zenoh's d
 ``zenoh.Config`` (used as is), a dict (Zenoh's JSON5 schema as Python data), a string holding a
 ``{`` (a JSON5 document), or any other string or ``os.PathLike`` (a path to a JSON5 file).
 Everything else, and anything Zenoh rejects while parsing, raises
-:class:`~istos.errors.ConfigError` (a ``ValueError``) naming the problem. Parsing catches only
+:class:`~istos.errors.ConfigError` (a ``ValueError``) naming the problem. Every config built
+here carries Zenoh's receive limit :data:`RX_MAX_MESSAGE_BYTES` unless its document set one, so
+a message larger than any Istos frame is dropped by Zenoh before it is reassembled in memory
+(Zenoh's own default is 1 GiB). A ``zenoh.Config`` object is used as given; :func:`rx_limit`
+reads what it allows (an owner warns once when that is more). Parsing catches only
 what Zenoh checks when it builds the config; a bad or busy endpoint shows up when the session
 opens, in :meth:`~istos.transport.zenoh.ZenohTransport.start`.
 
@@ -31,16 +35,44 @@ import os
 
 import zenoh
 
+from ..codec import MAX_MESSAGE_BYTES
 from ..errors import ConfigError
+
+RX_KEY = "transport/link/rx/max_message_size"
+RX_MAX_MESSAGE_BYTES = MAX_MESSAGE_BYTES + (64 << 10)
+"""The receive limit Istos sets: its frame cap plus room for Zenoh's own headers (the key
+expression, attachments). A larger message never lands; its sender gets no reply."""
+_ZENOH_DEFAULT_RX = 1 << 30
+
+
+def rx_limit(config: zenoh.Config) -> int | None:
+    """The largest message a session with ``config`` reassembles (None: unreadable)."""
+    try:
+        value = json.loads(config.get_json(RX_KEY))
+    except (zenoh.ZError, ValueError):
+        return None
+    return value if type(value) is int else None
 
 
 def to_zenoh_config(config: object) -> zenoh.Config:
     """Turn the accepted config forms into a ``zenoh.Config``; raise ConfigError otherwise."""
     if config is None:
         # Peer mode with multicast scouting: processes on one host find each other unaided.
-        return _istos_defaults(zenoh.Config())
+        return _with_rx_limit(_istos_defaults(zenoh.Config()))
     if isinstance(config, zenoh.Config):
-        return config
+        return config  # the caller's object, untouched (an owner warns if it lacks the limit)
+    return _with_rx_limit(_parse(config))
+
+
+def _with_rx_limit(config: zenoh.Config) -> zenoh.Config:
+    """Set the receive limit unless the document chose one itself (Zenoh's default, 1 GiB,
+    reads the same as an absent one: both let a 200 MiB request land whole)."""
+    if rx_limit(config) == _ZENOH_DEFAULT_RX:
+        config.insert_json5(RX_KEY, str(RX_MAX_MESSAGE_BYTES))
+    return config
+
+
+def _parse(config: object) -> zenoh.Config:
     try:
         if isinstance(config, dict):
             try:

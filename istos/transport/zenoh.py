@@ -25,8 +25,9 @@ from typing import Any, TypeAlias
 import zenoh
 from zenoh.handlers import Callback
 
+from ..codec import MAX_MESSAGE_BYTES
 from ..errors import ConfigError, MeshUnreachable
-from ._zenoh_config import to_zenoh_config
+from ._zenoh_config import RX_KEY, RX_MAX_MESSAGE_BYTES, rx_limit, to_zenoh_config
 from .base import (
     LivelinessHandler,
     NoResponder,
@@ -50,6 +51,7 @@ ZenohConfigLike: TypeAlias = "zenoh.Config | dict[str, Any] | str | os.PathLike[
 _ZENOH_TIMEOUT_SLACK_S = 0.1
 _PUBLISHERS_MAX = 256
 _SEEN_KEYS_MAX = 4096
+_rx_warned = False  # the missing-receive-limit warning is logged once per process
 
 
 class ZenohHandle:
@@ -288,6 +290,7 @@ class ZenohTransport:
         TransportError). The query is dropped after replying so Zenoh can finalise it.
         """
         session = self._require_session()
+        self._warn_rx_limit()
 
         def declare(handle: ZenohHandle) -> Any:
             def on_query(query: zenoh.Query) -> None:  # Zenoh thread
@@ -296,6 +299,21 @@ class ZenohTransport:
             return session.declare_queryable(key, Callback(on_query))
 
         return self._open_handle(f"queryable {key}", declare)
+
+    def _warn_rx_limit(self) -> None:
+        """Only owners declare queryables: one that lets Zenoh reassemble messages far above
+        the frame cap holds each in memory before refusing it (docs/security/README.md)."""
+        global _rx_warned
+        limit = rx_limit(self._config)
+        if _rx_warned or (limit is not None and limit <= RX_MAX_MESSAGE_BYTES):
+            return
+        _rx_warned = True
+        log.warning("node %s serves requests with a zenoh config whose receive limit is %s "
+                    "bytes; Istos frames are at most %d: set %s to %d so larger messages are "
+                    "dropped before they land in memory (docs/security/README.md)",
+                    self.node_id, "unknown" if limit is None else limit,
+                    MAX_MESSAGE_BYTES, RX_KEY.replace("/", "."),
+                    RX_MAX_MESSAGE_BYTES)
 
     def _serve(
         self, handle: ZenohHandle, query: zenoh.Query, declared: str, handler: QueryHandler

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -15,11 +16,14 @@ from typing import Any
 
 import msgpack
 import pytest
+import zenoh
 from zenoh_util import isolated_configs, query_when_served, unique_prefix
 
-from istos import Istos, codec
+from istos import Istos, codec, protocol
 from istos.errors import ConfigError
 from istos.transport.base import TransportError
+from istos.transport import zenoh as zenoh_transport
+from istos.transport._zenoh_config import RX_MAX_MESSAGE_BYTES, rx_limit, to_zenoh_config
 from istos.transport.zenoh import ZenohTransport
 
 
@@ -149,3 +153,29 @@ async def test_four_concurrent_200_mib_requests_leave_the_owners_peak_rss_within
         if proc.poll() is None:
             proc.kill()
         proc.wait(10)
+
+
+def test_configs_istos_builds_carry_the_receive_limit():
+    for form in (None, isolated_configs(1)[0], '{"mode": "peer"}'):
+        assert rx_limit(to_zenoh_config(form)) == RX_MAX_MESSAGE_BYTES
+    chosen = {"transport": {"link": {"rx": {"max_message_size": 2_000_000}}}}
+    assert rx_limit(to_zenoh_config(chosen)) == 2_000_000  # the document's own choice stays
+    assert RX_MAX_MESSAGE_BYTES == protocol.FRAME_CAP + (64 << 10)
+
+
+async def test_an_owner_whose_config_lacks_the_limit_warns_once(monkeypatch, caplog):
+    monkeypatch.setattr(zenoh_transport, "_rx_warned", False)
+    configs, prefix = isolated_configs(2), unique_prefix()
+    bare = zenoh.Config.from_json5(json.dumps(configs[0]))  # an object: used as given
+    owner = Istos(zenoh=bare, prefix=prefix, node_id="owner")
+    owner.queue("a")
+    owner.queue("b")
+    with caplog.at_level(logging.WARNING, logger="istos.transport.zenoh"):
+        async with owner.serving():
+            pass
+        limited = Istos(zenoh=configs[1], prefix=prefix, node_id="limited")
+        limited.queue("c")
+        async with limited.serving():
+            pass
+    lines = [r.getMessage() for r in caplog.records if "receive limit" in r.getMessage()]
+    assert len(lines) == 1 and "max_message_size" in lines[0] and "1073741824" in lines[0]

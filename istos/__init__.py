@@ -20,6 +20,7 @@ from .errors import (
     JobCancelled,
     JobTimeout,
     MeshUnreachable,
+    OwnerConflict,
     OwnerUnavailable,
     ProtocolError,
     QueueNotFound,
@@ -62,6 +63,7 @@ __all__ = [
     "InvalidProgress",
     "JobTimeout",
     "MeshUnreachable",
+    "OwnerConflict",
     "JobCancelled",
     "Retry",
 ]

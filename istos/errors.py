@@ -5,7 +5,8 @@ The tree::
     IstosError
     ├── ConfigError (also ValueError)        bad option at declaration time
     │   ├── CronError                         invalid cron expression (names the field)
-    │   └── HAConfigError                     ha=True without shared storage
+    │   ├── HAConfigError                     ha=True without shared storage
+    │   └── OwnerConflict                     another node already owns this non-HA queue
     ├── InvalidJob (also ValueError)          body cannot be encoded, or is too large
     ├── QueueNotFound                         the owner does not serve that queue
     ├── OwnerUnavailable                      no owner answered within the timeout
@@ -44,6 +45,11 @@ class CronError(ConfigError):
 
 class HAConfigError(ConfigError):
     """``ha=True`` needs storage shared between replicas (Redis or SQLAlchemy)."""
+
+
+class OwnerConflict(ConfigError):
+    """Another node already serves this queue (declared without ``ha=True``) on the mesh; a
+    second owner would lease its jobs twice, so this one refuses to serve. Names the node."""
 
 
 class InvalidJob(IstosError, ValueError):

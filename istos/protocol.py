@@ -79,6 +79,9 @@ JOB_STATES = ("ready", "delayed", "leased", "done", "dead", "cancelled")
 MAX_EXTEND_ITEMS = 1024  # leases renewed by one heartbeat request
 MAX_ENQUEUE_ITEMS = 4096  # jobs in one enqueue_many request (and bytes: under PAGE_BUDGET)
 _TOKEN = re.compile(r"[0-9A-Za-z._:-]+")
+RESERVED_ID_PREFIXES = ("wf:", "sched:")
+"""Job ids only workflows (``wf:``, proven by their key) and schedules (``sched:``, through
+``enqueue_slot``) create; a plain ``enqueue`` or ``enqueue_many`` of one is ``InvalidJob``."""
 
 check_job_id = identifier(MAX_JOB_ID_BYTES)
 check_slot_id = identifier(MAX_SLOT_ID_BYTES)
@@ -195,6 +198,16 @@ def enqueue_item(name: str, value: Any) -> None:
     if "meta" in value:  # workflow jobs go one by one (enqueue), where meta is checked
         raise ProtocolError(f"{name}.meta: enqueue_many carries no job meta")
     check_fields(value, _ENQUEUE_ITEM, prefix=f"{name}.")
+    if value["job_id"].startswith(RESERVED_ID_PREFIXES):
+        raise InvalidJob(f"{name}.job_id {value['job_id'][:60]!r}: ids starting with 'wf:' or "
+                         "'sched:' are made by workflows and schedules only")
+
+
+def slot_job_id(name: str, value: Any) -> None:
+    """An ``enqueue_slot`` id: a job id in the schedules' namespace, ``sched:{name}:{slot}``."""
+    check_job_id(name, value)
+    if not value.startswith("sched:") or value.count(":") < 2:
+        fail(name, "must be a schedule slot id 'sched:{name}:{slot}'", value)
 
 
 # -- the schemas --------------------------------------------------------------------------------
@@ -240,6 +253,14 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("chord_id", check_job_id, required=True),
         Field("size", integer(1, 1 << 20), required=True),
         Field("callback", text(MAX_JOB_ID_BYTES, empty=False), required=True),
+        Field("key", text(64, empty=False), required=True),
+    ),
+    "chord_expects": (Field("chord_id", check_job_id, required=True),),
+    "chord_reserve": (
+        Field("chord_id", check_job_id, required=True),
+        Field("queue", text(MAX_JOB_ID_BYTES, empty=False), required=True),
+        Field("size", integer(0, 1 << 20), required=True),
+        Field("key", text(64, empty=False), required=True),
     ),
     "stats": (),
     "jobs": (Field("state", one_of(*JOB_STATES)), Field("where", where), _OFFSET, _PAGE,
@@ -268,7 +289,7 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
     "release": (Field("items", list_of(lease_item, MAX_SETTLE_ITEMS), required=True),),
     "enqueue_slot": (
         Field("body", binary(MAX_BODY_BYTES), required=True, error=InvalidJob),
-        Field("job_id", check_job_id, required=True, error=InvalidJob),
+        Field("job_id", slot_job_id, required=True, error=InvalidJob),
         Field("period_s", number(0.0, 1e11), required=True, error=InvalidJob),  # cron: years
     ),
 }
@@ -290,6 +311,8 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("dead", "dead total more next_offset", ""),
         ("requeue_dead", "status", "job_id state"),
         ("chord_open", "opened", ""),
+        ("chord_reserve", "reserved", ""),
+        ("chord_expects", "reserved", ""),
         ("stats", "stats", ""),
         ("jobs", "jobs offset limit more next_offset", ""),
         ("leases", "leases more next_offset", ""),
@@ -334,10 +357,11 @@ control can grant them apart: producers ``produce`` (and ``read`` for results), 
 _ROLE_SET = frozenset(ROLES)
 
 OP_ROLES: dict[str, str] = {
-    **dict.fromkeys(("enqueue", "enqueue_many", "enqueue_slot", "chord_open"), "produce"),
+    **dict.fromkeys(("enqueue", "enqueue_many", "enqueue_slot", "chord_open", "chord_reserve"),
+                    "produce"),
     **dict.fromkeys(("claim", "unpark", "settle", "ack", "nack", "extend", "release"), "work"),
     **dict.fromkeys(("ping", "result", "dead", "stats", "jobs", "leases", "why", "events",
-                     "follow", "workers", "states"), "read"),
+                     "follow", "workers", "states", "chord_expects"), "read"),
     **dict.fromkeys(ADMIN_OPS, "admin"),
 }
 
@@ -460,7 +484,8 @@ def _group(g: Any) -> bool:  # (a non-ASCII name takes the schema's path)
 
 
 def _fast_enqueue_item(i: Any) -> bool:
-    return type(i) is dict and "job_id" in i and "meta" not in i and _fast_enqueue(i)
+    return type(i) is dict and "job_id" in i and "meta" not in i and _fast_enqueue(i) \
+        and not i["job_id"].startswith(RESERVED_ID_PREFIXES)
 
 
 def _fast_enqueue_many(m: dict[str, Any]) -> bool:

@@ -11,6 +11,7 @@ EXPECTED = {
     "IstosError", "ConfigError", "CronError", "HAConfigError", "InvalidJob", "QueueNotFound",
     "OwnerUnavailable", "StorageUnavailable", "ProtocolError", "AdminDisabled", "RemoteError",
     "InvalidProgress", "JobTimeout", "JobCancelled", "MeshUnreachable", "Retry",
+    "OwnerConflict",
 }
 
 
@@ -29,3 +30,4 @@ def test_errors_share_one_root():
         if isinstance(obj, type) and issubclass(obj, Exception):
             assert issubclass(obj, istos.IstosError), name
     assert issubclass(istos.ConfigError, ValueError) and issubclass(istos.InvalidJob, ValueError)
+    assert issubclass(istos.OwnerConflict, istos.ConfigError)

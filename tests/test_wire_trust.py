@@ -179,3 +179,61 @@ async def test_an_owner_whose_config_lacks_the_limit_warns_once(monkeypatch, cap
             pass
     lines = [r.getMessage() for r in caplog.records if "receive limit" in r.getMessage()]
     assert len(lines) == 1 and "max_message_size" in lines[0] and "1073741824" in lines[0]
+
+
+# -- one owner per non-HA queue (item 8 of the issue) -----------------------------------------
+def spawn_owner(config: dict[str, Any], prefix: str, queue: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, OWNER_PROC, json.dumps(config), prefix, queue,
+                             "owner"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ))
+
+
+def kill(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(10)
+
+
+async def test_a_second_non_ha_owner_of_a_queue_refuses_with_owner_conflict():
+    configs, prefix = isolated_configs(3), unique_prefix()
+    first = spawn_owner(configs[0], prefix, "jobs/email")
+    second: subprocess.Popen[str] | None = None
+    transport = ZenohTransport(configs[2], node_id="raw")
+    try:
+        assert first.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(first.stdout.readline), 30)
+        assert line.strip() == "READY", line
+        await transport.start()
+        raw = Raw(transport, prefix)
+        assert (await raw.op("jobs/email", "produce", "enqueue", body=b"\x90",
+                             job_id="only"))["created"]
+        second = spawn_owner(configs[1], prefix, "jobs/email")
+        _, err = await asyncio.wait_for(asyncio.to_thread(second.communicate), 60)
+        assert second.returncode != 0, err
+        assert "OwnerConflict" in err and f"node 'owner-{first.pid}'" in err, err[-2000:]
+        # The first keeps serving, alone: one claim, one lease.
+        ping = await raw.op("jobs/email", "read", "ping")
+        assert ping["node"] == f"owner-{first.pid}"
+        claim = await raw.op("jobs/email", "work", "claim", workers=["s"], node="w")
+        assert [j["job_id"] for j in claim["jobs"]] == ["only"]
+        stats = await raw.op("jobs/email", "read", "stats")
+        assert stats["stats"]["counts"]["leased"] == 1
+    finally:
+        await transport.close()
+        kill(first)
+        if second is not None:
+            kill(second)
+
+
+async def test_owners_of_other_queues_and_restarts_do_not_conflict():
+    configs, prefix = isolated_configs(2), unique_prefix()
+    a = Istos(zenoh=configs[0], prefix=prefix, node_id="a")
+    a.queue("jobs")
+    b = Istos(zenoh=configs[1], prefix=prefix, node_id="b")
+    b.queue("jobs/email")  # a deeper name is another queue
+    async with a.serving(), b.serving():
+        assert a.is_active_owner("jobs") and b.is_active_owner("jobs/email")
+    again = Istos(zenoh=configs[1], prefix=prefix, node_id="b")
+    again.queue("jobs")  # a stopped: its token went with it, so a new owner may serve
+    async with again.serving():
+        assert again.is_active_owner("jobs")

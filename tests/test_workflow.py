@@ -431,13 +431,15 @@ async def test_failed_callback_enqueue_is_retried_by_the_members_redelivery(mesh
         runs.append((i, ctx.attempt))
         return i * 2
 
-    async with owner.serving(), worker.serving():
-        chord_id = await owner.chord("shard", [0, 1], callback=("reduce", "y"))
-        # the callback's owner is down: the last member's ack fails and its lease runs out
-        await wait_events(owner, lambda ev: count(ev, "lease_expired") == 1)
-        async with reduce_app.serving():
-            await wait_for(fired)
-            await wait_events(reduce_app, lambda ev: count(ev, "acked") == 1)
+    async with owner.serving():
+        async with reduce_app.serving():  # the opener reserves the callback on its queue
+            chord_id = await owner.chord("shard", [0, 1], callback=("reduce", "y"))
+        async with worker.serving():
+            # the callback's owner is down: the last member's ack fails and its lease runs out
+            await wait_events(owner, lambda ev: count(ev, "lease_expired") == 1)
+            async with reduce_app.serving():
+                await wait_for(fired)
+                await wait_events(reduce_app, lambda ev: count(ev, "acked") == 1)
     assert calls == [{"results": [0, 2], "input": "y"}]
     assert len(runs) == 3  # one member ran twice
     assert count(reduce_app.events.recent(), "enqueued", f"{chord_id}.callback") == 1

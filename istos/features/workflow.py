@@ -60,9 +60,11 @@ import msgpack
 from .. import codec, protocol
 from ..core.config import check_priority, check_queue_name
 from ..core.state import JobRecord
+from ..core import workflow_meta as wf
 from ..core.workflow_meta import check_workflow_meta
 from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
 from ..owner.extension import Hooks
+from .chord_callbacks import CallbackReservations
 
 if TYPE_CHECKING:
     from ..node import Node
@@ -112,8 +114,10 @@ class Workflows:
             raise ConfigError(f"chain needs a non-empty list of queue names, got {queues!r}")
         names = [check_queue_name(q) for q in queues]
         prio = check_priority(priority)
-        chain_id = self.node.ids.new()
-        meta = {"chain": {"id": chain_id, "queues": names, "step": 0, "priority": prio}}
+        key = self.node.ids.token()  # the chain's proof: its steps carry it, reads never show it
+        chain_id = wf.chain_id(key, names, prio)
+        meta = {"chain": {"id": chain_id, "queues": names, "step": 0, "priority": prio,
+                          "key": key}}
         return await self.enqueue(names[0], data, priority=prio, job_id=f"{chain_id}.0",
                                   _meta=meta)
 
@@ -150,24 +154,31 @@ class Workflows:
         codec.encode_body(extra, queue=cb_queue)
         for item in items:
             codec.encode_body(item, queue=queue)
-        chord_id = self.node.ids.new()
+        key = self.node.ids.token()
+        chord_id = wf.chord_id(key, queue, len(items), cb_queue)
+        if items:
+            try:  # the largest member meta, checked before anything is sent
+                protocol.meta("chord meta", {"chord": {
+                    "id": chord_id, "index": len(items), "size": len(items),
+                    "callback": cb_queue, "input": extra, "key": key}})
+            except ProtocolError as exc:
+                raise InvalidJob(f"chord on queue {queue!r}: {exc}") from None
+        # The callback queue's owner expects the callback: asked on its produce key, so only
+        # an opener that may enqueue there can aim a chord at it (chord_callbacks.py).
+        await self.client(cb_queue).call("chord_reserve", chord_id=chord_id, queue=queue,
+                                         size=len(items), key=key)
         if not items:
             await self.enqueue(cb_queue, {"results": [], "input": extra}, priority=prio,
-                               job_id=f"{chord_id}.callback")
+                               job_id=f"{chord_id}.callback", _meta=callback_meta(
+                                   chord_id, queue, 0, key))
             return chord_id
-        try:  # the largest member meta, checked before anything is sent
-            protocol.meta("chord meta", {"chord": {"id": chord_id, "index": len(items),
-                                                   "size": len(items), "callback": cb_queue,
-                                                   "input": extra}})
-        except ProtocolError as exc:
-            raise InvalidJob(f"chord on queue {queue!r}: {exc}") from None
         # The member queue's owner holds the barrier before any member exists: it refuses
         # chord meta pointing at a barrier it does not hold.
         await self.client(queue).call("chord_open", chord_id=chord_id, size=len(items),
-                                      callback=cb_queue)
+                                      callback=cb_queue, key=key)
         for index, item in enumerate(items):
             meta = {"chord": {"id": chord_id, "index": index, "size": len(items),
-                              "callback": cb_queue, "input": extra}}
+                              "callback": cb_queue, "input": extra, "key": key}}
             await self.enqueue(queue, item, priority=prio, job_id=f"{chord_id}.{index}",
                                _meta=meta)
         return chord_id
@@ -204,7 +215,9 @@ class Workflows:
         async def requeue(msg: dict[str, Any]) -> dict[str, Any]:
             return await requeue_dead_op(owner, msg["job_id"])  # admin-gated by dispatch
 
-        owner.extend(Hooks(ops={"chord_open": barriers.op_open, "requeue_dead": requeue},
+        owner.extend(Hooks(ops={"chord_open": barriers.op_open, "requeue_dead": requeue,
+                                "chord_reserve": barriers.callbacks.op_reserve,
+                                "chord_expects": barriers.callbacks.op_expects},
                            before_ack=barriers.on_ack, before_ack_meta_only=True))
 
     async def continue_after(self, meta: dict[str, Any], result: Any) -> None:
@@ -223,6 +236,11 @@ class Workflows:
         # retried and the chain is never silently cut.
         await self.enqueue(queues[index + 1], result, priority=int(step.get("priority", 0)),
                            job_id=f"{step['id']}.{index + 1}", _meta={"chain": nxt})
+
+
+def callback_meta(chord_id: str, queue: str, size: int, key: str) -> dict[str, Any]:
+    """The meta of a chord's callback job: the proof its callback queue's owner checks."""
+    return {"callback": {"id": chord_id, "queue": queue, "size": size, "key": key}}
 
 
 async def requeue_dead_op(owner: QueueOwner, job_id: str) -> dict[str, Any]:
@@ -274,6 +292,7 @@ class ChordBarriers:
         self.cache: dict[str, Barrier] = {}
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._tombstones: deque[tuple[float, str]] = deque()
+        self.callbacks = CallbackReservations(owner)
 
     async def on_ack(self, rec: JobRecord, result: bytes | None) -> None:
         """Record a chord member's result before its ack; fire the callback when complete."""
@@ -305,7 +324,8 @@ class ChordBarriers:
                 "input": meta.get("input")}
         try:
             await self.app.enqueue(str(meta["callback"]), body, priority=priority,
-                                   job_id=f"{chord_id}.callback")
+                                   job_id=f"{chord_id}.callback", _meta=callback_meta(
+                                       chord_id, self.owner.name, barrier.size, meta["key"]))
         except IstosError as exc:
             # The member's ack fails with this error; its redelivery retries the firing.
             log.error("chord %s on queue %s: callback enqueue on %s failed: %s",
@@ -325,6 +345,18 @@ class ChordBarriers:
             check_queue_name(callback)
         except ConfigError as exc:
             raise InvalidJob(f"chord_open: callback {exc}") from None
+        key = wf.check_key(chord_id, msg["key"])
+        if chord_id != wf.chord_id(key, self.owner.name, size, callback):
+            # The callback queue is fixed by the id: an opener cannot re-aim a chord it read.
+            raise InvalidJob(f"chord_open: {chord_id!r} is not the id of a chord with that key, "
+                             f"size and callback on queue {self.owner.name!r}")
+        # No confused deputy: the callback queue must expect this chord (its opener reserved
+        # it there, on that queue's produce key) before this owner agrees to fire into it.
+        expects = await self.app.client(callback).call("chord_expects", chord_id=chord_id)
+        if expects.get("reserved") is not True:
+            raise InvalidJob(f"chord_open: queue {callback!r} holds no reservation for chord "
+                             f"{chord_id!r}'s callback (app.chord sends chord_reserve there "
+                             "first)")
         async with self._lock(chord_id):
             held = await self._find(chord_id)
             if held is not None:
@@ -337,13 +369,17 @@ class ChordBarriers:
             self.cache[chord_id] = barrier
         return {"opened": True}
 
-    async def check_meta(self, job_id: str, meta: dict[str, Any]) -> None:
+    async def check_meta(self, job_id: str, meta: dict[str, Any] | None) -> None:
         """Refuse (:class:`InvalidJob`) a ``meta`` the workflow code would not have written:
-        another shape, a job id that does not match it, or a chord barrier this owner does
-        not hold (a producer must not make the owner enqueue callbacks it chose)."""
+        another shape, a job id that does not match it or its key, a reserved id without
+        meta, a chord barrier this owner does not hold, or a callback it did not reserve (a
+        producer must not make an owner enqueue callbacks it chose)."""
         chord = check_workflow_meta(self.owner.name, job_id, meta)
         if chord is None:
             return  # a chain step
+        if meta is not None and "callback" in meta:
+            await self.callbacks.check(job_id, chord)
+            return
         size = chord["size"]
         held = await self._find(chord["id"])
         if held is None or held.size != size or held.callback not in (None, chord["callback"]):

@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import protocol
 from ..core.records import DEAD, DELAYED, DONE, READY, JobRecord
+from ..core.workflow_meta import public_meta
 from ..errors import IstosError, ProtocolError
 from .extension import Handler
 from .handle import OwnerHandle
@@ -179,7 +180,7 @@ def dead_letter(rec: JobRecord) -> dict[str, Any]:
     """The spec's dead-letter fields plus the attempt history (body still encoded)."""
     return {"job_id": rec.job_id, "body": rec.body, "attempts": rec.attempts,
             "last_error": rec.last_error, "history": [a.to_dict() for a in rec.history],
-            "meta": rec.meta, "finished_at": rec.finished_at}
+            "meta": public_meta(rec.meta), "finished_at": rec.finished_at}
 
 
 def _claimed_size(rec: JobRecord, worker: str) -> int:

@@ -49,11 +49,12 @@ from .extension import Handler, OwnerExtension, overrides
 from .job_ops import JobOps
 from .nudges import Nudges
 from .persist import Persister
+from .sole import SoleOwner
 from .write_path import OwnerSignals, WritePath
 
 log = logging.getLogger("istos.owner")
 
-MetaCheck = Callable[[str, "dict[str, Any]"], Awaitable[None]]
+MetaCheck = Callable[[str, "dict[str, Any] | None"], Awaitable[None]]
 
 
 class QueueOwner:
@@ -82,6 +83,7 @@ class QueueOwner:
             node.storage, fence, self._storage_fenced)
         self._handle: Any = None
         self._rpc_base = ""
+        self.sole: SoleOwner | None = None  # a non-HA owner's token (sole.py)
         self._timer: asyncio.Task[None] | None = None
         self._reschedule = Wakeup()
         self._timer_target = float("inf")
@@ -126,6 +128,9 @@ class QueueOwner:
     # -- lifecycle --
     async def start(self) -> None:
         """Recover from durable storage, bind the rpc key, start the sweeper."""
+        if self.node.transport is not None and self.fence is None and not self.config.ha:
+            self.sole = SoleOwner(self.node, self.name)
+            await self.sole.claim()  # OwnerConflict: another node serves this queue
         now = self.node.clock.now()
         if self.durable:
             records, marks = await self.writes.persister.load_all()
@@ -155,6 +160,8 @@ class QueueOwner:
             self._handle = None
         if self._timer is not None:
             self._timer.cancel()
+        if self.sole is not None:
+            self.sole.release()
 
     async def stop(self) -> None:
         self._unbind()
@@ -250,9 +257,11 @@ class QueueOwner:
     async def _op_enqueue(self, msg: dict[str, Any]) -> dict[str, Any]:
         job_id = msg.get("job_id") or self.node.ids.new()
         meta = msg.get("meta")
-        if meta is not None and not self.state.holds(job_id):
+        if (meta is not None or job_id.startswith(protocol.RESERVED_ID_PREFIXES)) \
+                and not self.state.holds(job_id):
             # Workflow metadata makes the owner (or a worker) enqueue follow-up jobs, so only
-            # shapes the workflow code writes are accepted, checked before anything is stored.
+            # shapes the workflow code writes are accepted, checked before anything is stored;
+            # workflow and schedule ids (wf:, sched:) only with their proof.
             if self.meta_check is None:
                 raise InvalidJob(f"queue {self.name!r} accepts no job meta")
             await self.meta_check(job_id, meta)

@@ -258,7 +258,7 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
     "chord_expects": (Field("chord_id", check_job_id, required=True),),
     "chord_reserve": (
         Field("chord_id", check_job_id, required=True),
-        Field("queue", text(MAX_JOB_ID_BYTES, empty=False), required=True),
+        Field("member_queue", text(MAX_JOB_ID_BYTES, empty=False), required=True),
         Field("size", integer(0, 1 << 20), required=True),
         Field("key", text(64, empty=False), required=True),
     ),

@@ -104,6 +104,7 @@ def field_bad_values(rng: random.Random) -> dict[str, list[Any]]:
         "offset": bad_ints(0, protocol.MAX_OFFSET), "limit": bad_ints(1, 1 << 31),
         "size": bad_ints(1, 1 << 20),
         "callback": [1, [], None, "", "a" * 201, "bad*name", "a//b"],
+        "key": [1, [], None, "", "k" * 65, True, "not hex"],
         "state": ["frob", 1, [], True, ""], "where": bad_wheres(),
         "ttl_s": bad_numbers(0, 1e9), "job_ids": ["x", 1, [1], [""], ["a"] * 4097, {}],
     }
@@ -117,7 +118,7 @@ TEMPLATES: dict[str, dict[str, Any]] = {
     "ack": {"job_id": "x", "token": "t"}, "nack": {"job_id": "x", "token": "t", "error": "e"},
     "result": {"job_id": "x"}, "why": {"job_id": "x"}, "dead": {"offset": 0, "limit": 5},
     "requeue_dead": {"job_id": "x"}, "requeue": {"job_id": "x"},
-    "chord_open": {"chord_id": "c", "size": 1, "callback": "idle"},
+    "chord_open": {"chord_id": "c", "size": 1, "callback": "idle", "key": "ab" * 16},
     "jobs": {"state": "ready", "where": {"a": 1}, "offset": 0, "limit": 5},
     "leases": {"offset": 0, "limit": 5}, "events": {"limit": 5}, "follow": {"ttl_s": 1},
     "purge_dead": {"job_ids": ["x"]}, "ping": {}, "stats": {}, "pause": {}, "resume": {},

@@ -15,6 +15,7 @@ import pytest
 from helpers import count, wait_events
 
 from istos import AdminDisabled, InvalidJob, Istos, codec, protocol, schema
+from istos.core import workflow_meta as wf
 from istos.core.hungry import MAX_HUNGRY
 from istos.owner.extension import Hooks
 from istos.transport.local import LocalMesh
@@ -277,16 +278,28 @@ async def test_producer_supplied_workflow_meta_is_refused_at_enqueue(mesh):
             reply = await raw(probe, "q", op="enqueue", job_id=job_id, body=b"\xc0", meta=meta)
             assert_typed_error(reply, "InvalidJob")
         assert owner.owners["q"].state.jobs == {}
-        # The shapes the workflow code writes still pass: a chain step, and a chord member
-        # once its barrier is open.
-        assert (await raw(probe, "q", op="enqueue", job_id="k.0", body=b"\xc0",
-                          meta=chain))["ok"]
-        assert (await raw(probe, "q", op="chord_open", chord_id="c1", size=1,
-                          callback="cb"))["opened"] is True
-        assert (await raw(probe, "q", op="enqueue", job_id="c1.0", body=b"\xc0",
-                          meta=forged_chord))["ok"]
-        with pytest.raises(InvalidJob, match="another size"):
-            await owner.client("q").call("chord_open", chord_id="c1", size=2, callback="cb")
+        # The shapes the workflow code writes still pass: a chain step whose id derives from
+        # its key, and a chord member once its barrier is open (its callback reserved).
+        key = "ab" * 16
+        cid = wf.chain_id(key, ["q", "cb"], 0)
+        good = {"chain": {"id": cid, "queues": ["q", "cb"], "step": 0, "priority": 0,
+                          "key": key}}
+        assert (await raw(probe, "q", op="enqueue", job_id=f"{cid}.0", body=b"\xc0",
+                          meta=good))["ok"]
+        chord = wf.chord_id(key, "q", 1, "cb")
+        member = {"chord": {"id": chord, "index": 0, "size": 1, "callback": "cb",
+                            "input": None, "key": key}}
+        assert_typed_error(await raw(probe, "q", op="chord_open", chord_id=chord, size=1,
+                                     callback="cb", key=key), "InvalidJob")  # not reserved
+        assert (await raw(probe, "cb", op="chord_reserve", chord_id=chord, member_queue="q", size=1,
+                          key=key))["reserved"] is True
+        assert (await raw(probe, "q", op="chord_open", chord_id=chord, size=1,
+                          callback="cb", key=key))["opened"] is True
+        assert (await raw(probe, "q", op="enqueue", job_id=f"{chord}.0", body=b"\xc0",
+                          meta=member))["ok"]
+        with pytest.raises(InvalidJob, match="not the id"):
+            await owner.client("q").call("chord_open", chord_id=chord, size=2, callback="cb",
+                                          key=key)
 
 
 @pytest.mark.parametrize("op", ["requeue_dead", "requeue", "purge_dead", "pause", "resume",
@@ -350,6 +363,10 @@ def test_hungry_nodes_prefer_proven_workers_and_stay_bounded():
     assert hungry.take(0) == {"cut"} and hungry.take(0) == set()
 
 
+KEY = "cd" * 16
+CHORD = wf.chord_id(KEY, "q", 1, "q")
+
+
 async def test_every_op_replies_with_the_fields_the_protocol_names(mesh):
     """protocol.REPLIES (and docs/protocol.md) against what an owner actually sends."""
     owner, worker = app_on(mesh, "owner"), app_on(mesh, "worker")
@@ -372,7 +389,9 @@ async def test_every_op_replies_with_the_fields_the_protocol_names(mesh):
             "ack": {"job_id": "x", "token": "t"}, "nack": {"job_id": "x", "token": "t"},
             "result": {"job_id": "d1"}, "dead": {}, "jobs": {}, "leases": {},
             "why": {"job_id": "j1"}, "events": {}, "follow": {}, "requeue": {"job_id": "d1"},
-            "chord_open": {"chord_id": "c", "size": 1, "callback": "q"},
+            "chord_reserve": {"chord_id": CHORD, "member_queue": "q", "size": 1, "key": KEY},
+            "chord_open": {"chord_id": CHORD, "size": 1, "callback": "q", "key": KEY},
+            "chord_expects": {"chord_id": CHORD},
             "requeue_dead": {"job_id": "d1"}, "purge_dead": {}, "pause": {}, "resume": {},
             "extend": {"items": []}, "release": {"items": []}, "cancel": {"job_id": "j1"},
             "enqueue_slot": {"body": b"\x02", "job_id": "sched:s:1", "period_s": 60.0},

@@ -100,7 +100,8 @@ async def test_owner_refuses_a_slot_again_after_its_job_finished() -> None:
         assert (await tick("sched:s:1000"))["created"] is True  # the hold has passed
         await wait_events(owner, lambda ev: count(ev, "acked") == 2)
         with pytest.raises(ProtocolError, match="period_s"):
-            await producer.client("q").call("enqueue_slot", body=body, job_id="x", period_s=0)
+            await producer.client("q").call("enqueue_slot", body=body, job_id="sched:s:x",
+                                            period_s=0)
     assert count(owner.events.recent(), "enqueued") == 2 and len(done) == 2
 
 

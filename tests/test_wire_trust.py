@@ -21,9 +21,9 @@ from zenoh_util import isolated_configs, query_when_served, unique_prefix
 
 from istos import Istos, codec, protocol
 from istos.errors import ConfigError
-from istos.transport.base import TransportError
 from istos.transport import zenoh as zenoh_transport
 from istos.transport._zenoh_config import RX_MAX_MESSAGE_BYTES, rx_limit, to_zenoh_config
+from istos.transport.base import TransportError
 from istos.transport.zenoh import ZenohTransport
 
 

@@ -117,7 +117,7 @@ async def test_attack_1_a_producer_cannot_cut_a_chain_with_its_own_step():
 
 async def test_attack_2_a_producer_cannot_redirect_a_chain():
     async with mesh() as m:
-        first = await m.producer.chain(["s1", "s2", "s3"], {"from": "producer"})
+        await m.producer.chain(["s1", "s2", "s3"], {"from": "producer"})
         chain = (await first_job(m, "s1")).rpartition(".")[0]
         forged = codec.encode_body({"from": "attacker"})
         for key in (None, "0" * 32, m.producer.node.ids.token()):

@@ -42,13 +42,13 @@ class CallbackReservations:
         self._used: deque[tuple[float, str]] = deque()
 
     async def op_reserve(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """``chord_reserve``: expect the callback of chord ``chord_id`` (members on ``queue``,
-        ``size`` of them, started with ``key``) on this queue."""
-        chord, queue, size = msg["chord_id"], msg["queue"], msg["size"]
+        """``chord_reserve``: expect the callback of chord ``chord_id`` (members on
+        ``member_queue``, ``size`` of them, started with ``key``) on this queue."""
+        chord, queue, size = msg["chord_id"], msg["member_queue"], msg["size"]
         try:
             check_queue_name(queue)
         except ConfigError as exc:
-            raise InvalidJob(f"chord_reserve: queue {exc}") from None
+            raise InvalidJob(f"chord_reserve: member_queue {exc}") from None
         key = wf.check_key(chord, msg["key"])
         if chord != wf.chord_id(key, queue, size, self.owner.name):
             raise InvalidJob(f"chord_reserve: {chord!r} is not the id of a chord with that key, "

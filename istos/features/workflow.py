@@ -58,9 +58,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgpack
 
 from .. import codec, protocol
+from ..core import workflow_meta as wf
 from ..core.config import check_priority, check_queue_name
 from ..core.state import JobRecord
-from ..core import workflow_meta as wf
 from ..core.workflow_meta import check_workflow_meta
 from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
 from ..owner.extension import Hooks
@@ -165,8 +165,8 @@ class Workflows:
                 raise InvalidJob(f"chord on queue {queue!r}: {exc}") from None
         # The callback queue's owner expects the callback: asked on its produce key, so only
         # an opener that may enqueue there can aim a chord at it (chord_callbacks.py).
-        await self.client(cb_queue).call("chord_reserve", chord_id=chord_id, queue=queue,
-                                         size=len(items), key=key)
+        await self.client(cb_queue).call("chord_reserve", chord_id=chord_id,
+                                         member_queue=queue, size=len(items), key=key)
         if not items:
             await self.enqueue(cb_queue, {"results": [], "input": extra}, priority=prio,
                                job_id=f"{chord_id}.callback", _meta=callback_meta(

@@ -192,11 +192,11 @@ class QueueOwner:
             return codec.encode_message(error_reply(exc))
         role = protocol.role_in_key(self._rpc_base, key)
         if role is None:
-            exc = ProtocolError(f"queue {self.name!r}: requests go to {self._rpc_base}/<role> "
+            bad = ProtocolError(f"queue {self.name!r}: requests go to {self._rpc_base}/<role> "
                                 f"with a role of {', '.join(protocol.ROLES)}; got key "
                                 f"{key[:200]!r}")
-            self._rejected("?", "bad-key", exc)
-            return codec.encode_message(error_reply(exc))
+            self._rejected("?", "bad-key", bad)
+            return codec.encode_message(error_reply(bad))
         reply = await self.dispatch(msg, role=role)
         self._check_leading()
         return protocol.encode_reply(reply)

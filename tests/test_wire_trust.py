@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -17,7 +18,7 @@ from typing import Any
 import msgpack
 import pytest
 import zenoh
-from zenoh_util import isolated_configs, query_when_served, unique_prefix
+from zenoh_util import isolated_configs, query_when_served, router_configs, unique_prefix
 
 from istos import Istos, codec, protocol
 from istos.errors import ConfigError
@@ -237,3 +238,32 @@ async def test_owners_of_other_queues_and_restarts_do_not_conflict():
     again.queue("jobs")  # a stopped: its token went with it, so a new owner may serve
     async with again.serving():
         assert again.is_active_owner("jobs")
+
+
+async def test_a_frozen_owners_token_still_refuses_a_second_owner_until_it_is_gone():
+    router, clients = router_configs(3)
+    prefix = unique_prefix()
+    hub = ZenohTransport(router, node_id="router")  # clients meet through a router, as deployed
+    await hub.start()
+    procs = [spawn_owner(clients[0], prefix, "q")]
+    try:
+        first = procs[0]
+        assert first.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(first.stdout.readline), 30)
+        assert line.strip() == "READY", line
+        first.send_signal(signal.SIGSTOP)  # frozen: its link, and so its token, stay up
+        procs.append(spawn_owner(clients[1], prefix, "q"))
+        _, err = await asyncio.wait_for(asyncio.to_thread(procs[1].communicate), 60)
+        assert procs[1].returncode != 0 and "OwnerConflict" in err, err[-2000:]
+        assert f"'owner-{first.pid}'" in err and "did not answer a ping" in err, err[-2000:]
+        first.kill()  # killed on this host: its links close, its token goes at once
+        first.wait(10)
+        procs.append(spawn_owner(clients[2], prefix, "q"))
+        third = procs[2]
+        assert third.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(third.stdout.readline), 30)
+        assert line.strip() == "READY", third.stderr.read() if third.poll() else line
+    finally:
+        for proc in procs:
+            kill(proc)
+        await hub.close()

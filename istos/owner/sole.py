@@ -4,8 +4,12 @@ Two ``ha=False`` owners of one queue would both answer requests, so one claim co
 job on each (two leases, two runs). Before it binds its rpc key, an owner therefore looks for
 the token ``{prefix}/own/{queue}/{stamp}-{node}`` of another owner; if there is one it refuses
 to serve with :class:`~istos.errors.OwnerConflict` naming that node, and the first keeps
-serving. It then declares its own token and looks again: two owners that started at the same
-moment (neither saw the other) settle by the earlier ``(stamp, node)``, the later one refusing.
+serving. It refuses even when that owner does not answer a ping (the message says so): a
+frozen or cut-off owner keeps its token until Zenoh's link lease ends (~10 s) and may come
+back, and two owners are worse than a restart that has to wait out the lease. (A process that
+is killed on its host closes its links, so its token goes at once.) It then declares its own
+token and looks again: two owners that started at the same moment (neither saw the other)
+settle by the earlier ``(stamp, node)``, the later one refusing.
 A running owner never yields; if it sees another owner's token appear later (a partition that
 healed with an owner on each side), it logs an error naming the node, as only an operator can
 tell which one to stop. HA replicas use the election instead (``election.py``).
@@ -16,8 +20,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..errors import OwnerConflict
+from .. import codec
+from ..errors import IstosError, OwnerConflict
 from ..node import Node
+from ..transport.base import NoResponder
 
 log = logging.getLogger("istos.owner")
 
@@ -52,19 +58,49 @@ class SoleOwner:
         assert transport is not None
         self.candidate = f"{int(self.node.clock.now() * 1e6):020d}-{self.node.node_id}"
         rivals = self._others(await transport.liveliness_alive(f"{self.expr}/*", LOOK_S))
-        if not rivals:
-            self._token = await transport.declare_liveliness_token(
-                f"{self.expr}/{self.candidate}")
-            rivals = [c for c in self._others(
-                await transport.liveliness_alive(f"{self.expr}/*", LOOK_S)) if c < self.candidate]
+        if rivals:
+            other = min(rivals).partition("-")[2]
+            answered = await self._serving_node()
+            raise OwnerConflict(
+                f"queue {self.queue!r} is already owned by node {other!r} on this mesh "
+                + ("(it answers requests)" if answered is not None else
+                   "(its token is alive but it did not answer a ping: if it crashed or froze, "
+                   "its token ends with Zenoh's link lease, ~10 s; start again then)")
+                + "; a second owner of a queue declared without ha=True would lease its jobs "
+                "twice. Stop one of them, or declare the queue with ha=True on both (shared "
+                "storage)")
+        self._token = await transport.declare_liveliness_token(f"{self.expr}/{self.candidate}")
+        rivals = [c for c in self._others(
+            await transport.liveliness_alive(f"{self.expr}/*", LOOK_S)) if c < self.candidate]
         if rivals:
             self.release()
-            other = min(rivals).partition("-")[2]
             raise OwnerConflict(
-                f"queue {self.queue!r} is already served by node {other!r} on this mesh; a "
-                "second owner of a queue declared without ha=True would lease its jobs twice. "
-                "Stop one of them, or declare the queue with ha=True on both (shared storage)")
+                f"queue {self.queue!r}: node {min(rivals).partition('-')[2]!r} started to own it "
+                "at the same moment and came first; a second owner of a queue declared "
+                "without ha=True would lease its jobs twice")
         self._watch = await transport.watch_liveliness(f"{self.expr}/*", self._on_token)
+
+    async def _serving_node(self) -> str | None:
+        """The node that answers a ping on this queue now, if any (and not this one)."""
+        transport = self.node.transport
+        assert transport is not None
+        key = f"{self.node.prefix}/q/{self.queue}/rpc/read"
+        ping, clock = codec.encode_message({"v": 1, "op": "ping"}), self.node.clock
+        until = clock.monotonic() + LOOK_S
+        while True:
+            try:
+                reply = codec.decode_message(await transport.query(key, ping, LOOK_S))
+                break
+            except NoResponder:  # its route may trail its token by a moment
+                if clock.monotonic() >= until:
+                    return None
+                await clock.sleep(0.02)
+            except IstosError:  # a timeout or an error reply: nobody serves it
+                return None
+        node = reply.get("node") if isinstance(reply, dict) and reply.get("ok") else None
+        if not isinstance(node, str) or node == self.node.node_id:
+            return None
+        return node
 
     def _on_token(self, key: str, alive: bool) -> None:
         if alive and self._token is not None and self._others([key]):

@@ -4,8 +4,14 @@ Every workflow job is an ordinary job carrying a ``meta`` dict that travels with
 persisted with it), so workflows inherit the queue's guarantees: leases, retries, backoff,
 dead letters, durability. Nothing here adds a coordinator; the pieces are:
 
+**Proof** (:mod:`istos.core.workflow_meta`). A chain or chord starts with a random ``key``;
+its id (``wf:`` + 32 hex digits) is a hash of the key and the workflow's fixed parts, every job
+of it carries the key in its meta, and owners recompute the id before accepting one. Reads never
+show the key, so an id read from ``jobs`` or a dead letter cannot continue, redirect or pre-empt
+a workflow, and a plain enqueue may not create ``wf:`` ids at all.
+
 **Chain** (:meth:`Workflows.chain`). Step 0 is enqueued on ``queues[0]`` with
-``meta={"chain": {"id", "queues", "step", "priority"}}`` and job id ``f"{chain_id}.0"``. When a
+``meta={"chain": {"id", "queues", "step", "priority", "key"}}`` and job id ``f"{chain_id}.0"``. When a
 step's function returns, the worker calls :meth:`Workflows.continue_after`, which enqueues the
 return value on the next queue as step ``step + 1`` with job id ``f"{chain_id}.{step + 1}"``,
 *before* the step is acked. A crash between the two redelivers the step, never loses the chain; the
@@ -19,8 +25,10 @@ retried like any job; a step that dead-letters ends the chain, and its dead lett
 back in item order. Every item is encoded before any is sent, so a bad item enqueues nothing.
 
 **Chord** (:meth:`Workflows.chord`): a group whose members carry
-``meta={"chord": {"id", "index", "size", "callback", "input"}}`` (job ids
-``f"{chord_id}.{index}"``). The barrier lives on the member queue's owner: an ack hook stores
+``meta={"chord": {"id", "index", "size", "callback", "input", "key"}}`` (job ids
+``f"{chord_id}.{index}"``). Its callback is first reserved on the callback queue's owner
+(``chord_reserve``, ``chord_callbacks.py``), which the barrier's owner checks before it opens
+the barrier, so no owner fires a callback into a queue that did not expect it. The barrier lives on the member queue's owner: an ack hook stores
 each member's result (the encoded bytes the worker sends with its ack) at its index in a barrier
 record, in the owner's storage (namespace ``wf:{queue}``, key = chord id), *before* the ack is
 recorded. When all ``size`` results are present, the hook enqueues the callback on the callback

@@ -12,8 +12,8 @@ a workflow, and a plain enqueue may not create ``wf:`` ids at all.
 
 **Chain** (:meth:`Workflows.chain`). Step 0 is enqueued on ``queues[0]`` with
 ``meta={"chain": {"id", "queues", "step", "priority", "key"}}`` and job id
-``f"{chain_id}.0"``. When a step's function returns, the worker calls :meth:`Workflows.continue_after`, which enqueues the
-return value on the next queue as step ``step + 1`` with job id ``f"{chain_id}.{step + 1}"``,
+``f"{chain_id}.0"``. When a step's function returns, the worker calls
+:meth:`Workflows.continue_after`, which enqueues the return value on the next queue as step ``step + 1`` with job id ``f"{chain_id}.{step + 1}"``,
 *before* the step is acked. A crash between the two redelivers the step, never loses the chain; the
 redelivered step re-enqueues its continuation under the same id, which idempotent enqueue
 drops while the next step is still held (once the next step has been acked and forgotten, a
@@ -30,8 +30,8 @@ back in item order. Every item is encoded before any is sent, so a bad item enqu
 (``chord_reserve``, ``chord_callbacks.py``), which the barrier's owner checks before it opens
 the barrier, so no owner fires a callback into a queue that did not expect it. The barrier
 lives on the member queue's owner: an ack hook stores each member's result (the encoded bytes
-the worker sends with its ack) at its index in a barrier record, in the owner's storage (namespace ``wf:{queue}``, key = chord id), *before* the ack is
-recorded. When all ``size`` results are present, the hook enqueues the callback on the callback
+the worker sends with its ack) at its index in a barrier record, in the owner's storage
+(namespace ``wf:{queue}``, key = chord id), *before* the ack is recorded. When all ``size`` results are present, the hook enqueues the callback on the callback
 queue with ``{"results": [... in member order ...], "input": extra}`` and job id
 ``f"{chord_id}.callback"``, then marks the barrier fired. The callback fires once even when
 members are redelivered: results are keyed by index (storing one twice changes nothing), a

@@ -10,35 +10,35 @@ of it carries the key in its meta, and owners recompute the id before accepting 
 show the key, so an id read from ``jobs`` or a dead letter cannot continue, redirect or pre-empt
 a workflow, and a plain enqueue may not create ``wf:`` ids at all.
 
-**Chain** (:meth:`Workflows.chain`). Step 0 is enqueued on ``queues[0]`` with
-``meta={"chain": {"id", "queues", "step", "priority", "key"}}`` and job id
-``f"{chain_id}.0"``. When a step's function returns, the worker calls
-:meth:`Workflows.continue_after`, which enqueues the return value on the next queue as step ``step + 1`` with job id ``f"{chain_id}.{step + 1}"``,
-*before* the step is acked. A crash between the two redelivers the step, never loses the chain; the
-redelivered step re-enqueues its continuation under the same id, which idempotent enqueue
-drops while the next step is still held (once the next step has been acked and forgotten, a
-redelivery runs it again: at-least-once, as everywhere in the queue). A step that raises is
-retried like any job; a step that dead-letters ends the chain, and its dead letter's
-``"workflow"`` entry names the chain id and step. Continuations keep the chain's priority.
+**Chain** (:meth:`Workflows.chain`). Step 0 is enqueued on ``queues[0]`` with ``meta={"chain":
+{"id", "queues", "step", "priority", "key"}}`` and job id ``f"{chain_id}.0"``. When a step's
+function returns, the worker calls :meth:`Workflows.continue_after`, which enqueues the return
+value on the next queue as step ``step + 1`` with job id ``f"{chain_id}.{step + 1}"``, *before* the
+step is acked. A crash between the two redelivers the step, never loses the chain; the redelivered
+step re-enqueues its continuation under the same id, which idempotent enqueue drops while the next
+step is still held (once the next step has been acked and forgotten, a redelivery runs it again:
+at-least-once, as everywhere in the queue). A step that raises is retried like any job; a step that
+dead-letters ends the chain, and its dead letter's ``"workflow"`` entry names the chain id and
+step. Continuations keep the chain's priority.
 
 **Group** (:meth:`Workflows.group`): each item becomes one job on one queue; the ids come
 back in item order. Every item is encoded before any is sent, so a bad item enqueues nothing.
 
-**Chord** (:meth:`Workflows.chord`): a group whose members carry
-``meta={"chord": {"id", "index", "size", "callback", "input", "key"}}`` (job ids
-``f"{chord_id}.{index}"``). Its callback is first reserved on the callback queue's owner
-(``chord_reserve``, ``chord_callbacks.py``), which the barrier's owner checks before it opens
-the barrier, so no owner fires a callback into a queue that did not expect it. The barrier
-lives on the member queue's owner: an ack hook stores each member's result (the encoded bytes
-the worker sends with its ack) at its index in a barrier record, in the owner's storage
-(namespace ``wf:{queue}``, key = chord id), *before* the ack is recorded. When all ``size`` results are present, the hook enqueues the callback on the callback
-queue with ``{"results": [... in member order ...], "input": extra}`` and job id
-``f"{chord_id}.callback"``, then marks the barrier fired. The callback fires once even when
-members are redelivered: results are keyed by index (storing one twice changes nothing), a
-per-chord lock serialises the read-modify-write, the fired flag stops a second firing, and the
-deterministic callback id deduplicates a firing repeated after a crash while the callback job is
-held. A late answer from a delivery whose lease was already re-issued is stale and never reaches
-the barrier. An empty chord enqueues its callback at once with ``results == []``.
+**Chord** (:meth:`Workflows.chord`): a group whose members carry ``meta={"chord": {"id", "index",
+"size", "callback", "input", "key"}}`` (job ids ``f"{chord_id}.{index}"``). Its callback is first
+reserved on the callback queue's owner (``chord_reserve``, ``chord_callbacks.py``), which the
+barrier's owner checks before it opens the barrier, so no owner fires a callback into a queue that
+did not expect it. The barrier lives on the member queue's owner: an ack hook stores each member's
+result (the encoded bytes the worker sends with its ack) at its index in a barrier record, in the
+owner's storage (namespace ``wf:{queue}``, key = chord id), *before* the ack is recorded. When all
+``size`` results are present, the hook enqueues the callback on the callback queue with
+``{"results": [... in member order ...], "input": extra}`` and job id ``f"{chord_id}.callback"``,
+then marks the barrier fired. The callback fires once even when members are redelivered: results
+are keyed by index (storing one twice changes nothing), a per-chord lock serialises the
+read-modify-write, the fired flag stops a second firing, and the deterministic callback id
+deduplicates a firing repeated after a crash while the callback job is held. A late answer from a
+delivery whose lease was already re-issued is stale and never reaches the barrier. An empty chord
+enqueues its callback at once with ``results == []``.
 
 Barriers are cached in memory per owner and loaded from storage on a miss, so with durable
 storage they survive an owner restart; storage is written through even when it is the volatile

@@ -10,9 +10,11 @@ back, and two owners are worse than a restart that has to wait out the lease. (A
 is killed on its host closes its links, so its token goes at once.) It then declares its own
 token and looks again: two owners that started at the same moment (neither saw the other)
 settle by the earlier ``(stamp, node)``, the later one refusing.
-A running owner never yields; if it sees another owner's token appear later (a partition that
-healed with an owner on each side), it logs an error naming the node, as only an operator can
-tell which one to stop. HA replicas use the election instead (``election.py``).
+A running owner never yields; if it sees an earlier owner's token appear later (a partition
+that healed with an owner on each side), it logs an error naming the node, as only an operator
+can tell which one to stop. A token of this node's own id counts as its own (a restarted node),
+so give every process its own node id (the default does). HA replicas use the election instead
+(``election.py``).
 """
 
 from __future__ import annotations
@@ -103,7 +105,10 @@ class SoleOwner:
         return node
 
     def _on_token(self, key: str, alive: bool) -> None:
-        if alive and self._token is not None and self._others([key]):
+        # Only an earlier owner's token: a later one is a newcomer that refuses by itself (the
+        # owners of a healed partition see each other, so one of the two always logs).
+        if alive and self._token is not None and \
+                any(c < self.candidate for c in self._others([key])):
             log.error("queue %s: another owner (%s) serves it on this mesh too; two owners "
                       "of a non-HA queue lease jobs twice: stop one", self.queue,
                       key.rpartition("/")[2].partition("-")[2])

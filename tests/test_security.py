@@ -24,7 +24,8 @@ import pytest
 import zenoh
 from zenoh_util import free_port, unique_prefix
 
-from istos import Istos, JobContext, MeshUnreachable, OwnerUnavailable, codec
+from istos import InvalidJob, Istos, JobContext, MeshUnreachable, OwnerUnavailable, codec
+from istos.core import workflow_meta as wf
 
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs" / "security"
@@ -260,6 +261,47 @@ async def test_role_rules_hold_for_queue_names_of_any_depth(mesh: dict[str, Any]
             assert ack["status"] == "ok"
             stats = (await producer.client(queue).call("stats"))["stats"]
         assert stats["totals"]["acked"] == 1 and stats["counts"]["leased"] == 0
+    finally:
+        stop(owner)
+
+
+async def test_a_chord_callback_goes_only_where_its_opener_may_enqueue(mesh: dict[str, Any]):
+    """The confused deputy, closed by the router's rules: producers here may enqueue on ``q``
+    only, so they can neither reserve a chord callback on ``victim`` nor make the owner of
+    ``q`` fire one there; a chord whose callback stays on ``q`` completes."""
+    prefix = mesh["prefix"]
+    router = copy.deepcopy(mesh["router"])
+    for rule in router["access_control"]["rules"]:
+        if rule["id"] == "istos-produce":  # produce on q only; read everywhere
+            rule["key_exprs"] = [f"{prefix}/q/q/rpc/produce", f"{prefix}/q/**/rpc/read"]
+    owner = await start_owner(router, prefix, mesh["log"], queue="q,victim")
+    try:
+        producer = Istos(zenoh=mesh["producer"], prefix=prefix, node_id="producer",
+                         request_timeout_s=1.0)
+        worker = Istos(zenoh=mesh["worker"], prefix=prefix, node_id="worker")
+        seen: list[Any] = []
+
+        @worker.worker("q", poll_interval_s=0.1)
+        async def member(data: Any) -> Any:
+            seen.append(data)
+            return data
+
+        async with producer.serving(), worker.serving():
+            with pytest.raises(OwnerUnavailable):  # chord_reserve on victim: denied
+                await producer.chord("q", [1], callback=("victim", "x"))
+            key = producer.node.ids.token()
+            chord = wf.chord_id(key, "q", 1, "victim")
+            with pytest.raises(InvalidJob, match="reservation"):  # the owner will not fire
+                await producer.client("q").call("chord_open", chord_id=chord, size=1,
+                                                callback="victim", key=key)
+            ok = await producer.chord("q", [2], callback=("q", "y"))
+            for _ in range(200):
+                if {"results": [2], "input": "y"} in seen:
+                    break
+                await asyncio.sleep(0.05)
+            victim = (await producer.client("victim").call("stats"))["stats"]
+        assert {"results": [2], "input": "y"} in seen and ok.startswith("wf:")
+        assert victim["totals"]["enqueued"] == 0
     finally:
         stop(owner)
 

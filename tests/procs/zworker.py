@@ -3,7 +3,7 @@
 argv: config_json prefix queue mode [out_path]
 mode "record": append each job's data + attempt to out_path (one JSON line), ack.
 mode "die": os._exit(17) in the middle of the first job (no ack, no nack).
-mode "owner": own the queue (lease from env ISTOS_LEASE_S) and serve forever.
+mode "owner": own the queue (lease from env ISTOS_LEASE_S) and serve forever; "a,b" owns both.
 Prints READY once serving.
 """
 
@@ -22,8 +22,9 @@ async def main() -> None:
     out_path = sys.argv[5] if len(sys.argv) > 5 else None
     app = Istos(zenoh=config, prefix=prefix, node_id=f"{mode}-{os.getpid()}")
     if mode == "owner":
-        app.queue(queue, lease_s=float(os.environ.get("ISTOS_LEASE_S", "30")),
-                  sweep_interval_s=0.05)
+        for name in queue.split(","):
+            app.queue(name, lease_s=float(os.environ.get("ISTOS_LEASE_S", "30")),
+                      sweep_interval_s=0.05)
     else:
         @app.worker(queue, concurrency=int(os.environ.get("ISTOS_CONCURRENCY", "4")),
                     poll_interval_s=0.2)

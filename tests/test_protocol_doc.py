@@ -48,7 +48,8 @@ def role_table() -> dict[str, str]:
 def op_tables() -> dict[str, tuple[str, str]]:
     """op -> (request cell, reply cell) from the op tables of three sections."""
     out: dict[str, tuple[str, str]] = {}
-    for title in ("## Producer and worker ops", "## Inspection ops", "## Admin ops"):
+    for title in ("## Producer and worker ops", "## Inspection ops", "## Bulk admin ops",
+                  "## Admin ops"):
         for op, rest in _ROW.findall(section(title)):
             cells = [c.strip() for c in rest.rstrip("|").split(" | ")]
             if len(cells) >= 2:
@@ -155,15 +156,20 @@ async def test_a_client_built_from_the_doc_exercises_every_op():
         ("chord_expects", {"chord_id": chord}),
         ("jobs", {"state": "ready", "where": {"n": 1}}), ("leases", {}), ("events", {}),
         ("why", {"job_id": "j1"}), ("result", {"job_id": "j1"}), ("follow", {"ttl_s": 5}),
+        ("states", {"job_ids": ["j1", "nope"]}),
+        ("enqueue", {"body": b"\x90", "job_id": "later", "delay_s": 3600}),
+        ("promote", {"job_ids": ["later"]}),
     ]
     async with served() as (_, client):
         replies = {}
         for op, fields in calls:  # a chord's callback is reserved on the callback queue
             replies[op] = await client.ok("cb" if op == "chord_reserve" else "q", op, **fields)
         assert replies["jobs"]["jobs"][0]["job_id"] == "j1"
+        assert replies["states"]["states"] == {"j1": "ready", "nope": "unknown"}
+        assert replies["promote"]["promoted"] == 1
         claim = await client.ok("q", "claim", workers=["a", "b", "c", "d", "e"], node="n")
         held = {j["job_id"]: j["token"] for j in claim["jobs"]}
-        assert "j1" in held and len(held) == 4  # j1, m1, the chain step, the slot
+        assert "j1" in held and len(held) == 5  # j1, m1, the chain step, the slot, "later"
         lease = [{"job_id": j, "token": t} for j, t in held.items()]
         assert (await client.ok("q", "extend", items=[{**lease[0], "progress": 0.5}])
                 )["statuses"] == ["ok"]
@@ -179,6 +185,9 @@ async def test_a_client_built_from_the_doc_exercises_every_op():
         dead_id = dead["dead"][0]["job_id"]
         assert (await client.ok("q", "requeue", job_id=dead_id))["job_id"] != dead_id
         assert (await client.ok("q", "requeue_dead", job_id=dead_id))["status"] == "requeued"
+        assert (await client.ok("q", "requeue_all_dead"))["requeued"] == 0
+        assert (await client.ok("q", "purge_dead_older", older_than_s=3600))["purged"] == 0
+        assert (await client.ok("q", "workers"))["total"] >= 1
         assert (await client.ok("q", "pause"))["paused"] is True
         assert (await client.ok("q", "resume"))["paused"] is False
         released = lease[1]["job_id"]  # ready again: cancelled at once
@@ -186,7 +195,9 @@ async def test_a_client_built_from_the_doc_exercises_every_op():
         assert (await client.ok("q", "purge_dead"))["purged"] >= 0
         exercised = {op for op, _ in calls} | {"claim", "extend", "release", "ack", "nack",
                                                "settle", "dead", "requeue", "requeue_dead",
-                                               "pause", "resume", "cancel", "purge_dead"}
+                                               "pause", "resume", "cancel", "purge_dead",
+                                               "requeue_all_dead", "purge_dead_older",
+                                               "workers"}
         assert exercised == set(OPS)
 
 

@@ -4,8 +4,8 @@ workflow, and the ``states`` op (read role) says what state each of a list of jo
 The owner answering ``why`` knows only its own queue, so it describes the workflow from the
 job's ``meta`` (every step's queue and job id, which the workflow code derives from the chain or
 chord id); the client then asks each queue's owner for the states (``states``, one bounded
-request per queue: ids and states only, never bodies). A chord callback carries no meta, so
-its ``why`` shows no workflow (ask a member's).
+request per queue: ids and states only, never bodies). A chord callback's meta is only its
+proof (``callback``), so its ``why`` shows no workflow (ask a member's).
 """
 
 from __future__ import annotations

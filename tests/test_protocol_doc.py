@@ -188,6 +188,7 @@ async def test_a_client_built_from_the_doc_exercises_every_op():
         assert (await client.ok("q", "requeue_all_dead"))["requeued"] == 0
         assert (await client.ok("q", "purge_dead_older", older_than_s=3600))["purged"] == 0
         assert (await client.ok("q", "workers"))["total"] >= 1
+        assert (await client.ok("q", "unpark", workers=["zz"], node="n"))["unparked"] == 0
         assert (await client.ok("q", "pause"))["paused"] is True
         assert (await client.ok("q", "resume"))["paused"] is False
         released = lease[1]["job_id"]  # ready again: cancelled at once
@@ -197,7 +198,7 @@ async def test_a_client_built_from_the_doc_exercises_every_op():
                                                "settle", "dead", "requeue", "requeue_dead",
                                                "pause", "resume", "cancel", "purge_dead",
                                                "requeue_all_dead", "purge_dead_older",
-                                               "workers"}
+                                               "workers", "unpark"}
         assert exercised == set(OPS)
 
 

@@ -33,9 +33,11 @@ from .owner.election import Election
 from .owner.extension import Hooks
 from .owner.inspect import Inspector
 from .owner.leases_ext import LeaseOps
+from .owner.lookup import IdLookup
 from .owner.operator_ext import operator_extensions
 from .owner.owner import QueueOwner
 from .owner.parking import ParkedClaims
+from .owner.series import SeriesKeeper
 from .producer import Producer
 from .storage.base import Fence, Storage
 from .storage.memory import MemoryStorage
@@ -272,6 +274,8 @@ class Istos:
         self.schedules.setup_owner(owner)
         self.workflows.setup_owner(owner)
         owner.extend(Inspector(owner))
+        owner.extend(IdLookup(owner))
+        owner.extend(SeriesKeeper(owner))
         leases = LeaseOps(owner)
         leases.cancel_listeners.append(
             lambda node, jobs: self._cancel_local(owner.name, node, jobs))

@@ -210,6 +210,17 @@ def slot_job_id(name: str, value: Any) -> None:
         fail(name, "must be a schedule slot id 'sched:{name}:{slot}'", value)
 
 
+MIN_ID_PREFIX = 6  # shorter prefixes match too much to name a job
+MAX_RESOLVE_MATCHES = 10
+
+
+def id_prefix(name: str, value: Any) -> None:
+    """The start of a job id, at least :data:`MIN_ID_PREFIX` characters (``resolve``)."""
+    check_job_id(name, value)
+    if len(value) < MIN_ID_PREFIX:
+        fail(name, f"must be at least {MIN_ID_PREFIX} characters", value)
+
+
 # -- the schemas --------------------------------------------------------------------------------
 _JOB_ID = Field("job_id", check_job_id, required=True)
 _OFFSET = Field("offset", integer(0, MAX_OFFSET))
@@ -285,6 +296,11 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
     "pause": (),
     "resume": (),
     "cancel": (_JOB_ID,),
+    "resolve": (Field("prefix", id_prefix, required=True),),
+    "events_since": (Field("epoch", text(64, nil=True)), Field("after", integer(0, 1 << 62)),
+                     _PAGE),
+    "series": (Field("since", number(0.0, 1e11)), Field("resolution", one_of("1s", "1min")),
+               _PAGE),
     "extend": (Field("items", list_of(lease_item, MAX_EXTEND_ITEMS), required=True),),
     "release": (Field("items", list_of(lease_item, MAX_SETTLE_ITEMS), required=True),),
     "enqueue_slot": (
@@ -319,11 +335,14 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("why", "why", ""),
         ("events", "events more", ""),
         ("follow", "key ttl_s", ""),
-        ("requeue", "job_id", ""),
+        ("requeue", "job_id", "status"),
         ("purge_dead", "purged", ""),
         ("pause", "paused", ""),
         ("resume", "paused", ""),
         ("cancel", "status", ""),
+        ("resolve", "matches more", ""),
+        ("events_since", "epoch events seqs missed more last", ""),
+        ("series", "rows more next_since resolution now", ""),
         ("extend", "statuses", ""),
         ("release", "statuses", ""),
         ("enqueue_slot", "job_id created", ""),
@@ -361,7 +380,8 @@ OP_ROLES: dict[str, str] = {
                     "produce"),
     **dict.fromkeys(("claim", "unpark", "settle", "ack", "nack", "extend", "release"), "work"),
     **dict.fromkeys(("ping", "result", "dead", "stats", "jobs", "leases", "why", "events",
-                     "follow", "workers", "states", "chord_expects"), "read"),
+                     "follow", "workers", "states", "chord_expects", "resolve", "series",
+                     "events_since"), "read"),
     **dict.fromkeys(ADMIN_OPS, "admin"),
 }
 

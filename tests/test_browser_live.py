@@ -58,6 +58,16 @@ class Owner:
         self.router.close()
 
 
+def served_url(log_path: Path, port: int, timeout_s: float = 60.0) -> str:
+    """The URL ``istos dashboard`` printed (its token included), read from its log."""
+    for _ in range(int(timeout_s / 0.1)):
+        for line in log_path.read_text(errors="replace").splitlines():
+            if line.startswith("serving the dashboard of ") and f":{port}/" in line:
+                return line.rsplit(" on ", 1)[1].strip()
+        threading.Event().wait(0.1)
+    raise AssertionError(f"no URL printed: {log_path.read_text(errors='replace')[-2000:]}")
+
+
 async def _fail(job: dict, ctx: JobContext) -> None:
     raise RuntimeError("mailbox full")
 
@@ -89,7 +99,7 @@ def test_istos_dashboard_job_detail_and_confirmed_admin_in_chromium(browser, tmp
                 [sys.executable, "-m", "istos", "dashboard", "mail", "--port", str(port),
                  "--zenoh", json.dumps(owner.clients[2]), "--prefix", owner.prefix],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        server = VoilaServer(f"http://127.0.0.1:{port}/", log_path, proc)  # type: ignore[arg-type]
+        server = VoilaServer(served_url(log_path, port), log_path, proc)  # type: ignore[arg-type]
         for _ in range(600):  # bounded: 60 s for Voila to listen
             if _port_open(port) or proc.poll() is not None:
                 break

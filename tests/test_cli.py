@@ -86,7 +86,9 @@ def mesh():
 def test_cli_on_a_live_owner_through_a_router(mesh):
     prefix = unique_prefix()
     owner = Istos(zenoh=mesh.clients[0], prefix=prefix, node_id="owner")
-    owner.queue("jobs/email", max_attempts=1, retry_backoff_s=0.5, admin=True)
+    # A long lease: on a loaded machine this test outlasts 30 s, and the held job must not
+    # expire (max_attempts=1: it would dead-letter, and purge would find two).
+    owner.queue("jobs/email", max_attempts=1, retry_backoff_s=0.5, admin=True, lease_s=600)
     owner.queue("plain")
     worker = Istos(zenoh=mesh.clients[1], prefix=prefix, node_id="wk")
     release = asyncio.Event()
@@ -238,7 +240,7 @@ def test_metrics_scrape_parsed_by_prometheus_client(mesh):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "istos", "metrics", "a", "b", "absent",
                              "--port", str(port), "--zenoh", json.dumps(mesh.clients[3]),
-                             "--prefix", prefix, "--timeout", "1"],
+                             "--prefix", prefix, "--timeout", "1", "--budget", "5"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
@@ -248,8 +250,8 @@ def test_metrics_scrape_parsed_by_prometheus_client(mesh):
         for family in text_string_to_metric_families(text.decode()):
             for s in family.samples:
                 samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
-        assert samples[("istos_up", (("queue", "a"),))] == 1.0
-        assert samples[("istos_up", (("queue", "absent"),))] == 0.0
+        assert samples[("istos_owner_up", (("queue", "a"),))] == 1.0
+        assert samples[("istos_owner_up", (("queue", "absent"),))] == 0.0
         assert samples[("istos_jobs", (("queue", "a"), ("state", "dead")))] == 1.0
         assert samples[("istos_jobs", (("queue", "b"), ("state", "ready")))] == 3.0
         assert samples[("istos_enqueued_total", (("queue", "a"),))] == 5.0
@@ -259,7 +261,7 @@ def test_metrics_scrape_parsed_by_prometheus_client(mesh):
         assert samples[("istos_lease_expired_total", (("queue", "a"),))] == 0.0
         assert samples[("istos_oldest_ready_age_seconds", (("queue", "b"),))] > 0.0
         assert samples[("istos_paused", (("queue", "b"),))] == 0.0
-        assert not any(k[1] == (("queue", "absent"),) for k in samples if k[0] != "istos_up")
+        assert not any(k[1] == (("queue", "absent"),) for k in samples if k[0] != "istos_owner_up")
         # read-only: scraping consumed nothing
         assert owner.owners["b"].stats()["counts"]["ready"] == 3
     finally:

@@ -48,10 +48,11 @@ async def test_live_dashboard_policy_jobs_tab_detail_and_confirmed_admin():
         drawn: list[Any] = []
         show = dash.panels.show_charts
 
-        def record(events: Any, backoff: tuple[float, float, float]) -> None:
+        def record(events: Any, backoff: tuple[float, float, float], **kw: Any) -> None:
             drawn.append(backoff)
+            assert kw.get("depth") is not None  # depth from the owner's series, not events
             if len(drawn) == 1:  # draw once: each refresh below would redraw four charts
-                show(events, backoff)
+                show(events, backoff, **kw)
 
         dash.panels.show_charts = record
         try:

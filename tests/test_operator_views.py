@@ -270,7 +270,8 @@ async def test_wait_and_run_distributions_in_stats_and_metrics_over_zenoh():
                 filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
             proc = subprocess.Popen(
                 [sys.executable, "-m", "istos", "metrics", "a", "--port", str(port),
-                 "--zenoh", cli_config(configs), "--prefix", prefix, "--timeout", "20"],
+                 "--zenoh", cli_config(configs), "--prefix", prefix, "--timeout", "20",
+             "--budget", "20"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
             try:
                 assert proc.stdout is not None
@@ -388,7 +389,8 @@ async def test_every_queue_is_discovered_by_the_cli_metrics_and_the_notebook_ove
             filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         proc = subprocess.Popen(
             [sys.executable, "-m", "istos", "metrics", "--port", str(port),
-             "--zenoh", cli_config(configs), "--prefix", prefix, "--timeout", "20"],
+             "--zenoh", cli_config(configs), "--prefix", prefix, "--timeout", "20",
+             "--budget", "20"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
             assert proc.stdout is not None
@@ -399,14 +401,14 @@ async def test_every_queue_is_discovered_by_the_cli_metrics_and_the_notebook_ove
                 await two.enqueue("late", {"x": 1})
 
                 async def late_seen() -> bool:
-                    return 'istos_up{queue="late"} 1.0' in await asyncio.to_thread(_scrape, port)
+                    return 'istos_owner_up{queue="late"} 1.0' in await asyncio.to_thread(_scrape, port)
 
                 await wait_until(late_seen, WAIT_S, "the new queue in a scrape")
         finally:
             proc.terminate()
             await asyncio.to_thread(proc.communicate, timeout=30)
     ups = {s.labels["queue"]: s.value for f in text_string_to_metric_families(before)
-           for s in f.samples if s.name == "istos_up"}
+           for s in f.samples if s.name == "istos_owner_up"}
     assert ups == {"b": 1.0, "jobs/email": 1.0}
 
 

@@ -399,6 +399,9 @@ async def test_every_op_replies_with_the_fields_the_protocol_names(mesh):
             "workers": {}, "requeue_all_dead": {"error": "dead"}, "promote": {},
             "purge_dead_older": {"older_than_s": 3600.0}, "states": {"job_ids": ["d1"]},
         }
+        calls["resolve"] = {"prefix": "j1-no-such"}
+        calls["series"] = {}
+        calls["events_since"] = {"after": 0}
         assert set(calls) == set(protocol.SCHEMAS) == set(protocol.REPLIES)
         replies = {op: await raw(probe, "q", op=op, **fields) for op, fields in calls.items()}
     for op, reply in replies.items():

@@ -371,7 +371,7 @@ def test_live_refresh_fills_stats_charts_and_tables(recorded):
 def test_live_timer_refreshes_until_paused_and_resumes(recorded):
     fake = RecordedQueue(recorded, upto=40)
     dash = LiveDashboard(fake, refresh_s=0.1, paused=True)
-    dash.panels.show_charts = lambda *args: None  # timing is under test here, not drawing
+    dash.panels.show_charts = lambda *args, **kw: None  # timing is under test here, not drawing
     try:
         assert not dash.ticking
         dash.resume()

@@ -8,8 +8,11 @@ the queue was declared with ``admin=True``), ``istos metrics QUEUE... --port N``
 
 Tables are for people (local times, ages, one-line payloads); ``--json`` prints one JSON document
 (``follow``: one JSON object per line) with epoch seconds, for scripts. Exit status: 0 success,
-1 the owner refused (admin disabled, no such job), 2 bad usage, 3 no owner answered; errors are
-one line on stderr, never a traceback. Nothing here imports ``istos_nb`` (``dashboard`` starts
+1 the owner refused (admin disabled, no such job), 2 bad usage, 3 no owner answered (of several
+queues: none did); errors are one line on stderr, never a traceback, and with ``--json`` also a
+JSON object ``{"error": TYPE, "message": ...}`` on stdout. Job ids may be given as a unique
+prefix of at least 6 characters (``why``, ``cancel``, ``requeue``), as demos and charts print
+them. Nothing here imports ``istos_nb`` (``dashboard`` starts
 Voila, whose kernel does).
 """
 
@@ -24,8 +27,10 @@ from typing import Any
 
 from ..core.state import STATES
 from ..errors import AdminDisabled, ConfigError, IstosError, OwnerUnavailable
+from ..protocol import MIN_ID_PREFIX
 from . import operator_cmds as OC
 from . import render as R
+from .follow import MARKERS, Follower
 from .operator import Operator
 from .record import add_command as add_record_command
 from .record import run_record
@@ -34,7 +39,19 @@ EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_OWNER = 0, 1, 2, 3
 
 
 class UsageError(Exception):
-    """Bad arguments found after parsing (exit 2)."""
+    """Bad arguments (exit 2)."""
+
+
+class UnknownJob(LookupError):
+    """The queue holds no such job (exit 1; ``--json``: ``{"error": "UnknownJob", ...}``)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`UsageError` instead of exiting, so ``--json`` can answer
+    bad usage with a JSON object like every other outcome."""
+
+    def error(self, message: str) -> Any:  # argparse's signature says NoReturn
+        raise UsageError(f"{message} (see: {self.prog} --help)")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -48,7 +65,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
+    top = _Parser(
         prog="istos", description="Look at live Istos queues (and, where a queue allows it, "
         "act on them) without writing Python. Exit status: 0 ok, 1 refused by the owner, "
         "2 bad usage, 3 no owner answered.")
@@ -77,6 +94,12 @@ def parser() -> argparse.ArgumentParser:
     p = command("dead", "dead letters, oldest first")
     p.add_argument("--limit", type=int, default=0, help="rows to show; 0 for all (default)")
     command("leases", "live leases")
+    p = command("series", "the owner's time series: counts, events, wait/run quantiles")
+    p.add_argument("--since", type=float, default=None, metavar="S",
+                   help="only the last S seconds (default: all the owner keeps)")
+    p.add_argument("--resolution", choices=["1s", "1min"], default="1s")
+    p.add_argument("--limit", type=int, default=20,
+                   help="table rows to show, newest last; 0 for all (default 20; --json: all)")
     p = command("follow", "print live events as they happen (Ctrl-C stops)")
     p.add_argument("--count", type=int, default=0, help="stop after N events (0: never)")
     p.add_argument("--seconds", type=float, default=0.0, help="stop after S seconds (0: never)")
@@ -95,9 +118,18 @@ def parser() -> argparse.ArgumentParser:
                 "given: every queue discovered at each scrape)", "any")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--budget", type=float, default=None, metavar="S",
+                   help="seconds each queue has to answer a scrape (default 0.3); one that "
+                        "does not is reported istos_owner_up 0")
     p = command("dashboard", "serve the LiveDashboard page through Voila on 127.0.0.1 (no "
                 "queue: an overview of every queue, each row opening its dashboard)", "opt")
     p.add_argument("--port", type=int, default=8866)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; others get a warning)")
+    p.add_argument("--no-token", action="store_true",
+                   help="serve without a token (default: a random one, in the printed URL)")
+    p.add_argument("--cull-after", type=float, default=None, metavar="S",
+                   help="end a closed page's kernel after S seconds idle (default 60)")
     OC.add_commands(command)
     add_record_command(sub, _common)
     return top
@@ -128,8 +160,17 @@ async def run(args: argparse.Namespace, out: Any) -> int:
 
         return await serve_metrics(args, out)
     async with Operator(args.zenoh, prefix=args.prefix, timeout_s=args.timeout) as op:
-        handler = _HANDLERS[args.command]
-        return await handler(op, args, out)
+        if args.command == "dashboard":
+            if args.queue:  # fail fast (exit 3) when nobody serves the queue
+                await op.stats(args.queue)
+        else:
+            handler = _HANDLERS[args.command]
+            return await handler(op, args, out)
+    # The dashboard's kernels have sessions of their own: this one is closed while Voila
+    # serves, so stopping is only Voila's (SIGTERM: about a second).
+    from .dashboard import serve_dashboard
+
+    return await serve_dashboard(args, out)
 
 
 def _emit(out: Any, args: argparse.Namespace, data: Any, text: str) -> int:
@@ -138,8 +179,37 @@ def _emit(out: Any, args: argparse.Namespace, data: Any, text: str) -> int:
 
 
 async def _stats(op: Operator, args: argparse.Namespace, out: Any) -> int:
-    stats = {q: await op.stats(q) for q in await op.queue_names(args.queue)}
-    return _emit(out, args, stats, "\n\n".join(R.stats_text(s) for s in stats.values()))
+    """Every queue asked at once, each within the timeout: one that does not answer is named
+    (a line of its own, an error object in JSON) and never delays or hides the others."""
+    queues = list(dict.fromkeys(await op.queue_names(args.queue)))
+    answers = await asyncio.gather(*(op.stats(q) for q in queues), return_exceptions=True)
+    missing = {q: a for q, a in zip(queues, answers) if isinstance(a, OwnerUnavailable)}
+    for a in answers:
+        if isinstance(a, BaseException) and not isinstance(a, OwnerUnavailable):
+            raise a
+    if len(missing) == len(queues):
+        raise next(iter(missing.values()))
+    data = {q: (error_object(a) if isinstance(a, BaseException) else a)
+            for q, a in zip(queues, answers)}
+    for exc in missing.values():
+        sys.stderr.write(f"istos: {one_line(exc)}\n")
+    text = "\n\n".join(f"queue {q}: NO ANSWER ({one_line(a)})" if isinstance(a, BaseException)
+                        else R.stats_text(a) for q, a in zip(queues, answers))
+    return _emit(out, args, data, text)
+
+
+async def resolve_id(op: Operator, queue: str, job_id: str) -> str:
+    """``job_id`` itself, or the one id the queue holds that starts with it (a prefix of at
+    least MIN_ID_PREFIX characters, as the demo and charts print them); several: UsageError."""
+    if len(job_id) < MIN_ID_PREFIX:
+        return job_id
+    reply = await op.call(queue, "resolve", prefix=job_id)
+    matches = [str(m) for m in reply["matches"]]
+    if len(matches) > 1 or reply.get("more"):
+        shown = ", ".join(matches) + (", ..." if reply.get("more") else "")
+        raise UsageError(f"job id prefix {job_id!r} matches several jobs of queue {queue!r} "
+                         f"({shown}): give more characters")
+    return matches[0] if matches else job_id
 
 
 async def _jobs(op: Operator, args: argparse.Namespace, out: Any) -> int:
@@ -153,9 +223,12 @@ async def _jobs(op: Operator, args: argparse.Namespace, out: Any) -> int:
 
 
 async def _why(op: Operator, args: argparse.Namespace, out: Any) -> int:
-    why = await OC.why(op, args.queue, args.job_id)
-    return _emit(out, args, why, R.why_text(args.job_id, why)
-                 + OC.dashboard_link(args.queue, args.job_id))
+    job_id = await resolve_id(op, args.queue, args.job_id)
+    why = await OC.why(op, args.queue, job_id)
+    if why.get("state") == "unknown":
+        raise UnknownJob(f"queue {args.queue!r} holds no job {job_id!r}: {why.get('reason')}")
+    return _emit(out, args, {"job_id": job_id, **why}, R.why_text(job_id, why)
+                 + OC.dashboard_link(args.queue, job_id))
 
 
 async def _dead(op: Operator, args: argparse.Namespace, out: Any) -> int:
@@ -168,6 +241,16 @@ async def _leases(op: Operator, args: argparse.Namespace, out: Any) -> int:
     return _emit(out, args, {"leases": leases}, R.leases_text(leases, op.now()))
 
 
+async def _series(op: Operator, args: argparse.Namespace, out: Any) -> int:
+    if args.limit < 0 or (args.since is not None and not args.since > 0):
+        raise UsageError("--limit must be >= 0 and --since > 0")
+    since = None if args.since is None else op.now() - args.since
+    rows = await op.series(args.queue, since, args.resolution)
+    data = {"queue": args.queue, "resolution": args.resolution, "rows": rows}
+    shown = rows[-args.limit:] if args.limit else rows
+    return _emit(out, args, data, R.series_text(shown, len(rows), op.now()))
+
+
 async def _follow(op: Operator, args: argparse.Namespace, out: Any) -> int:
     if args.count < 0 or args.seconds < 0:
         raise UsageError("--count and --seconds must be >= 0")
@@ -175,11 +258,12 @@ async def _follow(op: Operator, args: argparse.Namespace, out: Any) -> int:
 
     async def pump() -> None:
         nonlocal seen
-        async for event in op.follow(args.queue):
-            out.write((json.dumps(R.jsonable(event)) if args.json else R.event_line(event))
-                      + "\n")
+        async for item in Follower(op, args.queue).items():
+            marker = item.get("kind") in MARKERS
+            out.write((json.dumps(R.jsonable(item)) if args.json else
+                       R.marker_line(item) if marker else R.event_line(item)) + "\n")
             out.flush()
-            seen += 1
+            seen += not marker
             if args.count and seen >= args.count:
                 return
 
@@ -191,10 +275,15 @@ async def _follow(op: Operator, args: argparse.Namespace, out: Any) -> int:
 
 
 async def _requeue(op: Operator, args: argparse.Namespace, out: Any) -> int:
-    new_id = (await op.call(args.queue, "requeue", job_id=args.job_id)).get("job_id")
+    job_id = await resolve_id(op, args.queue, args.job_id)
+    reply = await op.call(args.queue, "requeue", job_id=job_id)
+    new_id = reply.get("job_id")
     if new_id is None:
-        raise LookupError(f"queue {args.queue!r} holds no dead job {args.job_id!r}")
-    return _emit(out, args, {"job_id": new_id}, f"requeued {args.job_id} as {new_id}")
+        raise UnknownJob(f"queue {args.queue!r} holds no dead job {job_id!r}")
+    status = str(reply.get("status") or "requeued")
+    text = (f"{job_id} was already requeued as {new_id}" if status == "already_requeued"
+            else f"requeued {job_id} as {new_id}")
+    return _emit(out, args, {"job_id": new_id, "dead_job_id": job_id, "status": status}, text)
 
 
 async def _purge(op: Operator, args: argparse.Namespace, out: Any) -> int:
@@ -202,7 +291,7 @@ async def _purge(op: Operator, args: argparse.Namespace, out: Any) -> int:
         return await OC.purge_older(op, args, out, _emit, UsageError)
     if bool(args.job_ids) == bool(args.all) or args.older_than is not None:
         raise UsageError("purge-dead: give JOB_ID..., --all or --older-than AGE (one of them)")
-    fields = {} if args.all else {"job_ids": list(args.job_ids)}
+    fields: dict[str, Any] = {} if args.all else {"job_ids": list(args.job_ids)}
     purged = int((await op.call(args.queue, "purge_dead", **fields))["purged"])
     return _emit(out, args, {"purged": purged}, f"purged {purged} dead letter(s)")
 
@@ -215,27 +304,19 @@ async def _pause_resume(op: Operator, args: argparse.Namespace, out: Any) -> int
 
 
 async def _cancel(op: Operator, args: argparse.Namespace, out: Any) -> int:
-    status = str((await op.call(args.queue, "cancel", job_id=args.job_id))["status"])
+    job_id = await resolve_id(op, args.queue, args.job_id)
+    status = str((await op.call(args.queue, "cancel", job_id=job_id))["status"])
     if status == "unknown":
-        raise LookupError(f"queue {args.queue!r} holds no job {args.job_id!r}")
+        raise UnknownJob(f"queue {args.queue!r} holds no job {job_id!r}")
     words = {"cancelled": "cancelled", "cancelling": "cancelling: its worker is told to stop it",
              "too_late": "too late: it already finished"}
-    return _emit(out, args, {"job_id": args.job_id, "status": status},
-                 f"{args.job_id}: {words.get(status, status)}")
-
-
-async def _dashboard(op: Operator, args: argparse.Namespace, out: Any) -> int:
-    from .dashboard import serve_dashboard
-
-    if args.queue:
-        await op.stats(args.queue)  # fail fast (exit 3) when nobody serves the queue
-    return await serve_dashboard(args, out)
+    return _emit(out, args, {"job_id": job_id, "status": status},
+                 f"{job_id}: {words.get(status, status)}")
 
 
 _HANDLERS = {"stats": _stats, "jobs": _jobs, "why": _why, "dead": _dead, "leases": _leases,
-             "follow": _follow, "requeue": _requeue, "purge-dead": _purge,
+             "series": _series, "follow": _follow, "requeue": _requeue, "purge-dead": _purge,
              "pause": _pause_resume, "resume": _pause_resume, "cancel": _cancel,
-             "dashboard": _dashboard,
              "workers": lambda op, a, out: OC.workers(op, a, out, _emit),
              "requeue-dead": lambda op, a, out: OC.requeue_dead(op, a, out, _emit, UsageError),
              "promote": lambda op, a, out: OC.promote(op, a, out, _emit),
@@ -243,23 +324,37 @@ _HANDLERS = {"stats": _stats, "jobs": _jobs, "why": _why, "dead": _dead, "leases
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The console script: parse, run, map errors to exit codes and one stderr line."""
-    args = parser().parse_args(argv)  # exits 2 on bad usage, as argparse does
+    """The console script: parse, run, map errors to exit codes and one stderr line (and,
+    with ``--json``, a JSON object ``{"error": TYPE, "message": ...}`` on stdout)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
     try:
+        args = parser().parse_args(argv)
         return asyncio.run(run(args, sys.stdout))
     except KeyboardInterrupt:
         return EXIT_OK
     except OwnerUnavailable as exc:
-        return _fail(EXIT_NO_OWNER, exc)
+        return _fail(EXIT_NO_OWNER, exc, as_json)
     except (UsageError, ConfigError) as exc:
-        return _fail(EXIT_USAGE, exc)
+        return _fail(EXIT_USAGE, exc, as_json)
     except (AdminDisabled, LookupError, IstosError) as exc:
-        return _fail(EXIT_REFUSED, exc)
+        return _fail(EXIT_REFUSED, exc, as_json)
 
 
-def _fail(code: int, exc: BaseException) -> int:
-    message = " ".join(str(exc).split()) or type(exc).__name__
-    sys.stderr.write(f"istos: {message}\n")
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def error_object(exc: BaseException) -> dict[str, str]:
+    """What ``--json`` prints for an error: its type (``LookupError`` for an unknown job)."""
+    return {"error": type(exc).__name__, "message": one_line(exc)}
+
+
+def _fail(code: int, exc: BaseException, as_json: bool = False) -> int:
+    if as_json:
+        sys.stdout.write(json.dumps(error_object(exc)) + "\n")
+        sys.stdout.flush()
+    sys.stderr.write(f"istos: {one_line(exc)}\n")
     return code
 
 

@@ -1,10 +1,18 @@
 """``istos dashboard``: the LiveDashboard of one queue as a web page, served by Voila on
 127.0.0.1 (a Flower-like page without writing a notebook).
 
-Writes a three-cell notebook into a temporary directory (attach, build the dashboard, show it)
+Writes a one-cell notebook into a temporary directory (attach, build the dashboard, show it)
 with a kernelspec pointing at this interpreter, and runs ``python -m voila`` on it until SIGINT
 or SIGTERM. Every page load starts a kernel that attaches read-only; admin buttons appear only
 if the owner reports ``admin=True``. Needs voila and the notebook side (``istos_nb``) installed.
+
+What a page costs: the page's own timer drives its refreshes, so a closed page's kernel goes
+quiet and Voila's culler ends it after ``--cull-after`` seconds idle (default 60, checked every
+:data:`CULL_INTERVAL_S`); an open page is never culled. The page wants a token (printed in the
+URL, as Jupyter does; ``--no-token`` to serve without one); it binds 127.0.0.1 unless ``--host``
+says otherwise (with a warning: anyone who reaches it with the token can act on admin queues).
+A config file path given to ``--zenoh`` is made absolute first (the kernel runs in the
+temporary directory). SIGTERM/SIGINT stop Voila and its kernels within about a second.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -22,6 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+
+CULL_AFTER_S = 60.0
+CULL_INTERVAL_S = 10.0
+STOP_GRACE_S = 0.5  # SIGTERM, then this long, then SIGKILL for the group: done within ~1 s
 
 
 def notebook(queue: str | None, zenoh: str | None, prefix: str, timeout_s: float
@@ -49,8 +62,27 @@ def _prepare(workdir: Path, args: argparse.Namespace) -> Path:
     name = "istos-" + ("-".join(filter(None, args.queue.split("/"))) if args.queue
                        else "overview") + ".ipynb"
     path = workdir / name
-    path.write_text(json.dumps(notebook(args.queue, args.zenoh, args.prefix, args.timeout)))
+    path.write_text(json.dumps(notebook(args.queue, absolute_config(args.zenoh), args.prefix,
+                                        args.timeout)))
     return path
+
+
+def absolute_config(zenoh: str | None) -> str | None:
+    """``--zenoh`` as the kernel must see it: a file path made absolute (the kernel runs in
+    another directory), inline JSON5 as given."""
+    if zenoh and not zenoh.lstrip().startswith("{") and Path(zenoh).expanduser().is_file():
+        return str(Path(zenoh).expanduser().resolve())
+    return zenoh
+
+
+def voila_args(args: argparse.Namespace, notebook_name: str, token: str | None) -> list[str]:
+    """Voila's command line: the port and host, the token, and the culler."""
+    cull = float(getattr(args, "cull_after", None) or CULL_AFTER_S)
+    return [sys.executable, "-m", "voila", notebook_name, "--no-browser", f"--port={args.port}",
+            f"--Voila.ip={args.host}", f"--token={token or ''}",
+            f"--MappingKernelManager.cull_idle_timeout={cull:g}",
+            f"--MappingKernelManager.cull_interval={min(CULL_INTERVAL_S, cull):g}",
+            "--MappingKernelManager.cull_connected=False"]
 
 
 async def serve_dashboard(args: argparse.Namespace, out: Any) -> int:
@@ -61,16 +93,25 @@ async def serve_dashboard(args: argparse.Namespace, out: Any) -> int:
         raise ConfigError("istos dashboard needs voila: pip install voila") from exc
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port must be 1..65535, got {args.port}")
+    if args.cull_after is not None and not 1 <= args.cull_after <= 86_400:
+        raise ConfigError(f"--cull-after must be 1..86400 seconds, got {args.cull_after}")
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        sys.stderr.write(f"istos: warning: serving the dashboard on {args.host}, not only this "
+                         "machine: whoever reaches it"
+                         + (" with the token" if not args.no_token else "")
+                         + " can see the queue (and act on it if it is admin=True)\n")
+    token = None if args.no_token else secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory(prefix="istos-dashboard-") as tmp:
         work = Path(tmp)
         nb = _prepare(work, args)
         env = {**os.environ, "JUPYTER_PATH": str(work / "jupyter"), "JUPYTER_PLATFORM_DIRS": "1",
                "JUPYTER_RUNTIME_DIR": str(work / "runtime"), "MPLBACKEND": "Agg"}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "voila", nb.name, "--no-browser", f"--port={args.port}",
-             "--Voila.ip=127.0.0.1"], cwd=work, env=env, start_new_session=True)
+        proc = subprocess.Popen(voila_args(args, nb.name, token), cwd=work, env=env,
+                                start_new_session=True)
         what = f"the dashboard of {args.queue}" if args.queue else "the overview of every queue"
-        out.write(f"serving {what} on http://127.0.0.1:{args.port}/\n")
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        url = f"http://{host}:{args.port}/" + (f"?token={token}" if token else "")
+        out.write(f"serving {what} on {url}\n")
         out.flush()
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
@@ -85,15 +126,38 @@ async def serve_dashboard(args: argparse.Namespace, out: Any) -> int:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             _stop_group(proc)
+    if stop.is_set():  # we were told to stop, and stopped it (maybe with SIGKILL): success
+        return 0
     return 0 if proc.returncode in (0, -signal.SIGTERM, None) else int(proc.returncode)
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    # Voila's kernels are its children, in the session start_new_session gave it.
-    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+    # Voila's own shutdown takes seconds (kernels one by one); the page's state is only the
+    # kernels' own, so after a short grace the group is killed at once. jupyter_client gives
+    # each kernel a session of its own: they are found as Voila's children and killed too.
+    kernels = _children(proc.pid)
+    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
         if proc.poll() is not None:
-            return
+            break
+        kernels |= _children(proc.pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(wait_s)
+    for pid in kernels:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (Linux ``/proc``; empty elsewhere)."""
+    out = set()
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    out.add(int(entry))
+    return out

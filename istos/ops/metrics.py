@@ -1,9 +1,11 @@
 """``istos metrics``: Prometheus text exposition of live queues on ``/metrics`` (read-only).
 
-Each scrape asks every queue's owner for its ``stats`` (concurrently, bounded by the request
-timeout) and reports, with a ``queue`` label:
+Each scrape asks every queue's owner for its ``stats`` at once, each within its own budget
+(``--budget``, default :data:`SCRAPE_BUDGET_S`), so an unreachable queue costs a scrape that
+budget and never delays or hides the others, and reports, with a ``queue`` label:
 
-- ``istos_up`` 1 when the owner answered this scrape, 0 otherwise (then nothing else for it);
+- ``istos_owner_up`` 1 when the owner answered this scrape, 0 otherwise (then nothing else
+  for it);
 - ``istos_jobs{state=...}`` jobs the owner holds per state (every state, cancelled included);
 - ``istos_enqueued_total``, ``istos_acked_total``, ``istos_nacked_total``,
   ``istos_dead_lettered_total``, ``istos_lease_expired_total``: counts since the owner started
@@ -31,6 +33,7 @@ from .metrics_ops import families, with_workers
 from .operator import Operator
 
 TOTALS = ("enqueued", "acked", "nacked", "dead_lettered", "lease_expired")
+SCRAPE_BUDGET_S = 0.3  # per queue: a scrape with a dead queue stays well under half a second
 
 
 def _prometheus() -> Any:
@@ -52,7 +55,8 @@ class QueueCollector:
     async def _gather(self) -> dict[str, dict[str, Any] | None]:
         async def one(queue: str) -> dict[str, Any] | None:
             try:
-                return await with_workers(self.op, queue, await self.op.stats(queue))
+                stats = await self.op.call(queue, "stats", timeout_s=self.timeout_s)
+                return await with_workers(self.op, queue, dict(stats["stats"]))
             except IstosError:
                 return None
 
@@ -69,8 +73,9 @@ class QueueCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         fut = asyncio.run_coroutine_threadsafe(self._gather(), self.loop)
-        stats = fut.result(self.timeout_s * 2 + 1)
-        up = GaugeMetricFamily("istos_up", "1 when the queue's owner answered this scrape",
+        # Each queue's own budget bounds its stats; discovery and workers tables get the timeout.
+        stats = fut.result(self.timeout_s + 2 * self.op.node.request_timeout_s + 1)
+        up = GaugeMetricFamily("istos_owner_up", "1 when the queue's owner answered this scrape",
                                labels=["queue"])
         jobs = GaugeMetricFamily("istos_jobs", "Jobs the owner holds, by state",
                                  labels=["queue", "state"])
@@ -103,10 +108,13 @@ async def serve_metrics(args: argparse.Namespace, out: Any) -> int:
     prom = _prometheus()
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port must be 1..65535, got {args.port}")
+    budget = SCRAPE_BUDGET_S if args.budget is None else args.budget
+    if not 0 < budget <= 60:
+        raise ConfigError(f"--budget must be > 0 and <= 60 seconds, got {budget}")
     async with Operator(args.zenoh, prefix=args.prefix, timeout_s=args.timeout) as op:
         loop = asyncio.get_running_loop()
         registry = prom.CollectorRegistry()
-        registry.register(QueueCollector(op, args.queue, loop, args.timeout))
+        registry.register(QueueCollector(op, list(dict.fromkeys(args.queue)), loop, budget))
         try:
             server, thread = prom.start_http_server(args.port, addr=args.host, registry=registry)
         except OSError as exc:

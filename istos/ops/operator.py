@@ -4,13 +4,11 @@ use to talk to queue owners, with no notebook dependency.
 One :class:`Operator` holds one Zenoh session (client or peer mode, as its config says) and a
 :class:`~istos.worker.client.OwnerClient` per queue: the engine's own request path, so retries,
 timeouts and typed errors are the ones producers and workers see. It declares no worker and no
-queryable and never claims; ``follow`` asks the owner to publish its event stream for a while.
+queryable and never claims; the follower (:mod:`.follow`) asks owners to publish their events.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 from .. import codec
@@ -25,7 +23,8 @@ from ..transport.zenoh import ZenohTransport
 from ..worker.client import OwnerClient
 
 MAX_PAGE = 1000  # the owner's page cap for `jobs` and `dead`
-FOLLOW_TTL_S = 30.0  # the owner's cap; renewed every third of it
+FOLLOW_TTL_S = 30.0
+MAX_SERIES_PAGES = 1000  # the owner's cap; renewed every third of it
 
 
 class Operator:
@@ -62,16 +61,23 @@ class Operator:
         self.node.transport = None
         await self._transport.close()
 
+    @property
+    def transport(self) -> ZenohTransport:
+        """The session's transport (subscriptions of its own, e.g. a follower's)."""
+        return self._transport
+
     def now(self) -> float:
         """This machine's wall clock (epoch seconds), for ages."""
         return self.node.clock.now()
 
-    async def call(self, queue: str, op: str, **fields: Any) -> dict[str, Any]:
-        """One request to ``queue``'s owner; its checked reply."""
+    async def call(self, queue: str, op: str, *, timeout_s: float | None = None,
+                   **fields: Any) -> dict[str, Any]:
+        """One request to ``queue``'s owner within ``timeout_s`` (default: the session's);
+        its checked reply."""
         client = self._clients.get(queue)
         if client is None:
             client = self._clients[queue] = OwnerClient(self.node, check_queue_name(queue))
-        return await client.call(op, **fields)
+        return await client.call(op, timeout_s, **fields)
 
     async def discover(self) -> dict[str, dict[str, Any]]:
         """Every queue under this prefix whose owner or HA replica is on the mesh
@@ -157,37 +163,20 @@ class Operator:
                 break
         return dead
 
-    async def follow(self, queue: str) -> AsyncIterator[dict[str, Any]]:
-        """The owner's live events, one dict each, until the caller stops iterating."""
-        inbox: asyncio.Queue[list[dict[str, Any]]] = asyncio.Queue()
-
-        def on_batch(_key: str, payload: bytes) -> None:
-            try:
-                events = codec.decode_message(payload).get("events")
-            except Exception:  # a malformed batch is skipped, not fatal to the stream
-                return
-            if isinstance(events, list):
-                inbox.put_nowait([e for e in events if isinstance(e, dict)])
-
-        handle = await self._transport.declare_subscriber(self.node.key(queue, "events"),
-                                                          on_batch)
-        renewer = asyncio.get_running_loop().create_task(self._renew(queue))
-        try:
-            await self.call(queue, "follow", ttl_s=FOLLOW_TTL_S)
-            while True:
-                for event in await inbox.get():
-                    yield event
-        finally:
-            renewer.cancel()
-            handle.close()
-
-    async def _renew(self, queue: str) -> None:
-        while True:
-            await asyncio.sleep(FOLLOW_TTL_S / 3)
-            try:
-                await self.call(queue, "follow", ttl_s=FOLLOW_TTL_S)
-            except Exception:  # the owner may be failing over; the next renewal retries
-                continue
+    async def series(self, queue: str, since: float | None, resolution: str = "1s"
+                     ) -> list[dict[str, Any]]:
+        """Every page of the owner's series rows from ``since`` (None: all it keeps)."""
+        rows: list[dict[str, Any]] = []
+        fields: dict[str, Any] = {"resolution": resolution}
+        if since is not None:
+            fields["since"] = max(0.0, since)
+        for _ in range(MAX_SERIES_PAGES):
+            reply = await self.call(queue, "series", **fields)
+            rows.extend(reply["rows"])
+            if not reply.get("more") or reply.get("next_since") is None:
+                break
+            fields["since"] = float(reply["next_since"])
+        return rows
 
 
 def decode_body(raw: Any) -> Any:

@@ -236,3 +236,27 @@ def event_line(e: dict[str, Any]) -> str:
     if isinstance(detail, dict) and detail.get("error"):
         parts.append(f"error: {cut(str(detail['error']), 60)}")
     return "  ".join(parts)
+
+
+def series_text(rows: list[dict[str, Any]], total: int, now: float) -> str:
+    """The newest series rows as a table (local times; wait/run p95)."""
+    if not rows:
+        return "no series yet (the owner has seen no job events)"
+
+    def p95(v: Any) -> str:
+        return "" if v is None else duration(float(v))
+
+    body = table(["time", "ready", "delayed", "leased", "dead", "enq", "claimed", "acked",
+                  "nacked", "wait p95", "run p95"],
+                 [[dt.datetime.fromtimestamp(float(r["t"])).astimezone().strftime("%H:%M:%S"),
+                   r.get("ready"), r.get("delayed"), r.get("leased"), r.get("dead"),
+                   r.get("enqueued"), r.get("claimed"), r.get("acked"), r.get("nacked"),
+                   p95(r.get("wait_p95_s")), p95(r.get("run_p95_s"))] for r in rows])
+    return f"last {len(rows):,} of {total:,} buckets\n{body}"
+
+
+def marker_line(m: dict[str, Any]) -> str:
+    """A follower's marker (owner_lost, owner_back, gap) as a line of its own."""
+    t = dt.datetime.fromtimestamp(float(m.get("t", 0.0))).astimezone()
+    return f"{t.strftime('%H:%M:%S.%f')[:-3]}  *** {str(m.get('kind')).upper()}: " \
+        f"{m.get('message')}"

@@ -14,6 +14,7 @@ its interest within ``FOLLOW_TTL_S``, so an owner nobody inspects pays nothing.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import time
 from collections import deque
@@ -28,11 +29,13 @@ from ..events import JobEvent
 from .extension import Handler, OwnerExtension
 from .job_ops import dead_letter
 from .owner import QueueOwner
+from .sequence import EventSequence
 
 FOLLOW_TTL_S = protocol.MAX_FOLLOW_TTL_S
 MAX_PAGE = protocol.MAX_PAGE
 MAX_EVENTS_PER_REPLY = protocol.MAX_EVENTS  # and never more bytes than a page holds
 SCAN_SLICE = 256  # a payload search yields to the loop at least this often...
+REQUEUED_MEMORY = 10_000  # requeue ids remembered after their job was forgotten
 SCAN_SLICE_S = 0.004  # ...and after this long, so claims and stats keep flowing
 
 
@@ -48,6 +51,14 @@ class Inspector(OwnerExtension):
         self._outbox: list[dict[str, Any]] = []
         self._flush_scheduled = False
         self._batch_seq = 0
+        self._requeued: dict[str, None] = {}  # ids made by requeue, oldest first (bounded)
+        self._seqs: list[int] = []  # the sequence numbers of the events in _outbox
+        # A new epoch per owner life (and the HA leader's epoch in it, when there is one); from
+        # the node and its start time, not the id source, so simulations replay unchanged.
+        life = f"{owner.node.node_id}\0{owner.name}\0{owner.node.clock.now()!r}".encode()
+        fresh = hashlib.blake2b(life, digest_size=6).hexdigest()
+        fence = owner.fence
+        self.sequence = EventSequence(fresh if fence is None else f"{fence.epoch}-{fresh}")
         self._unsubscribe = owner.node.events.subscribe(self._on_event)
 
     def on_stop(self) -> None:
@@ -57,7 +68,8 @@ class Inspector(OwnerExtension):
         return {"stats": self.op_stats, "jobs": self.op_jobs, "leases": self.op_leases,
                 "why": self.op_why, "events": self.op_events, "follow": self.op_follow,
                 "requeue": self.op_requeue, "purge_dead": self.op_purge,
-                "pause": self.op_pause, "resume": self.op_resume}
+                "pause": self.op_pause, "resume": self.op_resume,
+                "events_since": self.op_events_since}
 
     # -- counting and streaming --
     def _on_event(self, event: JobEvent) -> None:
@@ -71,20 +83,24 @@ class Inspector(OwnerExtension):
                 if not self._buckets or self._buckets[-1][0] != second:
                     self._buckets.append([second, 0.0, 0.0])
                 self._buckets[-1][1 if kind == ev.ENQUEUED else 2] += 1
+        n = self.sequence.number(event)
         if self._follow_until and event.t <= self._follow_until:
             self._outbox.append(event.to_dict())
+            self._seqs.append(n)
             if not self._flush_scheduled:
                 self._flush_scheduled = True
                 asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         batch, self._outbox, self._flush_scheduled = self._outbox, [], False
+        seqs, self._seqs = self._seqs, []
         transport = self.owner.node.transport
         if batch and transport is not None and self.owner.running:
             # A sequence number per batch lets followers count batches the mesh dropped.
             self._batch_seq += 1
             payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "seq": self._batch_seq,
-                                            "events": batch})
+                                            "events": batch, "epoch": self.sequence.epoch,
+                                            "seqs": seqs})
             asyncio.get_running_loop().create_task(
                 transport.put(self.owner.node.key(self.owner.name, "events"), payload))
 
@@ -173,15 +189,30 @@ class Inspector(OwnerExtension):
         self._follow_until = max(self._follow_until, self.owner.node.clock.now() + ttl)
         return {"key": self.owner.node.key(self.owner.name, "events"), "ttl_s": ttl}
 
+    async def op_events_since(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Events after a follower's last ``(epoch, after)``: see :mod:`.sequence`."""
+        limit = min(MAX_EVENTS_PER_REPLY, msg.get("limit", MAX_EVENTS_PER_REPLY))
+        return self.sequence.since(msg.get("epoch"), msg.get("after", 0), limit)
+
     # -- admin ops --
     async def op_requeue(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Enqueue a dead job's body again, once: the new id is derived from the dead letter
+        (its id and when it died), so a second requeue of the same dead letter -- a retry, a
+        double click, another operator -- finds that job and answers ``already_requeued``
+        with its id instead of making a second one. While the new job is held that survives
+        restarts; after it finished and was forgotten, this owner still remembers it."""
         self.owner.require_admin("requeue")
         rec = self.owner.state.dead.get(msg["job_id"])
         if rec is None:
             return {"job_id": None}
-        new_id = self.owner.node.ids.new()
-        await self.owner.enqueue(rec.body, job_id=new_id, priority=rec.priority)
-        return {"job_id": new_id}
+        new_id = requeue_id(rec)
+        if new_id in self._requeued or self.owner.state.holds(new_id):
+            return {"job_id": new_id, "status": "already_requeued"}
+        created = await self.owner.enqueue(rec.body, job_id=new_id, priority=rec.priority)
+        self._requeued[new_id] = None
+        while len(self._requeued) > REQUEUED_MEMORY:
+            self._requeued.pop(next(iter(self._requeued)))
+        return {"job_id": new_id, "status": "requeued" if created else "already_requeued"}
 
     async def op_purge(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.owner.require_admin("purge_dead")
@@ -213,6 +244,13 @@ def queue_policy(config: QueueConfig) -> dict[str, Any]:
     if policy.rate_limit is not None:  # (only when declared: the common shape stays)
         out["rate_limit"] = list(policy.rate_limit)
     return out
+
+
+def requeue_id(rec: JobRecord) -> str:
+    """The id a requeue of dead letter ``rec`` gets: a function of the dead letter alone
+    (the same shape as the node's ids, 24 hex characters), so requeueing it twice is one job."""
+    seed = f"requeue\0{rec.job_id}\0{rec.finished_at!r}\0{rec.attempts}".encode()
+    return hashlib.blake2b(seed, digest_size=12).hexdigest()
 
 
 def lease_summary(rec: JobRecord) -> dict[str, Any]:

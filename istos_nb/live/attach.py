@@ -35,6 +35,7 @@ from . import frames as lf
 from .loop import LoopThread, Stream, async_call, keep_following, stop_stream, sync_call
 from .record import check_seconds, record_on_loop
 from .requests import MAX_PAGE, OwnerRequests, jobs_args, purge_fields, search_filters
+from .series import fetch_series, series_args
 
 if TYPE_CHECKING:
     from ..sim.trace import Trace
@@ -204,6 +205,20 @@ class LiveQueue:
     async def adead_letters(self, limit: int | None = None) -> pd.DataFrame:
         return await self._awaiting(lambda: self._req.dead(limit), "dead", _ALL_PAGES_S)
 
+    def series(self, since: Any = None, resolution: Any = None) -> pd.DataFrame:
+        """The owner's time series of the queue: one row per second ("1s", the last hour) or
+        minute ("1min", the last day) from ``since`` (None: all it keeps) up to now, indexed
+        by the bucket's start (UTC datetimes): counts by state at the bucket's end, events in
+        it, wait and run time quantiles (see :mod:`istos_nb.views.series`). Its last row
+        agrees with :meth:`stats`: the owner's counts, not a reconstruction from events."""
+        args = series_args(since, resolution)
+        return self._blocking(lambda: fetch_series(self._req, *args), "series", _ALL_PAGES_S)
+
+    async def aseries(self, since: Any = None, resolution: Any = None) -> pd.DataFrame:
+        args = series_args(since, resolution)
+        return await self._awaiting(lambda: fetch_series(self._req, *args), "series",
+                                    _ALL_PAGES_S)
+
     def leases(self) -> pd.DataFrame:
         """Live leases: job_id, worker (slot id ``node:function#slot``), deadline, attempt."""
         return self._blocking(self._req.leases, "leases")
@@ -335,7 +350,8 @@ class LiveQueue:
             stream.handle.close()
             raise
         stream.renewer = asyncio.get_running_loop().create_task(keep_following(
-            stream, lambda: self._req.ask("follow", ttl_s=FOLLOW_TTL_S)))
+            stream, lambda: self._req.ask("follow", ttl_s=FOLLOW_TTL_S),
+            check_s=max(0.25, self.timeout_s / 4)))  # notices a dead owner within ~timeout
 
     # -- recording -----------------------------------------------------------------------------
     def record(self, seconds: float, *, bodies: bool = False,
@@ -359,7 +375,8 @@ class LiveQueue:
     # -- admin (the owner refuses these with AdminDisabled unless admin=True) ------------------
     def requeue(self, job_id: str) -> str:
         """Enqueue dead job ``job_id``'s body again under a new id, returned. The dead letter
-        stays (purge it to drop it). Raises LookupError if the queue holds no such dead job."""
+        stays (purge it to drop it); requeueing it again returns the same id and makes no
+        second job. Raises LookupError if the queue holds no such dead job."""
         return self._requeued(job_id, self._blocking(
             lambda: self._req.admin("requeue", job_id=str(job_id)), "requeue"))
 

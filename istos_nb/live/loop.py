@@ -148,6 +148,11 @@ class Stream:
     events no longer shown by ``events()``), ``snapshot`` events taken from the owner's ring when
     following started, ``bad`` undecodable batches, ``renewals``/``renew_errors`` of the follow.
     ``ttl_s`` is the follow's ttl as last granted by the owner (``ttl_s`` until it answers).
+    What the owner's sequence numbers say (see ``istos.owner.sequence``): ``epoch`` and
+    ``last_seq`` of the newest event, ``missed`` events the live stream skipped within an
+    epoch (dropped batches: exactly how many), ``owner_restarts`` (a new epoch appeared), and
+    ``owner_up`` (False from a renewal that got no answer until one does; ``owner_lost`` and
+    ``owner_back`` count those changes).
     """
 
     def __init__(self, window: int, ttl_s: float) -> None:
@@ -155,7 +160,11 @@ class Stream:
         self.window: deque[dict[str, Any]] = deque(maxlen=window)
         self.snapshot_keys: set[tuple[Any, ...]] = set()
         self.counts = dict.fromkeys(("received", "duplicates", "dropped", "snapshot", "batches",
-                                     "bad", "renewals", "renew_errors"), 0)
+                                     "bad", "renewals", "renew_errors", "missed",
+                                     "owner_restarts", "owner_lost", "owner_back"), 0)
+        self.epoch: str | None = None
+        self.last_seq = 0
+        self.owner_up = True
         self.last_error: str | None = None
         self.ttl_s = ttl_s
         self.handle: Any = None
@@ -164,7 +173,8 @@ class Stream:
     def on_batch(self, key: str, payload: bytes) -> None:
         """Subscriber handler (loop thread): ``{"v": 1, "events": [event dicts]}``."""
         try:
-            events = codec.decode_message(payload)["events"]
+            msg = codec.decode_message(payload)
+            events = msg["events"]
             if not isinstance(events, list):
                 raise ProtocolError("events is not a list")
         except (ProtocolError, KeyError) as exc:
@@ -173,6 +183,7 @@ class Stream:
             return
         counts, keys = self.counts, self.snapshot_keys
         with self.lock:
+            self._note_seqs((msg.get("epoch"), msg.get("seqs")))
             counts["batches"] += 1
             counts["received"] += len(events)
             for event in events:
@@ -184,6 +195,20 @@ class Stream:
                 if len(self.window) == self.window.maxlen:
                     counts["dropped"] += 1
                 self.window.append(event)
+
+    def _note_seqs(self, fields: tuple[Any, Any]) -> None:
+        epoch, seqs = fields
+        if not isinstance(epoch, str) or not isinstance(seqs, list) or not seqs \
+                or not all(isinstance(n, int) for n in seqs):
+            return
+        if epoch != self.epoch:
+            if self.epoch is not None:
+                self.counts["owner_restarts"] += 1
+            self.epoch, self.last_seq = epoch, seqs[0] - 1 if self.epoch is None else 0
+        first = seqs[0]
+        if first > self.last_seq + 1:
+            self.counts["missed"] += first - self.last_seq - 1
+        self.last_seq = max(self.last_seq, seqs[-1])
 
     def merge_snapshot(self, events: list[dict[str, Any]]) -> None:
         """Put the ring snapshot (older) before the live events seen so far, de-duplicated.
@@ -214,12 +239,18 @@ class Stream:
     def stats(self, following: bool) -> dict[str, Any]:
         with self.lock:
             return {"following": following, "window": self.window.maxlen,
-                    "held": len(self.window), **self.counts, "last_error": self.last_error}
+                    "held": len(self.window), **self.counts, "last_error": self.last_error,
+                    "epoch": self.epoch, "last_seq": self.last_seq, "owner_up": self.owner_up}
 
 
-async def keep_following(stream: Stream, renew: Callable[[], Awaitable[dict[str, Any]]]) -> None:
-    """Renew the follow every ttl/3 with ``renew()`` (the owner's reply), until cancelled."""
-    delay = stream.ttl_s / 3
+async def keep_following(stream: Stream, renew: Callable[[], Awaitable[dict[str, Any]]],
+                         check_s: float | None = None) -> None:
+    """Renew the follow every ``check_s`` (at most ttl/3) with ``renew()`` (the owner's
+    reply), until cancelled; a renewal that gets no answer marks the owner lost."""
+    def every() -> float:
+        return stream.ttl_s / 3 if check_s is None else min(check_s, stream.ttl_s / 3)
+
+    delay = every()
     while True:
         await asyncio.sleep(delay)
         try:
@@ -229,11 +260,18 @@ async def keep_following(stream: Stream, renew: Callable[[], Awaitable[dict[str,
             # soon; a live owner keeps publishing until the last granted ttl lapses.
             stream.counts["renew_errors"] += 1
             stream.last_error = f"follow renewal failed: {exc}"
-            delay = min(1.0, stream.ttl_s / 3)
+            if stream.owner_up:
+                stream.owner_up = False
+                stream.counts["owner_lost"] += 1
+            delay = min(1.0, every())
             continue
         stream.ttl_s = float(reply.get("ttl_s") or stream.ttl_s)
         stream.counts["renewals"] += 1
-        delay = stream.ttl_s / 3
+        if not stream.owner_up:
+            stream.owner_up = True
+            stream.counts["owner_back"] += 1
+        delay = every()
+
 
 
 async def stop_stream(stream: Stream) -> None:

@@ -79,6 +79,16 @@ class SimResult:
         return [{k: e.get(k) for k in ("t", "node", "queue", "job_id", "kind", "attempt",
                                        "worker", "detail")} for e in self.events_raw]
 
+    def series(self, queue: str | None = None, resolution: str = "1s") -> pd.DataFrame:
+        """The frame ``LiveQueue.series()`` gives for a live owner, from this run's events
+        (one ``queue``, or all of them), at "1s" or "1min" buckets up to the run's end."""
+        from istos_nb.views.series import series_from_events
+
+        if resolution not in ("1s", "1min"):
+            raise ValueError(f"resolution must be '1s' or '1min', got {resolution!r}")
+        return series_from_events(self.job_events(), queue,
+                                  1.0 if resolution == "1s" else 60.0, until=self.until)
+
     @cached_property
     def counts(self) -> dict[str, int]:
         """Jepsen total-queue style counts: ok, lost, duplicated, unexpected, recovered..."""

@@ -18,6 +18,7 @@ from typing import Any
 import ipywidgets as W
 import pandas as pd
 
+from istos.errors import IstosError
 from istos.ops.cli import parse_where
 from istos_nb.views import charts
 
@@ -25,6 +26,9 @@ from . import livetables as lt
 from . import opviews as ov
 from .panels import TABLE_ROWS, Panels, Shown, figure_png
 from .replay_panel import ReplayPanel
+from .series_charts import series_depth_chart
+
+SERIES_WINDOW = pd.Timedelta(minutes=10)
 
 __all__ = ["LiveDashboard", "parse_search"]
 
@@ -52,16 +56,20 @@ class LiveDashboard(Shown):
     when present, ``raw_events``, ``job``, ``pause``/``resume``/``requeue``/``purge_dead``.
     The dashboard never closes it: whoever opened it does.
 
-    Periodic refreshes run on one daemon thread (plain LiveQueue calls work from any thread);
-    it stops on ``pause()`` (or the Pause toggle) and on ``close()``; ``refresh()`` does one
-    refresh in the caller's thread. Refreshes never overlap (a lock). A failing refresh shows
-    ``error: ...`` in the status and the timer keeps going (the owner may come back). The
-    backoff chart draws the queue's own policy from ``stats()["policy"]``.
+    With ``page_timer=True`` a timer in the page (a hidden ``Play`` widget) asks for each
+    refresh instead: a page nobody shows any more refreshes nothing (``istos dashboard``).
+    Otherwise periodic refreshes run on one daemon thread (plain LiveQueue calls work from
+    any thread); it stops on ``pause()`` (or the Pause toggle) and on ``close()``;
+    ``refresh()`` does one refresh in the caller's thread. Refreshes never overlap (a lock).
+    A failing refresh shows ``error: ...`` in the status and the timer keeps going (the owner
+    may come back). The backoff chart draws the queue's own policy from
+    ``stats()["policy"]``.
     """
 
     def __init__(self, live_queue: Any, refresh_s: float = 2.0, *, paused: bool = False,
                  event_limit: int = 1000,
-                 backoff: tuple[float, float, float] | None = None) -> None:
+                 backoff: tuple[float, float, float] | None = None,
+                 page_timer: bool = False) -> None:
         self.live_queue = live_queue
         self.event_limit = event_limit
         self._backoff = backoff
@@ -72,6 +80,11 @@ class LiveDashboard(Shown):
         self._pending: tuple[str, Callable[[], Any]] | None = None
         self.refreshes = 0
         self.admin = False
+        # page_timer: the page's own timer (a hidden Play widget) asks for each refresh, so a
+        # closed page costs its kernel nothing and lets Voila cull it (istos dashboard).
+        self._pulse = W.Play(interval=max(100, int(refresh_s * 1000)), max=1 << 30,
+                             repeat=True, layout=W.Layout(display="none")) if page_timer \
+            else None
         self._build_controls(refresh_s, paused)
         self._build_layout()
         if not paused:
@@ -133,7 +146,11 @@ class LiveDashboard(Shown):
                       "replay"]
         self.widget = W.VBox([W.HBox([self.interval, self.pause_toggle, self.button,
                                       self.status]), self.stats_line, self.admin_row,
-                              self.confirm_box, tab])
+                              self.confirm_box, tab,
+                              *([] if self._pulse is None else [self._pulse])])
+        if self._pulse is not None:
+            self._pulse.observe(lambda _c: None if self._closed else self._refresh_quietly(),
+                                names="value")
         self.widget.add_class("istos-dashboard")
         self.button.on_click(lambda _b: self._quietly(self.refresh))
         self.show_job.on_click(lambda _b: self._quietly(self.show_selected_job))
@@ -146,7 +163,9 @@ class LiveDashboard(Shown):
 
     @property
     def ticking(self) -> bool:
-        """Whether the periodic refresh thread is running."""
+        """Whether periodic refreshes run (the thread, or the page's timer)."""
+        if self._pulse is not None:
+            return bool(self._pulse.playing)
         return self._thread is not None and self._thread.is_alive()
 
     def refresh(self) -> None:
@@ -160,7 +179,10 @@ class LiveDashboard(Shown):
             events = raw(limit=self.event_limit) if raw else lq.events(limit=self.event_limit)
             jobs = self._fetch_jobs()
             dead = lq.dead_letters()
-            self.panels.show_charts(events, self._policy_backoff(stats))
+            series = self._fetch_series(now)
+            self.panels.show_charts(
+                events, self._policy_backoff(stats),
+                depth=None if series is None else lambda: series_depth_chart(series))
             self.panels.tables["jobs"].value = lt.jobs_html(
                 _oldest_first(jobs), now, jobs.attrs.get("total", len(jobs)))
             self.panels.tables["dead letters"].value = lt.dead_html(dead, now)
@@ -179,6 +201,18 @@ class LiveDashboard(Shown):
             self.refreshes += 1
             self.status.value = _esc(
                 f"refreshed {time.strftime('%H:%M:%S')} ({len(events)} events)")
+
+    def _fetch_series(self, now: pd.Timestamp) -> pd.DataFrame | None:
+        """The owner's series of the last :data:`SERIES_WINDOW` (the depth chart draws the
+        owner's counts, not a reconstruction from the event window); None when the live queue
+        or its owner has none."""
+        fetch = getattr(self.live_queue, "series", None)
+        if fetch is None:
+            return None
+        try:
+            return fetch(since=now - SERIES_WINDOW)
+        except IstosError:  # an owner without the series op: the events' depth, as before
+            return None
 
     def _fetch_jobs(self) -> pd.DataFrame:
         states = STATE_FILTERS[self.state_filter.value]
@@ -307,6 +341,11 @@ class LiveDashboard(Shown):
         self._quietly(self.refresh)
 
     def _start(self) -> None:
+        if self._pulse is not None:
+            self._pulse.interval = max(100, int(float(self.interval.value) * 1000))
+            self._pulse.playing = True
+            self._refresh_quietly()  # the first at once; then one per tick of the page
+            return
         stop = threading.Event()
         interval = float(self.interval.value)
 
@@ -320,6 +359,8 @@ class LiveDashboard(Shown):
         self._thread.start()
 
     def _stop_thread(self, timeout_s: float = 5.0) -> None:
+        if self._pulse is not None:
+            self._pulse.playing = False
         if self._stop is not None:
             self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():

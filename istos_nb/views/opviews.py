@@ -136,7 +136,8 @@ def page(queue: str | None, zenoh: Any, prefix: str, timeout_s: float, query: st
     queue = (params.get("queue") or [queue or ""])[0] or None
     if queue is not None:
         lq = istos_nb.attach(queue, zenoh, prefix=prefix, timeout_s=timeout_s)
-        dash = istos_nb.LiveDashboard(lq, refresh_s=2.0)
+        # The page's own timer drives refreshes: a closed page's kernel goes quiet and is culled.
+        dash = istos_nb.LiveDashboard(lq, refresh_s=2.0, page_timer=True)
         job = (params.get("job") or [""])[0]
         if job:
             dash.open_job(job)

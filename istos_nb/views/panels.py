@@ -84,16 +84,18 @@ class Panels:
 
     def show_charts(self, events: Any, backoff: tuple[float, float, float],
                     max_attempts: int | None = None,
-                    after_each: Callable[[int], None] | None = None) -> None:
+                    after_each: Callable[[int], None] | None = None,
+                    depth: Callable[[], Any] | None = None) -> None:
         """Redraw the four charts from ``events`` (anything ``events_frame`` accepts), each
         :data:`CHART_WIDTH_IN` wide at :data:`CHART_DPI`; ``after_each(n)`` is called after
-        the n-th chart (1..4) is shown, so a progress bar can follow the drawing too."""
+        the n-th chart (1..4) is shown, so a progress bar can follow the drawing too.
+        ``depth`` draws the depth chart instead of the events (a live owner's series)."""
         events = events_frame(events)  # normalise once, not once per chart
         draws: tuple[tuple[str, Callable[[Any], Any]], ...] = (
                  ("leases", charts.lease_gantt), ("retries", charts.retry_timeline),
                  ("backoff", lambda e: charts.backoff_curve(e, *backoff,
                                                             max_attempts=max_attempts)),
-                 ("depth", charts.depth_chart))
+                 ("depth", charts.depth_chart if depth is None else lambda _e: depth()))
         for n, (name, draw) in enumerate(draws, 1):
             fig = charts.resize(draw(events), CHART_WIDTH_IN)
             self.images[name].value = figure_png(fig)

@@ -401,7 +401,8 @@ async def test_every_queue_is_discovered_by_the_cli_metrics_and_the_notebook_ove
                 await two.enqueue("late", {"x": 1})
 
                 async def late_seen() -> bool:
-                    return 'istos_owner_up{queue="late"} 1.0' in await asyncio.to_thread(_scrape, port)
+                    scraped = await asyncio.to_thread(_scrape, port)
+                    return 'istos_owner_up{queue="late"} 1.0' in scraped
 
                 await wait_until(late_seen, WAIT_S, "the new queue in a scrape")
         finally:

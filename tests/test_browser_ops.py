@@ -60,7 +60,7 @@ def test_overview_job_link_workers_latency_and_a_bulk_action_in_chromium(browser
             proc = subprocess.Popen(
                 [sys.executable, "-m", "istos", "dashboard", "--port", str(port),
                  "--zenoh", json.dumps(owner.clients[2]), "--prefix", owner.prefix,
-                 "--timeout", "20"],
+                 "--timeout", "20", "--no-token"],  # (the page's own links carry no token)
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         server = VoilaServer(f"http://127.0.0.1:{port}/", log_path, proc)  # type: ignore[arg-type]
         for _ in range(900):  # bounded: 90 s for Voila to listen

@@ -119,7 +119,7 @@ def _without(line: str, parts: tuple[str, ...]) -> str:
 def test_package_sources_point_only_inside_the_repository() -> None:
     """Comments and docstrings cite files of this repository, never links or outside paths."""
     outside = ("http://", "https://", "/work/", "shared/recipes", "shared/spec", "DESIGN.md")
-    local = ("http://127.0.0.1", "http://{args.host}")  # addresses a CLI prints, not citations
+    local = ("http://127.0.0.1", "http://{args.host}", "http://{host}")  # addresses a CLI prints
     found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
              for package in ("istos", "istos_nb")
              for path in sorted((ROOT / package).rglob("*.py"))

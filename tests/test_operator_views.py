@@ -271,7 +271,7 @@ async def test_wait_and_run_distributions_in_stats_and_metrics_over_zenoh():
             proc = subprocess.Popen(
                 [sys.executable, "-m", "istos", "metrics", "a", "--port", str(port),
                  "--zenoh", cli_config(configs), "--prefix", prefix, "--timeout", "20",
-             "--budget", "20"],
+                 "--budget", "20"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
             try:
                 assert proc.stdout is not None

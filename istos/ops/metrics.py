@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import ConfigError, IstosError
-from .metrics_ops import families, with_workers
+from .metrics_ops import WORKERS_KEY, families, with_workers
 from .operator import Operator
 
 TOTALS = ("enqueued", "acked", "nacked", "dead_lettered", "lease_expired")
@@ -54,11 +54,15 @@ class QueueCollector:
 
     async def _gather(self) -> dict[str, dict[str, Any] | None]:
         async def one(queue: str) -> dict[str, Any] | None:
-            try:
-                stats = await self.op.call(queue, "stats", timeout_s=self.timeout_s)
-                return await with_workers(self.op, queue, dict(stats["stats"]))
-            except IstosError:
+            try:  # each queue within its own budget: a dead one never delays the others
+                stats = await asyncio.wait_for(self.op.stats(queue), self.timeout_s)
+            except (IstosError, asyncio.TimeoutError):
                 return None
+            try:
+                return await asyncio.wait_for(with_workers(self.op, queue, stats),
+                                              self.timeout_s)
+            except asyncio.TimeoutError:
+                return {**stats, WORKERS_KEY: None}
 
         queues = self.queues or list(await self.op.discover())  # none named: all, each time
         answers = await asyncio.gather(*(one(q) for q in queues))
@@ -73,8 +77,8 @@ class QueueCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         fut = asyncio.run_coroutine_threadsafe(self._gather(), self.loop)
-        # Each queue's own budget bounds its stats; discovery and workers tables get the timeout.
-        stats = fut.result(self.timeout_s + 2 * self.op.node.request_timeout_s + 1)
+        # Each queue's own budget bounds its stats and workers; discovery has the rest.
+        stats = fut.result(2 * self.timeout_s + 30)
         up = GaugeMetricFamily("istos_owner_up", "1 when the queue's owner answered this scrape",
                                labels=["queue"])
         jobs = GaugeMetricFamily("istos_jobs", "Jobs the owner holds, by state",

@@ -9,6 +9,7 @@ queryable and never claims; the follower (:mod:`.follow`) asks owners to publish
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from .. import codec
@@ -162,6 +163,15 @@ class Operator:
             if not reply["dead"] or len(dead) >= reply.get("total", len(dead)):
                 break
         return dead
+
+    async def follow(self, queue: str) -> AsyncIterator[dict[str, Any]]:
+        """The owner's live events, one dict each (as the owner emitted them), until the caller
+        stops iterating; :class:`~istos.ops.follow.Follower` gives its markers too."""
+        from .follow import MARKERS, Follower  # (follow.py builds on this module)
+
+        async for item in Follower(self, queue).items():
+            if item.get("kind") not in MARKERS:
+                yield {k: v for k, v in item.items() if k != "seq"}
 
     async def series(self, queue: str, since: float | None, resolution: str = "1s"
                      ) -> list[dict[str, Any]]:

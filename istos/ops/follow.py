@@ -21,11 +21,28 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 from .. import codec
 from ..errors import OwnerUnavailable
-from .operator import FOLLOW_TTL_S, Operator
+from ..node import Node
+from ..protocol import MAX_FOLLOW_TTL_S as FOLLOW_TTL_S
+from ..transport.zenoh import ZenohTransport
+
+
+class Operator(Protocol):
+    """What the follower uses of :class:`istos.ops.operator.Operator` (which builds on this
+    module for its own ``follow``: a protocol, not an import, keeps them free of a circle)."""
+
+    node: Node
+
+    @property
+    def transport(self) -> ZenohTransport: ...
+
+    def now(self) -> float: ...
+
+    async def call(self, queue: str, op: str, *, timeout_s: float | None = None,
+                   **fields: Any) -> dict[str, Any]: ...
 
 Item = dict[str, Any]
 MARKERS = frozenset({"owner_lost", "owner_back", "gap"})

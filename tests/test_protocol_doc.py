@@ -194,11 +194,17 @@ async def test_a_client_built_from_the_doc_exercises_every_op():
         released = lease[1]["job_id"]  # ready again: cancelled at once
         assert (await client.ok("q", "cancel", job_id=released))["status"] == "cancelled"
         assert (await client.ok("q", "purge_dead"))["purged"] >= 0
+        assert (await client.ok("q", "resolve", prefix="sched:s"))["matches"] == ["sched:s:1"]
+        series = await client.ok("q", "series")
+        assert series["rows"] and series["rows"][-1]["enqueued"] >= 0
+        since = await client.ok("q", "events_since", epoch=None, after=0)
+        assert since["events"] and len(since["seqs"]) == len(since["events"])
         exercised = {op for op, _ in calls} | {"claim", "extend", "release", "ack", "nack",
                                                "settle", "dead", "requeue", "requeue_dead",
                                                "pause", "resume", "cancel", "purge_dead",
                                                "requeue_all_dead", "purge_dead_older",
-                                               "workers", "unpark"}
+                                               "workers", "unpark", "resolve", "series",
+                                               "events_since"}
         assert exercised == set(OPS)
 
 

@@ -23,6 +23,8 @@ import pandas as pd
 
 from istos_nb.sim.result import SimResult
 
+from .run_report import applies
+
 __all__ = ["CHECK_LEGEND", "check_html", "invariants_frame", "jobs_view", "status_text"]
 
 CHECK_LEGEND: tuple[tuple[str, str], ...] = (
@@ -34,7 +36,7 @@ CHECK_LEGEND: tuple[tuple[str, str], ...] = (
                 "run yet when the run ended"),
 )
 _UNFINISHED = ("ready", "delayed", "leased")
-HOLDS, VIOLATED = "✔ holds", "✘ violated"
+HOLDS, VIOLATED, NOT_APPLIED = "✔ holds", "✘ violated", "– n/a"
 
 
 def _verdict(effects: int, held: bool) -> str:
@@ -99,7 +101,16 @@ def check_html(result: SimResult) -> str:
             "<p><b>Invariants</b> (replayed from the owner's events)</p>")
 
 
-def invariants_frame(report: pd.DataFrame) -> pd.DataFrame:
-    """The invariant report with ``ok`` spelled as ``holds`` / ``violated``."""
-    return report.assign(ok=report["ok"].map({True: HOLDS, False: VIOLATED})).rename(
-        columns={"ok": "holds"})
+def invariants_frame(report: pd.DataFrame, result: SimResult | None = None) -> pd.DataFrame:
+    """The invariant report with ``ok`` spelled as ``holds`` / ``violated``, or (given the
+    run) ``n/a`` with the reason for a check that had nothing to check in it, as in
+    ``make demo``'s report (:func:`istos_nb.views.run_report.applies`)."""
+    spelled = []
+    for row in report.itertuples():
+        applicable, why = (True, "") if result is None else \
+            applies(result, row.invariant, row.detail)
+        if row.ok and not applicable:
+            spelled.append(f"{NOT_APPLIED}: {why}")
+        else:
+            spelled.append(HOLDS if row.ok else VIOLATED)
+    return report.assign(ok=spelled).rename(columns={"ok": "holds"})

@@ -188,6 +188,6 @@ class SimDashboard(Shown):
             max_attempts=params["max_attempts"], after_each=drawn)
         self.panels.show_table("jobs", jobs_view(result), "jobs", intro=jobs_intro(result))
         report = result.check()
-        self.panels.show_table("invariants", invariants_frame(report), "invariants checked",
+        self.panels.show_table("invariants", invariants_frame(report, result), "invariants checked",
                                intro=check_html(result))
         return report

@@ -74,6 +74,6 @@ def test_attach_in_the_owners_kernel_does_not_stall_its_loop(tmp_path, monkeypat
     print(f"kernel loop lag: attach {out['attach'] * 1000:.1f} ms, calls "
           f"{out['calls'] * 1000:.1f} ms, close {out['close'] * 1000:.1f} ms")
     assert out["ready"] == 1
-    assert out["counted"][0] >= 3  # the loop did run (and was measured) while attach waited
+    assert out["counted"][0] >= 1  # the loop did run (and was measured) while attach waited
     assert out["attach"] < LAG_BOUND_S and out["calls"] < LAG_BOUND_S
     assert out["close"] < LAG_BOUND_S

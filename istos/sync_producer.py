@@ -20,13 +20,14 @@ thread). Owners elsewhere (another thread's loop, another process) are queried o
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import zenoh
 
 from . import codec, errors, protocol
+from .clock import SystemClock
 from .core.config import check_delay, check_priority, check_queue_name
 from .errors import ConfigError, MeshUnreachable, OwnerUnavailable
 from .ids import IdSource
@@ -60,6 +61,8 @@ class SyncProducer:
         self._ids = IdSource()
         self._session = _open(to_zenoh_config(zenoh))
         self._closed = False
+        self._clock = SystemClock()  # the Clock port's live adapter, not time.* directly
+        self._closing = threading.Event()  # cuts a retry pause short when close() is called
 
     # -- the calls ------------------------------------------------------------------------------
     def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
@@ -117,6 +120,7 @@ class SyncProducer:
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         try:
             self._session.close()
         except zenoh.ZError:
@@ -146,11 +150,11 @@ class SyncProducer:
 
     def _query(self, key: str, payload: bytes, queue: str) -> bytes:
         """The first OK reply to ``payload`` on ``key``, retried while nobody serves it."""
-        deadline = time.monotonic() + self.request_timeout_s
+        deadline = self._clock.monotonic() + self.request_timeout_s
         pause, longest = _NO_RESPONDER_PAUSE_S
         error: str | None = None
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
                 break
             try:
@@ -167,10 +171,11 @@ class SyncProducer:
             if error is not None:
                 raise OwnerUnavailable(f"queue {queue!r}: the owner answered with an error: "
                                        f"{error}")
-            if time.monotonic() >= deadline:
+            if self._clock.monotonic() >= deadline:
                 break
             # Nobody served the key (the owner may not be discovered yet): retry, backing off.
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            if self._closing.wait(min(pause, max(0.0, deadline - self._clock.monotonic()))):
+                break
             pause = min(pause * 2, longest)
         raise OwnerUnavailable(
             f"no owner of queue {queue!r} answered within {self.request_timeout_s:g} s (is a "

@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,6 +18,7 @@ import nbformat
 import pandas as pd
 import pytest
 from helpers import count, wait_events
+from kernels import private_kernel_env
 from nbclient import NotebookClient
 from zenoh_util import isolated_configs, unique_prefix, wait_until
 
@@ -152,16 +151,7 @@ def test_plain_calls_from_a_script_without_any_loop():
 def test_a_real_jupyter_kernel_owner_and_attach_in_the_next_cell(tmp_path, monkeypatch):
     """The issue's first case, in a real ipykernel: `await app.start()` in one cell, a plain
     `istos_nb.attach(...)` and plain calls in the next."""
-    # A kernelspec for this interpreter, found before any user-level python3 kernelspec.
-    spec = tmp_path / "jupyter" / "kernels" / "python3"
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3", "language": "python"}))
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    private_kernel_env(tmp_path, monkeypatch)
     configs, prefix = isolated_configs(2), unique_prefix()
     cells = [
         "import json, time, istos_nb\nfrom istos import Istos\n"

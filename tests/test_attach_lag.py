@@ -5,12 +5,11 @@ sleep on the kernel's loop wakes up) while the next cell attaches, asks and clos
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+from kernels import private_kernel_env
 from nbclient import NotebookClient
 from zenoh_util import isolated_configs, unique_prefix
 
@@ -20,15 +19,7 @@ LAG_BOUND_S = 0.25  # the target is 20 ms; the bound is generous for a loaded 2-
 
 @pytest.mark.timeout(180)
 def test_attach_in_the_owners_kernel_does_not_stall_its_loop(tmp_path, monkeypatch):
-    spec = tmp_path / "jupyter" / "kernels" / "python3"
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3", "language": "python"}))
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    private_kernel_env(tmp_path, monkeypatch)
     configs, prefix = isolated_configs(2), unique_prefix()
     cells = [
         "import asyncio, json, time, istos_nb\nfrom istos import Istos\n"

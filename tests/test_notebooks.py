@@ -22,6 +22,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from kernels import private_kernel_env
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,22 +36,9 @@ NOTEBOOK_BOUND_S = 90.0
 CELL_TIMEOUT_S = 60
 
 
-def write_kernelspec(jupyter_dir: Path, python: str) -> None:
-    """A ``python3`` kernelspec under ``jupyter_dir`` that starts ``python``'s ipykernel."""
-    spec_dir = jupyter_dir / "kernels" / "python3"
-    spec_dir.mkdir(parents=True, exist_ok=True)
-    spec = {"argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "Python 3 (ipykernel)", "language": "python"}
-    (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
-
-
 @pytest.fixture
 def kernel_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    jupyter_dir = tmp_path / "jupyter"
-    write_kernelspec(jupyter_dir, sys.executable)
-    monkeypatch.setenv("JUPYTER_PATH", str(jupyter_dir))  # searched before every other dir
-    monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))  # no history in $HOME
+    private_kernel_env(tmp_path, monkeypatch)
     # What the notebooks start themselves (08's subprocesses) comes from the same venv too.
     bin_dir = str(Path(sys.executable).parent)
     monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ.get("PATH", ""))

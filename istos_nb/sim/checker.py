@@ -24,6 +24,7 @@ from istos.core.backoff import delay_bounds
 from istos.core.config import QueueConfig
 
 from .checker_leases import lease_findings
+from .checker_logs import job_log_finding
 
 EPS = 1e-6
 
@@ -40,6 +41,10 @@ class RunRecord:
     heartbeat: set[tuple[str, str]] = field(default_factory=set)  # (node, queue) heart-beating
     lossy: bool = False  # the network was configured to lose messages at some point
     stored: set[str] = field(default_factory=set)  # job ids in durable storage at the end
+    # The job-log ledger (what handler attempts wrote: job_id, queue, attempt, lines) and what
+    # the owners kept at the end (queue, job_id, attempt, outcome, logs, logs_dropped).
+    logs: list[dict[str, Any]] = field(default_factory=list)
+    kept_logs: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -90,6 +95,7 @@ def check(rec: RunRecord) -> list[Finding]:
         _single_lease(rec), _attempts_bounded(rec), _backoff_respected(rec),
         _dead_after_max(rec), _fifo_within_priority(rec), _chord_once(rec),
         _dedup_windows(rec), _rate_limits(rec), _group_limits(rec), *lease_findings(rec),
+        job_log_finding(rec),
     ]
     return findings
 

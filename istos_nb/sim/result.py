@@ -33,6 +33,8 @@ class SimResult:
     owner_crashes: list[tuple[float, str]] = field(repr=False)
     heartbeat: set[tuple[str, str]] = field(repr=False)
     lossy: bool = field(repr=False)
+    logs: list[dict[str, Any]] = field(repr=False)  # the job-log ledger (logledger.py)
+    kept_logs: list[dict[str, Any]] = field(repr=False)  # the logs owners kept at the end
     until: float
     virtual_s: float
     wall_s: float
@@ -109,7 +111,9 @@ class SimResult:
                          queues=self.queues, held=self.held, volatile=self.volatile,
                          owner_crashes=self.owner_crashes, stored=self.stored,
                          heartbeat=getattr(self, "heartbeat", set()),
-                         lossy=getattr(self, "lossy", False))
+                         lossy=getattr(self, "lossy", False),
+                         logs=getattr(self, "logs", []),
+                         kept_logs=getattr(self, "kept_logs", []))
 
     def summary(self) -> str:
         c = self.counts

@@ -140,12 +140,15 @@ class SimNode:
         return Incarnation(self._lives, app)
 
 
-def instrument(fn: Callable[..., Any], on_done: Callable[[Any], bool]) -> Callable[..., Any]:
+def instrument(fn: Callable[..., Any], on_done: Callable[[Any], bool],
+               on_start: Callable[[Any], Any] | None = None) -> Callable[..., Any]:
     """Wrap a worker function so the simulator sees each completed side effect.
 
     The wrapper always receives ``ctx`` (it adds the parameter if ``fn`` lacks it) and calls
     ``on_done(ctx)`` after ``fn`` returns; if that returns True the ack is lost: the delivery
     ends with neither ack nor nack, as when a process dies right after its side effect.
+    ``on_start(ctx)``, when given, returns the ``ctx`` a function that asks for one receives
+    (the job-log ledger's, ``logledger.py``).
     """
     sig = inspect.signature(fn)
     wants_ctx = "ctx" in sig.parameters
@@ -154,6 +157,8 @@ def instrument(fn: Callable[..., Any], on_done: Callable[[Any], bool]) -> Callab
     @functools.wraps(fn)
     async def wrapped(job: Any, **kwargs: Any) -> Any:
         ctx = kwargs["ctx"] if wants_ctx else kwargs.pop("ctx")
+        if wants_ctx and on_start is not None:
+            kwargs["ctx"] = on_start(ctx)
         result = fn(job, **kwargs)
         if is_async:
             result = await result

@@ -25,6 +25,7 @@ from istos.storage.memory import MemoryStorage
 from istos.transport.local import LocalMesh
 
 from . import faults
+from .logledger import kept_logs, ledger_context
 from .network import SimNetwork
 from .progress import auto_progress
 from .result import SimResult
@@ -68,6 +69,7 @@ class Simulation:
         self.attempts: list[dict[str, Any]] = []
         self.effects: list[dict[str, Any]] = []
         self.owner_crashes: list[tuple[float, str]] = []
+        self.logs: list[dict[str, Any]] = []  # the job-log ledger: what handlers wrote
 
     # -- building the scenario --
     def node(self, name: str, *, clock_skew_s: float = 0.0,
@@ -301,7 +303,9 @@ class Simulation:
                          owner_crashes=list(self.owner_crashes), until=until,
                          heartbeat={(n.name, q) for n in self.nodes.values()
                                     for q in n.heartbeat_queues},
-                         lossy=self._lossy,
+                         lossy=self._lossy, logs=[dict(r, lines=list(r["lines"]))
+                                                  for r in self.logs],
+                         kept_logs=kept_logs(self),
                          virtual_s=self._loop.time() if self._loop else 0.0,
                          wall_s=wall_s, interrupted=interrupted, seed=self.seed)
 
@@ -412,7 +416,11 @@ class Simulation:
                 return True
             return False
 
-        return instrument(fn, on_done)
+        def on_start(ctx: Any) -> Any:
+            assert self._loop is not None
+            return ledger_context(ctx, self.logs, node.name, self._loop.time())
+
+        return instrument(fn, on_done, on_start)
 
     async def _enqueue_via(self, node: SimNode, queue: str, data: Any,
                            **kwargs: Any) -> str | None:

@@ -72,21 +72,30 @@ class Workload:
             self.sim.at(t, sim_node.enqueue, queue, make(i), priority=priority)
 
     def handler(self, *, service_s: ServiceSpec = 0.0, fail_p: float = 0.0,
-                crash_p: float = 0.0,
-                effect: Callable[[Any], Any] | None = None) -> Callable[..., Any]:
+                crash_p: float = 0.0, effect: Callable[[Any], Any] | None = None,
+                log_lines: int = 0, log_line_bytes: int = 0) -> Callable[..., Any]:
         """A worker function: waits a service time (virtual seconds); then, with probability
         ``crash_p``, the delivery dies mid-job (no ack, no nack: the lease brings it back);
-        with probability ``fail_p`` it raises (a nack); otherwise it calls ``effect(job)``."""
-        from .simulation import ScenarioError
+        with probability ``fail_p`` it raises (a nack); otherwise it calls ``effect(job)``.
 
-        for name, p in (("fail_p", fail_p), ("crash_p", crash_p)):
-            if not 0.0 <= p <= 1.0:
-                raise ScenarioError(f"{name} must be a probability, got {p!r}")
+        ``log_lines``: each attempt writes that many ``ctx.log`` lines, half before its
+        service time and half after (so heartbeats carry some), each padded to
+        ``log_line_bytes`` characters when that is larger; no randomness is drawn for them."""
+        _check_handler_options(fail_p, crash_p, log_lines, log_line_bytes)
         draw = sampler(service_s, self.rng)
         rng = self.rng
+        early = log_lines // 2
+
+        def write(ctx: Any, lines: range) -> None:
+            for i in lines:
+                ctx.log(f"{ctx.job_id} try {ctx.attempt} line {i}".ljust(log_line_bytes, "."))
 
         async def handle(job: Any, ctx: Any = None) -> Any:
+            if log_lines and ctx is not None:
+                write(ctx, range(early))
             await asyncio.sleep(draw())
+            if log_lines and ctx is not None:
+                write(ctx, range(early, log_lines))
             if crash_p and rng.random() < crash_p:
                 if ctx is not None:  # the heartbeat invariant needs to know (checker_leases)
                     self.sim._node_event(ctx.worker.rsplit(":", 1)[0], "delivery_crashed",
@@ -97,3 +106,15 @@ class Workload:
             return effect(job) if effect is not None else None
 
         return handle
+
+
+def _check_handler_options(fail_p: float, crash_p: float, log_lines: int,
+                           log_line_bytes: int) -> None:
+    from .simulation import ScenarioError
+
+    for name, p in (("fail_p", fail_p), ("crash_p", crash_p)):
+        if not 0.0 <= p <= 1.0:
+            raise ScenarioError(f"{name} must be a probability, got {p!r}")
+    for name, n in (("log_lines", log_lines), ("log_line_bytes", log_line_bytes)):
+        if type(n) is not int or n < 0:
+            raise ScenarioError(f"{name} must be an integer >= 0, got {n!r}")

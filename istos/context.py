@@ -35,27 +35,37 @@ class RunSignals:
     the heartbeat) and the cancellation flag (written by the worker, read by the function).
     Plain attribute writes: cheap, and safe enough across the worker thread under the GIL."""
 
-    __slots__ = ("fraction", "note", "dirty", "cancelled", "logs", "logged", "logs_dropped")
+    __slots__ = ("fraction", "note", "dirty", "cancelled", "logs", "logs_at", "logged",
+                 "logs_dropped", "dropped_confirmed")
 
     def __init__(self) -> None:
         self.fraction: float | None = None
         self.note: str | None = None
         self.dirty = False
         self.cancelled = False
-        self.logs: list[str] = []  # ctx.log() lines not sent yet
+        # ctx.log() lines the owner has not confirmed yet, and the index of the first of them
+        # in the attempt's lines: every heartbeat and the ack/nack send them all from that
+        # index, so a send that failed (or whose reply was lost, or that crossed the ack)
+        # loses nothing and the owner, which skips what it already has, keeps nothing twice.
+        self.logs: list[str] = []
+        self.logs_at = 0
         self.logged = 0  # lines this attempt kept so far (sent or not)
-        self.logs_dropped = 0  # lines beyond the limit, not sent yet
+        self.logs_dropped = 0  # lines beyond the limit, in all (the owner keeps the highest)
+        self.dropped_confirmed = 0
 
-    def take_logs(self) -> tuple[list[str], int]:
-        """The lines (and the count dropped) to send now; they leave the signals."""
-        lines, dropped = self.logs, self.logs_dropped
-        self.logs, self.logs_dropped = [], 0
-        return lines, dropped
+    def logs_pending(self) -> bool:
+        return bool(self.logs) or self.logs_dropped != self.dropped_confirmed
 
-    def put_back_logs(self, lines: list[str], dropped: int) -> None:
-        """A send failed: the lines go out with the next one, before the newer lines."""
-        self.logs[:0] = lines
-        self.logs_dropped += dropped
+    def pending_logs(self) -> tuple[int, list[str], int]:
+        """(index of the first unconfirmed line, those lines, lines dropped in all) to send."""
+        return self.logs_at, list(self.logs), self.logs_dropped
+
+    def confirm_logs(self, upto: int, dropped: int) -> None:
+        """The owner kept the lines before index ``upto`` and knows of ``dropped`` drops."""
+        if upto > self.logs_at:
+            del self.logs[:upto - self.logs_at]
+            self.logs_at = upto
+        self.dropped_confirmed = max(self.dropped_confirmed, dropped)
 
 
 @dataclass(frozen=True, slots=True)

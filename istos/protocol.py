@@ -143,6 +143,7 @@ _SETTLE_ITEM = (
     Field("retry_after", number(0.0, MAX_DELAY_S)),  # a nack's chosen wait (istos.Retry)
     Field("logs", list_of(text(MAX_LOG_LINE_BYTES), MAX_LOG_LINES, nil=True)),  # ctx.log()
     Field("logs_dropped", integer(0, (1 << 31) - 1)),
+    Field("logs_at", integer(0, (1 << 31) - 1)),  # the first line's index in the attempt's
 )
 
 
@@ -462,7 +463,7 @@ def _item(i: Any) -> bool:
     return type(i) is dict and i.get("op") in SETTLE_OPS and _fast_ack(i) \
         and _err(i.get("error")) and _err(i.get("traceback")) \
         and _after(i.get("retry_after")) and _logs(i.get("logs")) \
-        and type(i.get("logs_dropped", 0)) is int
+        and type(i.get("logs_dropped", 0)) is int and type(i.get("logs_at", 0)) is int
 
 
 def _fast_ack(m: dict[str, Any]) -> bool:

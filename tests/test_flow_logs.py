@@ -28,12 +28,12 @@ def test_ctx_log_bounds_lines_and_counts_the_rest():
     for i in range(MAX_LINES + 7):
         ctx.log(f"line {i}")
     ctx.log("é" * 2000)  # dropped: past the count (and it would be cut)
-    lines, dropped = ctx._signals.take_logs()
-    assert len(lines) == MAX_LINES and lines[0] == "line 0" and dropped == 8
+    at, lines, dropped = ctx._signals.pending_logs()
+    assert at == 0 and len(lines) == MAX_LINES and lines[0] == "line 0" and dropped == 8
     fresh = JobContext("k", "q", 1, 3)
     fresh.log("é" * 2000)
     fresh.log(42)
-    (long, num), _ = fresh._signals.take_logs()
+    _, (long, num), _ = fresh._signals.pending_logs()
     assert len(long.encode()) <= MAX_LINE_BYTES and long.endswith("...") and num == "42"
 
 
@@ -162,3 +162,82 @@ def test_simulated_logs_reach_the_dead_letters():
     assert result.check()["ok"].all()
     assert len(seen) == 3
     assert all([h["logs"] for h in d["history"]] == [["try 1"], ["try 2"]] for d in seen)
+
+
+def test_owner_skips_resent_lines_by_their_index():
+    state = QueueState("q", QueuePolicy())
+    state.enqueue("j", b"x", 0.0)
+    (rec,) = state.claim(["w"], 0.0)
+    assert record_logs(rec, ["a", "b"], 0, 0)  # a heartbeat whose reply was lost...
+    assert record_logs(rec, ["a", "b", "c"], 0, 0)  # ...so the ack sends them all again
+    assert not record_logs(rec, ["b", "c"], 0, 1)  # nothing new
+    attempt = rec.history[-1]
+    assert attempt.logs == ["a", "b", "c"] and not attempt.logs_dropped
+    full = [f"l{i}" for i in range(MAX_LINES)]
+    assert record_logs(rec, full, 5, 0) and record_logs(rec, full[90:], 5, 90) is False
+    assert len(attempt.logs) == MAX_LINES and attempt.logs_dropped == 5  # a total, not added
+
+
+def _logging_run(seed: int):
+    """Heart-beating and plain workers whose every attempt logs past both caps (130 lines of
+    1,100 bytes), on a lossy network with crashes, a freeze and lost acks."""
+    sim = Simulation(seed=seed, latency_s=(0.001, 0.01), loss=0.05)
+    sim.node("owner").queue("q", lease_s=6, max_attempts=4, retry_backoff_s=0.5,
+                            keep_results=True)
+    for i in range(3):
+        sim.node(f"w{i}").worker("q", concurrency=2, heartbeat=i > 0)(sim.handler(
+            service_s=("exp", 3.0), fail_p=0.2, crash_p=0.05, log_lines=130,
+            log_line_bytes=1100))
+    sim.enqueue_jobs("owner", "q", 120, rate=1.0)
+    sim.crash_randomly(["w0", "w1"], mtbf_s=60, restart_after=5)
+    sim.freeze("w2", at=40.0, resume_at=55.0)
+    sim.lose_acks(0.05)
+    return sim.run(until=300.0, progress=None)
+
+
+def test_simulated_logs_over_the_caps_match_what_the_handlers_wrote():
+    result = _logging_run(0)  # (seed 0 kept lines twice or lost them before the fix)
+    report = result.check().set_index("invariant")
+    assert report["ok"].all(), report[~report["ok"]]
+    detail = report.loc["job logs kept as their attempts wrote them", "detail"]
+    assert detail.endswith("match what was written") and int(detail.split()[0]) > 100
+    kept = result.kept_logs
+    assert all(len(k["logs"]) <= MAX_LINES for k in kept)
+    assert any(k["logs_dropped"] == 30 and k["outcome"] in ("acked", "nacked") for k in kept)
+    assert any(k["logs"] and k["logs"][0].endswith("...") for k in kept)  # cut to 1 KiB
+    assert {(r["attempt"], len(r["lines"])) for r in result.logs} >= {(1, 130)}
+
+
+def test_the_job_log_check_finds_planted_reordered_oversized_and_missing_lines():
+    from istos_nb.sim.checker import RunRecord, check
+
+    name = "job logs kept as their attempts wrote them"
+    ledger = [{"job_id": "j", "queue": "q", "attempt": 1, "node": "w", "t": 0.0,
+               "lines": ["one", "two", "three"]}]
+    acked = [{"kind": "acked", "queue": "q", "job_id": "j", "attempt": 1, "node": "o",
+              "t": 1.0, "t_node": 1.0, "worker": "w:0", "detail": {}}]
+
+    def finding(logs: list[str], dropped: int = 0, events=acked, attempt: int = 1) -> str:
+        kept = [{"queue": "q", "job_id": "j", "attempt": attempt, "outcome": "acked",
+                 "logs": logs, "logs_dropped": dropped}]
+        rec = RunRecord(events=events, attempts=[], effects=[], queues={}, held=set(),
+                        volatile=True, logs=ledger, kept_logs=kept)
+        (f,) = [f for f in check(rec) if f.invariant == name]
+        return "ok" if f.ok else f.detail
+
+    assert finding(["one", "two", "three"]) == "ok"
+    assert "not written by that attempt" in finding(["one", "planted", "three"])
+    assert "wrote none" in finding(["one"], attempt=2)  # kept for an attempt that wrote none
+    assert "out of order" in finding(["two", "one", "three"])
+    assert "out of order" in finding(["one", "one", "two"])  # kept twice
+    assert "neither kept nor counted" in finding(["one", "two"])  # settled: none may miss
+    assert finding(["one", "two"], events=[]) == "ok"  # expired: a prefix may stay behind
+    assert "counted dropped" in finding(["one", "two"], dropped=1)
+    assert f"(at most {MAX_LINES})" in finding(["one"] * (MAX_LINES + 1))
+    ledger[0]["lines"] = ["é" * 600]
+    assert f"(at most {MAX_LINE_BYTES})" in finding(["é" * 600])  # kept uncut: too long
+    assert finding(["é" * 510 + "..."]) == "ok"  # cut as the bounds say
+    assert "not written" in finding(["è" * 510 + "..."])
+    rec = RunRecord(events=[], attempts=[], effects=[], queues={}, held=set(), volatile=True)
+    (f,) = [f for f in check(rec) if f.invariant == name]
+    assert f.ok and f.detail == "no handler logged"

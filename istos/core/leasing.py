@@ -41,6 +41,8 @@ def extend(state: QueueState, item: dict[str, Any], now: float) -> str:
     """
     rec = state.jobs.get(str(item["job_id"]))
     if rec is None or rec.state != LEASED or not token_matches(rec, item["token"]):
+        if "logs" in item and rec is not None and rec.state != LEASED:
+            keep_late_logs(state, rec, item)
         return STALE
     if "progress" in item or "note" in item:
         record_progress(state, rec, now, item.get("progress"), item.get("note"))
@@ -59,8 +61,17 @@ def keep_logs(state: QueueState, rec: JobRecord, item: dict[str, Any]) -> None:
     """Add the ``ctx.log()`` lines riding on ``item`` to ``rec``'s current attempt; the
     record is written with the request's commit (logs are kept, unlike renewals)."""
     state._save(rec)
-    if record_logs(rec, item.get("logs"), item.get("logs_dropped")):
+    if record_logs(rec, item.get("logs"), item.get("logs_dropped"), item.get("logs_at")):
         state.dirty.append(rec)
+
+
+def keep_late_logs(state: QueueState, rec: JobRecord, item: dict[str, Any]) -> None:
+    """Lines of a lease that expired while nobody claimed the job again: its ack or nack
+    would still be honoured (``QueueState.holder``), so its lines are kept too (else the
+    lines of a heartbeat that arrived just late, or crossed the ack, would be lost)."""
+    token = item.get("token")
+    if isinstance(token, str) and state.holder(rec.job_id, token) is rec:
+        keep_logs(state, rec, item)
 
 
 def record_progress(state: QueueState, rec: JobRecord, now: float, fraction: object,

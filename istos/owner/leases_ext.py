@@ -85,6 +85,8 @@ class LeaseOps(OwnerExtension):
                                               and "logs" not in item):
                 continue
             rec = state.jobs.get(str(item.get("job_id")))
+            if rec is not None and rec.state != LEASED and "logs" in item:
+                leasing.keep_late_logs(state, rec, item)  # a late ack is honoured: its lines
             if rec is None or rec.state != LEASED or \
                     not leasing.token_matches(rec, item.get("token")):
                 continue

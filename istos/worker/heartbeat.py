@@ -130,8 +130,8 @@ class HeldLeases:
         if outcome is not None and sig is not None and sig.dirty:
             sig.dirty = False
             outcome["progress"], outcome["note"] = sig.fraction, sig.note
-        if outcome is not None and sig is not None and (sig.logs or sig.logs_dropped):
-            outcome["logs"], outcome["logs_dropped"] = sig.take_logs()
+        if outcome is not None and sig is not None and sig.logs_pending():
+            outcome["logs_at"], outcome["logs"], outcome["logs_dropped"] = sig.pending_logs()
 
     def signals_of(self, held: Held) -> RunSignals:
         if held.signals is None:
@@ -244,8 +244,8 @@ class HeldLeases:
             if sig is not None and sig.dirty:
                 sig.dirty = False
                 item["progress"], item["note"] = sig.fraction, sig.note
-            if sig is not None and (sig.logs or sig.logs_dropped):
-                item["logs"], item["logs_dropped"] = sig.take_logs()
+            if sig is not None and sig.logs_pending():
+                item["logs_at"], item["logs"], item["logs_dropped"] = sig.pending_logs()
             items.append(item)
         for start in range(0, len(items), MAX_EXTEND_ITEMS):
             await self._send(items[start:start + MAX_EXTEND_ITEMS], lease_s)
@@ -263,14 +263,15 @@ class HeldLeases:
                 held = self.held.get(item["token"])
                 if held is not None and "progress" in item and held.signals is not None:
                     held.signals.dirty = True
-                if held is not None and held.signals is not None and "logs" in item:
-                    held.signals.put_back_logs(item["logs"], item.get("logs_dropped", 0))
-            return
+            return  # (unconfirmed log lines stay: the next beat or the ack sends them again)
         cancelled = []
         for item, status in zip(items, reply.get("statuses") or []):
             held = self.held.get(item["token"])
             if held is None:
                 continue
+            if "logs" in item and status in ("ok", "cancel") and held.signals is not None:
+                held.signals.confirm_logs(item["logs_at"] + len(item["logs"]),
+                                          item["logs_dropped"])
             if status == "ok":
                 held.expires = sent + lease_s
             elif status == "cancel":

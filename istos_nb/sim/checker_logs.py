@@ -63,6 +63,9 @@ def job_log_finding(rec: RunRecord) -> Finding:
             if all(verdicts):
                 problems.append(min(verdicts, key=len)[0])
         bad += [f"{kept['job_id']} attempt {kept['attempt']}: {p}" for p in problems]
+    if not checked:
+        return Finding(NAME, True, "no log kept to check (an acked job is forgotten with its "
+                                   "logs unless its queue keeps results)")
     detail = _summary(bad) if bad else f"{checked} kept attempt log(s) match what was written"
     return Finding(NAME, not bad, detail)
 

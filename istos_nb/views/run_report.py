@@ -51,6 +51,9 @@ INVARIANT_MEANING: dict[str, str] = {
         "a resend of a finished job's id within its dedup_s made no second job",
     "claims within the rate limit": "no window of per_s seconds handed out more than n claims",
     "group limits held": "no group held more leases at once, or claims per window, than allowed",
+    "job logs kept as their attempts wrote them":
+        "every kept ctx.log line was written by its attempt, in order, at most 100 lines of "
+        "1 KiB; a settled attempt lost none, an expired one at most its last lines",
 }
 
 
@@ -82,6 +85,8 @@ _APPLIES: dict[str, tuple[Callable[[SimResult, str], bool], str]] = {
                                                         "no job was enqueued with dedup_s"),
     "claims within the rate limit": (lambda r, d: not d.startswith("no rate-limited"), ""),
     "group limits held": (lambda r, d: not d.startswith("no queue with group"), ""),
+    "job logs kept as their attempts wrote them": (
+        lambda r, d: not d.startswith(("no handler logged", "no log kept")), ""),
     "no lease expired while its heart-beating holder was alive and connected": (
         lambda r, d: not d.startswith(("no heart-beating", "not checked")), ""),
 }

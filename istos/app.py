@@ -41,8 +41,9 @@ from .owner.series import SeriesKeeper
 from .producer import Producer
 from .storage.base import Fence, Storage
 from .storage.memory import MemoryStorage
-from .transport.base import Transport
+from .transport.base import Handle, Transport
 from .worker.client import OwnerClient
+from .worker.parking import declare_worker_tokens
 from .worker.worker import WorkerRunner
 
 log = logging.getLogger("istos")
@@ -114,6 +115,7 @@ class Istos:
         self.owners: dict[str, QueueOwner] = {}
         self.node.local_owner = self.owners.get  # in-process calls skip the mesh
         self.runners: list[WorkerRunner] = []
+        self._worker_tokens: list[Handle] = []  # worker/parking.py: gone with a dead process
         self._clients: dict[str, OwnerClient] = {}
         self._serving = False
         self._plugins: list[Any] = []  # components with async start()/stop() (schedules...)
@@ -234,6 +236,8 @@ class Istos:
             for config in self.queues.values():
                 if not config.ha:  # HA owners start when this replica wins the election
                     await self._start_owner(config)
+            self._worker_tokens = await declare_worker_tokens(
+                node, {w.queue for w, _ in self.workers if w.park})
             for wconfig, fn in self.workers:
                 runner = WorkerRunner(wconfig, fn, node, self.client(wconfig.queue),
                                       continue_hook=self._continue_hook,
@@ -319,6 +323,9 @@ class Istos:
         self.elections.clear()
         await asyncio.gather(*(r.stop() for r in self.runners), return_exceptions=True)
         self.runners.clear()
+        for handle in self._worker_tokens:  # after the runners ended their parked claims
+            handle.close()
+        self._worker_tokens = []
         for name in list(self.owners):
             await self._stop_owner(name)
         transport = self.node.transport

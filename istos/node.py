@@ -40,6 +40,9 @@ def no_local_owner(queue: str) -> LocalOwner | None:
     return None
 
 
+WORKER_TOKENS = "workers"
+
+
 @dataclass
 class Node:
     node_id: str
@@ -60,3 +63,8 @@ class Node:
     def key(self, queue: str, leaf: str) -> str:
         """The key expression of a queue's ``leaf`` (rpc, nudge, events) under this prefix."""
         return f"{self.prefix}/q/{queue}/{leaf}"
+
+    def worker_token_key(self, queue: str, node_id: str | None = None) -> str:
+        """The liveliness token a node whose workers park claims on ``queue`` declares while
+        it serves (``owner/parking.py``); without ``node_id``, the owner's watch of them all."""
+        return self.key(queue, f"{WORKER_TOKENS}/{'**' if node_id is None else node_id}")

@@ -7,7 +7,13 @@ over by the parked claim (or, where a test says so, the nudge), never by the pol
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from helpers import count, wait_events
@@ -20,6 +26,7 @@ from istos.owner.parking import ParkedClaims
 from istos.transport.zenoh import ZenohTransport
 
 POLL = 60.0  # longer than every bounded wait below: the poll never explains a pickup
+PROCS = Path(__file__).parent / "procs"
 
 
 def parking_of(app: Istos, queue: str = "q") -> ParkedClaims:
@@ -256,3 +263,68 @@ async def test_a_durable_queue_answers_a_parking_claim_at_once():
             await client.close()
         assert reply["ok"] and reply["jobs"] == [] and "parked" not in reply
         assert parking_of(owner).stats["parked"] == 0
+
+
+async def test_a_worker_killed_while_parked_gets_no_job_and_burns_no_attempt(tmp_path):
+    """Real processes: a worker process parks its claim, is SIGKILLed; once the owner has seen
+    its token go (its parked claim ends), a job enqueued is not leased to the dead claim: a
+    worker started afterwards runs it on attempt 1, long before the 30 s lease could expire."""
+    configs, prefix = isolated_configs(3), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q", lease_s=30.0)
+    out = tmp_path / "dead.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, str(PROCS / "zworker.py"), json.dumps(configs[1]), prefix, "q",
+         "record", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "ISTOS_POLL_S": str(POLL), "ISTOS_CONCURRENCY": "1"})
+    seen: list[Any] = []
+    started = asyncio.Event()
+    try:
+        async with owner.serving():
+            parking = parking_of(owner)
+            line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30)
+            assert line.strip() == "READY", proc.stderr.read() if proc.poll() else line
+            dead = f"record-{proc.pid}"
+            await wait_until(lambda: any(e.node == dead for e in parking.parked.values()), 15,
+                             "the worker process's claim parked")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            killed = time.monotonic()
+            await wait_until(lambda: not parking.parked, 15, "the dead claim ended")
+            print(f"\nparked claim of the killed worker ended "
+                  f"{(time.monotonic() - killed) * 1000:.1f} ms after the kill")
+            assert parking.stats["worker_gone"] == 1 and dead in parking.gone
+            jid = await owner.enqueue("q", {"after": "kill"})
+            state = owner.owners["q"].state
+            assert state.jobs[jid].state == READY and state.counts[LEASED] == 0
+            rescuer = worker_app(configs[2], prefix, "rescuer", seen, started)
+            async with rescuer.serving():
+                await asyncio.wait_for(started.wait(), 15)
+                await wait_events(owner, lambda ev: count(ev, "acked", jid) == 1, 15)
+            claims = [e for e in owner.events.recent() if e.job_id == jid and e.kind == "claimed"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+    assert seen == [({"after": "kill"}, "rescuer:handle#0", 1)]
+    assert [(e.attempt, e.worker) for e in claims] == [(1, "rescuer:handle#0")]
+    assert not out.exists()  # the dead worker never ran anything
+
+
+def test_simulated_crash_while_parked_leases_nothing_to_the_dead_node():
+    """The simulator's crash drops the node's session and its worker token as a kill does: the
+    owner ends the parked claim, and the job enqueued next waits for a live worker."""
+    from istos_nb.sim import Simulation
+
+    sim = Simulation(seed=1)
+    sim.node("owner").queue("q", lease_s=30.0)
+    for name in ("parked", "late"):
+        sim.node(name).worker("q", poll_interval_s=POLL)(sim.handler(service_s=0.1))
+    sim.crash("late", at=0.0, restart_after=8.0)  # up again at t = 8
+    sim.crash("parked", at=5.0)  # dies holding its parked claim, never comes back
+    sim.enqueue_jobs("owner", "q", 1, start=6.0)
+    result = sim.run(until=20.0, progress=None)
+    claims = result.events[result.events["kind"] == "claimed"]
+    assert [(r.attempt, r.worker.split(":")[0]) for r in claims.itertuples()] == [(1, "late")]
+    assert claims["t"].iloc[0] < 9.0  # at the restart, not a 30 s lease later
+    assert result.check()["ok"].all()

@@ -26,25 +26,44 @@ measured, that cost durable end-to-end throughput a third (``bench.durable --two
 Replies of claims that parked say ``parked: true``; a worker that sees none (an owner without
 this extension, or a full table) falls back to waiting for a nudge or its poll interval.
 Parked claims are bounded (:data:`MAX_PARKED` per queue; past it a claim is answered at once),
-since claims name nodes the owner cannot verify. A worker that crashes while parked leaves its
-claim until the bound: a job arriving meanwhile is leased to it and comes back at lease expiry,
-as a crashed worker's prefetched job does.
+since claims name nodes the owner cannot verify.
+
+A worker that dies while parked (``kill -9``, a crash) would leave its claim until the bound,
+and a job arriving meanwhile would be leased to a process that is gone: it would come back only
+at lease expiry, and that expiry would count as an attempt. So a node whose workers park
+declares a liveliness token per queue (``Node.worker_token_key``) while it serves, and the
+owner watches them: when a node's token goes away (its Zenoh session ended: a killed process's
+TCP link closes at once; a frozen or cut-off one's after the link lease), its parked claims end
+at once, unanswered by any job, and until its token is back a claim from it is answered at once
+rather than parked (one sent just before the kill may arrive after it). Why not the other
+ways: Zenoh does not tell a replier that its querier is gone (a reply to a dead query is
+simply dropped), and not counting an attempt until the worker confirms it would let a job
+that kills its worker (a poison pill) retry forever, or one whose confirmation was lost run
+twice uncounted. What is left: a job that arrives between the kill and the moment the owner
+sees the token go (milliseconds on a local link) is still leased to the dead claim, and a
+worker that declares no token (an older one) parks as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import protocol
+from ..transport.base import TransportError
 from .extension import Handler, OwnerExtension
 
 if TYPE_CHECKING:  # (only the type: the owner does not import this module)
     from .owner import QueueOwner
 
+log = logging.getLogger("istos.owner")
+
 MAX_PARKED = 1024
 """Parked claims one owner holds at once; a claim past it is answered at once, unparked."""
+MAX_GONE = 4096
+"""Nodes remembered as gone (their token went away and has not come back), oldest forgotten."""
 
 
 class _Parked:
@@ -52,7 +71,8 @@ class _Parked:
 
     def __init__(self, node: str, loop: asyncio.AbstractEventLoop) -> None:
         self.node = node
-        self.woken: asyncio.Future[str] = loop.create_future()  # "jobs", "drop", "stop"
+        # "jobs", "bound", "drop" (superseded, unparked), "gone" (its token went), "stop"
+        self.woken: asyncio.Future[str] = loop.create_future()
 
     def wake(self, why: str) -> None:
         if not self.woken.done():
@@ -69,8 +89,44 @@ class ParkedClaims(OwnerExtension):
         assert claim is not None  # the owner's own op
         self._claim = claim
         self.parked: dict[str, _Parked] = {}  # by the claim's first slot id
-        self.stats = {"parked": 0, "answered_by_job": 0, "expired": 0, "dropped": 0}
+        self.stats = {"parked": 0, "answered_by_job": 0, "expired": 0, "dropped": 0,
+                      "worker_gone": 0}
+        self.gone: dict[str, None] = {}  # nodes whose worker token went away (ordered: oldest)
         owner.nudges.absorbers.append(self.wake_nodes)
+        self._watch: Any = None
+        self._stopped = False
+        self._watching = asyncio.get_running_loop().create_task(self._watch_tokens())
+
+    async def _watch_tokens(self) -> None:
+        node = self.owner.node
+        if node.transport is None:
+            return
+        expr = node.worker_token_key(self.owner.name)
+        try:
+            handle = await node.transport.watch_liveliness(expr, self._on_token)
+        except TransportError as exc:  # parking still works: only a dead worker's claim waits
+            log.warning("queue %s: not watching worker tokens: %s", self.owner.name, exc)
+            return
+        if self._stopped:
+            handle.close()
+        else:
+            self._watch = handle
+
+    def _on_token(self, key: str, alive: bool) -> None:
+        base = self.owner.node.worker_token_key(self.owner.name, "")
+        if not key.startswith(base):
+            return
+        node = key[len(base):]
+        if alive:
+            self.gone.pop(node, None)
+            return
+        self.gone[node] = None
+        if len(self.gone) > MAX_GONE:
+            del self.gone[next(iter(self.gone))]
+        for entry in list(self.parked.values()):
+            if entry.node == node:
+                self.stats["worker_gone"] += 1
+                entry.wake("gone")
 
     def ops(self) -> Mapping[str, Handler]:
         return {"claim": self.op_claim, "unpark": self.op_unpark}
@@ -83,6 +139,8 @@ class ParkedClaims(OwnerExtension):
             # (Durable queues do not park: measured, a job leased the moment it is stored
             # makes one claim write per job where nudged claims batch them, bench.durable.)
             return reply
+        if self.gone and (msg.get("node") or "") in self.gone:
+            return reply  # its process is gone (or cut off): nobody would run what it got
         slot: str = msg["workers"][0]
         old = self.parked.pop(slot, None)
         if old is not None:
@@ -115,7 +173,8 @@ class ParkedClaims(OwnerExtension):
                 return reply
             reply["parked"] = True
             if why != "jobs":
-                self.stats["expired" if why == "bound" else "dropped"] += 1
+                if why != "gone":
+                    self.stats["expired" if why == "bound" else "dropped"] += 1
                 return reply
             fresh = await self._claim(again)
             if fresh["jobs"] or fresh.get("cancel") or clock.monotonic() >= deadline \
@@ -152,6 +211,11 @@ class ParkedClaims(OwnerExtension):
     def on_stop(self) -> None:
         """Answer every parked claim now (if the transport is still open: closing it fails
         them instead, which the worker takes the same way)."""
+        self._stopped = True
+        self._watching.cancel()
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         for entry in list(self.parked.values()):
             self.stats["dropped"] += 1
             entry.wake("stop")

@@ -8,7 +8,8 @@ before; one that stopped while the claim was parked (``unparked``) is asked agai
 
 Stopping: a parked claim in flight is ended with ``unpark`` (sent again every
 :data:`UNPARK_RETRY_S` until the claim came back, since the unpark may overtake the claim it
-ends), so no job is leased to a worker that no longer listens.
+ends), so no job is leased to a worker that no longer listens. Dying: the node's worker token
+(:func:`declare_worker_tokens`) goes with its session, and the owner ends its parked claims.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from .. import protocol
 from ..errors import IstosError
 from ..node import Node
+from ..transport.base import Handle
 from .client import OwnerClient
 
 log = logging.getLogger("istos.worker")
@@ -99,3 +101,21 @@ class ClaimParking:
                 log.debug("unpark failed: %s", exc)
                 return
             await asyncio.wait({dispatcher}, timeout=UNPARK_RETRY_S)
+
+
+async def declare_worker_tokens(node: Node, queues: set[str]) -> list[Handle]:
+    """One liveliness token per queue whose workers on ``node`` park their claims, held while
+    the node serves: when the process dies its session ends and the token with it, which tells
+    the owner to end that node's parked claims (``owner/parking.py``). A token that cannot be
+    declared (an odd key) only loses that protection: the worker serves on."""
+    handles: list[Handle] = []
+    if node.transport is None:
+        return handles
+    for queue in sorted(queues):
+        try:
+            handles.append(await node.transport.declare_liveliness_token(
+                node.worker_token_key(queue, node.node_id)))
+        except IstosError as exc:
+            log.warning("queue %s: no worker token (a dead worker's parked claim will wait "
+                        "to its bound): %s", queue, exc)
+    return handles

@@ -4,7 +4,8 @@ argv: config_json prefix queue mode [out_path]
 mode "record": append each job's data + attempt to out_path (one JSON line), ack.
 mode "die": os._exit(17) in the middle of the first job (no ack, no nack).
 mode "owner": own the queue (lease from env ISTOS_LEASE_S) and serve forever; "a,b" owns both.
-Prints READY once serving.
+Prints READY once serving. Env: ISTOS_CONCURRENCY (4), ISTOS_POLL_S (the workers' poll
+interval, 0.2: also how long their claims park at a remote owner).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ async def main() -> None:
                       sweep_interval_s=0.05)
     else:
         @app.worker(queue, concurrency=int(os.environ.get("ISTOS_CONCURRENCY", "4")),
-                    poll_interval_s=0.2)
+                    poll_interval_s=float(os.environ.get("ISTOS_POLL_S", "0.2")))
         async def work(job: dict, ctx: JobContext) -> None:
             if mode == "die":
                 os._exit(17)  # a crash mid-job: nothing is acked or nacked

@@ -130,7 +130,8 @@ class HeldLeases:
         if outcome is not None and sig is not None and sig.dirty:
             sig.dirty = False
             outcome["progress"], outcome["note"] = sig.fraction, sig.note
-        if outcome is not None and sig is not None and sig.logs_pending():
+        if outcome is not None and sig is not None and (
+                sig.logs or sig.logs_dropped != sig.dropped_confirmed):
             outcome["logs_at"], outcome["logs"], outcome["logs_dropped"] = sig.pending_logs()
 
     def signals_of(self, held: Held) -> RunSignals:

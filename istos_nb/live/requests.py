@@ -57,16 +57,20 @@ class OwnerRequests:
 
     async def jobs(self, states: list[str | None], where: dict[str, Any], limit: int | None,
                    offset: int, filters: dict[str, Any] | None = None) -> pd.DataFrame:
-        """``jobs_of`` each state; several are merged oldest first, their attrs combined."""
-        parts = [await self.jobs_of(s, where, limit, offset, filters) for s in states]
-        if len(parts) == 1:
-            return parts[0]
+        """``jobs_of`` each state; several are merged oldest first, their attrs combined, and
+        ``offset`` counts in the merged order (each state is read from its start: the page
+        from ``offset`` may hold any mix of them)."""
+        if len(states) == 1:
+            return await self.jobs_of(states[0], where, limit, offset, filters)
+        want = None if limit is None else offset + limit
+        parts = [await self.jobs_of(s, where, want, 0, filters) for s in states]
         rows = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
         rows = rows.sort_values("enqueued_at", kind="stable", ignore_index=True)
         totals = [p.attrs["total"] for p in parts]
-        shown = rows if limit is None else rows.head(limit)
+        end = None if limit is None else offset + limit
+        shown = rows.iloc[offset:end].reset_index(drop=True)
         shown.attrs = {"total": None if None in totals else sum(totals), "offset": offset,
-                       "truncated": len(shown) < len(rows)
+                       "truncated": offset + len(shown) < len(rows)
                        or any(p.attrs["truncated"] for p in parts)}
         return shown
 

@@ -6,6 +6,7 @@ object-oriented matplotlib API only (never pyplot's global state).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -141,9 +142,39 @@ def no_events(ax: Axes, text: str = "no events") -> None:
             gid="no_events")
 
 
-def span(df: pd.DataFrame) -> tuple[float, float]:
-    """(first, last) event time of the whole stream; charts subtract the first."""
+Window = tuple[float, float] | None
+"""(start, end) on the stream's clock (epoch seconds for a live owner): the time span a chart's
+x axis shows exactly. The live dashboard gives every time chart the same one, ending at the
+refresh instant; None: from the first to the last event."""
+
+
+def span(df: pd.DataFrame, window: Window = None) -> tuple[float, float]:
+    """(first, last) event time of the whole stream, or ``window``; charts subtract the first
+    and hold open bars and counts until the second."""
+    if window is not None:
+        return check_window(window)
     return float(df["t"].min()), float(df["t"].max())
+
+
+def check_window(window: tuple[float, float]) -> tuple[float, float]:
+    """``window`` as two floats, start before end; ValueError naming it otherwise."""
+    try:
+        start, end = (float(v) for v in window)
+    except (TypeError, ValueError):
+        raise ValueError(f"window must be (start, end) in seconds, got {window!r}") from None
+    if not (math.isfinite(start) and math.isfinite(end) and start < end):
+        raise ValueError(f"window must be finite with start < end, got {window!r}")
+    return start, end
+
+
+def time_window(ax: Axes, window: Window) -> None:
+    """With a ``window``: the x axis (seconds since its start) spans exactly it, on the clock
+    axis :func:`time_axis` labels (so an empty chart shows the same span as the others)."""
+    if window is None:
+        return
+    start, end = check_window(window)
+    time_axis(ax, start)
+    ax.set_xlim(0.0, end - start)
 
 
 def is_wall_clock(t0: float) -> bool:

@@ -4,7 +4,9 @@ Every chart accepts events in any form ``events_frame`` accepts, plus optional `
 an existing Axes; the returned Figure is that Axes' root figure) and ``title``. Charts use the
 object-oriented API only (``Figure`` + ``fig.subplots()``), never pyplot's global state, so they
 are safe to build from worker threads and inside notebooks. Time is shown relative to the first
-event of the stream, in seconds (for a live stream labelled with the wall-clock time).
+event of the stream, in seconds (for a live stream labelled with the wall-clock time). The
+time charts take ``window=(start, end)`` on the stream's clock to show exactly that span (the
+live dashboard gives all of them one span ending at the refresh instant).
 
 Every artist a test or widget may want to find carries a ``gid``: ``"leases"`` (Gantt bars)
 and ``"attempts"``/``"backoff"`` (retry timeline bars), each a PolyCollection with one outlined
@@ -47,6 +49,7 @@ from istos_nb.views.chartkit import (
     OUTCOME_COLORS,
     TIME_LABEL,
     Labels,
+    Window,
     axes_for,
     bars,
     done,
@@ -59,6 +62,7 @@ from istos_nb.views.chartkit import (
     span,
     step_bins,
     time_axis,
+    time_window,
 )
 from istos_nb.views.frames import (
     EventsLike,
@@ -88,7 +92,7 @@ _HALF_STRIP = 0.35  # the band's flat half-width around each attempt; dots sprea
 
 
 def lease_gantt(events: EventsLike, ax: Axes | None = None,
-                title: str | None = None) -> Figure:
+                title: str | None = None, window: Window = None) -> Figure:
     """One lane per worker slot (sorted by name), one outlined bar per lease coloured by outcome.
 
     All bars form one PolyCollection (gid ``"leases"``) holding exactly one rectangle path per
@@ -101,7 +105,8 @@ def lease_gantt(events: EventsLike, ax: Axes | None = None,
     lane of that node; a restart a black-ringed white triangle (``"restart"``); a delivery
     that died mid-job on a live node (the simulator's ``delivery_crashed``) a red triangle
     (``"delivery_crashed"``). The legend names only what is drawn (see ``glyphs.py``); live
-    streams get a wall-clock time axis.
+    streams get a wall-clock time axis. ``window`` (start, end) fixes the x span (open leases
+    then run to its end: the live dashboard's "now").
     """
     df = events_frame(events)
     fig, ax, owned = axes_for(ax, (10, 4))
@@ -109,8 +114,9 @@ def lease_gantt(events: EventsLike, ax: Axes | None = None,
     leases = leases_frame(df)
     if leases.empty:
         no_events(ax)
+        time_window(ax, window)
         return done(fig, ax, owned)
-    t0, t_end = span(df)
+    t0, t_end = span(df, window)
     time_axis(ax, t0)
     drawn = Drawn()
     workers = leases["worker"].where(leases["worker"].notna(), _UNKNOWN_WORKER)
@@ -125,6 +131,7 @@ def lease_gantt(events: EventsLike, ax: Axes | None = None,
     bars(ax, y, start, end - start, 0.7, "leases",
          facecolors=[OUTCOME_COLORS[o] for o in outcomes], **BAR_EDGE)
     ax.set_xlim(left=0)  # the axis starts at the first event, not at the first claim
+    time_window(ax, window)
     segments = redeliveries(leases, y, start, end, ARC_BULGE * max(t_end - t0, 1e-9))
     if segments:
         g = drawn.add("redelivery")
@@ -157,7 +164,8 @@ def _pick_jobs(att: pd.DataFrame, job_ids: Sequence[str] | None, max_jobs: int) 
 
 def retry_timeline(events: EventsLike, job_ids: Sequence[str] | None = None,
                    max_jobs: int = 20, ax: Axes | None = None,
-                   title: str | None = None, labels: Labels = None) -> Figure:
+                   title: str | None = None, labels: Labels = None,
+                   window: Window = None) -> Figure:
     """One lane per job: each delivery an outlined bar coloured by outcome (gid ``"attempts"``,
     one path per delivery in claim order), and the wait between a delivery's end and the next
     claim a hatched light bar (gid ``"backoff"``, one path per retried delivery).
@@ -167,7 +175,8 @@ def retry_timeline(events: EventsLike, job_ids: Sequence[str] | None = None,
     shown". ``labels`` names the lanes: a mapping or a function from job id to text (an order
     number, an invoice); without it long generated ids are cut to their first 8 characters
     when that keeps them distinct. A dead-lettered job gets a white-ringed black square (gid
-    ``"dead"``) at that time. Bars too short to see are widened to 2 px.
+    ``"dead"``) at that time. Bars too short to see are widened to 2 px. ``window`` (start,
+    end) fixes the x span, as in :func:`lease_gantt`.
     """
     df = events_frame(events)
     fig, ax, owned = axes_for(ax, (10, 4))
@@ -178,8 +187,9 @@ def retry_timeline(events: EventsLike, job_ids: Sequence[str] | None = None,
     att = att[att["job_id"].isin(jobs)]
     if att.empty:
         no_events(ax)
+        time_window(ax, window)
         return done(fig, ax, owned)
-    t0, t_end = span(df)
+    t0, t_end = span(df, window)
     time_axis(ax, t0)
     drawn = Drawn()
     lane = lanes(ax, jobs, labels if labels is not None else short_ids(jobs))
@@ -200,6 +210,7 @@ def retry_timeline(events: EventsLike, job_ids: Sequence[str] | None = None,
              gaps["claimed_at"].to_numpy() - t0 - waited, waited, 0.3, "backoff",
              facecolors=g.color, edgecolors=g.edge, hatch=g.hatch, linewidths=0.5)
     ax.set_xlim(left=0)
+    time_window(ax, window)
     dead = df[(df["kind"] == ev.DEAD_LETTERED) & df["job_id"].isin(jobs)]
     if not dead.empty:
         ax.scatter(dead["t"] - t0, dead["job_id"].map(lane), zorder=3, gid="dead",
@@ -301,14 +312,15 @@ def backoff_curve(events: EventsLike, retry_backoff_s: float, retry_backoff_max_
 
 
 def depth_chart(events: EventsLike, ax: Axes | None = None,
-                title: str | None = None) -> Figure:
+                title: str | None = None, window: Window = None) -> Figure:
     """Ready / leased / delayed / dead job counts over time (gid ``"depth_<state>"``), each
     held until the last event of the stream.
 
     Up to 400 changes are drawn exactly, as steps. A longer series (a count flickering 0 ↔ 1
     hundreds of times would paint a solid block) is resampled into 200 equal bins: the
     line is each bin's time-weighted mean, and a light band (gid ``"depth_<state>_range"``)
-    spans each bin's min..max.
+    spans each bin's min..max. ``window`` (start, end) fixes the x span; the last count is
+    then held until its end.
     """
     df = events_frame(events)
     fig, ax, owned = axes_for(ax, (9, 3.5))
@@ -316,14 +328,17 @@ def depth_chart(events: EventsLike, ax: Axes | None = None,
     depth = depth_frame(df)
     if depth.empty:
         no_events(ax)
+        time_window(ax, window)
         return done(fig, ax, owned)
-    t0, t_end = span(df)
+    t0, t_end = span(df, window)
+    t_end = max(t_end, float(depth["t"].iloc[-1]))  # a window ending early still holds steps
     time_axis(ax, t0)
     x = np.append(depth["t"].to_numpy(), t_end) - t0
     columns = {state: depth[state].to_numpy() for state in DEPTH_COLORS}
     resampled = _depth_lines(ax, x, columns)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(bottom=0)
+    time_window(ax, window)
     legend(ax, resampled, "state" + ("\n(line: mean per bin,\nband: min–max)"
                                      if len(depth) > _DEPTH_MAX_STEPS else ""))
     return done(fig, ax, owned)
@@ -382,9 +397,12 @@ def attempts_histogram(events: EventsLike, ax: Axes | None = None,
 
 
 def throughput_chart(events: EventsLike, bin_s: float = 1.0, ax: Axes | None = None,
-                     title: str | None = None) -> Figure:
+                     title: str | None = None, window: Window = None) -> Figure:
     """Events per second over time, per ``bin_s`` bin: acked, plus enqueued and the failure
-    kinds (nacked, lease expired, dead-lettered) as stairs (gid ``"rate_<column>"``)."""
+    kinds (nacked, lease expired, dead-lettered) as stairs (gid ``"rate_<column>"``).
+    ``window`` (start, end) fixes the x span. A live queue's rates are better read from its
+    owner's series (:func:`istos_nb.views.series_charts.series_throughput_chart`): an event
+    window covers seconds of a busy queue."""
     df = events_frame(events)
     fig, ax, owned = axes_for(ax, (9, 3.5))
     label(ax, title or f"Throughput ({bin_s:g} s bins)", TIME_LABEL,
@@ -392,8 +410,9 @@ def throughput_chart(events: EventsLike, bin_s: float = 1.0, ax: Axes | None = N
     tp = throughput_frame(df, bin_s)
     if tp.empty:
         no_events(ax)
+        time_window(ax, window)
         return done(fig, ax, owned)
-    t0, _ = span(df)
+    t0, _ = span(df, window)
     time_axis(ax, t0)
     edges = np.append(tp["t"].to_numpy(), tp["t"].iloc[-1] + bin_s) - t0
     drawn = Drawn()
@@ -403,5 +422,6 @@ def throughput_chart(events: EventsLike, bin_s: float = 1.0, ax: Axes | None = N
         g = drawn.add(f"rate_{column}")
         ax.stairs(tp[column].to_numpy() / bin_s, edges, color=g.color, linewidth=1.5,
                   gid=f"rate_{column}", linestyle=g.linestyle)
+    time_window(ax, window)
     legend(ax, drawn, "events")
     return done(fig, ax, owned)

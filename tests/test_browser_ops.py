@@ -98,7 +98,7 @@ def test_overview_job_link_workers_latency_and_a_bulk_action_in_chromium(browser
             confirm.wait_for(state="visible", timeout=30_000)
             assert "every delayed job" in confirm.inner_text()
             page.locator("button.istos-confirm-yes").click()
-            page.locator(".istos-status", has_text="done: Make every delayed").wait_for(
+            page.locator(".istos-message", has_text="done: Make every delayed").wait_for(
                 timeout=30_000)
             assert state.jobs[later].state in ("ready", "leased", "dead")
             screenshot(page, "ops-dashboard")

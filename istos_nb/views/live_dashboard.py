@@ -1,22 +1,32 @@
-"""The live queue monitor: charts, a filtered Jobs tab, dead letters, one job in detail and,
-only where the owner reports ``admin=True``, admin actions each behind a confirmation.
+"""The live queue monitor: charts, a paged Jobs tab, dead letters with per-row actions, one job
+in detail and, only where the owner reports ``admin=True``, admin actions each behind a
+confirmation (:mod:`istos_nb.views.admin_panel`), their outcome kept in a message line that
+refreshes do not touch.
+
+Every time chart (leases, retries, and depth and throughput from the owner's series) shows one
+x span, :func:`chart_window`, ending at the refresh instant, on a UTC wall-clock axis.
 
 Stable DOM classes (besides ``istos_nb.views.widgets``): ``istos-jobs-state`` (state filter),
-``istos-jobs-search`` (payload search, ``key=value``), ``istos-job-id`` / ``istos-job-show``
-(pick a job), ``istos-job-detail``, ``istos-admin`` (the admin row, hidden unless admin=True),
-``istos-admin-<action>``, ``istos-confirm`` with ``istos-confirm-yes`` / ``istos-confirm-no``.
+``istos-jobs-search`` (payload search, ``key=value``), ``istos-jobs-pager`` with
+``istos-jobs-prev`` / ``istos-jobs-next`` (the Jobs tab's pages), ``istos-job-id`` /
+``istos-job-show`` (pick a job), ``istos-job-detail``, ``istos-chart-window`` (the span the
+time charts show, "… – HH:MM:SS UTC (now)"), the admin row's ``istos-admin``,
+``istos-admin-<action>``, ``istos-confirm`` with ``istos-confirm-text`` / ``istos-confirm-yes``
+/ ``istos-confirm-no`` and ``istos-message`` (see :mod:`istos_nb.views.admin_panel`), and the
+dead letters' ``istos-dead``, ``istos-dead-row``, ``istos-dead-show`` / ``-requeue`` /
+``-purge`` (see :mod:`istos_nb.views.deadrows`).
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping
 from html import escape as _esc
 from typing import Any
 
 import ipywidgets as W
 import pandas as pd
+from matplotlib.figure import Figure
 
 from istos.errors import IstosError
 from istos.ops.cli import parse_where
@@ -24,13 +34,19 @@ from istos_nb.views import charts
 
 from . import livetables as lt
 from . import opviews as ov
+from .admin_panel import AdminPanel
+from .chartkit import is_wall_clock
+from .deadrows import DEAD_ROWS, DeadRows
+from .frames import events_frame
+from .pager import Pager
 from .panels import TABLE_ROWS, Panels, Shown, figure_png
 from .replay_panel import ReplayPanel
-from .series_charts import series_depth_chart
+from .series_charts import series_depth_chart, series_throughput_chart
 
 SERIES_WINDOW = pd.Timedelta(minutes=10)
+MIN_SPAN_S = 60.0  # the time charts show at least the last minute
 
-__all__ = ["LiveDashboard", "parse_search"]
+__all__ = ["LiveDashboard", "chart_window", "parse_search"]
 
 _LIVE_BACKOFF = (1.0, 600.0, 0.1)  # Istos' queue defaults, used when stats() does not say
 _NOT_DONE = ("ready", "delayed", "leased", "dead")
@@ -48,13 +64,29 @@ def parse_search(text: str) -> dict[str, Any]:
         f"search term {term!r}: write key=value (dotted keys: user.id=7)"))
 
 
+def chart_window(events: pd.DataFrame, now_s: float) -> tuple[float, float] | None:
+    """The one x span (epoch seconds) of every live time chart: from the first event of the
+    window (at least :data:`MIN_SPAN_S` back, at most :data:`SERIES_WINDOW`) to ``now_s``, the
+    refresh instant, so the leases, retries, depth and throughput line up and end at now.
+    None for events not stamped by a wall clock (a recorded simulation): their own span."""
+    earliest = now_s - SERIES_WINDOW.total_seconds()
+    first = float(events["t"].min()) if len(events) else now_s
+    if not is_wall_clock(first):
+        return None
+    return max(earliest, min(first, now_s - MIN_SPAN_S)), now_s
+
+
+def _utc(epoch_s: float) -> str:
+    return pd.Timestamp(epoch_s, unit="s", tz="UTC").strftime("%H:%M:%S")
+
+
 class LiveDashboard(Shown):
     """Charts and tables of a live queue, refreshed every ``refresh_s`` seconds.
 
     ``live_queue`` is duck-typed on :class:`istos_nb.live.attach.LiveQueue`: ``stats()``,
-    ``jobs(state=..., where=..., limit=...)``, ``dead_letters()``, ``events(limit=...)`` and,
-    when present, ``raw_events``, ``job``, ``pause``/``resume``/``requeue``/``purge_dead``.
-    The dashboard never closes it: whoever opened it does.
+    ``jobs(state=..., where=..., limit=..., offset=...)``, ``dead_letters()``,
+    ``events(limit=...)`` and, when present, ``series``, ``raw_events``, ``job``,
+    ``workers`` and the admin calls. The dashboard never closes it: whoever opened it does.
 
     With ``page_timer=True`` a timer in the page (a hidden ``Play`` widget) asks for each
     refresh instead: a page nobody shows any more refreshes nothing (``istos dashboard``).
@@ -62,14 +94,16 @@ class LiveDashboard(Shown):
     any thread); it stops on ``pause()`` (or the Pause toggle) and on ``close()``;
     ``refresh()`` does one refresh in the caller's thread. Refreshes never overlap (a lock).
     A failing refresh shows ``error: ...`` in the status and the timer keeps going (the owner
-    may come back). The backoff chart draws the queue's own policy from
-    ``stats()["policy"]``.
+    may come back). The backoff chart draws the queue's own policy from ``stats()["policy"]``
+    and stops at its ``max_attempts``. The Jobs tab shows ``page_rows`` jobs a page, the dead
+    letters tab ``dead_rows``.
     """
 
     def __init__(self, live_queue: Any, refresh_s: float = 2.0, *, paused: bool = False,
                  event_limit: int = 1000,
                  backoff: tuple[float, float, float] | None = None,
-                 page_timer: bool = False) -> None:
+                 page_timer: bool = False, page_rows: int = TABLE_ROWS,
+                 dead_rows: int = DEAD_ROWS) -> None:
         self.live_queue = live_queue
         self.event_limit = event_limit
         self._backoff = backoff
@@ -77,20 +111,20 @@ class LiveDashboard(Shown):
         self._stop: threading.Event | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._pending: tuple[str, Callable[[], Any]] | None = None
         self.refreshes = 0
-        self.admin = False
+        self.window: tuple[float, float] | None = None  # the time charts' span, last refresh
         # page_timer: the page's own timer (a hidden Play widget) asks for each refresh, so a
         # closed page costs its kernel nothing and lets Voila cull it (istos dashboard).
         self._pulse = W.Play(interval=max(100, int(refresh_s * 1000)), max=1 << 30,
                              repeat=True, layout=W.Layout(display="none")) if page_timer \
             else None
-        self._build_controls(refresh_s, paused)
+        self._build_controls(refresh_s, paused, page_rows, dead_rows)
         self._build_layout()
         if not paused:
             self._start()
 
-    def _build_controls(self, refresh_s: float, paused: bool) -> None:
+    def _build_controls(self, refresh_s: float, paused: bool, page_rows: int,
+                        dead_rows: int) -> None:
         """Every widget, each with its stable DOM class."""
         self.interval = W.BoundedFloatText(value=refresh_s, min=0.1, max=3600, step=0.5,
                                            description="refresh (s)")
@@ -98,55 +132,58 @@ class LiveDashboard(Shown):
         self.button = W.Button(description="Refresh", icon="refresh")
         self.stats_line = W.HTML()
         self.status = W.HTML(_esc("paused" if paused else "starting…"))
+        self.window_line = W.HTML()
         self.state_filter = W.Dropdown(options=list(STATE_FILTERS), value="not done",
                                        description="state")
         self.search = W.Text(placeholder="payload search: key=value", continuous_update=False)
+        self.jobs_pager = Pager("jobs", page_rows, self._refresh_quietly)
         self.job_id = W.Combobox(placeholder="job id", ensure_option=False)
         self.show_job = W.Button(description="Show job")
         self.detail = W.HTML()
         self.timeline = W.Image(format="png", layout=W.Layout(display="none", max_width="640px",
                                                               height="auto"))
-        self.admin_buttons = {name: W.Button(description=label) for name, label in (
-            ("pause", "Pause queue"), ("resume", "Resume queue"), ("requeue", "Requeue job"),
-            ("purge", "Purge dead job"), ("purge-all", "Purge all dead"),
-            ("cancel-job", "Cancel job"), ("requeue-all", "Requeue all dead"),
-            ("promote", "Promote delayed"), ("purge-old", "Purge dead > 1 h"))}
-        self.admin_row = W.HBox(list(self.admin_buttons.values()),
-                                layout=W.Layout(display="none"))
-        self.confirm_text = W.HTML()
-        self.confirm_yes = W.Button(description="Confirm", button_style="danger")
-        self.confirm_no = W.Button(description="Cancel")
-        self.confirm_box = W.HBox([self.confirm_text, self.confirm_yes, self.confirm_no],
-                                  layout=W.Layout(display="none"))
+        self.admin_panel = AdminPanel(self.live_queue, lambda: self.job_id.value,
+                                      self.refresh)
+        self.dead_rows = DeadRows(self.open_job, self._ask_quietly, self._refresh_quietly,
+                                  rows=dead_rows,
+                                  hint="Waiting for the first refresh (press Refresh).")
         for widget, cls in ((self.interval, "istos-refresh-s"), (self.pause_toggle, "istos-pause"),
                             (self.button, "istos-refresh"), (self.stats_line, "istos-stats"),
                             (self.status, "istos-status"), (self.state_filter, "istos-jobs-state"),
                             (self.search, "istos-jobs-search"), (self.job_id, "istos-job-id"),
                             (self.show_job, "istos-job-show"), (self.detail, "istos-job-detail"),
-                            (self.admin_row, "istos-admin"), (self.confirm_box, "istos-confirm"),
-                            (self.confirm_yes, "istos-confirm-yes"),
-                            (self.confirm_no, "istos-confirm-no"), (self.timeline, "istos-chart")):
+                            (self.window_line, "istos-chart-window"),
+                            (self.timeline, "istos-chart")):
             widget.add_class(cls)
-        for name, b in self.admin_buttons.items():
-            b.add_class(f"istos-admin-{name}")
-            b.on_click(lambda _b, name=name: self.ask(name))
+
+    @property
+    def admin(self) -> bool:
+        """Whether the owner said this queue is admin (its buttons shown)."""
+        return self.admin_panel.admin
+
+    @property
+    def message(self) -> W.HTML:
+        """The outcome of the last admin action (refreshes leave it alone)."""
+        return self.admin_panel.message
 
     def _build_layout(self) -> None:
         """The tab set (charts, jobs with its filters, dead letters, one job) and the handlers."""
-        self.panels = Panels(("jobs", "dead letters", "workers", "latency"),
-                             hint="Waiting for the first refresh (press Refresh).")
-        jobs_pane = W.VBox([W.HBox([self.state_filter, self.search]), self.panels.tables["jobs"]])
+        self.panels = Panels(("jobs", "workers", "latency"),
+                             hint="Waiting for the first refresh (press Refresh).",
+                             extra_charts=("throughput",))
+        jobs_pane = W.VBox([W.HBox([self.state_filter, self.search, self.jobs_pager.widget]),
+                            self.panels.tables["jobs"]])
         job_pane = W.VBox([W.HBox([self.job_id, self.show_job]), self.detail, self.timeline])
         tab, panes = self.panels.tab, self.panels.panes
         self.replay = ReplayPanel(self.live_queue)  # record the last minutes, run what-ifs
         tab.children = [*(panes[n] for n in self.panels.images), jobs_pane,
-                        panes["dead letters"], job_pane, panes["workers"], panes["latency"],
+                        self.dead_rows.widget, job_pane, panes["workers"], panes["latency"],
                         self.replay.widget]
         tab.titles = [*self.panels.images, "jobs", "dead letters", "job", "workers", "latency",
                       "replay"]
         self.widget = W.VBox([W.HBox([self.interval, self.pause_toggle, self.button,
-                                      self.status]), self.stats_line, self.admin_row,
-                              self.confirm_box, tab,
+                                      self.status]), self.stats_line, self.admin_panel.widget,
+                              self.window_line, tab,
                               *([] if self._pulse is None else [self._pulse])])
         if self._pulse is not None:
             self._pulse.observe(lambda _c: None if self._closed else self._refresh_quietly(),
@@ -154,10 +191,8 @@ class LiveDashboard(Shown):
         self.widget.add_class("istos-dashboard")
         self.button.on_click(lambda _b: self._quietly(self.refresh))
         self.show_job.on_click(lambda _b: self._quietly(self.show_selected_job))
-        self.confirm_yes.on_click(lambda _b: self._quietly(self.confirm))
-        self.confirm_no.on_click(lambda _b: self.cancel())
-        self.state_filter.observe(lambda _c: self._quietly(self.refresh), names="value")
-        self.search.observe(lambda _c: self._quietly(self.refresh), names="value")
+        self.state_filter.observe(self._on_filter, names="value")
+        self.search.observe(self._on_filter, names="value")
         self.pause_toggle.observe(self._on_pause, names="value")
         self.interval.observe(self._on_interval, names="value")
 
@@ -177,50 +212,76 @@ class LiveDashboard(Shown):
             stats = lq.stats()
             raw = getattr(lq, "raw_events", None)
             events = raw(limit=self.event_limit) if raw else lq.events(limit=self.event_limit)
+            frame = events_frame(events)
+            self.window = window = chart_window(frame, now.timestamp())
             jobs = self._fetch_jobs()
             dead = lq.dead_letters()
-            series = self._fetch_series(now)
-            self.panels.show_charts(
-                events, self._policy_backoff(stats),
-                depth=None if series is None else lambda: series_depth_chart(series))
+            series = self._fetch_series(
+                window[0] if window else now.timestamp() - SERIES_WINDOW.total_seconds())
+            policy = stats.get("policy") or {}
+            self.panels.show_charts(frame, self._policy_backoff(stats),
+                                    max_attempts=policy.get("max_attempts"),
+                                    drawn_by=self._series_draws(frame, series, window),
+                                    window=window)
+            self.window_line.value = "" if window is None else _esc(
+                f"time charts: {_utc(window[0])} – {_utc(window[1])} UTC (now)")
+            total = jobs.attrs.get("total", len(jobs) if self.jobs_pager.offset == 0 else None)
             self.panels.tables["jobs"].value = lt.jobs_html(
-                _oldest_first(jobs), now, jobs.attrs.get("total", len(jobs)))
-            self.panels.tables["dead letters"].value = lt.dead_html(dead, now)
-            self.panels.hide_hint("dead letters")
+                lt.oldest_first(jobs), now, total, offset=self.jobs_pager.offset)
+            self.jobs_pager.shown(len(jobs), total)
+            self.admin_panel.set_admin(bool(stats.get("admin")))
+            self.admin_panel.expire()
+            self.dead_rows.show(dead, now, self.admin)
             self.job_id.options = tuple(dict.fromkeys([*jobs["job_id"], *dead["job_id"]]))
             if hasattr(lq, "workers"):  # the owner's workers table and its distributions
                 self.panels.tables["workers"].value = ov.workers_html(lq.workers(), now)
                 self.panels.hide_hint("workers")
             self.panels.tables["latency"].value = ov.latency_html(stats)
             self.panels.hide_hint("latency")
-            self.admin = bool(stats.get("admin"))
-            self.admin_row.layout.display = None if self.admin else "none"
-            self.stats_line.value = _esc(_stats_text(stats))
+            self.stats_line.value = _esc(lt.stats_text(stats))
             if self.job_id.value and hasattr(lq, "job"):
                 self._show_job(self.job_id.value, events)
             self.refreshes += 1
             self.status.value = _esc(
-                f"refreshed {time.strftime('%H:%M:%S')} ({len(events)} events)")
+                f"refreshed {_utc(now.timestamp())} UTC ({len(frame)} events)")
 
-    def _fetch_series(self, now: pd.Timestamp) -> pd.DataFrame | None:
-        """The owner's series of the last :data:`SERIES_WINDOW` (the depth chart draws the
-        owner's counts, not a reconstruction from the event window); None when the live queue
-        or its owner has none."""
+    def _series_draws(self, frame: pd.DataFrame, series: pd.DataFrame | None,
+                      window: tuple[float, float] | None) -> dict[str, Callable[[], Figure]]:
+        """Depth and throughput from the owner's series (its counts, not the event window's);
+        from the events only for an owner that keeps no series."""
+        if series is None:
+            return {"throughput": lambda: charts.throughput_chart(frame, window=window)}
+        return {"depth": lambda: series_depth_chart(series, window=window),
+                "throughput": lambda: series_throughput_chart(series, window=window)}
+
+    def _fetch_series(self, since_s: float) -> pd.DataFrame | None:
+        """The owner's series since ``since_s`` (the charts' window); None when the live
+        queue or its owner has none."""
         fetch = getattr(self.live_queue, "series", None)
         if fetch is None:
             return None
         try:
-            return fetch(since=now - SERIES_WINDOW)
+            return fetch(since=since_s)
         except IstosError:  # an owner without the series op: the events' depth, as before
             return None
 
     def _fetch_jobs(self) -> pd.DataFrame:
+        """The page of jobs the pager points at (back to the last page that has rows when the
+        queue shrank under it)."""
         states = STATE_FILTERS[self.state_filter.value]
         where = parse_search(self.search.value)
-        kwargs: dict[str, Any] = {"limit": TABLE_ROWS}
+        kwargs: dict[str, Any] = {"limit": self.jobs_pager.size}
         if where:
             kwargs["where"] = where
-        return self.live_queue.jobs(state=states if len(states) > 1 else states[0], **kwargs)
+        state = states if len(states) > 1 else states[0]
+        jobs = self.live_queue.jobs(state=state, offset=self.jobs_pager.offset, **kwargs)
+        if jobs.empty and self.jobs_pager.clamp(jobs.attrs.get("total")):
+            jobs = self.live_queue.jobs(state=state, offset=self.jobs_pager.offset, **kwargs)
+        return jobs
+
+    def _on_filter(self, _change: dict[str, Any]) -> None:
+        self.jobs_pager.reset()  # a new filter or search starts at its first page
+        self._quietly(self.refresh)
 
     def _policy_backoff(self, stats: Mapping[str, Any]) -> tuple[float, float, float]:
         if self._backoff is not None:
@@ -256,61 +317,33 @@ class LiveDashboard(Shown):
 
     def open_job(self, job_id: str) -> None:
         """Select the job tab with ``job_id`` in it (shown at once and at every refresh):
-        what ``?job=ID`` in the dashboard's URL does."""
+        what ``?job=ID`` in the dashboard's URL and a dead letter's Show button do."""
         self.job_id.value = str(job_id)
         self.panels.tab.selected_index = list(self.panels.tab.titles).index("job")
         self._quietly(self.show_selected_job)
 
-    # -- admin, behind a confirmation ----------------------------------------------------------
-    def ask(self, action: str) -> None:
+    # -- admin, behind a confirmation (istos_nb.views.admin_panel) -----------------------------
+    def ask(self, action: str, job_id: str | None = None) -> None:
         """Show the confirmation for admin ``action`` (pause, resume, requeue, purge,
-        purge-all, cancel-job); nothing is sent before :meth:`confirm`. Only when the owner
-        said admin."""
-        if not self.admin:
-            raise PermissionError("this queue was not declared with admin=True")
-        job = self.job_id.value.strip()
-        lq = self.live_queue
-        actions: dict[str, tuple[str, Callable[[], Any]]] = {
-            "pause": ("Pause claiming on this queue?", lq.pause),
-            "resume": ("Resume claiming on this queue?", lq.resume),
-            "requeue": (f"Requeue dead job {job} under a new id?", lambda: lq.requeue(job)),
-            "purge": (f"Delete dead job {job} for good?", lambda: lq.purge_dead([job])),
-            "purge-all": ("Delete ALL dead letters for good?", lambda: lq.purge_dead()),
-            "cancel-job": (f"Cancel job {job}? (a running job is stopped by its worker)",
-                           lambda: lq.cancel(job)),
-            "requeue-all": ("Requeue EVERY dead letter (under its own id, afresh)?",
-                            lambda: lq.requeue_dead()),
-            "promote": ("Make every delayed job ready now?", lambda: lq.promote()),
-            "purge-old": ("Delete every dead letter older than 1 h for good?",
-                          lambda: lq.purge_dead(older_than_s=3600.0)),
-        }
-        if action == "cancel-job" and not job:
-            self.status.value = _esc("pick a job in the job tab first")
-            return
-        if action in ("requeue", "purge") and not job:
-            self.status.value = _esc("pick a dead job in the job tab first")
-            return
-        self._pending = actions[action]
-        self.confirm_text.value = _esc(self._pending[0])
-        self.confirm_box.layout.display = None
+        purge-all, cancel-job, requeue-all, promote, purge-old) on ``job_id`` (default: the
+        job tab's); nothing is sent before :meth:`confirm`. Only when the owner said admin
+        (else PermissionError)."""
+        self.admin_panel.ask(action, job_id)
 
     def confirm(self) -> Any:
-        """Run the action awaiting confirmation; returns its result (then refreshes)."""
-        pending, self._pending = self._pending, None
-        self.confirm_box.layout.display = "none"
-        if pending is None:
-            return None
-        result = pending[1]()
-        self.status.value = _esc(f"done: {pending[0].rstrip('?')}"
-                                 + ("" if result is None else f" → {result}"))
-        self.refresh()
-        return result
+        """Run the action awaiting confirmation; returns its result (then refreshes). Its
+        outcome stays in :attr:`message`."""
+        return self.admin_panel.confirm()
 
     def cancel(self) -> None:
-        """Drop the action awaiting confirmation."""
-        self._pending = None
-        self.confirm_box.layout.display = "none"
-        self.status.value = _esc("cancelled")
+        """Drop the action awaiting confirmation (nothing is sent)."""
+        self.admin_panel.cancel()
+
+    def _ask_quietly(self, action: str, job_id: str) -> None:
+        try:
+            self.ask(action, job_id)
+        except Exception as exc:  # noqa: BLE001 - a row's button: said in the message line
+            self.admin_panel.say(f"error: {type(exc).__name__}: {exc}")
 
     # -- timer and lifecycle -------------------------------------------------------------------
     def pause(self) -> None:
@@ -379,25 +412,3 @@ class LiveDashboard(Shown):
         if self.ticking:
             self._stop_thread()
             self._start()
-
-
-def _oldest_first(jobs: pd.DataFrame) -> pd.DataFrame:
-    if "enqueued_at" not in jobs or jobs.empty:
-        return jobs
-    return jobs.sort_values("enqueued_at", kind="stable", ignore_index=True)
-
-
-def _stats_text(stats: Mapping[str, Any]) -> str:
-    """One line: queue and node, job counts by state, rates, oldest ready age, paused."""
-    parts = [f"queue {stats.get('queue', '?')} on {stats.get('node', '?')}"]
-    parts += [f"{state} {n}" for state, n in (stats.get("counts") or {}).items()]
-    for key, label in (("enqueue_rate", "enqueued"), ("ack_rate", "acked")):
-        if stats.get(key) is not None:
-            parts.append(f"{label} {float(stats[key]):.1f}/s")
-    if stats.get("oldest_ready_age_s") is not None:
-        parts.append(f"oldest ready {lt.ago(float(stats['oldest_ready_age_s']))}")
-    if stats.get("paused"):
-        parts.append("PAUSED")
-    if stats.get("admin"):
-        parts.append("admin")
-    return " · ".join(parts)

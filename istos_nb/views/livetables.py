@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from html import escape as esc
 from typing import Any
 
@@ -83,13 +83,15 @@ def html_table(header: Sequence[str], rows: Sequence[Sequence[str]], note: str =
             f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
-def page_note(shown: int, total: int | None, what: str) -> str:
-    """ "1–200 of 5,123 jobs" (or "no jobs", or "1–200 of more than 200 jobs")."""
+def page_note(shown: int, total: int | None, what: str, offset: int = 0) -> str:
+    """ "1–200 of 5,123 jobs", "201–400 of 5,123 jobs" from ``offset`` 200 (or "no jobs", or
+    "1–200 of more than 200 jobs" when the total is unknown)."""
     if shown == 0:
         return f"no {what}" if not total else f"0 of {total:,} {what}"
+    first, last = offset + 1, offset + shown
     if total is None:
-        return f"1–{shown:,} of more than {shown:,} {what}"
-    return f"1–{shown:,} of {total:,} {what}"
+        return f"{first:,}–{last:,} of more than {last:,} {what}"
+    return f"{first:,}–{last:,} of {total:,} {what}"
 
 
 def _text(value: Any) -> str:
@@ -108,8 +110,15 @@ def _payload(r: dict[str, Any], _now: pd.Timestamp) -> str:
     return _cell(compact(r.get("data")), "istos-payload", PAYLOAD_CHARS)
 
 
+NO_TIME = "–"
+_SETTLED = ("dead", "done", "finished", "cancelled")
+
+
 def _due(r: dict[str, Any], now: pd.Timestamp) -> str:
-    """When a leased job's lease ends, or a delayed job becomes ready ("in 2.0 s")."""
+    """When a leased job's lease ends, or a delayed job becomes ready ("in 2.0 s"), or since
+    when a ready one is ("3 min"); a dead, done or cancelled job has neither (``–``)."""
+    if r.get("state") in _SETTLED:
+        return NO_TIME
     deadline = r.get("deadline")
     return age(deadline if not _absent(deadline) else r.get("ready_at"), now)
 
@@ -148,16 +157,26 @@ _ATTEMPT_COLS: tuple[_Col, ...] = (
 )
 
 
-def jobs_html(df: pd.DataFrame, now: pd.Timestamp, total: int | None, what: str = "jobs") -> str:
-    """The Jobs tab: oldest first as given, "1–200 of 5,123 jobs" above."""
+def jobs_html(df: pd.DataFrame, now: pd.Timestamp, total: int | None, what: str = "jobs",
+              offset: int = 0) -> str:
+    """The Jobs tab: one page as given, "201–400 of 5,123 jobs" above (from ``offset``)."""
     return html_table([c for c, _ in _JOB_COLS], _rows(df, now, _JOB_COLS),
-                      page_note(len(df), total, what))
+                      page_note(len(df), total, what, offset))
 
 
 def dead_html(df: pd.DataFrame, now: pd.Timestamp) -> str:
-    """The dead letters tab (the attempt history is in the job detail)."""
+    """The dead letters as one table (the attempt history is in the job detail)."""
     return html_table([c for c, _ in _DEAD_COLS], _rows(df, now, _DEAD_COLS),
                       page_note(len(df), len(df), "dead letters"))
+
+
+DEAD_HEADER = tuple(c for c, _ in _DEAD_COLS)
+
+
+def dead_cells(r: dict[str, Any], now: pd.Timestamp) -> list[str]:
+    """One dead letter's ``<td>`` cells, in :data:`DEAD_HEADER`'s order (the dashboard's rows
+    with actions put each in a cell of their own)."""
+    return [fmt(r, now) for _, fmt in _DEAD_COLS]
 
 
 def detail_html(detail: dict[str, Any], now: pd.Timestamp) -> str:
@@ -186,3 +205,26 @@ def detail_html(detail: dict[str, Any], now: pd.Timestamp) -> str:
     return (f"{CSS}<div class=\"istos-job-card istos-table\"><h4>job {esc(detail['job_id'])}"
             f"</h4><table>{dl}</table><p>payload</p><pre>{esc(payload)}</pre>{history}"
             f"{log_html}</div>")
+
+
+def oldest_first(jobs: pd.DataFrame) -> pd.DataFrame:
+    """The page sorted by enqueue time (stable: the owner's order among equals)."""
+    if "enqueued_at" not in jobs or jobs.empty:
+        return jobs
+    return jobs.sort_values("enqueued_at", kind="stable", ignore_index=True)
+
+
+def stats_text(stats: Mapping[str, Any]) -> str:
+    """One line: queue and node, job counts by state, rates, oldest ready age, paused."""
+    parts = [f"queue {stats.get('queue', '?')} on {stats.get('node', '?')}"]
+    parts += [f"{state} {n}" for state, n in (stats.get("counts") or {}).items()]
+    for key, label in (("enqueue_rate", "enqueued"), ("ack_rate", "acked")):
+        if stats.get(key) is not None:
+            parts.append(f"{label} {float(stats[key]):.1f}/s")
+    if stats.get("oldest_ready_age_s") is not None:
+        parts.append(f"oldest ready {ago(float(stats['oldest_ready_age_s']))}")
+    if stats.get("paused"):
+        parts.append("PAUSED")
+    if stats.get("admin"):
+        parts.append("admin")
+    return " · ".join(parts)

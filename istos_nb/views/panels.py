@@ -9,7 +9,7 @@ tab shows until its first render), ``istos-scroll`` (the box a table scrolls in)
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from html import escape as _esc
 from typing import Any
 
@@ -57,15 +57,17 @@ def table_html(df: pd.DataFrame, what: str, cap: int = TABLE_ROWS, intro: str = 
 
 
 class Panels:
-    """The tab set both dashboards show: four charts as PNG images, then HTML tables."""
+    """The tab set both dashboards show: four charts as PNG images (plus ``extra_charts``, which
+    the caller draws), then HTML tables."""
 
-    def __init__(self, tables: Sequence[str], hint: str = "Nothing to show yet.") -> None:
+    def __init__(self, tables: Sequence[str], hint: str = "Nothing to show yet.",
+                 extra_charts: Sequence[str] = ()) -> None:
         # hidden until the first render: an Image with no bytes shows a broken-image icon
         # width 100 %: the image fills the pane (drawn at 1200 px, ~10 px text when shown
         # at that size) instead of sitting at its natural size in a corner.
         self.images = {name: W.Image(format="png", layout=W.Layout(
             width="100%", max_width="100%", height="auto", display="none"))
-            for name in _CHART_TABS}
+            for name in (*_CHART_TABS, *extra_charts)}
         self.tables = {name: W.HTML(layout=W.Layout(width="100%", max_width="100%",
                                                    overflow="auto")) for name in tables}
         # One hint per tab until its first render: an empty tab read as a broken page.
@@ -85,19 +87,30 @@ class Panels:
     def show_charts(self, events: Any, backoff: tuple[float, float, float],
                     max_attempts: int | None = None,
                     after_each: Callable[[int], None] | None = None,
-                    depth: Callable[[], Any] | None = None) -> None:
-        """Redraw the four charts from ``events`` (anything ``events_frame`` accepts), each
+                    drawn_by: Mapping[str, Callable[[], Figure]] | None = None,
+                    window: tuple[float, float] | None = None) -> None:
+        """Redraw the charts from ``events`` (anything ``events_frame`` accepts), each
         :data:`CHART_WIDTH_IN` wide at :data:`CHART_DPI`; ``after_each(n)`` is called after
-        the n-th chart (1..4) is shown, so a progress bar can follow the drawing too.
-        ``depth`` draws the depth chart instead of the events (a live owner's series)."""
+        the n-th chart is shown, so a progress bar can follow the drawing too. The backoff
+        band stops at ``max_attempts`` (the queue's). ``drawn_by`` maps a tab to a function
+        drawing it instead of the events (a live owner's series: depth, throughput; every
+        extra chart needs one); ``window`` is the time charts' one x span (see
+        :data:`istos_nb.views.chartkit.Window`)."""
         events = events_frame(events)  # normalise once, not once per chart
-        draws: tuple[tuple[str, Callable[[Any], Any]], ...] = (
-                 ("leases", charts.lease_gantt), ("retries", charts.retry_timeline),
-                 ("backoff", lambda e: charts.backoff_curve(e, *backoff,
-                                                            max_attempts=max_attempts)),
-                 ("depth", charts.depth_chart if depth is None else lambda _e: depth()))
-        for n, (name, draw) in enumerate(draws, 1):
-            fig = charts.resize(draw(events), CHART_WIDTH_IN)
+        draws: dict[str, Callable[[Any], Any]] = {
+            "leases": lambda e: charts.lease_gantt(e, window=window),
+            "retries": lambda e: charts.retry_timeline(e, window=window),
+            "backoff": lambda e: charts.backoff_curve(e, *backoff, max_attempts=max_attempts),
+            "depth": lambda e: charts.depth_chart(e, window=window)}
+        for name, own in (drawn_by or {}).items():
+            if name not in self.images:
+                raise ValueError(f"no chart tab {name!r} (tabs: {', '.join(self.images)})")
+            draws[name] = _ignoring_events(own)
+        missing = [name for name in self.images if name not in draws]
+        if missing:
+            raise ValueError(f"no drawing for chart tab(s) {', '.join(missing)}: pass drawn_by")
+        for n, name in enumerate(self.images, 1):
+            fig = charts.resize(draws[name](events), CHART_WIDTH_IN)
             self.images[name].value = figure_png(fig)
             self.images[name].layout.display = None
             self.hide_hint(name)
@@ -111,6 +124,10 @@ class Panels:
     def hide_hint(self, name: str) -> None:
         """The tab ``name`` has content now: drop its "nothing yet" line."""
         self.hints[name].layout.display = "none"
+
+
+def _ignoring_events(draw: Callable[[], Figure]) -> Callable[[Any], Figure]:
+    return lambda _events: draw()
 
 
 def close_tree(widget: W.Widget) -> None:

@@ -1,6 +1,9 @@
 """``istos dashboard`` in a real browser: the CLI serves the LiveDashboard through Voila, headless
-Chromium opens it, shows one job in detail and goes through an admin action's confirmation
-(cancel sends nothing; confirm requeues), against a live owner behind a Zenoh router.
+Chromium opens it against a live owner behind a Zenoh router with a backlog of 254 jobs: the
+Jobs tab pages past its first 200, a dead job shows "–" (no ready or lease time), the time
+charts end at the refresh instant, one job is shown in detail, and admin actions go through
+their confirmation right under the admin row ("No, keep" sends nothing; a dead letter's own
+Requeue button and "Yes, requeue" requeue it) whose outcome outlives the next refresh.
 
 Needs /usr/bin/chromium (see tests/browser_util.py); skipped locally without it, a failure with
 ``CI=true``. Leaves test-artifacts/live-dashboard.png always, page HTML and log on failure.
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,6 +72,25 @@ def served_url(log_path: Path, port: int, timeout_s: float = 60.0) -> str:
     raise AssertionError(f"no URL printed: {log_path.read_text(errors='replace')[-2000:]}")
 
 
+def _seconds_apart(a: str, b: str) -> int:
+    """How far apart two ``HH:MM:SS`` clock readings are (across midnight too)."""
+    def seconds(t: str) -> int:
+        h, m, s = map(int, t.split(":"))
+        return h * 3600 + m * 60 + s
+
+    d = abs(seconds(a) - seconds(b))
+    return min(d, 86400 - d)
+
+
+def _column(page: Any, name: str) -> list[str]:
+    """The Jobs tab's column ``name``, as the page shows it."""
+    return page.evaluate("""name => {
+        const t = document.querySelector('.istos-table-jobs table');
+        const i = [...t.querySelectorAll('th')].map(h => h.textContent).indexOf(name);
+        return [...t.querySelectorAll('tbody tr')].map(r => r.children[i].textContent);
+    }""", name)
+
+
 async def _fail(job: dict, ctx: JobContext) -> None:
     raise RuntimeError("mailbox full")
 
@@ -89,6 +112,8 @@ def test_istos_dashboard_job_detail_and_confirmed_admin_in_chromium(browser, tmp
         owner.run(worker.stop())
         state = owner.app.owners["mail"].state
         ids = [owner.run(owner.app.enqueue("mail", {"to": f"u{i}@x"})) for i in range(3)]
+        # A backlog past the Jobs tab's 200 rows a page (1 dead + 3 + 250 ready: 254).
+        owner.run(owner.app.enqueue_many("mail", [{"to": f"b{i}@x"} for i in range(250)]))
 
         port = free_port()
         log_path = tmp_path / "dashboard.log"
@@ -111,9 +136,21 @@ def test_istos_dashboard_job_detail_and_confirmed_admin_in_chromium(browser, tmp
         try:
             open_page(page, server.url, ".istos-status", "refreshed", timeout_s=60.0)
             assert "queue mail on owner" in page.locator(".istos-stats").inner_text()
+            # The time charts' span ends at the refresh instant (same clock, same refresh
+            # or the one after: the two lines arrive as separate messages).
+            clocks = page.evaluate("""() => [".istos-chart-window", ".istos-status"].map(
+                s => document.querySelector(s).textContent)""")
+            ends = [re.findall(r"\d\d:\d\d:\d\d", text)[-1] for text in clocks]
+            assert "UTC (now)" in clocks[0] and _seconds_apart(*ends) <= 4, clocks
             page.get_by_role("tab", name="jobs", exact=True).click()
             jobs = page.locator(".istos-table-jobs")
-            jobs.locator("text=1–4 of 4 jobs").wait_for(timeout=20_000)
+            jobs.locator("text=1–200 of 254 jobs").wait_for(timeout=20_000)
+            page.locator("button.istos-jobs-next").click()  # the backlog's second page
+            jobs.locator("text=201–254 of 254 jobs").wait_for(timeout=20_000)
+            assert page.locator("button.istos-jobs-next").is_disabled()
+            page.locator(".istos-jobs-state select").select_option("dead")  # back to page 1
+            jobs.locator("text=1–1 of 1 jobs").wait_for(timeout=20_000)
+            assert _column(page, "ready / lease ends") == ["–"]  # a dead job: no "min"
 
             page.get_by_role("tab", name="job", exact=True).click()
             page.locator(".istos-job-id input").fill(dead_id)
@@ -125,20 +162,35 @@ def test_istos_dashboard_job_detail_and_confirmed_admin_in_chromium(browser, tmp
             admin = page.locator(".istos-admin")
             admin.wait_for(state="visible", timeout=20_000)
             page.locator("button.istos-admin-pause").click()
-            confirm = page.locator(".istos-confirm")
+            # The confirmation sits right under the admin row, its buttons unmistakable.
+            confirm = page.locator(".istos-admin + .istos-confirm")
             confirm.wait_for(state="visible", timeout=20_000)
             assert "Pause claiming" in confirm.inner_text()
-            page.locator("button.istos-confirm-no").click()
+            no = page.locator("button.istos-confirm-no")
+            assert no.inner_text().strip() == "No, keep"
+            assert page.locator("button.istos-confirm-yes").inner_text().strip() == "Yes, pause"
+            no.click()
             confirm.wait_for(state="hidden", timeout=20_000)
-            assert state.paused is False  # cancelled: nothing was sent
+            assert state.paused is False  # kept: nothing was sent
+            message = page.locator(".istos-message")
+            message.locator("text=kept: nothing sent").wait_for(timeout=20_000)
 
-            page.locator("button.istos-admin-requeue").click()
+            # A dead letter's own Requeue button, through the same confirmation.
+            page.get_by_role("tab", name="dead letters", exact=True).click()
+            row = page.locator(".istos-dead-row", has_text=dead_id)
+            row.locator("button.istos-dead-requeue").click()
             confirm.wait_for(state="visible", timeout=20_000)
             assert dead_id in confirm.inner_text()
-            page.locator("button.istos-confirm-yes").click()
-            page.locator(".istos-status", has_text="done: Requeue").wait_for(timeout=20_000)
-            ready = [r.job_id for r in state.jobs.values() if r.state == "ready"]
-            assert len(ready) == 4 and set(ids) < set(ready)  # the requeued copy joined them
+            assert state.jobs[dead_id].state == "dead"  # nothing sent before "Yes"
+            page.locator("button.istos-confirm-yes", has_text="Yes, requeue").click()
+            message.locator("text=done: Requeue").wait_for(timeout=20_000)
+            new_id = re.search(r"→ (\S+)", message.inner_text()).group(1)  # type: ignore[union-attr]
+            assert state.jobs[new_id].state == "ready" and new_id not in ids
+            # The outcome outlives the next refreshes (the status line moves on).
+            status = page.locator(".istos-status").inner_text()
+            page.wait_for_function("s => document.querySelector('.istos-status').textContent"
+                                   " !== s", arg=status, timeout=20_000)
+            assert "done: Requeue" in message.inner_text() and new_id in message.inner_text()
         except BaseException:
             save_artifacts("live-dashboard", page, server)
             raise

@@ -120,6 +120,9 @@ async def test_live_dashboard_policy_jobs_tab_detail_and_confirmed_admin():
             panel = dash.admin_panel
             assert dash.admin and panel.row.layout.display is None
             assert dead_row.requeue.layout.display is None  # admin: the row's actions shown
+            dead_row.show.click()  # the row's Show: that job in the job tab
+            assert dash.panels.tab.titles[dash.panels.tab.selected_index] == "job"
+            assert dash.job_id.value == dead_id and "always fails" in dash.detail.value
 
             dash.state_filter.value = "dead"  # observing the filter refreshes
             assert "1–1 of 1 jobs" in dash.panels.tables["jobs"].value
@@ -296,3 +299,42 @@ def test_backoff_band_stops_at_the_queues_max_attempts():
         # the last attempt never retries: the band's last strip is attempt max_attempts - 1
         assert band.get_paths()[0].vertices[:, 0].max() == pytest.approx(
             max_attempts - 1 + 0.35)
+
+
+class QuietQueue:
+    """An idle queue: what a refresh asks, answered with nothing."""
+
+    queue = "q"
+
+    def stats(self) -> dict[str, Any]:
+        return {"queue": "q", "node": "owner", "counts": {}, "policy": {"max_attempts": 3}}
+
+    def raw_events(self, limit: int) -> list[dict[str, Any]]:
+        return []
+
+    def jobs(self, state: Any = None, limit: int = 100, offset: int = 0) -> pd.DataFrame:
+        page = pd.DataFrame({"job_id": pd.Series([], dtype=object)})
+        page.attrs = {"total": 0}
+        return page
+
+    def dead_letters(self) -> pd.DataFrame:
+        return pd.DataFrame({"job_id": pd.Series([], dtype=object)})
+
+
+def test_page_timer_ticks_queued_behind_a_refresh_are_dropped():
+    dash = LiveDashboard(QuietQueue(), refresh_s=2.0, paused=True, page_timer=True)
+    dash.panels.show_charts = lambda *args, **kw: None  # ticks are under test, not drawing
+    try:
+        dash._pulse.value += 1  # the page's timer ticks: a refresh
+        assert dash.refreshes == 1 and dash.status.value.startswith("refreshed")
+        dash._pulse.value += 1  # queued while it ran: arrives at once, dropped
+        dash._pulse.value += 1
+        assert dash.refreshes == 1
+        dash._done_at -= 1.0  # as if that refresh ended half an interval ago: the next runs
+        dash._pulse.value += 1
+        assert dash.refreshes == 2
+        dash.refresh()  # an explicit refresh (a click) always runs
+        assert dash.refreshes == 3
+        assert dash.window is not None and dash.window[1] - dash.window[0] == MIN_SPAN_S
+    finally:
+        dash.close()

@@ -20,6 +20,7 @@ dead letters' ``istos-dead``, ``istos-dead-row``, ``istos-dead-show`` / ``-reque
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from html import escape as _esc
 from typing import Any
@@ -112,6 +113,7 @@ class LiveDashboard(Shown):
         self._thread: threading.Thread | None = None
         self._closed = False
         self.refreshes = 0
+        self._done_at = -float("inf")  # monotonic end of the last refresh
         self.window: tuple[float, float] | None = None  # the time charts' span, last refresh
         # page_timer: the page's own timer (a hidden Play widget) asks for each refresh, so a
         # closed page costs its kernel nothing and lets Voila cull it (istos dashboard).
@@ -186,8 +188,7 @@ class LiveDashboard(Shown):
                               self.window_line, tab,
                               *([] if self._pulse is None else [self._pulse])])
         if self._pulse is not None:
-            self._pulse.observe(lambda _c: None if self._closed else self._refresh_quietly(),
-                                names="value")
+            self._pulse.observe(self._on_tick, names="value")
         self.widget.add_class("istos-dashboard")
         self.button.on_click(lambda _b: self._quietly(self.refresh))
         self.show_job.on_click(lambda _b: self._quietly(self.show_selected_job))
@@ -242,6 +243,7 @@ class LiveDashboard(Shown):
             if self.job_id.value and hasattr(lq, "job"):
                 self._show_job(self.job_id.value, events)
             self.refreshes += 1
+            self._done_at = time.monotonic()
             self.status.value = _esc(
                 f"refreshed {_utc(now.timestamp())} UTC ({len(frame)} events)")
 
@@ -372,6 +374,14 @@ class LiveDashboard(Shown):
 
     def _refresh_quietly(self) -> None:
         self._quietly(self.refresh)
+
+    def _on_tick(self, _change: dict[str, Any]) -> None:
+        # The page's timer ticks on whether or not the kernel kept up: a tick queued behind a
+        # slow refresh (five charts on a loaded machine) is dropped, so ticks never pile up
+        # and a click waits for one refresh at most.
+        if self._closed or time.monotonic() - self._done_at < 0.5 * float(self.interval.value):
+            return
+        self._refresh_quietly()
 
     def _start(self) -> None:
         if self._pulse is not None:

@@ -26,9 +26,9 @@ __all__ = ["DEAD_ROWS", "DeadRows"]
 DEAD_ROWS = 20
 # One fixed-layout table per row, the same column widths in each: the rows line up like one
 # table while each keeps its buttons next to it.
-_WIDTHS = ("16em", "7.5em", "6em", "6em", "18em", "18em")
+_WIDTHS = ("16em", "7.5em", "6em", "7em", "18em", "18em")
 _CSS = ("<style>.istos-dead-cells table{table-layout:fixed;border-collapse:collapse;"
-        "font-size:12px;width:71.5em}.istos-dead-cells td,.istos-dead-cells th{padding:2px 8px;"
+        "font-size:12px;width:72.5em}.istos-dead-cells td,.istos-dead-cells th{padding:2px 8px;"
         "text-align:left;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}</style>")
 _COLS = "<colgroup>" + "".join(f'<col style="width:{w}">' for w in _WIDTHS) + "</colgroup>"
 

@@ -79,6 +79,97 @@ def test_a_crash_is_inferred_when_the_stream_does_not_mark_it(run, trace):
     assert inferred.attempts["crashed"].sum() == trace.attempts["crashed"].sum()
 
 
+def hand_built(*, slot1_back: float | None, slot0: list[tuple[float, float]]) -> list[dict]:
+    """Node w (slots #0 and #1) and node v, lease 4 s: j2 is claimed by w:f#1 at 100.2 and its
+    lease runs out at 104.2 (v runs its retry); w acts on slot #0 at ``slot0`` (claim, ack)
+    and w:f#1 claims j9 at ``slot1_back``. No crashed/restarted marks: a live stream."""
+    out: list[dict] = []
+
+    def add(t, kind, job, attempt=0, worker=None, **detail):
+        out.append({"t": t, "node": "owner", "queue": "q", "job_id": job, "kind": kind,
+                    "attempt": attempt, "worker": worker, "detail": detail})
+
+    def run(job, worker, claimed, acked, attempt=1):
+        add(claimed, "claimed", job, attempt, worker, lease_s=4.0, deadline=claimed + 4.0)
+        add(acked, "acked", job, attempt, worker)
+
+    add(100.0, "enqueued", "j1")
+    run("j1", "w:f#0", 100.0, 100.5)
+    add(100.2, "enqueued", "j2")
+    add(100.2, "claimed", "j2", 1, "w:f#1", lease_s=4.0, deadline=104.2)
+    add(104.2, "lease_expired", "j2", 1, "w:f#1")
+    add(104.2, "retry_scheduled", "j2", 1, None, delay_s=0.0)
+    run("j2", "v:f#0", 104.3, 104.6, attempt=2)
+    add(100.6, "enqueued", "j3")
+    run("j3", "w:f#0", 100.6, 100.9)
+    for i, (claimed, acked) in enumerate(slot0):
+        add(claimed - 0.01, "enqueued", f"k{i}")
+        run(f"k{i}", "w:f#0", claimed, acked)
+    if slot1_back is not None:
+        add(slot1_back - 0.01, "enqueued", "j9")
+        run("j9", "w:f#1", slot1_back, slot1_back + 0.3)
+    return sorted(out, key=lambda e: e["t"])
+
+
+@pytest.mark.parametrize("slot1_back, slot0, crashes", [
+    # killed after its ack at 100.9, back under its own name at 102.0: its slot #1 claims while
+    # j2's lease still runs, which no live slot does (it is busy until its job ends)
+    (102.0, [(103.0, 103.4)], [{"node": "w", "t": 0.9, "restart_after": 1.1}]),
+    # back only at 106.0, after j2's lease ran out: 5.1 s of silence, longer than any run
+    (106.0, [(106.5, 106.9)], [{"node": "w", "t": 0.9, "restart_after": 5.1}]),
+    # never back: the old rule
+    (None, [], [{"node": "w", "t": 0.9, "restart_after": None}]),
+    # alive, j2 only ran past its lease: slot #0 kept working, slot #1 free again at 104.5
+    (104.5, [(101.5, 101.8), (103.0, 103.4)], []),
+])
+def test_a_worker_restarted_under_its_own_name_is_a_crash_and_a_return(slot1_back, slot0,
+                                                                       crashes):
+    trace = Trace.from_events(hand_built(slot1_back=slot1_back, slot0=slot0),
+                              policy={"lease_s": 4.0})
+    got = [{**c, "t": round(c["t"], 6), "restart_after": None if c["restart_after"] is None
+            else round(c["restart_after"], 6)} for c in trace.crashes]
+    assert got == crashes
+    att = trace.attempts.set_index(["job_id", "attempt"])
+    assert bool(att.loc[("j2", 1), "crashed"]) == bool(crashes)
+    assert set(trace.fleet["node"]) == {"v", "w"}  # one node w, before and after its restart
+    assert int(trace.fleet.set_index("node").loc["w", "slots"]) == 2
+
+
+def test_a_restart_is_inferred_from_a_live_stream_and_replayed_at_its_moment():
+    """A simulated run whose w1 dies at 8.0 and is back at 9.0, its crash marks removed: the
+    trace finds the crash and the return, and replay kills w1 at that moment (its deliveries
+    then are lost, it claims nothing while down) and brings it back when the recording did."""
+    sim = Simulation(seed=1)
+    sim.node("owner").queue("q", **POLICY)
+    for name in ("w0", "w1"):
+        sim.node(name).worker("q", concurrency=2, prefetch=0)(
+            sim.handler(service_s=("lognormal", -1.2, 0.6), fail_p=0.1))
+    sim.enqueue_jobs("owner", "q", 150, rate=8, poisson=True, start=1.0)
+    sim.crash("w1", at=8.0, restart_after=1.0)
+    events = sim.run(80, progress=None).job_events()
+    marked = Trace.from_events(events, policy=POLICY)
+    live = Trace.from_events([e for e in events if e["kind"] not in ("crashed", "restarted")],
+                             policy=POLICY)
+    assert marked.crashes == [{"node": "w1", "t": 7.0, "restart_after": 1.0}]
+    (crash,) = live.crashes
+    # its last act reaching the owner: before the kill, or an ack on the wire when it came
+    assert crash["node"] == "w1" and 6.5 < crash["t"] < 7.1
+    back = crash["t"] + crash["restart_after"]
+    assert 8.0 <= back < 8.5  # its first claim after the restart
+    assert live.attempts["crashed"].sum() == marked.attempts["crashed"].sum() >= 1
+    result = replay(live, seed=1)
+    replayed = Trace.from_events(result.job_events())
+    claims = replayed.attempts[replayed.attempts["node"] == "w1"]["claimed"]
+    assert not claims.between(crash["t"] + 0.01, back - 0.01).any()  # down in between
+    assert (claims > back).any()  # and back after
+    (again,) = replayed.crashes
+    assert again["t"] + again["restart_after"] == pytest.approx(back, abs=1e-6)
+    recorded, same = run_metrics(live), run_metrics(result)
+    assert same["attempts_hist"] == recorded["attempts_hist"]
+    assert same["redeliveries"] == recorded["redeliveries"]
+    assert same["wait_p95"] == pytest.approx(recorded["wait_p95"], rel=0.15)
+
+
 def test_from_events_picks_a_queue_and_reads_the_lease_from_claims(run):
     events = run.job_events()
     other = [{**e, "queue": "other"} for e in events if e["job_id"]]

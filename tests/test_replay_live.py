@@ -5,8 +5,10 @@ lease shows.
 
 The workload is fixed by a seed: Poisson arrivals, lognormal run times and a 10% chance of a
 nack per attempt, carried in each job's body so the two live runs do the same work; one worker
-process is SIGKILLed mid-run in each. Arrival pacing uses sleeps (it *is* the workload); every
-wait for an outcome is an event with a generous bound. About 45 s on 2 cores.
+process is SIGKILLed mid-run in each and started again under its own node id some seconds later
+(the trace must see the crash and the return although the slot ids are the same). Arrival
+pacing and the restart's delay use sleeps (they *are* the workload); every wait for an outcome
+is an event with a generous bound. About 40 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,9 @@ from istos_nb.views.compare import run_metrics
 
 PROC = str(Path(__file__).parent / "procs" / "replay_worker.py")
 JOBS, RATE, KILL_AT_S = 120, 7.0, 6.0
+# The killed worker comes back this long after the kill (plus its start-up), under its own name:
+# after its leases ran out and longer than any run, the trace cannot mistake it for a slow job.
+RESTART_AFTER_S = 6.0
 RUN_MEDIAN_S, RUN_SIGMA = 0.3, 0.6
 LEASE_S, SHORT_LEASE_S = 4.0, 0.25
 POLICY = {"lease_s": LEASE_S, "max_attempts": 3, "retry_backoff_s": 0.05, "retry_jitter": 0.0}
@@ -58,6 +64,7 @@ class Worker:
     """One worker OS process; counts the runs it completed (its ``DONE`` lines)."""
 
     def __init__(self, config: dict[str, Any], prefix: str, node: str, *queues: str) -> None:
+        self.args = (config, prefix, node, *queues)
         self.proc = subprocess.Popen(
             [sys.executable, PROC, json.dumps(config), prefix, node, "2", *queues],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -86,16 +93,26 @@ class Worker:
 
 
 async def drive(owner: Istos, queue: str, jobs: list[tuple[float, dict[str, Any]]],
-                victim: Worker) -> list[str]:
-    """Enqueue at the planned offsets, kill ``victim`` at KILL_AT_S; wait until every job ended."""
+                workers: dict[str, Worker], victim: str) -> tuple[list[str], float]:
+    """Enqueue at the planned offsets, kill ``victim`` at KILL_AT_S and start it again under
+    its own name (``workers[victim]`` is then the new process, ``workers[victim + "-old"]``
+    the killed one); wait until every job ended. Returns the job ids and the wall-clock time
+    of the kill."""
     loop = asyncio.get_running_loop()
     start = loop.time()
+    killed_at = [0.0]
 
     async def kill_while_busy() -> None:
         # killed while it runs a job, so the kill costs a lease (the crash shows)
+        old = workers[victim]
         await asyncio.sleep(KILL_AT_S)
-        await wait_until(lambda: victim.running > 0, 30, "the victim runs a job")
-        await asyncio.to_thread(victim.kill)
+        await wait_until(lambda: old.running > 0, 30, "the victim runs a job")
+        killed_at[0] = time.time()
+        await asyncio.to_thread(old.kill)
+        workers[victim + "-old"] = old  # its side effects count too
+        await asyncio.sleep(RESTART_AFTER_S)  # the workload: how long the node stays down
+        workers[victim] = new = await asyncio.to_thread(Worker, *old.args)
+        assert await asyncio.to_thread(new.ready.wait, 60), new.proc.stderr
 
     killer = asyncio.ensure_future(kill_while_busy())
     ids = []
@@ -110,7 +127,7 @@ async def drive(owner: Istos, queue: str, jobs: list[tuple[float, dict[str, Any]
                           if e.kind in ("acked", "dead_lettered") and e.queue == queue}
 
     await wait_events(owner, finished, timeout_s=90)
-    return ids
+    return ids, killed_at[0]
 
 
 def duplicated_runs(done: list[str], ids: list[str]) -> int:
@@ -137,8 +154,8 @@ async def test_a_recorded_live_run_replays_faithfully_and_predicts_duplicates():
             live = threading.Event()
             recording = asyncio.ensure_future(lq.arecord(RECORD_S, on_start=live.set))
             assert await asyncio.to_thread(live.wait, 30)
-            ids1, ids2 = await asyncio.gather(drive(owner, "q1", jobs, workers["wb1"]),
-                                              drive(owner, "q2", jobs, workers["wb2"]))
+            (ids1, killed_at), (ids2, _) = await asyncio.gather(
+                drive(owner, "q1", jobs, workers, "wb1"), drive(owner, "q2", jobs, workers, "wb2"))
             trace = await asyncio.wait_for(recording, RECORD_S + 60)
         finally:
             for w in workers.values():
@@ -152,10 +169,21 @@ async def test_a_recorded_live_run_replays_faithfully_and_predicts_duplicates():
     assert len(trace.attempts) == len(ring.attempts)
     assert trace.policy["lease_s"] == LEASE_S and trace.dropped == 0
     assert set(trace.fleet["node"]) == {"wa1", "wb1"}
-    assert [c["node"] for c in trace.crashes] == ["wb1"]
+    (crash,) = trace.crashes
+    # wb1 died at its last act before the kill (or an ack on the wire then) and came back
+    # under its own name: one node, two incarnations
+    assert crash["node"] == "wb1" and crash["restart_after"] is not None
+    died, back = trace.t0 + crash["t"], trace.t0 + crash["t"] + crash["restart_after"]
+    assert died < killed_at + 0.5, (died, killed_at)  # (+ an ack on the wire at the kill)
+    assert back > killed_at + RESTART_AFTER_S, (back, killed_at)
 
     recorded = run_metrics(trace)
-    replayed = run_metrics(replay(trace, seed=1))
+    same = replay(trace, seed=1)
+    replayed = run_metrics(same)
+    # the replay kills wb1 at the recorded moment and brings it back when the recording did
+    (again,) = Trace.from_events(same.job_events()).crashes
+    assert again["node"] == "wb1"
+    assert again["t"] + again["restart_after"] == pytest.approx(back - trace.t0, abs=1e-6)
     for q in ("wait_p50", "wait_p95"):
         assert replayed[q] == pytest.approx(recorded[q], rel=0.15), (q, recorded, replayed)
     assert (replayed["done"], replayed["dead"]) == (recorded["done"], recorded["dead"])
@@ -163,7 +191,8 @@ async def test_a_recorded_live_run_replays_faithfully_and_predicts_duplicates():
     assert abs(replayed["redeliveries"] - recorded["redeliveries"]) <= 1, (recorded, replayed)
     assert recorded["redeliveries"] >= 1  # the kill cost leases
 
-    live_dups = duplicated_runs(workers["wa2"].done + workers["wb2"].done, ids2)
+    live_dups = duplicated_runs([d for name in ("wa2", "wb2", "wb2-old")
+                                 for d in workers[name].done], ids2)
     # The prediction is the replays' mean over a few seeds: what the short lease costs on
     # average, not one draw of the races between a late ack and a new claim.
     predicted = sum(run_metrics(replay(trace, seed=s, lease_s=SHORT_LEASE_S))["duplicated_runs"]

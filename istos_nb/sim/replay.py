@@ -119,34 +119,39 @@ def _fleet(trace: Trace, workers: int | None, concurrency: int | None) -> dict[s
     return {f"worker-{i}": slots for i in range(workers)}
 
 
-def _crashes(trace: Trace, plan: dict[str, int]) -> dict[str, tuple[str, float]]:
-    """Recorded crashed node -> (the replay node that crashes for it, virtual time)."""
+def _crashes(trace: Trace, plan: dict[str, int]) -> list[tuple[str, float] | None]:
+    """Per recorded crash (in :attr:`Trace.crashes` order): the replay node that crashes for
+    it and the virtual time, or None when no replay node stands for the crashed one."""
     recorded = [str(n) for n in trace.fleet["node"]]
     names = list(plan)
-    out: dict[str, tuple[str, float]] = {}
+    out: list[tuple[str, float] | None] = []
     for crash in trace.crashes:
-        node = crash["node"]
+        node, at = crash["node"], LEAD_S + max(0.0, float(crash["t"]))
         if node in plan:
-            out[node] = (node, LEAD_S + max(0.0, float(crash["t"])))
+            out.append((node, at))
         elif node in recorded:  # a synthetic fleet: the i-th recorded node is worker-(i mod n)
-            out[node] = (names[recorded.index(node) % len(names)],
-                         LEAD_S + max(0.0, float(crash["t"])))
+            out.append((names[recorded.index(node) % len(names)], at))
+        else:
+            out.append(None)
     return out
 
 
-def _schedule_crashes(sim: Simulation, trace: Trace, crashes: dict[str, tuple[str, float]],
+def _schedule_crashes(sim: Simulation, trace: Trace, crashes: list[tuple[str, float] | None],
                       drain_s: float) -> None:
     """Each crashed node stops claiming just after its crash's moment, finishes the runs the
     crash did not cost (for up to ``drain_s``), then dies, and comes back if the recorded node
-    did."""
-    for crash in trace.crashes:
-        if crash["node"] not in crashes:
+    did (at the recorded moment)."""
+    for crash, planned in zip(trace.crashes, crashes, strict=True):
+        if planned is None:
             continue
-        node, t = crashes[crash["node"]]
+        node, t = planned
         sim.at(t + _AFTER_LOSS_S, _go_away, sim.nodes[node])
         back = crash["restart_after"]
-        sim.crash(node, at=t + drain_s,
-                  restart_after=None if back is None else max(0.0, float(back) - drain_s))
+        # A node back sooner than the drain takes dies at that moment, cutting its drain short:
+        # the recorded node was gone in between, whatever the replay has it run.
+        lasts = drain_s if back is None else min(drain_s, float(back))
+        sim.crash(node, at=t + lasts,
+                  restart_after=None if back is None else max(0.0, float(back) - lasts))
 
 
 async def _go_away(node: SimNode) -> None:
@@ -158,7 +163,7 @@ async def _go_away(node: SimNode) -> None:
     await app.stop()
 
 
-def behaviours(trace: Trace, crashes: dict[str, tuple[str, float]]
+def behaviours(trace: Trace, crashes: list[tuple[str, float] | None]
                ) -> dict[tuple[str, int], Behaviour]:
     """What each recorded delivery did, keyed by (job_id, attempt); a crashed one carries the
     replay node that crashes for it and when."""
@@ -166,10 +171,11 @@ def behaviours(trace: Trace, crashes: dict[str, tuple[str, float]]
     out: dict[tuple[str, int], Behaviour] = {}
     for a in trace.attempts.itertuples(index=False):
         key = (str(a.job_id), int(a.attempt))
+        planned = crashes[int(a.crash)] if a.crashed else None
         if a.outcome in ("acked", "nacked"):
             out[key] = (str(a.outcome), float(a.run_s), a.error)
-        elif a.outcome == "expired" and a.crashed and str(a.node) in crashes:
-            node, t = crashes[str(a.node)]
+        elif a.outcome == "expired" and planned is not None:
+            node, t = planned
             out[key] = ("crash", t, node)
         elif a.outcome == "expired":  # ran past its lease: how long is not in the trace
             out[key] = ("slow", lease, None)

@@ -26,7 +26,8 @@ from istos import events as ev
 from istos import tracefile
 from istos.tracefile import TraceFormatError
 
-from ..views.frames import EventsLike, depth_frame, events_frame, leases_frame, worker_node
+from ..views.frames import EventsLike, events_frame, leases_frame
+from .trace_crashes import infer_crashes, marked_crashes
 
 __all__ = ["Trace", "TraceFormatError"]
 
@@ -118,13 +119,11 @@ class Trace:
     def attempts(self) -> pd.DataFrame:
         """One row per delivery of a job in :attr:`jobs`: job_id, attempt, worker, node,
         claimed (s), run_s (claim to ack/nack; NaN otherwise), outcome (acked, nacked,
-        expired, cancelled, open), error, crashed (its lease ran out because its node died)."""
+        expired, cancelled, open), error, crashed (its lease ran out because its node died)
+        and crash (which of :attr:`crashes` cost it; -1 for none)."""
         leases = leases_frame(self.events)
         leases = leases[leases["job_id"].isin(set(self.jobs["job_id"]))].copy()
-        # A delivery lost to a crash: it expired on a node that had died by then (claimed
-        # before the crash, or granted to the dead node's parked claim before it came back).
-        down = {c["node"]: (c["t"], math.inf if c["restart_after"] is None
-                            else c["t"] + c["restart_after"]) for c in self.crashes}
+        cost = {key: i for i, c in enumerate(self._crash_table) for key in c[3]}
         out = pd.DataFrame({
             "job_id": leases["job_id"], "attempt": leases["attempt"],
             "worker": leases["worker"], "node": leases["node"],
@@ -132,72 +131,37 @@ class Trace:
             "run_s": (leases["end"] - leases["start"]).where(
                 leases["outcome"].isin(_FINISHED)),
             "outcome": leases["outcome"], "error": leases["error"]})
-        out["crashed"] = [o == "expired" and n in down and c <= down[n][1]
-                          for o, n, c in zip(out["outcome"], out["node"], out["claimed"],
-                                             strict=True)]
+        out["crash"] = [cost.get((str(j), int(a)), -1)
+                        for j, a in zip(out["job_id"], out["attempt"], strict=True)]
+        out["crashed"] = (out["crash"] >= 0) & (out["outcome"] == "expired")
         return out.reset_index(drop=True)
 
     @cached_property
     def fleet(self) -> pd.DataFrame:
         """Worker nodes seen claiming: node, slots (slot ids seen), concurrency (the most
-        deliveries it held at once)."""
+        deliveries it held at once). A node restarted under its own id is one node."""
         rows = tracefile.fleet_of(self.events)
         return pd.DataFrame(rows, columns=["node", "slots", "concurrency"])
 
-    @cached_property
+    @property
     def crashes(self) -> list[dict[str, Any]]:
-        """Worker nodes that died holding leases: ``{"node", "t", "restart_after"}`` (t in
-        trace seconds; restart_after None when it never came back). From the simulator's
-        crashed/restarted events when the stream has them; otherwise inferred: a node whose
-        leases expired and that never acted again died right after its last act."""
-        marked = self._marked_crashes()
-        return marked if marked is not None else self._inferred_crashes()
+        """Worker nodes that died holding leases: ``{"node", "t", "restart_after"}`` in time
+        order (t in trace seconds; restart_after None when it never came back; a node may die
+        more than once). From the simulator's crashed/restarted events when the stream has
+        them; otherwise inferred (see :mod:`istos_nb.sim.trace_crashes`): a node that
+        abandoned every delivery it held died at its last act before that, and came back
+        (under the same node id) at its next act, if any."""
+        return [{"node": node, "t": t - self.t0,
+                 "restart_after": None if back is None else back - t}
+                for node, t, back, _lost in self._crash_table]
 
-    def _marked_crashes(self) -> list[dict[str, Any]] | None:
-        crashed = [e for e in self.events if e["kind"] == ev.CRASHED]
-        if not crashed:
-            return None
+    @cached_property
+    def _crash_table(self) -> list[tuple[str, float, float | None, list[tuple[str, int]]]]:
+        """(node, t, back, lost deliveries) per crash, times on the events' clock."""
+        leases = leases_frame(self.events)
         nodes = set(self.fleet["node"])
-        out = []
-        for e in crashed:
-            if e["node"] not in nodes:
-                continue
-            back = next((r["t"] for r in self.events if r["kind"] == ev.RESTARTED
-                         and r["node"] == e["node"] and r["t"] >= e["t"]), None)
-            out.append({"node": e["node"], "t": e["t"] - self.t0,
-                        "restart_after": None if back is None else back - e["t"]})
-        return out
-
-    def _inferred_crashes(self) -> list[dict[str, Any]]:
-        """A node died right after its last act if its leases expired and it never acted
-        again, or if jobs waited for a claim long after its last act (it vanished idle)."""
-        last_act: dict[str, float] = {}
-        first_expiry: dict[str, float] = {}
-        for e in self.events:
-            node = worker_node(e["worker"])
-            if node is None:
-                continue
-            if e["kind"] == ev.LEASE_EXPIRED:
-                first_expiry.setdefault(node, e["t"])
-            elif e["kind"] in (ev.CLAIMED, ev.ACKED, ev.NACKED, ev.LEASE_EXTENDED):
-                last_act[node] = e["t"]
-        out = []
-        for node, last in sorted(last_act.items()):
-            silent_since_expiry = node in first_expiry and last < first_expiry[node]
-            if silent_since_expiry or self._starved_after(last):
-                out.append({"node": node, "t": last - self.t0, "restart_after": None})
-        return out
-
-    def _starved_after(self, t: float) -> bool:
-        """Whether jobs stood ready after ``t`` for longer than any recorded run: a live node
-        with a free slot would have claimed them."""
-        leases = leases_frame(self.events)  # not self.attempts: that needs the crashes
-        done = leases[leases["outcome"].isin(_FINISHED)]
-        longest = float((done["end"] - done["start"]).max()) if len(done) else 1.0
-        patience = 2.0 * longest + 1.0
-        depth = depth_frame(self.events)
-        ready = depth[depth["t"] > t + patience]
-        return bool(len(ready)) and bool((ready["ready"] > 0).any())
+        marked = marked_crashes(self.events, leases, nodes)
+        return marked if marked is not None else infer_crashes(self.events, leases)
 
     def run_times(self) -> pd.Series:
         """The recorded run times of finished deliveries (what replay draws from)."""

@@ -21,18 +21,18 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .live.attach import LiveQueue, aattach, attach
     from .live.overview import aqueues, queues
-    from .views.compare import compare, compare_chart
+    from .views.compare import compare, compare_chart, predict
     from .views.widgets import LiveDashboard, SimDashboard
 
 __all__ = ["attach", "aattach", "LiveQueue", "LiveDashboard", "SimDashboard", "queues",
-           "aqueues", "compare", "compare_chart"]
+           "aqueues", "compare", "compare_chart", "predict"]
 
 # public name -> the submodule defining it
 _LAZY = {"attach": "istos_nb.attach", "aattach": "istos_nb.attach",
          "LiveQueue": "istos_nb.attach", "LiveDashboard": "istos_nb.widgets",
          "SimDashboard": "istos_nb.widgets", "queues": "istos_nb.live.overview",
          "aqueues": "istos_nb.live.overview", "compare": "istos_nb.views.compare",
-         "compare_chart": "istos_nb.views.compare"}
+         "compare_chart": "istos_nb.views.compare", "predict": "istos_nb.views.compare"}
 
 
 def __getattr__(name: str) -> Any:

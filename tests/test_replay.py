@@ -22,7 +22,7 @@ from istos import Istos, tracefile
 from istos_nb.sim import ScenarioError, Simulation
 from istos_nb.sim.replay import replay
 from istos_nb.sim.trace import Trace, TraceFormatError
-from istos_nb.views.compare import compare, compare_chart, run_metrics
+from istos_nb.views.compare import PREDICTED, compare, compare_chart, predict, run_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 POLICY = {"lease_s": 5.0, "max_attempts": 3, "retry_backoff_s": 0.2, "retry_jitter": 0.0}
@@ -276,6 +276,22 @@ def test_compare_table_and_chart(trace):
         ["live", "same", "3 workers"]
     with pytest.raises(ValueError, match="labels"):
         compare(trace, a, names=["one"])
+
+
+def test_predict_is_the_mean_of_replays_over_seeds_and_says_their_spread(trace):
+    table = predict(trace, seeds=2, lease_s=0.2)
+    dups = [run_metrics(replay(trace, seed=s, lease_s=0.2))["duplicated_runs"] for s in (0, 1)]
+    row = table.loc["duplicated_runs"]
+    assert [row["seed 0"], row["seed 1"]] == dups
+    assert row["mean"] == pytest.approx(sum(dups) / 2)
+    assert row["sd"] == pytest.approx(abs(dups[0] - dups[1]) / 2)
+    assert (row["min"], row["max"]) == (min(dups), max(dups))
+    assert set(PREDICTED) == set(table.index) and list(table.columns) == \
+        ["mean", "sd", "min", "max", "seed 0", "seed 1"]
+    assert list(predict(trace, seeds=[7]).columns) == ["mean", "sd", "min", "max", "seed 7"]
+    for bad in (0, [], True, "3", [1.5]):
+        with pytest.raises(ScenarioError, match="seeds"):
+            predict(trace, seeds=bad)
 
 
 # -- istos record ---------------------------------------------------------------------------------

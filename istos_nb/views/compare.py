@@ -18,15 +18,20 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..sim.replay import replay
 from ..sim.result import SimResult
+from ..sim.simulation import ScenarioError
 from ..sim.trace import Trace
 from .chartkit import axes_for, done, label
 from .frames import depth_frame
 
-__all__ = ["compare", "compare_chart", "run_metrics"]
+__all__ = ["compare", "compare_chart", "predict", "run_metrics", "PREDICTED"]
 
 Run = Trace | SimResult
 _QUANTILES = (50, 95, 99)
+# The figures predict() aggregates: every number of run_metrics (the histogram is a mapping).
+PREDICTED = ("wait_p50", "wait_p95", "wait_p99", "run_p50", "done", "dead", "redeliveries",
+             "duplicated_runs", "peak_depth")
 
 
 def _as_trace(run: Run, queue: str | None) -> Trace:
@@ -119,3 +124,29 @@ def compare_chart(trace: Run, result: Run, *others: Run, names: Sequence[str] | 
           "ready + delayed")
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return done(fig, axes, owned)
+
+
+def predict(trace: Trace, *, seeds: int | Sequence[int] = 3, **options: Any) -> pd.DataFrame:
+    """What replay predicts for ``trace`` under ``options``: the numbers of :func:`run_metrics`
+    (:data:`PREDICTED`) over one replay per seed, one row per figure, columns ``mean``, ``sd``
+    (over the seeds), ``min``, ``max`` and one per seed (``seed 0``...).
+
+    ``seeds``: how many (seeds 0..n-1) or which seeds; ``options``: what :func:`replay` takes
+    (policy and fleet overrides). Under the recorded policy one seed measures what was
+    recorded; a what-if that makes attempts the trace lacks (a shorter lease) draws their
+    outcomes and races late acks against new claims, and one seed is one draw of those: the
+    mean is the prediction and sd/min/max say how far one draw strays. Raises ScenarioError for
+    bad ``seeds`` (and what :func:`replay` raises for bad options).
+    """
+    if isinstance(seeds, bool) or not isinstance(seeds, int | Sequence) or isinstance(seeds, str):
+        raise ScenarioError(f"predict: seeds must be a count or a list of seeds, got {seeds!r}")
+    chosen = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    if not chosen or any(isinstance(s, bool) or not isinstance(s, int) for s in chosen):
+        raise ScenarioError(f"predict: seeds must be a count >= 1 or integers, got {seeds!r}")
+    runs = {f"seed {s}": run_metrics(replay(trace, seed=s, **options), trace.queue)
+            for s in chosen}
+    per_seed = pd.DataFrame({name: [m[k] for k in PREDICTED] for name, m in runs.items()},
+                            index=list(PREDICTED), dtype="float64")
+    stats = pd.DataFrame({"mean": per_seed.mean(axis=1), "sd": per_seed.std(axis=1, ddof=0),
+                          "min": per_seed.min(axis=1), "max": per_seed.max(axis=1)})
+    return pd.concat([stats, per_seed], axis=1)

@@ -54,7 +54,25 @@ CHARTS: dict[str, Callable[..., Figure]] = {
     "depth_chart": charts.depth_chart,
     "attempts_histogram": charts.attempts_histogram,
     "throughput_chart": charts.throughput_chart,
+    # The replay overlays draw a stream against its replay under the recorded policy (seconds
+    # from each run's first arrival, so no wall-clock axis: not in TIME_CHARTS).
+    "replay_gantt": lambda events: charts.replay_gantt(events, replayed(events)),
+    "replay_depth": lambda events: charts.replay_depth(events, replayed(events)),
 }
+_REPLAYS: dict[tuple[str, ...], Any] = {}
+
+
+def replayed(events: Any) -> Any:
+    """The replay of a stream, once per set of jobs: both overlays draw it, and a live frame's
+    replay is its simulated twin's (replay runs on virtual time from the arrivals)."""
+    from istos_nb.sim.replay import replay
+    from istos_nb.sim.trace import Trace
+
+    trace = Trace.from_events(events)
+    key = tuple(trace.jobs["job_id"])
+    if key not in _REPLAYS:  # as a Trace: the charts take one as it is
+        _REPLAYS[key] = Trace.from_events(replay(trace).job_events(), source="simulation")
+    return _REPLAYS[key]
 
 
 def chart_functions() -> set[str]:

@@ -294,6 +294,31 @@ def test_predict_is_the_mean_of_replays_over_seeds_and_says_their_spread(trace):
             predict(trace, seeds=bad)
 
 
+def test_the_overlay_charts_draw_both_runs_on_one_axis(trace):
+    from istos_nb import charts
+
+    result = replay(trace, seed=1)
+    gantt = charts.replay_gantt(trace, result).axes[0]
+    colls = {c.get_gid(): c for c in gantt.collections}
+    assert len(colls["recorded_leases"].get_paths()) == len(trace.attempts)
+    assert len(colls["leases"].get_paths()) == len(Trace.from_events(result.job_events()).attempts)
+    assert [t.get_text() for t in gantt.get_yticklabels()] == ["w0 #0", "w0 #1", "w1 #0", "w1 #1"]
+    assert "crash" in colls  # the recorded crash of w1, on its lanes
+    # the first recorded and replayed leases start at the same x (seconds from the arrival)
+    first = [c.get_paths()[0].vertices[0, 0] for c in (colls["recorded_leases"], colls["leases"])]
+    assert first[0] == pytest.approx(first[1], abs=0.05)
+    by_job = charts.replay_gantt(trace, result, by="job", max_jobs=10).axes[0]
+    assert len(by_job.get_yticklabels()) == 10
+    assert "10 of 150 jobs shown" in by_job.get_legend().get_title().get_text()
+    with pytest.raises(ValueError, match="by"):
+        charts.replay_gantt(trace, result, by="node")
+    depth = charts.replay_depth(trace, result).axes[0]
+    assert {line.get_gid() for line in depth.lines} == {
+        "depth_ready", "depth_leased", "depth_ready_replayed", "depth_leased_replayed"}
+    assert [t.get_text() for t in depth.get_legend().get_texts()] == [
+        "ready", "leased", "ready, replayed", "leased, replayed"]
+
+
 # -- istos record ---------------------------------------------------------------------------------
 def test_the_trace_writer_does_not_import_the_notebook_side():
     code = ("import sys, istos.ops.record, istos.tracefile\n"

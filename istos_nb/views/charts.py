@@ -24,7 +24,9 @@ come from the one vocabulary in :mod:`istos_nb.views.glyphs` and the legend name
 was drawn; no two texts overlap; bars and markers are at least 2 px at the default size (thin
 bars are widened) or the chart says how many of how many it shows; a stream stamped by a real
 clock (epoch seconds) gets a wall-clock (UTC) time axis, virtual time stays seconds since the
-first event. A new chart function must be registered there.
+first event. A new chart function must be registered there. The replay overlays
+(:func:`replay_gantt`, :func:`replay_depth`, in :mod:`istos_nb.views.replay_charts`) take two
+runs and keep seconds from each run's first arrival, so a recording and its replay line up.
 """
 
 from __future__ import annotations
@@ -75,11 +77,12 @@ from istos_nb.views.frames import (
 )
 from istos_nb.views.glyphs import Drawn
 from istos_nb.views.leasemarks import ARC_BULGE, delivery_deaths, node_markers, redeliveries
+from istos_nb.views.replay_charts import replay_depth, replay_gantt
 
 __all__ = [
     "DEPTH_COLORS", "FINISH_COLORS", "OUTCOME_COLORS", "attempts_histogram", "backoff_band",
-    "backoff_curve", "depth_chart", "lease_gantt", "resize", "retry_timeline",
-    "throughput_chart",
+    "backoff_curve", "depth_chart", "lease_gantt", "replay_depth", "replay_gantt", "resize",
+    "retry_timeline", "throughput_chart",
 ]
 
 _RATES = ("enqueued", "acked", "nacked", "expired", "dead_lettered")  # throughput columns

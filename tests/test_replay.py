@@ -312,6 +312,12 @@ def test_the_overlay_charts_draw_both_runs_on_one_axis(trace):
     assert "10 of 150 jobs shown" in by_job.get_legend().get_title().get_text()
     with pytest.raises(ValueError, match="by"):
         charts.replay_gantt(trace, result, by="node")
+    zoom = charts.replay_gantt(trace, result, window=(6.0, 9.0)).axes[0]
+    assert zoom.get_xlim() == (6.0, 9.0)
+    shown = [c for c in zoom.collections if c.get_gid() == "recorded_leases"][0]
+    assert 0 < len(shown.get_paths()) < len(trace.attempts)  # only what overlaps the window
+    with pytest.raises(ValueError, match="window"):
+        charts.replay_gantt(trace, result, window=(9.0, 6.0))
     depth = charts.replay_depth(trace, result).axes[0]
     assert {line.get_gid() for line in depth.lines} == {
         "depth_ready", "depth_leased", "depth_ready_replayed", "depth_leased_replayed"}
@@ -443,6 +449,7 @@ def test_the_dashboard_replay_tab_runs_a_what_if_on_the_last_minutes(run):
     assert "150 jobs" in panel.status.value and "error" not in panel.status.value
     assert "what-if" in panel.table.value and "wait_p95" in panel.table.value
     assert panel.chart.value[:4] == b"\x89PNG" and panel.chart.layout.display == ""
+    assert panel.gantt.value[:4] == b"\x89PNG" and panel.gantt.layout.display == ""
     short = ReplayPanel(RingQueue(run.job_events()))
     short.minutes.value = 0.1  # the last 6 s of the ring: after the last arrival
     short.run()

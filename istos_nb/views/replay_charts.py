@@ -11,6 +11,7 @@ follow the chart contract of :mod:`istos_nb.views.charts` (which re-exports them
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import numpy as np
@@ -73,47 +74,44 @@ def _leases(trace: Trace) -> pd.DataFrame:
 
 
 def replay_gantt(recorded: RunLike, replayed: RunLike, by: Literal["slot", "job"] = "slot",
-                 max_jobs: int = 30, ax: Axes | None = None,
-                 title: str | None = None) -> Figure:
-    """The recorded leases (tall hatched bars, gid ``"recorded_leases"``) and the replayed ones
-    (filled bars coloured by outcome, gid ``"leases"``), one lane per worker slot (``by=
+                 max_jobs: int = 30, window: tuple[float, float] | None = None,
+                 ax: Axes | None = None, title: str | None = None) -> Figure:
+    """The recorded leases (tall grey bars, gid ``"recorded_leases"``) and the replayed ones
+    (narrower bars coloured by outcome, gid ``"leases"``), one lane per worker slot (``by=
     "slot"``: ``node #i``) or per job (``by="job"``: the ``max_jobs`` jobs delivered most often
     in either run, the legend says how many of how many), on one axis of seconds from each
-    run's first arrival. Each collection holds one rectangle path per delivery in claim order;
-    bars too short to see are widened to 2 px. A crash of the recording draws the ``"crash"``
-    marker (and its return the ``"restart"`` one) on its node's lanes. Where the replay follows
-    the recording each coloured bar sits inside its hatched one.
+    run's first arrival; ``window=(start, end)`` shows only those seconds (the leases that
+    overlap them). Each collection holds one rectangle path per delivery in claim order; bars
+    too short to see are widened to 2 px. A crash of the recording draws the ``"crash"`` marker
+    (and its return the ``"restart"`` one) on its node's lanes. Where the replay follows the
+    recording each coloured bar sits inside its grey one.
     """
     if by not in ("slot", "job"):
         raise ValueError(f"replay_gantt: by must be 'slot' or 'job', got {by!r}")
+    if window is not None and not (len(window) == 2 and float(window[0]) < float(window[1])):
+        raise ValueError(f"replay_gantt: window must be (start, end) with start < end, "
+                         f"got {window!r}")
     rec = as_trace(recorded)
     rep = as_trace(replayed, rec.queue or None)
     fig, ax, owned = axes_for(ax, (10, 4))
-    label(ax, title or "Leases: recorded (hatched) vs replayed (filled)", AXIS_LABEL,
+    label(ax, title or "Leases: recorded (grey) vs replayed (coloured)", AXIS_LABEL,
           "worker slot" if by == "slot" else "job")
     old, new = _leases(rec), _leases(rep)
+    if window is not None:
+        lo, hi = float(window[0]), float(window[1])
+        old = old[(old["end"] >= lo) & (old["start"] <= hi)]
+        new = new[(new["end"] >= lo) & (new["start"] <= hi)]
     if old.empty and new.empty:
         no_events(ax)
         return done(fig, ax, owned)
-    key = (lambda df: df["worker"].map(_slot)) if by == "slot" else (lambda df: df["job_id"])
-    old["lane"], new["lane"] = key(old), key(new)
-    note = ""
-    if by == "job":
-        counts = pd.concat([old["lane"], new["lane"]]).value_counts(sort=False)
-        names = list(dict.fromkeys([*old["lane"], *new["lane"]]))  # first-claim order
-        chosen = set(sorted(names, key=lambda j: -counts[j])[:max_jobs])
-        names = [j for j in names if j in chosen]
-        note = "" if len(names) >= len(counts) else f"{len(names)} of {len(counts):,} jobs shown"
-        old, new = old[old["lane"].isin(chosen)], new[new["lane"].isin(chosen)]
-    else:
-        names = sorted(set(old["lane"]) | set(new["lane"]))
+    names, old, new, note = _pick_lanes(old, new, by, max_jobs)
     lane = lanes(ax, names, short_ids(names) if by == "job" else None)
     drawn = Drawn()
     if not old.empty:
         g = drawn.add("recorded_lease")
         bars(ax, old["lane"].map(lane).to_numpy(), old["start"].to_numpy(),
              (old["end"] - old["start"]).to_numpy(), 0.8, "recorded_leases",
-             facecolors=g.color, edgecolors=g.edge, hatch=g.hatch, linewidths=0.8, zorder=1.5)
+             facecolors=g.color, edgecolors=g.edge, linewidths=0.6, zorder=1.5)
     outcomes = new["outcome"].tolist()
     for o in OUTCOME_COLORS:
         if o in outcomes:
@@ -124,19 +122,39 @@ def replay_gantt(recorded: RunLike, replayed: RunLike, by: Literal["slot", "job"
              facecolors=[OUTCOME_COLORS[o] for o in outcomes], edgecolors="0.1",
              linewidths=0.6, zorder=2)
     if by == "slot":
-        _crash_marks(ax, rec, lane, drawn)
-    ax.set_xlim(left=0)
-    legend(ax, drawn, "filled: replayed,\nby outcome", note)
+        _crash_marks(ax, rec, lane, drawn, window)
+    if window is not None:
+        ax.set_xlim(lo, hi)
+    else:
+        ax.set_xlim(left=0)
+    legend(ax, drawn, "coloured: replayed,\nby outcome", note)
     return done(fig, ax, owned)
 
 
-def _crash_marks(ax: Axes, trace: Trace, lane: dict[str, int], drawn: Drawn) -> None:
-    """The recording's crashes (and returns) on every lane of the node."""
+def _pick_lanes(old: pd.DataFrame, new: pd.DataFrame, by: str, max_jobs: int
+                ) -> tuple[list[str], pd.DataFrame, pd.DataFrame, str]:
+    """(lane names, the two runs' leases on them with a ``lane`` column, the legend's note)."""
+    key = (lambda df: df["worker"].map(_slot)) if by == "slot" else (lambda df: df["job_id"])
+    old, new = old.assign(lane=key(old)), new.assign(lane=key(new))
+    if by == "slot":
+        return sorted(set(old["lane"]) | set(new["lane"])), old, new, ""
+    counts = pd.concat([old["lane"], new["lane"]]).value_counts(sort=False)
+    names = list(dict.fromkeys([*old["lane"], *new["lane"]]))  # first-claim order
+    chosen = set(sorted(names, key=lambda j: -counts[j])[:max_jobs])
+    names = [j for j in names if j in chosen]
+    note = "" if len(names) >= len(counts) else f"{len(names)} of {len(counts):,} jobs shown"
+    return names, old[old["lane"].isin(chosen)], new[new["lane"].isin(chosen)], note
+
+
+def _crash_marks(ax: Axes, trace: Trace, lane: dict[str, int], drawn: Drawn,
+                 window: tuple[float, float] | None) -> None:
+    """The recording's crashes (and returns) on every lane of the node, inside ``window``."""
+    lo, hi = (-math.inf, math.inf) if window is None else (float(window[0]), float(window[1]))
     for kind, gid, moment in (("crashed", "crash", lambda c: c["t"]),
                               ("restarted", "restart", lambda c: None if c["restart_after"]
                                is None else c["t"] + c["restart_after"])):
-        points = [(moment(c), y) for c in trace.crashes for name, y in lane.items()
-                  if name.split(" #", 1)[0] == c["node"] and moment(c) is not None]
+        points = [(x, y) for c in trace.crashes if (x := moment(c)) is not None and lo <= x <= hi
+                  for name, y in lane.items() if name.split(" #", 1)[0] == c["node"]]
         if points:
             xs, ys = zip(*points, strict=True)
             ax.scatter(xs, ys, zorder=3, gid=gid, clip_on=False,

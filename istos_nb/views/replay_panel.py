@@ -4,8 +4,9 @@ The trace comes from the owner's event ring (the follow window while following),
 queue's policy from ``stats``: no new request type, and nothing waits for minutes to record.
 "Replay" runs the same jobs on the simulator with the lease, heartbeat and fleet set in the tab,
 next to a replay under the recorded policy, and shows :func:`~istos_nb.views.compare.compare`'s
-table and the overlaid depth chart. A replay blocks the clicking thread for a few seconds (a
-simulated hour of a few thousand jobs); errors show in the tab's status line.
+table, the overlaid depth chart and the lease Gantt of the recording against the what-if
+(:func:`~istos_nb.views.replay_charts.replay_gantt`). A replay blocks the clicking thread for a
+few seconds (a simulated hour of a few thousand jobs); errors show in the tab's status line.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..sim.replay import replay
 from ..sim.trace import Trace
 from .compare import compare, compare_chart
 from .panels import figure_png
+from .replay_charts import replay_gantt
 
 __all__ = ["ReplayPanel", "recent_trace"]
 
@@ -53,13 +55,16 @@ class ReplayPanel:
         self.table = W.HTML()
         self.chart = W.Image(format="png", layout=W.Layout(display="none", width="100%",
                                                            height="auto"))
+        self.gantt = W.Image(format="png", layout=W.Layout(display="none", width="100%",
+                                                           height="auto"))
         for widget, cls in ((self.button, "istos-replay-run"), (self.status, "istos-replay-status"),
-                            (self.table, "istos-replay-table"), (self.chart, "istos-replay-chart")):
+                            (self.table, "istos-replay-table"), (self.chart, "istos-replay-chart"),
+                            (self.gantt, "istos-replay-gantt")):
             widget.add_class(cls)
         self.button.on_click(lambda _b: self.run())
         self.widget = W.VBox([W.HBox([self.minutes, self.lease, self.heartbeat]),
                               W.HBox([self.workers, self.concurrency, self.button]),
-                              self.status, self.table, self.chart])
+                              self.status, self.table, self.chart, self.gantt])
 
     def what_if(self) -> dict[str, Any]:
         """The replay options the widgets ask for (unset ones left to the recording)."""
@@ -86,6 +91,9 @@ class ReplayPanel:
             self.chart.value = figure_png(compare_chart(
                 trace, same, asked, names=["recorded", "replayed", "what-if"]))
             self.chart.layout.display = ""
+            self.gantt.value = figure_png(replay_gantt(
+                trace, asked, title="Leases: recorded (grey) vs what-if (coloured)"))
+            self.gantt.layout.display = ""
             self.status.value = html.escape(trace.summary())
         except Exception as exc:  # the tab reports; the dashboard keeps running
             self.status.value = html.escape(f"error: {type(exc).__name__}: {exc}")

@@ -26,10 +26,11 @@ What replay assumes, and where that breaks (the README says it too):
   lost at the crash's moment on whichever node now runs it (at once if it starts later), so
   the job needs the same attempts. The crashed node stops claiming at that moment, finishes
   what else it runs (in the recording those runs were not lost) for up to the longest recorded
-  run or the lease, whichever is shorter, then dies (and comes back if it did); with
-  heartbeats on, its lost deliveries' leases are renewed until then, so they come back that
-  much later than a real crash's would. A live crash is dated by the node's last act before
-  it vanished (its expired leases, or jobs left waiting long after).
+  run or the lease, whichever is shorter, or until it came back if that was sooner, then dies
+  (and comes back when it did); with heartbeats on, its lost deliveries' leases are renewed
+  until then, so they come back that much later than a real crash's would. A live crash is
+  dated by the node's last act before it abandoned what it held, and its return by its next
+  act (see :mod:`istos_nb.sim.trace_crashes`).
 """
 
 from __future__ import annotations

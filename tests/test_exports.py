@@ -31,3 +31,22 @@ def test_errors_share_one_root():
             assert issubclass(obj, istos.IstosError), name
     assert issubclass(istos.ConfigError, ValueError) and issubclass(istos.InvalidJob, ValueError)
     assert issubclass(istos.OwnerConflict, istos.ConfigError)
+
+
+NOTEBOOK_SIDE = {"attach", "aattach", "LiveQueue", "LiveDashboard", "SimDashboard", "queues",
+                 "aqueues", "compare", "compare_chart", "predict"}
+CHARTS = {"DEPTH_COLORS", "FINISH_COLORS", "OUTCOME_COLORS", "attempts_histogram",
+          "backoff_band", "backoff_curve", "depth_chart", "lease_gantt", "replay_depth",
+          "replay_gantt", "resize", "retry_timeline", "throughput_chart"}
+
+
+def test_the_notebook_sides_faces_are_pinned():
+    import istos_nb
+    import istos_nb.charts
+
+    assert set(istos_nb.__all__) == NOTEBOOK_SIDE
+    assert set(istos_nb.charts.__all__) == CHARTS
+    for name in istos_nb.__all__:
+        assert getattr(istos_nb, name) is not None
+    for name in istos_nb.charts.__all__:
+        assert getattr(istos_nb.charts, name) is not None

@@ -40,6 +40,7 @@ from .chartkit import is_wall_clock
 from .deadrows import DEAD_ROWS, DeadRows
 from .frames import events_frame
 from .pager import Pager
+from .pagetimer import start_play
 from .panels import TABLE_ROWS, Panels, Shown, figure_png
 from .replay_panel import ReplayPanel
 from .series_charts import series_depth_chart, series_throughput_chart
@@ -386,7 +387,7 @@ class LiveDashboard(Shown):
     def _start(self) -> None:
         if self._pulse is not None:
             self._pulse.interval = max(100, int(float(self.interval.value) * 1000))
-            self._pulse.playing = True
+            start_play(self._pulse)  # (also when the page builds its view later)
             self._refresh_quietly()  # the first at once; then one per tick of the page
             return
         stop = threading.Event()

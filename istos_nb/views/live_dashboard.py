@@ -39,6 +39,7 @@ from .admin_panel import AdminPanel
 from .chartkit import is_wall_clock
 from .deadrows import DEAD_ROWS, DeadRows
 from .frames import events_frame
+from .idle import IdleCheck
 from .pager import Pager
 from .pagetimer import start_play
 from .panels import TABLE_ROWS, Panels, Shown, figure_png
@@ -114,6 +115,7 @@ class LiveDashboard(Shown):
         self._thread: threading.Thread | None = None
         self._closed = False
         self.refreshes = 0
+        self._idle = IdleCheck()  # a timer's refresh after which nothing moved draws nothing
         self._done_at = -float("inf")  # monotonic end of the last refresh
         self.window: tuple[float, float] | None = None  # the time charts' span, last refresh
         # page_timer: the page's own timer (a hidden Play widget) asks for each refresh, so a
@@ -247,6 +249,7 @@ class LiveDashboard(Shown):
             self._done_at = time.monotonic()
             self.status.value = _esc(
                 f"refreshed {_utc(now.timestamp())} UTC ({len(frame)} events)")
+            self._idle.refreshed(stats)
 
     def _series_draws(self, frame: pd.DataFrame, series: pd.DataFrame | None,
                       window: tuple[float, float] | None) -> dict[str, Callable[[], Figure]]:
@@ -382,7 +385,22 @@ class LiveDashboard(Shown):
         # and a click waits for one refresh at most.
         if self._closed or time.monotonic() - self._done_at < 0.5 * float(self.interval.value):
             return
-        self._refresh_quietly()
+        self._quietly(self._tick)
+
+    def _tick(self) -> None:
+        """A timer's refresh: only the stats line while the owner's stats say nothing moved
+        since the last full refresh (see :mod:`istos_nb.views.idle`), else :meth:`refresh`."""
+        with self._lock:
+            if self._closed:
+                return
+            stats = self.live_queue.stats()
+            if self._idle.quiet(stats):
+                self.stats_line.value = _esc(lt.stats_text(stats))
+                self.refreshes += 1
+                self._done_at = time.monotonic()
+                self.status.value = _esc(f"refreshed {_utc(time.time())} UTC (nothing new)")
+                return
+        self.refresh()
 
     def _start(self) -> None:
         if self._pulse is not None:
@@ -396,7 +414,7 @@ class LiveDashboard(Shown):
         def tick() -> None:
             self._refresh_quietly()  # first refresh at once, then every interval
             while not stop.wait(interval):
-                self._refresh_quietly()
+                self._quietly(self._tick)
 
         self._stop = stop
         self._thread = threading.Thread(target=tick, name="istos-live-dashboard", daemon=True)

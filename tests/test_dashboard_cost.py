@@ -1,6 +1,8 @@
 """``istos dashboard`` costs nothing once nobody looks: Chromium opens and closes the page five
-times, and the culler leaves no kernel behind; the page wants the printed token; SIGTERM stops
-Voila and its kernels at once. Against a live owner behind a Zenoh router (issue 25, point 4).
+times, and the culler leaves no kernel behind; an open idle page refreshes by itself and costs
+<= 3% of a core; the page wants the printed token; SIGTERM stops Voila and its kernels within
+1 s. Against a live owner behind a Zenoh router (issue 25, point 4). The CPU and stop figures
+are printed (bench/dashboard_cost.py measures them alone); their bounds here are generous.
 
 Needs /usr/bin/chromium (see tests/browser_util.py).
 """
@@ -17,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from browser_util import (  # noqa: F401 - browser is a fixture
@@ -24,22 +27,46 @@ from browser_util import (  # noqa: F401 - browser is a fixture
     _port_open,
     browser,
     new_context,
-    open_page,
     save_artifacts,
 )
 from test_browser_live import Owner, served_url
 from zenoh_util import free_port
 
-CULL_AFTER_S = 20.0  # longer than a page takes to load and connect on a loaded machine
+# Short, to keep the test short: a page that has not connected yet is not culled meanwhile,
+# as its kernel keeps sending (istos_nb.views.pagetimer) until the page's first tick.
+CULL_AFTER_S = 5.0
+IDLE_WINDOW_S = 20.0  # ten refreshes at the default 2 s
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _fields(pid: int) -> list[str] | None:
+    """``/proc/PID/stat`` after the command name (state first), None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
     """(ppid, session id) of ``pid``, None when it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[1]), int(fields[3])
+    fields = _fields(pid)
+    return None if fields is None else (int(fields[1]), int(fields[3]))
+
+
+def alive(pid: int) -> bool:
+    """Running (a killed process waiting to be reaped is not)."""
+    fields = _fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def cpu_s(pids: list[int]) -> float:
+    """utime + stime of ``pids`` (seconds; a process gone counts nothing)."""
+    total = 0
+    for pid in pids:
+        fields = _fields(pid)
+        if fields is not None:
+            total += int(fields[11]) + int(fields[12])
+    return total / TICKS
 
 
 def _cmdline(pid: int) -> str:
@@ -60,12 +87,34 @@ def kernels_of(voila: int) -> list[int]:
             and "ipykernel_launcher" in _cmdline(p)]
 
 
+def kernel_of_page(page: Any, voila: int) -> int:
+    """The kernel process serving ``page`` (Voila writes its id into the page's config; the
+    kernel's connection file is named after it)."""
+    config = json.loads(page.locator("#jupyter-config-data").text_content() or "{}")
+    found = [p for p in kernels_of(voila) if f"kernel-{config['kernelId']}" in _cmdline(p)]
+    assert len(found) == 1, (config.get("kernelId"), found)
+    return found[0]
+
+
 def voila_of(parent: int) -> int | None:
     for p in _pids():
         st = _stat(p)
         if st is not None and st[0] == parent and "voila" in _cmdline(p):
             return p
     return None
+
+
+def wait_ready(page: Any, timeout_s: float = 60.0) -> None:
+    """The page shows its first refresh; reloaded once (a fresh kernel) if not in time, as
+    browser_util.open_page does (which also loads it: these pages load all at once)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    ready = page.locator(".istos-status", has_text="refreshed").first
+    try:
+        ready.wait_for(timeout=timeout_s * 1000)
+    except PlaywrightTimeout:
+        page.reload(wait_until="commit", timeout=90_000)
+        ready.wait_for(timeout=timeout_s * 1000)
 
 
 def wait_until(pred, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -77,8 +126,9 @@ def wait_until(pred, timeout_s: float, what: str) -> None:  # type: ignore[no-un
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_closed_pages_leave_no_kernel_and_sigterm_stops_at_once(browser, tmp_path):  # noqa: F811
+@pytest.mark.timeout(600)
+def test_closed_pages_leave_no_kernel_an_idle_page_costs_little_and_sigterm_stops_at_once(
+        browser, tmp_path):  # noqa: F811
     owner = Owner()
     proc = None
     try:
@@ -108,38 +158,49 @@ def test_closed_pages_leave_no_kernel_and_sigterm_stops_at_once(browser, tmp_pat
             landed = f"refused {exc.code}"
         assert "login" in landed or "refused" in landed, landed
 
+        # Six pages load at once (each gets its own kernel); once each shows its first
+        # refresh, five are closed and one stays open.
         context = new_context(browser)
-        try:
-            for _ in range(5):
-                page = context.new_page()
-                try:
-                    open_page(page, url, ".istos-status", "refreshed", timeout_s=90.0)
-                    assert "queue mail on owner" in page.locator(".istos-stats").inner_text()
-                    assert kernels_of(voila), "an open page has its kernel"
-                except BaseException:
-                    save_artifacts("dashboard-cost", page)
-                    raise
-                page.close()
-        finally:
-            context.close()
-        # Closed pages: their kernels go quiet (the page drove the refreshes) and are culled.
-        wait_until(lambda: not kernels_of(voila), CULL_AFTER_S + 90,
-                   f"closed pages' kernels culled: {kernels_of(voila)}")
+        pages = [context.new_page() for _ in range(6)]
+        for page in pages:
+            page.goto(url, wait_until="commit", timeout=90_000)
+        for page in pages:
+            try:
+                wait_ready(page)
+                assert "queue mail on owner" in page.locator(".istos-stats").inner_text()
+            except BaseException:
+                save_artifacts("dashboard-cost", page)
+                raise
+        assert len(kernels_of(voila)) >= 6, "every open page has its kernel"
+        kept, views = pages[0], pages[1:]
+        mine = kernel_of_page(kept, voila)
+        for view in views:
+            view.close()
 
-        context = new_context(browser)  # one page open while stopping: its kernel goes too
-        page = context.new_page()
-        open_page(page, url, ".istos-status", "refreshed", timeout_s=90.0)
-        open_kernels = kernels_of(voila)
-        assert open_kernels
+        # The kept page, idle (nothing moves on the queue), over a window: it refreshes by
+        # itself (its own timer) and costs Voila and its kernel next to nothing, while the
+        # closed pages' kernels go quiet (their pages drove the refreshes) and are culled.
+        status = kept.locator(".istos-status")
+        before, started = cpu_s([voila, mine]), time.monotonic()
+        first = status.inner_text()
+        threading.Event().wait(IDLE_WINDOW_S)  # a measuring window, not a wait for an event
+        used, took = cpu_s([voila, mine]) - before, time.monotonic() - started
+        share = 100 * used / took
+        print(f"one open idle page: {share:.1f} % of a core over {took:.0f} s "
+              f"(Voila and the page's kernel; target <= 3 %)")
+        assert status.inner_text() != first, f"the open page did not refresh: {first}"
+        assert share < 10.0  # the target is 3 % (printed above); generous for a loaded machine
+        wait_until(lambda: kernels_of(voila) == [mine], CULL_AFTER_S + 60,
+                   f"closed pages' kernels culled, the open one kept: {kernels_of(voila)}")
+
+        # SIGTERM with the page still open: Voila and its kernel go at once.
         proc.send_signal(signal.SIGTERM)
-        started = time.monotonic()
+        signalled = time.monotonic()
         proc.wait(30)
-        took = time.monotonic() - started
-        print(f"istos dashboard stopped {took:.2f} s after SIGTERM")
-        assert proc.returncode == 0 and _stat(voila) is None
-        assert took < 15.0  # the target is 1 s (printed above); generous for a loaded machine
-        wait_until(lambda: all(_stat(k) is None for k in open_kernels), 30,
-                   "the open page's kernel stopped with Voila")
+        took = time.monotonic() - signalled
+        print(f"istos dashboard stopped {took:.2f} s after SIGTERM (target 1 s)")
+        assert proc.returncode == 0 and not alive(voila) and not alive(mine)
+        assert took < 1.0  # issue 25's promise: SIGTERM stops within 1 s
         context.close()
     finally:
         if proc is not None and proc.poll() is None:

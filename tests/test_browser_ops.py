@@ -1,7 +1,8 @@
 """``istos dashboard`` without a queue in a real browser (issue 26): the overview lists every
 queue and its row opens that queue's dashboard; ``?job=ID`` opens a job's detail with its
 traceback; the Workers and Latency tabs show the owner's numbers; a bulk admin button goes
-through its confirmation. Against a live owner behind a Zenoh router, in headless Chromium.
+through its confirmation; a chain step's detail shows the workflow's row of steps and the
+step's kept result. Against a live owner behind a Zenoh router, in headless Chromium.
 
 Leaves test-artifacts/ops-overview.png and ops-dashboard.png always, page HTML and log on
 failure (see tests/browser_util.py).
@@ -34,21 +35,32 @@ from zenoh_util import free_port
 from istos import Istos
 
 
+async def _step(job: dict) -> dict:
+    return {"sent_to": job["to"]}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_overview_job_link_workers_latency_and_a_bulk_action_in_chromium(browser, tmp_path):  # noqa: F811
     owner = Owner()
     owner.app.queue("other")
+    owner.app.queue("flow", keep_results=True)  # a chain's first step, its result kept
     worker = Istos(zenoh=owner.clients[1], prefix=owner.prefix, node_id="wk")
     worker.worker("mail", concurrency=1, poll_interval_s=0.1)(_fail)
+    worker.worker("flow", concurrency=1, poll_interval_s=0.1)(_step)
     proc = None
     try:
         owner.run(owner.app.start())
-        died = threading.Event()
+        died, stepped = threading.Event(), threading.Event()
         owner.app.events.subscribe(lambda e: died.set() if e.kind == "dead_lettered" else None)
+        owner.app.events.subscribe(
+            lambda e: stepped.set() if e.kind == "acked" and e.queue == "flow" else None)
         dead_id = owner.run(owner.app.enqueue("mail", {"to": "full@x"}))
+        first = owner.run(owner.app.chain(["flow", "other"], {"to": "chain@x"}))
+        chain_id = first.rpartition(".")[0]
         owner.run(worker.start())
         assert died.wait(30), "the failing job was not dead-lettered"
+        assert stepped.wait(30), "the chain's first step was not acked"
         state = owner.app.owners["mail"].state
         later = owner.run(owner.app.enqueue("mail", {"to": "later@x"}, delay_s=3600))
 
@@ -72,7 +84,7 @@ def test_overview_job_link_workers_latency_and_a_bulk_action_in_chromium(browser
         context = new_context(browser)
         page = context.new_page()
         try:
-            open_page(page, server.url, ".istos-overview-page", "2 queue(s)", timeout_s=90.0)
+            open_page(page, server.url, ".istos-overview-page", "3 queue(s)", timeout_s=90.0)
             overview = page.locator(".istos-overview-page")
             assert "mail" in overview.inner_text() and "other" in overview.inner_text()
             href = overview.get_by_role("link", name="mail", exact=True).get_attribute("href")
@@ -102,6 +114,21 @@ def test_overview_job_link_workers_latency_and_a_bulk_action_in_chromium(browser
                 timeout=30_000)
             assert state.jobs[later].state in ("ready", "leased", "dead")
             screenshot(page, "ops-dashboard")
+
+            # A chain step's detail: the workflow as a row of steps (queue, id, state), this
+            # step marked, and the result its queue kept.
+            open_page(page, f"{server.url}?queue=flow&job={first}", ".istos-job-detail",
+                      f"workflow: chain {chain_id}", timeout_s=90.0)
+            detail = page.locator(".istos-job-detail")
+            steps = detail.locator(".istos-workflow .istos-step")
+            assert steps.count() == 2
+            done, waiting = (steps.nth(i).inner_text() for i in range(2))
+            assert "flow" in done and f"{chain_id}.0" in done and "done" in done, done
+            assert "other" in waiting and f"{chain_id}.1" in waiting and "ready" in waiting, \
+                waiting
+            assert detail.locator(".istos-step-here").inner_text() == done
+            assert '"sent_to": "chain@x"' in detail.locator(".istos-result").inner_text()
+            screenshot(page, "ops-workflow")
         except BaseException:
             save_artifacts("ops-dashboard", page, server)
             raise

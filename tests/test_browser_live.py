@@ -152,6 +152,20 @@ def test_istos_dashboard_job_detail_and_confirmed_admin_in_chromium(browser, tmp
             jobs.locator("text=1–1 of 1 jobs").wait_for(timeout=20_000)
             assert _column(page, "ready / lease ends") == ["–"]  # a dead job: no "min"
 
+            # The depth tab draws the owner's series when selected (only the shown tab's chart
+            # is drawn at a refresh), its caption the owner's exact counts: the backlog's.
+            page.get_by_role("tab", name="depth", exact=True).click()
+            counts = state.counts
+            caption = page.locator(".istos-depth-caption")
+            caption.locator(f"text=ready {counts['ready']}").wait_for(timeout=20_000)
+            assert f"dead {counts['dead']}" in caption.inner_text()
+            assert "the owner's counts at" in caption.inner_text()
+            page.wait_for_function("""() => {
+                const img = document.querySelector('.istos-depth-caption')
+                    .parentElement.querySelector('img.istos-chart');
+                return img && img.naturalWidth > 0 && img.offsetParent !== null; }""",
+                                   timeout=20_000)
+
             page.get_by_role("tab", name="job", exact=True).click()
             page.locator(".istos-job-id input").fill(dead_id)
             page.locator("button.istos-job-show").click()

@@ -354,12 +354,21 @@ def test_live_refresh_fills_stats_charts_and_tables(recorded):
     assert dash.stats_line.value.startswith("queue jobs on owner")
     assert "acked 1.5/s" in dash.stats_line.value
     assert dash.status.value.startswith("refreshed ")
-    half = {name: image.value for name, image in dash.panels.images.items()}
-    for name, data in half.items():
-        assert png_shape(data)[0] > 100, name
-    fake.advance(10_000)
-    dash.refresh()
+    # Only the selected tab's chart is drawn at a refresh; another when its tab is selected.
+    assert dash.panels.selected == "leases" and png_shape(dash.panels.images["leases"].value)
+    assert all(image.value == b"" for name, image in dash.panels.images.items()
+               if name != "leases")
+    half = {}
     for name in ("leases", "retries", "depth"):
+        dash.panels.tab.selected_index = list(dash.panels.tab.titles).index(name)
+        half[name] = dash.panels.images[name].value
+        assert png_shape(half[name])[0] > 100, name
+    fake.advance(10_000)
+    dash.refresh()  # "depth" is selected: drawn again now, the others when selected
+    assert dash.panels.images["depth"].value != half["depth"]
+    assert dash.panels.images["leases"].value == half["leases"]
+    for name in ("leases", "retries"):
+        dash.panels.tab.selected_index = list(dash.panels.tab.titles).index(name)
         assert dash.panels.images[name].value != half[name], name
     expected = recorded.jobs[recorded.jobs["state"] == "dead"]["job_id"]
     assert len(expected) > 0 and sorted(dash.dead_rows.ids()) == sorted(expected)
@@ -454,8 +463,9 @@ async def test_live_dashboard_against_a_real_owner_over_zenoh():
             assert "dead 1" in dash.stats_line.value
             dead = [row.cells.value for row in dash.dead_rows.rows if row.job_id]
             assert len(dead) == 1 and "always fails" in dead[0]
-            for name, image in dash.panels.images.items():
-                assert png_shape(image.value)[0] > 100, name
+            for index, name in enumerate(dash.panels.images):  # each drawn when selected
+                dash.panels.tab.selected_index = index
+                assert png_shape(dash.panels.images[name].value)[0] > 100, name
         finally:
             await asyncio.to_thread(dash.close)
             await asyncio.to_thread(lq.close)

@@ -4,13 +4,16 @@ confirmation (:mod:`istos_nb.views.admin_panel`), their outcome kept in a messag
 refreshes do not touch.
 
 Every time chart (leases, retries, and depth and throughput from the owner's series) shows one
-x span, :func:`chart_window`, ending at the refresh instant, on a UTC wall-clock axis.
+x span, :func:`chart_window`, ending at the refresh instant, on a UTC wall-clock axis. Only
+the selected tab's chart is drawn at a refresh; another one is drawn when its tab is selected
+(``Panels.show_charts(lazy=True)``): a page costs one chart per refresh, not five.
 
 Stable DOM classes (besides ``istos_nb.views.widgets``): ``istos-jobs-state`` (state filter),
 ``istos-jobs-search`` (payload search, ``key=value``), ``istos-jobs-pager`` with
 ``istos-jobs-prev`` / ``istos-jobs-next`` (the Jobs tab's pages), ``istos-job-id`` /
 ``istos-job-show`` (pick a job), ``istos-job-detail``, ``istos-chart-window`` (the span the
-time charts show, "… – HH:MM:SS UTC (now)"), the admin row's ``istos-admin``,
+time charts show, "… – HH:MM:SS UTC (now)"), ``istos-depth-caption`` (under the depth chart:
+the owner's exact counts in its newest series bucket), the admin row's ``istos-admin``,
 ``istos-admin-<action>``, ``istos-confirm`` with ``istos-confirm-text`` / ``istos-confirm-yes``
 / ``istos-confirm-no`` and ``istos-message`` (see :mod:`istos_nb.views.admin_panel`), and the
 dead letters' ``istos-dead``, ``istos-dead-row``, ``istos-dead-show`` / ``-requeue`` /
@@ -44,7 +47,7 @@ from .pager import Pager
 from .pagetimer import start_play
 from .panels import TABLE_ROWS, Panels, Shown, figure_png
 from .replay_panel import ReplayPanel
-from .series_charts import series_depth_chart, series_throughput_chart
+from .series_charts import depth_caption, series_depth_chart, series_throughput_chart
 
 SERIES_WINDOW = pd.Timedelta(minutes=10)
 MIN_SPAN_S = 60.0  # the time charts show at least the last minute
@@ -138,6 +141,7 @@ class LiveDashboard(Shown):
         self.stats_line = W.HTML()
         self.status = W.HTML(_esc("paused" if paused else "starting…"))
         self.window_line = W.HTML()
+        self.depth_caption = W.HTML()  # the owner's exact counts under the depth chart
         self.state_filter = W.Dropdown(options=list(STATE_FILTERS), value="not done",
                                        description="state")
         self.search = W.Text(placeholder="payload search: key=value", continuous_update=False)
@@ -158,6 +162,7 @@ class LiveDashboard(Shown):
                             (self.search, "istos-jobs-search"), (self.job_id, "istos-job-id"),
                             (self.show_job, "istos-job-show"), (self.detail, "istos-job-detail"),
                             (self.window_line, "istos-chart-window"),
+                            (self.depth_caption, "istos-depth-caption"),
                             (self.timeline, "istos-chart")):
             widget.add_class(cls)
 
@@ -180,6 +185,7 @@ class LiveDashboard(Shown):
                             self.panels.tables["jobs"]])
         job_pane = W.VBox([W.HBox([self.job_id, self.show_job]), self.detail, self.timeline])
         tab, panes = self.panels.tab, self.panels.panes
+        panes["depth"].children = (*panes["depth"].children, self.depth_caption)
         self.replay = ReplayPanel(self.live_queue)  # record the last minutes, run what-ifs
         tab.children = [*(panes[n] for n in self.panels.images), jobs_pane,
                         self.dead_rows.widget, job_pane, panes["workers"], panes["latency"],
@@ -226,7 +232,8 @@ class LiveDashboard(Shown):
             self.panels.show_charts(frame, self._policy_backoff(stats),
                                     max_attempts=policy.get("max_attempts"),
                                     drawn_by=self._series_draws(frame, series, window),
-                                    window=window)
+                                    window=window, lazy=True)
+            self.depth_caption.value = _esc(depth_caption(series))
             self.window_line.value = "" if window is None else _esc(
                 f"time charts: {_utc(window[0])} – {_utc(window[1])} UTC (now)")
             total = jobs.attrs.get("total", len(jobs) if self.jobs_pager.offset == 0 else None)

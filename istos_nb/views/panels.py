@@ -9,6 +9,7 @@ tab shows until its first render), ``istos-scroll`` (the box a table scrolls in)
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from html import escape as _esc
 from typing import Any
@@ -83,19 +84,27 @@ class Panels:
         self.panes = {name: W.VBox([self.hints[name], pane], layout=W.Layout(width="100%"))
                       for name, pane in {**self.images, **self.tables}.items()}
         self.tab = W.Tab(children=list(self.panes.values()), titles=list(self.panes))
+        # Lazy drawing (show_charts(lazy=True)): the charts not on screen wait here, drawn
+        # when their tab is selected; a newer show_charts replaces them (generation count).
+        self._waiting: dict[str, Callable[[], Figure]] = {}
+        self._generation = 0
+        self._lock = threading.Lock()
+        self.tab.observe(lambda _c: self._draw_selected(), names="selected_index")
 
     def show_charts(self, events: Any, backoff: tuple[float, float, float],
                     max_attempts: int | None = None,
                     after_each: Callable[[int], None] | None = None,
                     drawn_by: Mapping[str, Callable[[], Figure]] | None = None,
-                    window: tuple[float, float] | None = None) -> None:
+                    window: tuple[float, float] | None = None, lazy: bool = False) -> None:
         """Redraw the charts from ``events`` (anything ``events_frame`` accepts), each
         :data:`CHART_WIDTH_IN` wide at :data:`CHART_DPI`; ``after_each(n)`` is called after
         the n-th chart is shown, so a progress bar can follow the drawing too. The backoff
         band stops at ``max_attempts`` (the queue's). ``drawn_by`` maps a tab to a function
         drawing it instead of the events (a live owner's series: depth, throughput; every
         extra chart needs one); ``window`` is the time charts' one x span (see
-        :data:`istos_nb.views.chartkit.Window`)."""
+        :data:`istos_nb.views.chartkit.Window`). With ``lazy`` only the chart of the selected
+        tab is drawn now and each other one when its tab is selected (until the next call):
+        a live page that shows one chart pays for one chart a refresh, not five."""
         events = events_frame(events)  # normalise once, not once per chart
         draws: dict[str, Callable[[Any], Any]] = {
             "leases": lambda e: charts.lease_gantt(e, window=window),
@@ -109,13 +118,46 @@ class Panels:
         missing = [name for name in self.images if name not in draws]
         if missing:
             raise ValueError(f"no drawing for chart tab(s) {', '.join(missing)}: pass drawn_by")
+        if lazy:
+            with self._lock:
+                self._generation += 1
+                self._waiting = {name: _bound(draws[name], events) for name in self.images}
+            self._draw_selected()
+            return
         for n, name in enumerate(self.images, 1):
-            fig = charts.resize(draws[name](events), CHART_WIDTH_IN)
-            self.images[name].value = figure_png(fig)
-            self.images[name].layout.display = None
-            self.hide_hint(name)
+            self._put(name, draws[name](events))
             if after_each is not None:
                 after_each(n)
+
+    @property
+    def selected(self) -> str | None:
+        """The title of the selected tab (None when none is)."""
+        index, titles = self.tab.selected_index, list(self.tab.titles)
+        return titles[index] if index is not None and 0 <= index < len(titles) else None
+
+    def _draw_selected(self) -> None:
+        """Draw the selected tab's chart if it waits (lazy mode); a failure shows in its hint."""
+        name = self.selected
+        with self._lock:
+            draw = self._waiting.pop(name, None) if name is not None else None
+            generation = self._generation
+        if draw is None or name is None:
+            return
+        try:
+            fig = draw()
+        except Exception as exc:  # noqa: BLE001 - shown in the tab; the next refresh retries
+            self.hints[name].value = _esc(f"could not draw {name}: {type(exc).__name__}: {exc}")
+            self.hints[name].layout.display = None
+            return
+        with self._lock:
+            if generation != self._generation:
+                return  # a newer refresh has its own drawing of this tab waiting or done
+        self._put(name, fig)
+
+    def _put(self, name: str, fig: Figure) -> None:
+        self.images[name].value = figure_png(charts.resize(fig, CHART_WIDTH_IN))
+        self.images[name].layout.display = None
+        self.hide_hint(name)
 
     def show_table(self, name: str, df: pd.DataFrame, what: str, intro: str = "") -> None:
         self.tables[name].value = table_html(df, what, intro=intro)
@@ -124,6 +166,10 @@ class Panels:
     def hide_hint(self, name: str) -> None:
         """The tab ``name`` has content now: drop its "nothing yet" line."""
         self.hints[name].layout.display = "none"
+
+
+def _bound(draw: Callable[[Any], Figure], events: Any) -> Callable[[], Figure]:
+    return lambda: draw(events)
 
 
 def _ignoring_events(draw: Callable[[], Figure]) -> Callable[[Any], Figure]:

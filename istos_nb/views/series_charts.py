@@ -30,7 +30,7 @@ from istos_nb.views.chartkit import (
     no_events,
 )
 
-__all__ = ["series_depth_chart", "series_throughput_chart"]
+__all__ = ["depth_caption", "series_depth_chart", "series_throughput_chart"]
 
 _RATES = {"acked": "#2ca02c", "enqueued": "#1f77b4", "nacked": "#ff7f0e",
           "expired": "#9467bd", "dead_lettered": "#d62728"}
@@ -106,3 +106,18 @@ def series_throughput_chart(series: pd.DataFrame, ax: Axes | None = None,
     ax.set_ylim(bottom=0)
     ax.legend(**LEGEND)
     return done(fig, ax, owned)
+
+
+def depth_caption(series: pd.DataFrame | None) -> str:
+    """One line under a live depth chart: the owner's counts in its newest bucket, exact (a
+    chart's step is hard to read to the job), or why the chart draws the event window."""
+    if series is None:
+        return "depth from the event window: this owner keeps no series"
+    if series.empty:
+        return "the owner's series has no bucket yet"
+    last = series.iloc[-1]
+    at = pd.Timestamp(series.index[-1])
+    at = at.tz_localize("UTC") if at.tzinfo is None else at.tz_convert("UTC")
+    counts = " · ".join(f"{state} {int(last[state])}" for state in DEPTH_COLORS
+                        if state in series.columns)
+    return f"the owner's counts at {at.strftime('%H:%M:%S')} UTC: {counts}"

@@ -144,11 +144,19 @@ async def test_lease_expiring_during_an_outage_is_not_counted(owner, redis_serve
     redis_server.kill()
     with pytest.raises(StorageUnavailable):  # the worker's ack cannot get through
         await owner.client("q").call("ack", job_id=jid, token=job["token"], result=None)
-    rec = owner.owners["q"].state.jobs[jid]
-    await asyncio.sleep(1.0)  # two lease lengths: the sweeper tries and fails to expire it
-    assert rec.state == "leased" and rec.attempts == 1
+    queue = owner.owners["q"]
+    rec, acked_failed_at = queue.state.jobs[jid], queue.failed_at
+    assert acked_failed_at is not None
+    # Wait (bounded) for the sweeper's expiry write to fail too: the next failed write after
+    # the ack's can only be that one, once the lease has run out (nothing else writes).
+    deadline = asyncio.get_running_loop().time() + 15.0
+    while queue.failed_at == acked_failed_at:
+        assert asyncio.get_running_loop().time() < deadline, "the sweeper never tried"
+        await asyncio.sleep(0.02)
+    assert rec.state == "leased" and rec.attempts == 1  # not applied: its write failed
     redis_server.start()
-    events = await wait_events(owner, lambda ev: count(ev, "lease_expired", jid) >= 1)
+    events = await wait_events(owner, lambda ev: count(ev, "lease_expired", jid) >= 1,
+                               timeout_s=20.0)  # the store's restart, on a loaded machine
     assert count(events, "dead_lettered", jid) == 0  # max_attempts=1, yet not dead
     assert rec.state == "ready" and rec.attempts == 0
     assert rec.history[-1].error is not None and "storage outage" in rec.history[-1].error

@@ -184,8 +184,12 @@ async def test_a_recorded_live_run_replays_faithfully_and_predicts_duplicates():
     (again,) = Trace.from_events(same.job_events()).crashes
     assert again["node"] == "wb1"
     assert again["t"] + again["restart_after"] == pytest.approx(back - trace.t0, abs=1e-6)
+    # Waits as predicted: the mean over replay seeds (predict), as the README defines it. One
+    # seed's wait p50 strays: a p50 of ~0.15 s is a few claim round trips, and one draw of
+    # the schedule's races moved it by 15.1% once in CI.
+    waits = predict(trace, seeds=3).loc[["wait_p50", "wait_p95"], "mean"]
     for q in ("wait_p50", "wait_p95"):
-        assert replayed[q] == pytest.approx(recorded[q], rel=0.15), (q, recorded, replayed)
+        assert waits[q] == pytest.approx(recorded[q], rel=0.15), (q, recorded, waits, replayed)
     assert (replayed["done"], replayed["dead"]) == (recorded["done"], recorded["dead"])
     assert replayed["attempts_hist"] == recorded["attempts_hist"], (recorded, replayed)
     assert abs(replayed["redeliveries"] - recorded["redeliveries"]) <= 1, (recorded, replayed)

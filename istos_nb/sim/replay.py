@@ -30,7 +30,7 @@ What replay assumes, and where that breaks (the README says it too):
   (and comes back when it did); with heartbeats on, its lost deliveries' leases are renewed
   until then, so they come back that much later than a real crash's would. A live crash is
   dated by the node's last act before it abandoned what it held, and its return by its next
-  act (see :mod:`istos_nb.sim.trace_crashes`).
+  act (see :mod:`istos_nb.data.trace_crashes`).
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from ..data.trace import Trace
 from .result import SimResult
 from .simnode import SimNode
 from .simulation import ScenarioError, Simulation
-from .trace import Trace
 from .workload import HandlerFailure
 
 __all__ = ["replay", "QUEUE_OPTIONS", "WORKER_OPTIONS"]

@@ -30,8 +30,8 @@ from .network import SimNetwork
 from .progress import auto_progress
 from .result import SimResult
 from .simnode import Incarnation, SimNode, current_incarnation, instrument
-from .vloop import VirtualEventLoop, VirtualLoopInterrupted, run_in_thread
-from .vrun import fewer_gc_pauses
+from .vloop import VirtualEventLoop, VirtualLoopInterrupted
+from .vrun import fewer_gc_pauses, run_in_thread
 from .workload import Workload
 
 

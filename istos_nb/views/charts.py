@@ -1,4 +1,4 @@
-"""Matplotlib figures built from the frames in :mod:`istos_nb.views.frames`.
+"""Matplotlib figures built from the frames in :mod:`istos_nb.data.frames`.
 
 Every chart accepts events in any form ``events_frame`` accepts, plus optional ``ax`` (draw into
 an existing Axes; the returned Figure is that Axes' root figure) and ``title``. Charts use the
@@ -44,6 +44,15 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from istos import events as ev
+from istos_nb.data.frames import (
+    EventsLike,
+    attempts_frame,
+    depth_frame,
+    events_frame,
+    jobs_frame,
+    leases_frame,
+    throughput_frame,
+)
 from istos_nb.views.chartkit import (
     BAR_EDGE,
     DEPTH_COLORS,
@@ -65,15 +74,6 @@ from istos_nb.views.chartkit import (
     step_bins,
     time_axis,
     time_window,
-)
-from istos_nb.views.frames import (
-    EventsLike,
-    attempts_frame,
-    depth_frame,
-    events_frame,
-    jobs_frame,
-    leases_frame,
-    throughput_frame,
 )
 from istos_nb.views.glyphs import Drawn
 from istos_nb.views.leasemarks import ARC_BULGE, delivery_deaths, node_markers, redeliveries

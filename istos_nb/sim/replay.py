@@ -41,9 +41,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..data.trace import Trace
+from .errors import ScenarioError
 from .result import SimResult
 from .simnode import SimNode
-from .simulation import ScenarioError, Simulation
+from .simulation import Simulation
 from .workload import HandlerFailure
 
 __all__ = ["replay", "QUEUE_OPTIONS", "WORKER_OPTIONS"]
@@ -158,10 +159,7 @@ def _schedule_crashes(sim: Simulation, trace: Trace, crashes: list[tuple[str, fl
 async def _go_away(node: SimNode) -> None:
     """Stop claiming and leave once what the node runs has finished: in the recording those
     runs were not lost (they ran, here or elsewhere), so the replay does not lose them."""
-    app = node.app
-    for runner in app.runners:
-        runner.shutdown_grace_s = _DRAIN_S
-    await app.stop()
+    await node.app.stop(grace_s=_DRAIN_S)
 
 
 def behaviours(trace: Trace, crashes: list[tuple[str, float] | None]

@@ -13,6 +13,9 @@ block the caller's loop at all.
 
 Read-only by default: attaching declares no worker and no queryable, never claims, and sends only
 inspection requests plus ``follow`` (the owner then publishes its events for a while).
+
+Public as :mod:`istos_nb.attach`, which re-exports this module's ``__all__`` (one module at
+two layers: the public name, and this implementation).
 """
 
 from __future__ import annotations

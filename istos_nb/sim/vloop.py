@@ -10,8 +10,9 @@ How it works. Where ``BaseEventLoop._run_once`` would ask its selector to wait `
 seconds for I/O (none when callbacks are ready; else the distance to the next timer, or forever
 when nothing is scheduled), this loop never waits for real: it moves the virtual clock to the
 next timer's ``when`` and runs that timer in the same iteration. The iteration itself, and
-``call_soon`` / ``call_later`` / ``call_at``, live in :mod:`istos_nb.sim.vsched`, which mirrors
-asyncio's code on a cheaper timer heap.
+``call_soon`` / ``call_later`` / ``call_at``, live in :mod:`istos_nb.asyncio_internals` (the
+one module that touches asyncio's private members), which mirrors asyncio's code on a cheaper
+timer heap.
 
 Guarantees:
 
@@ -54,7 +55,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from istos.errors import IstosError
 
-from .vsched import _POLL_EVERY, VirtualScheduling
+from ..asyncio_internals import POLL_EVERY, VirtualScheduling
 
 __all__ = [
     "VirtualDeadlock",
@@ -141,7 +142,7 @@ class VirtualEventLoop(VirtualScheduling, asyncio.SelectorEventLoop):  # type: i
             stop_event = getattr(_ambient, "stop_event", None)
         self._stop_event = stop_event
         self._allow_real_wait_s = float(allow_real_wait_s)
-        self._countdown = _POLL_EVERY  # iterations until the real selector is polled
+        self._countdown = POLL_EVERY  # iterations until the real selector is polled
         super().__init__(selectors.DefaultSelector())
         self._clock_resolution = _RESOLUTION
         # Freezing (SIGSTOP-like): when set, every callback asks ``gate()`` in its own context
@@ -151,7 +152,8 @@ class VirtualEventLoop(VirtualScheduling, asyncio.SelectorEventLoop):  # type: i
 
     if TYPE_CHECKING:
         # BaseEventLoop internals this loop builds on, absent from typeshed's stubs (stable
-        # across 3.10-3.13); the scheduling ones are declared in vsched.VirtualScheduling.
+        # across 3.10-3.13); the scheduling ones are declared in
+        # asyncio_internals.VirtualScheduling.
         _selector: selectors.BaseSelector
 
     # -- the clock --------------------------------------------------------------------------

@@ -27,6 +27,9 @@ clock (epoch seconds) gets a wall-clock (UTC) time axis, virtual time stays seco
 first event. A new chart function must be registered there. The replay overlays
 (:func:`replay_gantt`, :func:`replay_depth`, in :mod:`istos_nb.views.replay_charts`) take two
 runs and keep seconds from each run's first arrival, so a recording and its replay line up.
+
+Public as :mod:`istos_nb.charts`, which re-exports this module's ``__all__`` (one module at
+two layers: the public name, and this implementation).
 """
 
 from __future__ import annotations

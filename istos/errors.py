@@ -1,8 +1,12 @@
-"""Typed errors. Every error Istos raises derives from :class:`IstosError`.
+"""Typed errors. Every error class Istos defines derives from :class:`IstosError`.
 
-Where an error is also a builtin (``ValueError``, ``LookupError``, ``AssertionError``,
+A bad argument or option, a failed request and a refused write each raise one of the classes
+below. Where an error is also a builtin (``ValueError``, ``LookupError``, ``AssertionError``,
 ``RuntimeError``), it derives from both, so ``except ValueError`` and ``except IstosError``
-each catch it. Exported from ``istos`` unless a module is named.
+each catch it. Python's own ``TypeError`` (a value of the wrong type, such as a non-callable
+given to ``Depends``) and ``KeyError`` (a frame lacking a column) keep their meaning; the
+docstrings that raise them say so. The classes below are exported from ``istos`` unless a
+module is named.
 
 The tree::
 

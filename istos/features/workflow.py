@@ -134,7 +134,9 @@ class Workflows:
 
         Every item is encoded first, so an item msgpack cannot encode raises
         :class:`InvalidJob` before any job is sent. Not atomic against an owner failing midway:
-        the ids enqueued before an :class:`OwnerUnavailable` stay enqueued.
+        the ids enqueued before an :class:`OwnerUnavailable` stay enqueued. Raises
+        :class:`ConfigError` for a bad queue name or priority, and what :meth:`enqueue`
+        raises.
         """
         check_queue_name(queue)
         prio = check_priority(priority)

@@ -52,12 +52,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Istos:
-    """One node of an Istos mesh.
+    """One node of an Istos mesh: it may own queues, work them and put jobs on them.
 
     ``storage``: where owners write their jobs through (default: in memory, volatile).
-    ``zenoh``: a ``zenoh.Config``, a path to a JSON5 config file, or a dict; None uses Zenoh's
-    defaults (peer mode with multicast scouting: nodes on one host find each other).
-    The keyword-only arguments inject the other ports (the simulator and tests use them).
+    ``zenoh``: a ``zenoh.Config``, a dict, inline JSON5 or a path to a JSON5 file; None uses
+    Zenoh's defaults (peer mode with multicast scouting: nodes on one host find each other).
+    ``prefix``: the key prefix every queue of this node lives under; nodes meet only under the
+    same prefix. ``request_timeout_s`` bounds each request to an owner (then
+    :class:`OwnerUnavailable`); ``shutdown_grace_s`` is how long :meth:`stop` lets running
+    jobs finish. The keyword-only arguments inject the other ports (the simulator and tests
+    use them). Raises :class:`ConfigError` for ``request_timeout_s <= 0`` or a ``node_id`` the
+    wire refuses; a Zenoh config is checked when the node starts.
 
     Workflows, schedules, pub/sub and the idempotency ledger are components the app owns
     (``app.workflows``, ``app.schedules``, ``app.pubsub``, ``app.ledger``); the methods below
@@ -135,16 +140,20 @@ class Istos:
 
     @property
     def node_id(self) -> str:
+        """This node's id on the mesh (the ``node_id`` given, else host, pid and a random
+        suffix); owners name workers, leases and events by it."""
         return self.node.node_id
 
     @property
     def subscriptions(self) -> list[Subscription]:
-        """The subscriptions declared on this app."""
+        """The subscriptions declared on this app (:meth:`subscribe`), in declaration order."""
         return self.pubsub.subscriptions
 
     @property
     def events(self) -> EventLog:
-        """This node's recent JobEvents (from the queues it owns) and their listeners."""
+        """This node's recent JobEvents (from the queues it owns, at most ``event_buffer``
+        of them) and their listeners: ``app.events.subscribe(fn)`` calls ``fn(event)`` for each
+        new one, on the event loop."""
         return self.node.events
 
     # -- declarations --
@@ -156,12 +165,24 @@ class Istos:
               rate_limit: tuple[int, float] | None = None,
               group_concurrency: int | None = None,
               group_rate_limit: tuple[int, float] | None = None) -> QueueConfig:
-        """Own queue ``name`` on this node, with the options the spec names; invalid ones raise
-        :class:`ConfigError` (a ``ValueError``) naming the option (``QueueConfig.build``).
+        """Own queue ``name`` on this node (served from :meth:`start`); returns its config.
+
+        Options: ``lease_s`` (how long a worker holds a job before it comes back),
+        ``max_attempts`` (deliveries before dead-lettering), ``retry_backoff_s`` /
+        ``retry_backoff_max_s`` / ``retry_jitter`` (exponential backoff between attempts,
+        capped, each delay times a factor in ``[1-j, 1+j]``), ``keep_results`` and
+        ``result_ttl_s`` (keep returned values for :meth:`result`), ``sweep_interval_s``
+        (default ``min(1, lease_s / 4)``), ``ha`` and ``ha_lease_s`` (replicas sharing durable
+        storage elect a leader), ``admin`` (allow cancel, requeue, purge, pause).
         ``rate_limit=(n, per_s)``: at most ``n`` claims in any ``per_s`` seconds, across all
-        workers (``core/ratelimit.py``). Jobs enqueued with a ``group`` are handed out
-        round-robin between groups; ``group_concurrency`` caps each group's leased jobs and
-        ``group_rate_limit=(n, per_s)`` its claims (``core/groups.py``)."""
+        workers. Jobs enqueued with a ``group`` are handed out round-robin between groups;
+        ``group_concurrency`` caps each group's leased jobs and ``group_rate_limit=(n, per_s)``
+        its claims.
+
+        Raises :class:`ConfigError` (a ``ValueError``) naming an invalid option or a queue
+        already declared on this app, and :class:`HAConfigError` for ``ha=True`` with storage
+        that replicas cannot share.
+        """
         config = QueueConfig.build(
             name, lease_s=lease_s, max_attempts=max_attempts, retry_backoff_s=retry_backoff_s,
             retry_backoff_max_s=retry_backoff_max_s, retry_jitter=retry_jitter,
@@ -184,11 +205,20 @@ class Istos:
                timeout_s: float | None = None, park: bool = True) -> Callable[[F], F]:
         """Decorate an async (or plain, run in a thread) function to work queue ``name``.
 
-        The function receives the decoded job body first; returning acks, raising nacks.
+        The function receives the decoded job body first; returning acks (the value is the
+        job's result), raising nacks (the job is retried with backoff, and dead-lettered after
+        ``max_attempts``). A parameter named ``ctx`` receives the :class:`JobContext`; a
+        parameter defaulting to ``Depends(provider)`` receives the provider's value.
+        ``concurrency`` jobs run at once; a plain function runs in a thread pool of that size.
+        ``poll_interval_s``: how often an idle worker asks for jobs when no nudge came.
+
         ``prefetch`` claims up to that many jobs beyond the free slots, so the next job is
         already here when a slot frees (a throughput win for short jobs). Prefetched jobs are
-        leased while they wait. The default (None) is automatic: up to ``concurrency`` extra
-        jobs, only while the worker's recent jobs take under 1% of ``lease_s``; 0 turns it off.
+        leased while they wait. The default (None) is automatic: nothing extra until the worker
+        has run 8 jobs, and then only while its jobs take under 1% of ``lease_s``; at least
+        ``concurrency`` extra jobs, more when a claim's round trip is longer than a job (enough
+        to keep every slot busy for one round trip), at most ``4 * concurrency`` and never so
+        many that a prefetched job would wait past 1% of its lease. ``0`` turns it off.
 
         ``heartbeat=True`` renews the leases of every job the worker holds in one request every
         ``lease_s / 3``, so a job may run longer than ``lease_s`` and still run once, and a dead
@@ -196,6 +226,9 @@ class Istos:
         past it the function is cancelled and the attempt nacked with :class:`JobTimeout`.
         ``park``: an idle worker's claim waits at a remote owner (up to ``poll_interval_s``)
         and is answered the moment a job is claimable; False waits for the owner's nudge.
+
+        Raises :class:`ConfigError` naming an invalid option, and when what it decorates is
+        not callable.
         """
         config = WorkerConfig.build(name, concurrency=concurrency,
                                     poll_interval_s=poll_interval_s, prefetch=prefetch,
@@ -210,13 +243,18 @@ class Istos:
         return register
 
     def add_plugin(self, plugin: Any) -> None:
-        """Register a component started after the queues and stopped before them."""
+        """Register a component whose ``async start(app)`` runs after the queues, workers
+        and elections started, and whose ``async stop(app)`` runs before they stop (in reverse
+        order of registration). Register before :meth:`start`. Never raises."""
         self._plugins.append(plugin)
 
     # -- lifecycle --
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[Istos]:
-        """Run this node inside the current event loop until the block exits."""
+        """Run this node inside the current event loop until the block exits
+        (``async with app.serving():``); the node is stopped as :meth:`stop` says when the block
+        exits, also by an exception. Raises what :meth:`start` raises, with nothing left
+        running."""
         await self.start()
         try:
             yield self
@@ -224,6 +262,15 @@ class Istos:
             await self.stop()
 
     async def start(self) -> None:
+        """Bring the node up: open storage and the transport, then serve its queues (HA ones
+        through an election), start its workers and plugins; returns once all are up.
+
+        If any part fails, what was started is stopped again and it raises the error:
+        :class:`IstosError` if the node is already serving, :class:`StorageUnavailable` if
+        the storage cannot be reached, :class:`ConfigError` for a Zenoh config Zenoh
+        rejects, :class:`MeshUnreachable` when a client-mode session reaches no router, and
+        :class:`OwnerConflict` when another node already serves one of its non-HA queues.
+        """
         if self._serving:
             raise IstosError(f"app {self.node_id!r} is already serving")
         node = self.node
@@ -309,7 +356,8 @@ class Istos:
                     runner.leases.cancel(job_ids)
 
     def is_active_owner(self, queue: str) -> bool:
-        """Whether this node currently serves ``queue`` (for HA: whether it leads)."""
+        """Whether this node currently serves ``queue`` (for HA: whether it leads). False for
+        a queue it never declared; never raises."""
         owner = self.owners.get(queue)
         return owner is not None and owner.running
 
@@ -324,7 +372,14 @@ class Istos:
 
     async def stop(self, *, grace_s: float | None = None) -> None:
         """Stop claiming, let in-flight jobs finish (up to ``shutdown_grace_s``, or ``grace_s``
-        seconds when given), unbind."""
+        seconds when given), unbind.
+
+        Workers stop first: jobs still running after the grace, and prefetched jobs not
+        started, are cancelled without a nack and handed back to the owner, ready again with
+        their attempt not counted (if the owner cannot take them, their leases bring them
+        back). Then the owners unbind and the transport and storage close. Idempotent: on a
+        node that is not serving it returns at once.
+        """
         if not self._serving:
             return
         if grace_s is not None:
@@ -354,7 +409,7 @@ class Istos:
         """Die at once, like a crashed process: no ack, no nack, no goodbye, nothing written.
 
         The simulator's crash. Memory is simply abandoned; with durable storage a restarted
-        owner recovers from what was written through before the crash.
+        owner recovers from what was written through before the crash. Never raises.
         """
         for election in self.elections.values():
             election.kill()  # no release: the lease stays until it expires or is taken over
@@ -368,7 +423,9 @@ class Istos:
         self._serving = False
 
     def run(self) -> None:
-        """Serve until Ctrl-C or SIGTERM, then shut down cleanly (see :meth:`stop`)."""
+        """Serve until Ctrl-C or SIGTERM, then shut down cleanly (see :meth:`stop`) and
+        return. Blocking: it runs its own event loop (``asyncio.run``), so call it where no
+        loop runs; inside one, use :meth:`serving`. Raises what :meth:`start` raises."""
 
         async def main() -> None:
             stop = asyncio.Event()
@@ -383,6 +440,9 @@ class Istos:
 
     # -- producer calls --
     def client(self, queue: str) -> OwnerClient:
+        """The request client of ``queue``'s owner, created on first use and then reused;
+        producers, workers and workflows send their requests through it. Never raises
+        (its calls raise :class:`OwnerUnavailable` when no owner answers)."""
         client = self._clients.get(queue)
         if client is None:
             client = OwnerClient(self.node, queue)

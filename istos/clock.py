@@ -13,6 +13,13 @@ from typing import Protocol, runtime_checkable
 
 @runtime_checkable
 class Clock(Protocol):
+    """The port through which a node reads time and waits (``Istos(clock=...)``).
+
+    :class:`SystemClock` is the live one; the simulator passes a virtual clock with its own
+    skew and drift. An implementation's ``sleep`` must return after the given time on its own
+    measure, and ``monotonic`` must never go back.
+    """
+
     def now(self) -> float:
         """Wall-clock seconds since the epoch, as this node reads them."""
 
@@ -27,7 +34,8 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """The live clock: system time, asyncio sleeps."""
+    """The live clock, every node's default: ``now`` is ``time.time()``, ``monotonic`` is
+    ``time.monotonic()`` and ``sleep`` is ``asyncio.sleep`` (a negative duration waits 0)."""
 
     def now(self) -> float:
         return time.time()

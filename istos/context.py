@@ -72,8 +72,12 @@ class RunSignals:
 class JobContext:
     """The delivery's context, injected into a worker parameter named ``ctx``.
 
-    ``attempt`` is 1 on the first delivery; ``last_error`` is the error string of the attempt
-    before (None on the first).
+    ``job_id`` and ``queue`` name the job; ``attempt`` is 1 on the first delivery and at most
+    ``max_attempts``; ``last_error`` is the error string of the attempt before (None on the
+    first); ``worker`` is the slot id holding the lease (``node:function#slot``);
+    ``deadline`` is when the lease ran out as claimed (epoch seconds on the owner's clock;
+    heartbeats extend the lease, not this field). Frozen: the fields never change during the
+    run. Its methods do no I/O.
     """
 
     job_id: str
@@ -104,7 +108,9 @@ class JobContext:
         return self._signals.cancelled
 
     def check_cancelled(self) -> None:
-        """Raise :class:`JobCancelled` if the run was cancelled or timed out (see above)."""
+        """Raise :class:`JobCancelled` if the run was cancelled (``app.cancel``) or passed its
+        ``timeout_s``; return None otherwise. For thread functions, which are not cancelled
+        outright: call it between steps."""
         if self._signals.cancelled:
             raise JobCancelled(f"job {self.job_id!r} of queue {self.queue!r} was cancelled")
 
@@ -115,6 +121,7 @@ class JobContext:
         attempt in the job's history (and its dead letter), and show in ``why``, ``istos
         why`` and ``LiveQueue.job()``. At most 100 lines per attempt, each cut to 1 KiB;
         lines beyond are dropped and counted (``logs_dropped``). ``message`` is ``str()``-ed.
+        Never raises (beyond what ``str(message)`` raises).
         """
         sig = self._signals
         if sig.logged >= MAX_LINES:
@@ -126,15 +133,19 @@ class JobContext:
     def retry_after(self, after_s: float, reason: str | None = None) -> NoReturn:
         """Fail this attempt and retry the job after ``after_s`` seconds (capped by the
         queue's ``retry_backoff_max_s``): raises :class:`~istos.errors.Retry`, so a thread
-        function can write ``ctx.retry_after(30, "429")`` as an async one raises it."""
+        function can write ``ctx.retry_after(30, "429")`` as an async one raises it. Raises
+        :class:`ConfigError` instead when ``after_s`` is not a finite number >= 0 or ``reason``
+        is not a string."""
         raise Retry(after_s, reason)
 
     @property
     def is_retry(self) -> bool:
-        """Something already failed at this job (or its worker died holding it)."""
+        """True when this is not the first delivery: something already failed at this job
+        (or its worker died holding it)."""
         return self.attempt > 1
 
     @property
     def is_last_attempt(self) -> bool:
-        """Raising now dead-letters the job rather than retrying it."""
+        """True on the last delivery (``attempt >= max_attempts``): raising now dead-letters
+        the job rather than retrying it."""
         return self.attempt >= self.max_attempts

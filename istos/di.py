@@ -16,6 +16,17 @@ from typing import Any
 
 
 class Depends:
+    """A worker parameter's default that asks for a value per job, as in FastAPI:
+    ``async def work(job, db=Depends(get_db))``.
+
+    The provider is called once per job, and its value shared by every parameter of that job
+    that asks for it. It may be a plain or async function, or a generator or async generator
+    whose code after its ``yield`` runs as teardown once the job finished (ack or nack). Its
+    own parameters may ask for other providers the same way. A provider that raises fails the
+    attempt as the worker function raising would (a nack). Raises ``TypeError`` at once when
+    ``provider`` is not callable.
+    """
+
     __slots__ = ("provider",)
 
     def __init__(self, provider: Callable[..., Any]) -> None:

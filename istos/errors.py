@@ -1,23 +1,46 @@
-"""Typed errors. Every error Istos raises derives from :class:`IstosError`.
+"""Typed errors. Every error class Istos defines derives from :class:`IstosError`.
+
+A bad argument or option, a failed request and a refused write each raise one of the classes
+below. Where an error is also a builtin (``ValueError``, ``LookupError``, ``AssertionError``,
+``RuntimeError``), it derives from both, so ``except ValueError`` and ``except IstosError``
+each catch it. Python's own ``TypeError`` (a value of the wrong type, such as a non-callable
+given to ``Depends``) and ``KeyError`` (a frame lacking a column) keep their meaning; the
+docstrings that raise them say so. The classes below are exported from ``istos`` unless a
+module is named.
 
 The tree::
 
     IstosError
-    ├── ConfigError (also ValueError)        bad option at declaration time
+    ├── ConfigError (also ValueError)        bad option or argument, raised before anything is sent
     │   ├── CronError                         invalid cron expression (names the field)
     │   ├── HAConfigError                     ha=True without shared storage
-    │   └── OwnerConflict                     another node already owns this non-HA queue
+    │   ├── OwnerConflict                     another node already owns this non-HA queue
+    │   ├── MeshUnreachable                   a client-mode session reached no router
+    │   └── UsageError                        istos.ops.cli: bad command-line usage (exit 2)
     ├── InvalidJob (also ValueError)          body cannot be encoded, or is too large
     ├── QueueNotFound                         the owner does not serve that queue
+    ├── JobNotFound (also LookupError)        the queue holds no job (or dead job) with that id
+    │   └── UnknownJob                        istos.ops.cli: the same, as the CLI reports it
     ├── OwnerUnavailable                      no owner answered within the timeout
     ├── StorageUnavailable                    durable storage refused a write; nothing was accepted
     │   └── FencedOut                         an HA leader's write refused: it lost its epoch
     ├── ProtocolError                         malformed or unsupported wire message
+    │   └── ReplyTooLarge                     istos_nb.live.requests: a reply above the cap
     ├── AdminDisabled                         admin action on a queue declared without admin=True
+    ├── RemoteError                           the owner answered with an error of no known type
     ├── InvalidProgress (also ValueError)     ctx.progress() with a bad fraction or note
     ├── JobTimeout                            a run exceeded its worker's timeout_s
     ├── JobCancelled                          the job was cancelled (ctx.check_cancelled())
-    └── Retry                                 raised by a worker: retry after after_s (a nack)
+    ├── Retry                                 raised by a worker: retry after after_s (a nack)
+    ├── TransportError                        istos.transport.base: the mesh failed a call
+    │   ├── TransportTimeout                  no reply in time (callers see OwnerUnavailable)
+    │   └── NoResponder                       nobody serves the key (retried, then OwnerUnavailable)
+    ├── TraceFormatError (also ValueError)    istos.tracefile: a trace file this version cannot read
+    ├── ScenarioError (also ValueError)       istos_nb.sim: a simulation asks for the impossible
+    ├── InvariantViolation (also AssertionError)  istos_nb.sim: SimResult.check(strict=True) failed
+    └── VirtualLoopError (also RuntimeError)  istos_nb.sim.vloop: the virtual event loop stopped
+        ├── VirtualDeadlock                   no task can ever resume
+        └── VirtualLoopInterrupted            the run was asked to stop
 """
 
 from __future__ import annotations
@@ -30,7 +53,8 @@ class IstosError(Exception):
 
 
 class ConfigError(IstosError, ValueError):
-    """An option passed at declaration time is invalid; the message names it."""
+    """An option or argument is invalid: at declaration, or in a call before anything was
+    sent. The message names it. A ``ValueError`` too."""
 
 
 class MeshUnreachable(ConfigError):
@@ -58,6 +82,11 @@ class InvalidJob(IstosError, ValueError):
 
 class QueueNotFound(IstosError):
     """The owner reached does not serve the named queue."""
+
+
+class JobNotFound(IstosError, LookupError):
+    """The queue holds no job with that id (or, for a requeue, no dead job with it); the
+    message names the queue and the id. A ``LookupError`` too."""
 
 
 class OwnerUnavailable(IstosError):

@@ -49,7 +49,8 @@ EVENT_KINDS: tuple[EventKind, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class JobEvent:
-    """One state change.
+    """One state change of one job, as the owner that made it reports it (the event stream's
+    unit: ``app.events``, a simulation's events, a live owner's published ones).
 
     ``t`` is the emitting node's wall clock (seconds since the epoch). ``attempt`` is the
     job's attempt number the event belongs to (0 before the first claim). ``detail`` carries

@@ -45,9 +45,17 @@ class Producer:
         finished (done, dead or cancelled): a resend inside the window returns the id and
         changes nothing, also across an owner restart or failover (``ConfigError`` without a
         ``job_id``). ``group``: the job's group (round-robin between groups, and the queue's
-        ``group_concurrency``/``group_rate_limit`` per group). Raises :class:`InvalidJob`
-        (before sending) for a body msgpack cannot encode and :class:`OwnerUnavailable` if
-        no owner answers within the request timeout.
+        ``group_concurrency``/``group_rate_limit`` per group). ``timeout_s`` overrides the
+        app's ``request_timeout_s`` for this call. The returned id is stored by the owner
+        (written through its storage) before this returns.
+
+        Raises, before sending: :class:`ConfigError` for a bad queue name, ``delay_s``,
+        ``priority``, ``job_id``, ``dedup_s`` or ``group``; :class:`InvalidJob` for a body
+        msgpack cannot encode, one over the size limit, or an id the wire refuses; and
+        :class:`IstosError` when the app is not serving. After sending:
+        :class:`OwnerUnavailable` if no owner answers within the request timeout,
+        :class:`StorageUnavailable` if the owner's storage refused the write (nothing added),
+        or the typed error the owner answered with (:class:`QueueNotFound`, ...).
 
         To a remote owner, the calls made in one event-loop turn (``asyncio.gather`` of many
         enqueues) after its first travel as one ``enqueue_many`` request; the first (a lone
@@ -96,6 +104,11 @@ class Producer:
         :class:`InvalidJob` naming the item, and nothing of the batch is sent. ``dedup_s``
         (with ``job_ids``): every item's id stays reserved that long after its job finished,
         as in :meth:`enqueue`. ``groups``: one group (or None) per item.
+
+        Raises :class:`ConfigError` (nothing sent) for a bad option or when ``job_ids`` or
+        ``groups`` do not have one entry per item, :class:`IstosError` when the app is not
+        serving, and :class:`OwnerUnavailable` or the owner's typed error for a request that
+        failed: requests before it stay stored, and the message says how many jobs were.
         """
         bodies, ids, delay, prio = check_batch(name, items, delay_s, priority, job_ids)
         window = check_dedup(dedup_s, job_ids is not None)
@@ -114,8 +127,11 @@ class Producer:
                                        window, grps)
 
     async def dead_letters(self, name: str) -> list[dict[str, Any]]:
-        """Dead jobs of ``name``: ``job_id``, ``data`` (decoded), ``attempts``, ``last_error``,
-        and ``history`` (one entry per attempt)."""
+        """Every dead job of ``name``, oldest first, fetched page by page: dicts of
+        ``job_id``, ``data`` (decoded), ``attempts``, ``last_error``, ``history`` (one entry per
+        attempt), ``traceback`` (the latest attempt's, or None) and, for a workflow step,
+        ``workflow``. Raises :class:`IstosError` when the app is not serving, and
+        :class:`OwnerUnavailable` (or the owner's typed error) for a request that failed."""
         self.require_serving()
         page: list[dict[str, Any]] = []
         while True:  # the owner pages its answer (by count and bytes); fetch every page
@@ -126,7 +142,17 @@ class Producer:
         return decode_dead(page)
 
     async def result(self, name: str, job_id: str) -> dict[str, Any]:
-        """``{"state": ready|leased|done|dead|cancelled|unknown, "result": ...}`` for a job."""
+        """Where job ``job_id`` of queue ``name`` stands: ``{"state", "result"}``, plus
+        ``"error"`` (its last error) for a dead job.
+
+        ``state`` is one of ``ready`` (waiting, also delayed), ``leased`` (running),
+        ``done``, ``dead``, ``cancelled`` or ``unknown``. A queue declared with
+        ``keep_results=True`` keeps a done job, and its ``result`` (the worker's decoded return
+        value), for ``result_ttl_s``; without it a job is forgotten as soon as it is acked and
+        reads ``unknown``, as does an id the queue never held. Raises
+        :class:`IstosError` when the app is not serving, and :class:`OwnerUnavailable` (or the
+        owner's typed error) for a request that failed.
+        """
         self.require_serving()
         reply = await self.client(name).call("result", job_id=job_id)
         return decode_result(reply)
@@ -137,7 +163,10 @@ class Producer:
         Returns ``"cancelled"`` (it was waiting: now final, kept for ``result_ttl_s``),
         ``"cancelling"`` (it is running: its worker is told, stops it, and the job ends
         ``cancelled``, never retried nor dead-lettered), ``"too_late"`` (already done, dead or
-        cancelled) or ``"unknown"``. Raises :class:`AdminDisabled` without ``admin=True``.
+        cancelled) or ``"unknown"``. Raises :class:`AdminDisabled` without ``admin=True``,
+        :class:`ConfigError` (nothing sent) for a bad queue name or ``job_id``,
+        :class:`IstosError` when the app is not serving, and :class:`OwnerUnavailable` if no
+        owner answers.
         """
         check_queue_name(name)
         if not isinstance(job_id, str) or not job_id:

@@ -47,6 +47,13 @@ class SyncProducer:
     up to ``request_timeout_s`` for an owner (retrying while none serves the queue), then
     raise :class:`~istos.errors.OwnerUnavailable`. Use as a context manager, or call
     :meth:`close`.
+
+    Raises :class:`~istos.errors.ConfigError` for a bad ``prefix`` or ``request_timeout_s``
+    or a Zenoh config Zenoh rejects, and :class:`~istos.errors.MeshUnreachable` when a
+    client-mode session reaches no router. Every method raises
+    :class:`~istos.errors.IstosError` once the producer is closed, and
+    :class:`~istos.errors.ConfigError` when called on a thread whose event loop runs the
+    queue's owner with durable storage (see the module docstring).
     """
 
     def __init__(self, zenoh: Any = None, *, prefix: str = "istos",
@@ -67,8 +74,14 @@ class SyncProducer:
     # -- the calls ------------------------------------------------------------------------------
     def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
                 job_id: str | None = None) -> str:
-        """Put a job on queue ``name``; returns its id (as :meth:`Istos.enqueue`: idempotent by
-        ``job_id``; :class:`InvalidJob` before sending for a body msgpack cannot encode)."""
+        """Put a job on queue ``name``; returns its id once the owner stored it (as
+        :meth:`Istos.enqueue`: idempotent by ``job_id``).
+
+        Raises, before sending: :class:`ConfigError` for a bad name, ``delay_s``,
+        ``priority`` or ``job_id``, :class:`InvalidJob` for a body msgpack cannot encode or
+        over the size limit; after: :class:`OwnerUnavailable` when no owner answers within
+        ``request_timeout_s``, or the owner's typed error. Blocks the calling thread only.
+        """
         check_queue_name(name)
         body = codec.encode_body(data, queue=name)
         fields: dict[str, Any] = {"body": body, "delay_s": check_delay(delay_s),
@@ -81,7 +94,12 @@ class SyncProducer:
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay_s: float = 0,
                      priority: int = 0, job_ids: Sequence[str] | None = None) -> list[str]:
         """Put many jobs on ``name`` in as few requests as the frame cap allows; returns their
-        ids in order (as :meth:`Istos.enqueue_many`: every item checked before any is sent)."""
+        ids in order (as :meth:`Istos.enqueue_many`: every item checked before any is sent).
+
+        Raises :class:`ConfigError` or :class:`InvalidJob` naming a bad item (nothing sent),
+        and :class:`OwnerUnavailable` or the owner's typed error for a request that failed:
+        requests before it stay stored, and the message says how many jobs were.
+        """
         bodies, ids, delay, prio = check_batch(name, items, delay_s, priority, job_ids)
         if ids is None:
             ids = [self._ids.new() for _ in bodies]
@@ -99,14 +117,18 @@ class SyncProducer:
         return ids
 
     def result(self, name: str, job_id: str) -> dict[str, Any]:
-        """``{"state": ..., "result": ...}`` for a job (as :meth:`Istos.result`)."""
+        """Where job ``job_id`` stands: ``{"state": ..., "result": ...}`` as
+        :meth:`Istos.result` returns it. Raises :class:`ConfigError` (or :class:`InvalidJob`,
+        for an id the wire refuses) for a bad name or id, and
+        :class:`OwnerUnavailable` when no owner answers."""
         check_queue_name(name)
         check_job_id(name, job_id)
         return decode_result(self._call(name, "result", {"job_id": job_id}))
 
     def dead_letters(self, name: str) -> list[dict[str, Any]]:
         """Every dead job of ``name``, oldest first, fetched page by page (as
-        :meth:`Istos.dead_letters`)."""
+        :meth:`Istos.dead_letters`). Raises :class:`ConfigError` for a bad name and
+        :class:`OwnerUnavailable` when no owner answers."""
         check_queue_name(name)
         page: list[dict[str, Any]] = []
         while True:
@@ -116,7 +138,8 @@ class SyncProducer:
                 return decode_dead(page)
 
     def close(self) -> None:
-        """Close the session (idempotent); calls afterwards raise :class:`IstosError`."""
+        """Close the session and cut any retry pause short (idempotent, never raises); calls
+        afterwards raise :class:`IstosError`."""
         if self._closed:
             return
         self._closed = True

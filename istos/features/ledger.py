@@ -182,7 +182,8 @@ class Ledger:
 
     async def status(self, key: str) -> str | None:
         """``"done"`` (within its TTL), ``"in_progress"`` (a live claim) or None for an
-        idempotency key (``app.ledger_status``; serving or not)."""
+        idempotency key (``app.ledger_status``; serving or not). Raises :class:`ConfigError`
+        for a bad key and :class:`StorageUnavailable` when the storage cannot be read."""
         check_ledger_key(key)
         now = self._clock.now()
         for leaf, state in (("done", DONE), ("run", IN_PROGRESS)):
@@ -198,6 +199,8 @@ class Ledger:
         Each candidate is read again just before its delete, because the scan may be old by
         then (a key re-claimed meanwhile holds a fresh record that must survive). The port has
         no compare-and-delete, so a rewrite landing between that read and the delete is lost.
+        Raises :class:`StorageUnavailable` when the storage fails (records purged before it
+        stay purged).
         """
         now = self._clock.now()
         purged = 0

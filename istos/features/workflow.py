@@ -70,7 +70,7 @@ from ..core import workflow_meta as wf
 from ..core.config import check_priority, check_queue_name
 from ..core.state import JobRecord
 from ..core.workflow_meta import check_workflow_meta
-from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
+from ..errors import ConfigError, InvalidJob, IstosError, JobNotFound, ProtocolError
 from ..owner.extension import Hooks
 from .chord_callbacks import CallbackReservations
 
@@ -134,7 +134,9 @@ class Workflows:
 
         Every item is encoded first, so an item msgpack cannot encode raises
         :class:`InvalidJob` before any job is sent. Not atomic against an owner failing midway:
-        the ids enqueued before an :class:`OwnerUnavailable` stay enqueued.
+        the ids enqueued before an :class:`OwnerUnavailable` stay enqueued. Raises
+        :class:`ConfigError` for a bad queue name or priority, and what :meth:`enqueue`
+        raises.
         """
         check_queue_name(queue)
         prio = check_priority(priority)
@@ -198,7 +200,7 @@ class Workflows:
         towards its chord, and a chain step still continues its chain) and starts afresh:
         attempt count 0, no ``last_error``, empty history. The old attempts stay visible in
         the event stream (``dead_lettered``, then ``enqueued`` under the same id). Works against
-        a remote owner. Raises :class:`IstosError` if the queue holds no dead job of that id.
+        a remote owner. Raises :class:`JobNotFound` if the queue holds no dead job of that id.
 
         This is deliberate, like re-enqueueing a dead letter by hand: fix the cause first.
         It changes a job's fate, so the owner's queue must be declared with ``admin=True``
@@ -210,8 +212,8 @@ class Workflows:
         self._require_serving()
         reply = await self.client(queue).call("requeue_dead", job_id=job_id)
         if reply.get("status") != "requeued":
-            raise IstosError(f"queue {queue!r} holds no dead job {job_id!r} (its state: "
-                             f"{reply.get('state', 'unknown')}); nothing was requeued")
+            raise JobNotFound(f"queue {queue!r} holds no dead job {job_id!r} (its state: "
+                              f"{reply.get('state', 'unknown')}); nothing was requeued")
         return str(reply["job_id"])
 
     # -- hooks --

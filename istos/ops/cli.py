@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..core.state import STATES
-from ..errors import AdminDisabled, ConfigError, IstosError, OwnerUnavailable
+from ..errors import AdminDisabled, ConfigError, IstosError, JobNotFound, OwnerUnavailable
 from ..protocol import MIN_ID_PREFIX
 from . import operator_cmds as OC
 from . import render as R
@@ -38,11 +38,11 @@ from .record import run_record
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_OWNER = 0, 1, 2, 3
 
 
-class UsageError(Exception):
+class UsageError(ConfigError):
     """Bad arguments (exit 2)."""
 
 
-class UnknownJob(LookupError):
+class UnknownJob(JobNotFound):
     """The queue holds no such job (exit 1; ``--json``: ``{"error": "UnknownJob", ...}``)."""
 
 

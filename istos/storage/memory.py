@@ -8,10 +8,14 @@ from .base import Fence, LeaderLease
 
 
 class MemoryStorage:
-    """A dict of dicts.
+    """Storage in this process's memory, the default: fast, and lost when the process ends.
 
-    ``durable=True`` is for the simulator: the same object is handed to a restarted owner, which
-    then recovers from it exactly as it would from Redis.
+    Every call completes at once; only a simulated outage (``StorageUnavailable``) or a stale
+    HA leader's write (``FencedOut``) fails. ``durable=True`` and ``shared=True`` are for
+    the simulator: the same object is handed to a restarted owner, or to every HA replica,
+    which then recover from it exactly as they would from Redis. Live, use
+    ``RedisStoragePlugin`` or ``SQLAlchemyStoragePlugin`` for a queue that must survive a
+    restart or be shared by replicas (``ha=True`` refuses plain memory storage).
     """
 
     def __init__(self, *, durable: bool = False, shared: bool = False) -> None:

@@ -153,7 +153,11 @@ class RedisStoragePlugin:
 
     ``connect_timeout_s`` bounds establishing a connection, ``op_timeout_s`` bounds waiting for
     a reply; a whole call is additionally capped at roughly twice their sum (one reconnect).
-    Raises :class:`~istos.errors.ConfigError` at construction if ``redis`` is not installed.
+    Raises :class:`~istos.errors.ConfigError` at construction if ``redis`` is not installed,
+    or for an empty ``key_prefix`` or a timeout <= 0. Every call raises
+    :class:`~istos.errors.StorageUnavailable` (nothing written) when the server cannot be
+    reached in time or refuses, and an HA leader's write :class:`~istos.errors.FencedOut` once
+    another replica holds the epoch.
     """
 
     durable: bool = True

@@ -70,7 +70,10 @@ class SQLAlchemyStoragePlugin:
     an open transaction before the server ends it (see the module docstring).
 
     Raises :class:`~istos.errors.ConfigError` at construction if SQLAlchemy is not installed, or
-    the URL is malformed or names a dialect other than PostgreSQL or SQLite.
+    the URL is malformed or names a dialect other than PostgreSQL or SQLite, or for a bad
+    timeout. Every call raises :class:`~istos.errors.StorageUnavailable` (nothing written)
+    when the database cannot be reached in time or refuses, and an HA leader's write
+    :class:`~istos.errors.FencedOut` once another replica holds the epoch.
     """
 
     def __init__(self, url: str, *, table: str = "istos_kv", op_timeout_s: float = 5.0,

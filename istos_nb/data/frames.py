@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from istos import events as ev
+from istos.errors import ConfigError
 from istos.events import JobEvent
 
 __all__ = [
@@ -129,7 +130,7 @@ def _base_from_items(items: Iterable[Any]) -> dict[str, list[Any]]:
                    item.worker, item.detail)
         elif isinstance(item, Mapping):
             if "t" not in item or "kind" not in item:
-                raise ValueError(f"event mapping needs at least 't' and 'kind': {item!r}")
+                raise ConfigError(f"event mapping needs at least 't' and 'kind': {item!r}")
             rec = (item["t"], item.get("node", ""), item.get("queue", ""), item.get("job_id", ""),
                    item["kind"], item.get("attempt", 0), item.get("worker"), item.get("detail"))
         else:
@@ -142,7 +143,7 @@ def _base_from_items(items: Iterable[Any]) -> dict[str, list[Any]]:
 def _base_from_frame(df: pd.DataFrame) -> dict[str, list[Any]]:
     missing = {"t", "kind"} - set(df.columns)
     if missing:
-        raise ValueError(f"events DataFrame lacks column(s) {sorted(missing)}")
+        raise ConfigError(f"events DataFrame lacks column(s) {sorted(missing)}")
     defaults = {"node": "", "queue": "", "job_id": "", "attempt": 0, "worker": None}
     out = {}
     for name in _BASE_COLUMNS:
@@ -195,8 +196,8 @@ def events_frame(events: EventsLike) -> pd.DataFrame:
     Rows are sorted stably by ``t``: events with equal ``t`` keep their input order, which is
     the order the owner emitted them. Passing an already normalised frame returns it cheaply.
     None and a DataFrame without rows (whatever its columns) count as no events. Raises
-    TypeError for items that are neither JobEvent nor mapping, ValueError when an event lacks
-    ``t`` or ``kind``.
+    TypeError for items that are neither JobEvent nor mapping, ConfigError (a ValueError) when an
+    event lacks ``t`` or ``kind``.
     """
     if events is None or (isinstance(events, pd.DataFrame) and events.empty):
         return _frame(_EVENT_SCHEMA, {})
@@ -455,11 +456,11 @@ def throughput_frame(events: EventsLike, bin_s: float = 1.0) -> pd.DataFrame:
 
     Columns: t (bin start, a multiple of ``bin_s`` so successive windows of a live stream bin
     alike), acked, nacked, expired (lease_expired), dead_lettered, enqueued. Bins run without
-    gaps from the first event's bin to the last's. Raises ValueError if ``bin_s`` is not
-    positive or the span would need more than ten million bins.
+    gaps from the first event's bin to the last's. Raises ConfigError (a ValueError) if
+    ``bin_s`` is not positive or the span would need more than ten million bins.
     """
     if not bin_s > 0:
-        raise ValueError(f"bin_s must be positive, got {bin_s!r}")
+        raise ConfigError(f"bin_s must be positive, got {bin_s!r}")
     df = events_frame(events)
     if df.empty:
         return _frame(_THROUGHPUT_SCHEMA, {})
@@ -467,7 +468,7 @@ def throughput_frame(events: EventsLike, bin_s: float = 1.0) -> pd.DataFrame:
     idx = np.floor(np.round(df["t"].to_numpy() / bin_s, 9)).astype(np.int64)
     lo, hi = int(idx.min()), int(idx.max())
     if hi - lo >= _MAX_BINS:
-        raise ValueError(f"bin_s={bin_s} gives {hi - lo + 1} bins; use a larger bin")
+        raise ConfigError(f"bin_s={bin_s} gives {hi - lo + 1} bins; use a larger bin")
     kinds = df["kind"].to_numpy()
     out: dict[str, Any] = {"t": np.arange(lo, hi + 1) * float(bin_s)}
     for col, kind in (("acked", ev.ACKED), ("nacked", ev.NACKED), ("expired", ev.LEASE_EXPIRED),

@@ -24,6 +24,7 @@ import pandas as pd
 
 from istos import events as ev
 from istos import tracefile
+from istos.errors import ConfigError
 from istos.tracefile import TraceFormatError
 
 from .frames import EventsLike, events_frame, leases_frame
@@ -51,17 +52,20 @@ class Trace:
                     policy: Mapping[str, Any] | None = None, source: str = "events") -> Trace:
         """A trace of ``events`` (JobEvents, their dicts, or an events frame).
 
-        ``queue``: which queue to keep (default: the only one in the stream; ValueError when
-        there are several). ``policy``: the queue's declared options (``stats()["policy"]``);
-        without it the lease is read from the claims and the rest are Istos's defaults.
-        Events of node crashes and restarts (a simulation's) are kept: they time the crashes.
+        ``queue``: which queue to keep (default: the only one in the stream;
+        :class:`ConfigError`, a ``ValueError``, when there are several). ``policy``: the
+        queue's declared options (``stats()["policy"]``); without it the lease is read from
+        the claims and the rest are Istos's defaults. Events of node crashes and restarts (a
+        simulation's) are kept: they time the crashes. Raises :class:`ConfigError` or
+        ``TypeError`` for events that are not events (see
+        :func:`~istos_nb.views.frames.events_frame`).
         """
         df = events_frame(events)
         rows = [_row(r) for r in df.itertuples(index=False)]
         names = sorted({r["queue"] for r in rows if r["queue"] and r["job_id"]})
         if queue is None:
             if len(names) > 1:
-                raise ValueError(f"the events hold several queues {names}; pass queue=")
+                raise ConfigError(f"the events hold several queues {names}; pass queue=")
             queue = names[0] if names else ""
         kept = [r for r in rows if r["queue"] == queue or not r["job_id"]]
         return cls(queue=queue, policy=dict(policy or _policy_from(kept)), events=kept,
@@ -70,14 +74,17 @@ class Trace:
     @classmethod
     def load(cls, path: str | Path) -> Trace:
         """Read a trace file (``istos record``'s or :meth:`save`'s). Raises TraceFormatError
-        naming the line for anything else, and for a version newer than this one reads."""
+        naming the line for anything else, and for a version newer than this one reads;
+        ``OSError`` when the file cannot be read."""
         head, events, bodies = tracefile.read_trace(path)
         return cls(queue=head["queue"], policy=dict(head["policy"]), events=events,
                    bodies={b["body_of"]: b for b in bodies}, source=str(head.get("source")),
                    dropped=int(head.get("dropped") or 0))
 
     def save(self, path: str | Path) -> None:
-        """Write the trace as versioned JSON lines (gzip when ``path`` ends in ``.gz``)."""
+        """Write the trace as versioned JSON lines (gzip when ``path`` ends in ``.gz``), which
+        :meth:`load` reads back to an equal trace. Raises ``OSError`` when the file cannot be
+        written."""
         ts = [e["t"] for e in self.events]
         head = tracefile.header(self.queue, self.policy, self.events,
                                 started=min(ts, default=0.0), ended=max(ts, default=0.0),
@@ -168,6 +175,8 @@ class Trace:
         return self.attempts["run_s"].dropna().reset_index(drop=True)
 
     def summary(self) -> str:
+        """One line for a human: the queue, jobs and span, deliveries by outcome, worker
+        nodes, crashes, and dropped events if any. Never raises."""
         a = self.attempts
         counts = a["outcome"].value_counts().to_dict()
         return (f"trace of {self.queue!r}: {len(self.jobs)} jobs over {self.span_s:.0f} s, "

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pandas as pd
 
 from istos.core.config import check_queue_name
-from istos.errors import ConfigError, IstosError
+from istos.errors import ConfigError, IstosError, JobNotFound
 from istos.protocol import MAX_BULK
 from istos.transport.zenoh import ZenohTransport
 
@@ -70,7 +70,8 @@ def attach(queue: str, zenoh: Any = None, *, prefix: str = "istos",
 
 async def aattach(queue: str, zenoh: Any = None, *, prefix: str = "istos",
                   timeout_s: float = 5.0) -> LiveQueue:
-    """The awaitable :func:`attach`: the caller's loop runs freely while the session opens."""
+    """As :func:`attach`, awaitable: the caller's loop runs freely while the session opens.
+    Raises what :func:`attach` raises, with nothing left running."""
     lq = LiveQueue(queue, zenoh, prefix=prefix, timeout_s=timeout_s, _connect=False)
     try:
         await lq._awaiting(lq._connect, "open", max(_OPEN_TIMEOUT_S, lq.timeout_s) + _SLACK_S)
@@ -88,7 +89,9 @@ class LiveQueue:
     (``AdminDisabled`` for admin ops on a queue without ``admin=True``). Methods are safe to call
     from several threads; each has an awaitable twin named with an ``a`` prefix. Instants in the
     returned frames and dicts are UTC pandas Timestamps, durations Timedeltas. Use
-    :func:`attach` (or :func:`aattach`) to create one.
+    :func:`attach` (or :func:`aattach`) to create one. Every method raises
+    :class:`IstosError` once the LiveQueue is closed, and ``RuntimeError`` when called from
+    its own loop thread (a callback it runs).
     """
 
     def __init__(self, queue: str, zenoh: Any = None, *, prefix: str = "istos",
@@ -146,10 +149,12 @@ class LiveQueue:
         """The owner's stats: ``counts`` per state, ``oldest_ready_age_s``, ``enqueue_rate`` and
         ``ack_rate`` (per second, last 10 s), ``totals`` per event kind since the owner started,
         ``paused``, ``policy`` (lease_s, max_attempts, retry_backoff_s, retry_backoff_max_s,
-        retry_jitter, keep_results, result_ttl_s, admin: as declared), ``admin``, ``node``."""
+        retry_jitter, keep_results, result_ttl_s, admin: as declared), ``admin``, ``node``.
+        Raises :class:`OwnerUnavailable` if no owner answers."""
         return self._blocking(self._req.stats, "stats")
 
     async def astats(self) -> dict[str, Any]:
+        """As :meth:`stats`, awaitable: the caller's loop runs while it waits."""
         return await self._awaiting(self._req.stats, "stats")
 
     def jobs(self, state: str | Iterable[str] | None = None, where: dict[str, Any] | None = None,
@@ -164,7 +169,9 @@ class LiveQueue:
         were left out; ``attrs["total"]`` how many match in all (None when a ``where`` search
         stopped early and the owner does not say). The search: ``error`` (the last error
         contains it), ``worker`` (some attempt's worker contains it), ``enqueued`` and
-        ``finished`` as ``(after, before)`` instants (epoch seconds, datetimes; an end None)."""
+        ``finished`` as ``(after, before)`` instants (epoch seconds, datetimes; an end None).
+        Raises :class:`ConfigError` for a bad state, limit, offset or filter (nothing sent) and
+        :class:`OwnerUnavailable` if no owner answers."""
         args = jobs_args(state, where, limit, offset)
         filters = search_filters(error, worker, enqueued, finished)
         bound = _ALL_PAGES_S if limit is None or limit > MAX_PAGE else None
@@ -174,6 +181,7 @@ class LiveQueue:
                     where: dict[str, Any] | None = None, limit: int | None = 100,
                     offset: int = 0, *, error: str | None = None, worker: str | None = None,
                     enqueued: Any = None, finished: Any = None) -> pd.DataFrame:
+        """As :meth:`jobs`, awaitable: the caller's loop runs while it waits."""
         args = jobs_args(state, where, limit, offset)
         filters = search_filters(error, worker, enqueued, finished)
         bound = _ALL_PAGES_S if limit is None or limit > MAX_PAGE else None
@@ -183,10 +191,12 @@ class LiveQueue:
         """The workers the owner has seen claim or renew lately, one row per runner
         (``node:function``): node, slots, concurrency, prefetch (-1: automatic), heartbeat,
         held_count and held (job ids), first_seen, last_seen, and what happened to its
-        deliveries: claimed, acked, nacked, expired, released (the owner's counts)."""
+        deliveries: claimed, acked, nacked, expired, released (the owner's counts).
+        Raises :class:`OwnerUnavailable` if no owner answers."""
         return self._blocking(self._req.workers, "workers")
 
     async def aworkers(self) -> pd.DataFrame:
+        """As :meth:`workers`, awaitable: the caller's loop runs while it waits."""
         return await self._awaiting(self._req.workers, "workers")
 
     def job(self, job_id: str) -> dict[str, Any]:
@@ -194,18 +204,22 @@ class LiveQueue:
         Timestamps), ``why`` (as :meth:`why`), ``attempts`` (one row per delivery: attempt,
         worker, claimed_at, finished_at, outcome, error, backoff), ``data`` (the decoded
         body) and ``logs`` (its ``ctx.log()`` lines: ``{attempt, line}``, oldest first).
-        Raises LookupError if the queue holds no such job."""
+        Raises :class:`JobNotFound` (a ``LookupError``) if the queue holds no such job, and
+        :class:`OwnerUnavailable` if no owner answers."""
         return self._blocking(lambda: self._req.job(str(job_id)), "job")
 
     async def ajob(self, job_id: str) -> dict[str, Any]:
+        """As :meth:`job`, awaitable: the caller's loop runs while it waits."""
         return await self._awaiting(lambda: self._req.job(str(job_id)), "job")
 
     def dead_letters(self, limit: int | None = None) -> pd.DataFrame:
         """Dead jobs, oldest first: job_id, data (decoded), attempts, last_error, history (one
-        dict per attempt), finished_at. Every page is fetched unless ``limit`` caps the rows."""
+        dict per attempt), finished_at. Every page is fetched unless ``limit`` caps the rows.
+        Raises :class:`OwnerUnavailable` if no owner answers."""
         return self._blocking(lambda: self._req.dead(limit), "dead", _ALL_PAGES_S)
 
     async def adead_letters(self, limit: int | None = None) -> pd.DataFrame:
+        """As :meth:`dead_letters`, awaitable: the caller's loop runs while it waits."""
         return await self._awaiting(lambda: self._req.dead(limit), "dead", _ALL_PAGES_S)
 
     def series(self, since: Any = None, resolution: Any = None) -> pd.DataFrame:
@@ -213,29 +227,38 @@ class LiveQueue:
         minute ("1min", the last day) from ``since`` (None: all it keeps) up to now, indexed
         by the bucket's start (UTC datetimes): counts by state at the bucket's end, events in
         it, wait and run time quantiles (see :mod:`istos_nb.data.series`). Its last row
-        agrees with :meth:`stats`: the owner's counts, not a reconstruction from events."""
+        agrees with :meth:`stats`: the owner's counts, not a reconstruction from events.
+        Raises :class:`ConfigError` for a bad ``since`` or ``resolution`` and
+        :class:`OwnerUnavailable` if no owner answers."""
         args = series_args(since, resolution)
         return self._blocking(lambda: fetch_series(self._req, *args), "series", _ALL_PAGES_S)
 
     async def aseries(self, since: Any = None, resolution: Any = None) -> pd.DataFrame:
+        """As :meth:`series`, awaitable: the caller's loop runs while it waits."""
         args = series_args(since, resolution)
         return await self._awaiting(lambda: fetch_series(self._req, *args), "series",
                                     _ALL_PAGES_S)
 
     def leases(self) -> pd.DataFrame:
-        """Live leases: job_id, worker (slot id ``node:function#slot``), deadline, attempt."""
+        """Live leases, one row per leased job: job_id, worker (slot id
+        ``node:function#slot``), deadline, attempt. Raises :class:`OwnerUnavailable` if no
+        owner answers."""
         return self._blocking(self._req.leases, "leases")
 
     async def aleases(self) -> pd.DataFrame:
+        """As :meth:`leases`, awaitable: the caller's loop runs while it waits."""
         return await self._awaiting(self._req.leases, "leases")
 
     def why(self, job_id: str) -> dict[str, Any]:
         """Why a job is (not) running: ``state``, ``reason`` in words and relative times
         ("leased by w1 for 2.0 s more"), and the fields behind it (``ahead``, ``worker``,
-        ``until``, ``attempts``, ``last_error``, ``dead_letter``)."""
+        ``until``, ``attempts``, ``last_error``, ``dead_letter``). A job the queue does not
+        hold reads ``state`` "unknown" with the reason. Raises :class:`OwnerUnavailable` if
+        no owner answers."""
         return self._blocking(lambda: self._req.why(str(job_id)), "why")
 
     async def awhy(self, job_id: str) -> dict[str, Any]:
+        """As :meth:`why`, awaitable: the caller's loop runs while it waits."""
         return await self._awaiting(lambda: self._req.why(str(job_id)), "why")
 
     def events(self, limit: int = 1000) -> pd.DataFrame:
@@ -245,24 +268,30 @@ class LiveQueue:
         While following: the rolling window (the owner's ring at follow time merged with the
         live stream, de-duplicated). Otherwise a snapshot of the owner's ring: at most 10,000
         events, and fewer when they do not fit in one reply (~6,000 typical events).
+        Raises :class:`ConfigError` for ``limit < 1`` and :class:`OwnerUnavailable` if no
+        owner answers.
         """
         return lf.live_events(self.raw_events(limit))
 
     async def aevents(self, limit: int = 1000) -> pd.DataFrame:
+        """As :meth:`events`, awaitable: the caller's loop runs while it waits."""
         return lf.live_events(await self.araw_events(limit))
 
     def raw_events(self, limit: int = 1000) -> list[dict[str, Any]]:
-        """:meth:`events` as the owner's event dicts (``t`` in epoch seconds)."""
+        """:meth:`events` as the owner's event dicts (``t`` in epoch seconds), oldest first.
+        Raises :class:`ConfigError` for ``limit < 1`` and :class:`OwnerUnavailable` if no
+        owner answers."""
         if limit < 1:
-            raise ValueError(f"limit must be >= 1, got {limit!r}")
+            raise ConfigError(f"limit must be >= 1, got {limit!r}")
         stream = self._stream
         if stream is not None:
             return stream.tail(limit)
         return self._blocking(lambda: self._req.ring(limit), "events", 4 * self.timeout_s)
 
     async def araw_events(self, limit: int = 1000) -> list[dict[str, Any]]:
+        """As :meth:`raw_events`, awaitable: the caller's loop runs while it waits."""
         if limit < 1:
-            raise ValueError(f"limit must be >= 1, got {limit!r}")
+            raise ConfigError(f"limit must be >= 1, got {limit!r}")
         stream = self._stream
         if stream is not None:
             return stream.tail(limit)
@@ -275,6 +304,8 @@ class LiveQueue:
         Subscribes, asks the owner to publish (renewed every ttl/3 from the background loop, so
         the stream never lapses while following), then merges the owner's recent ring. Calling
         it while following only resizes the window. Returns self (``attach(q).follow()``).
+        Raises :class:`ConfigError` for ``window < 1`` and :class:`OwnerUnavailable` if no
+        owner answers (nothing is left following then).
         """
         stream = self._begin_follow(window)
         if stream is not None:
@@ -286,6 +317,7 @@ class LiveQueue:
         return self
 
     async def afollow(self, window: int = 10_000) -> LiveQueue:
+        """As :meth:`follow`, awaitable: the caller's loop runs while it waits."""
         stream = self._begin_follow(window)
         if stream is not None:
             try:
@@ -299,7 +331,7 @@ class LiveQueue:
     def _begin_follow(self, window: int) -> Stream | None:
         """The new stream to start (claimed under the lock), or None after a resize."""
         if window < 1:
-            raise ValueError(f"window must be >= 1, got {window!r}")
+            raise ConfigError(f"window must be >= 1, got {window!r}")
         self._check_usable()
         with self._state_lock:
             if self._stream is not None:
@@ -315,13 +347,15 @@ class LiveQueue:
 
     def unfollow(self) -> None:
         """Stop following (idempotent). The owner stops publishing when its ttl lapses (<= 30 s)
-        unless another follower renews it; ``events()`` goes back to ring snapshots."""
+        unless another follower renews it; ``events()`` goes back to ring snapshots. Sends
+        nothing to the owner, so it never waits for one."""
         with self._state_lock:
             stream, self._stream = self._stream, None
         if stream is not None and self._loop.alive:
             self._blocking(lambda: stop_stream(stream), "unfollow")
 
     async def aunfollow(self) -> None:
+        """As :meth:`unfollow`, awaitable: the caller's loop runs while it waits."""
         with self._state_lock:
             stream, self._stream = self._stream, None
         if stream is not None and self._loop.alive:
@@ -329,6 +363,8 @@ class LiveQueue:
 
     @property
     def following(self) -> bool:
+        """Whether this LiveQueue follows the owner's events (between :meth:`follow` and
+        :meth:`unfollow` or :meth:`close`)."""
         return self._stream is not None
 
     @property
@@ -363,7 +399,9 @@ class LiveQueue:
         :class:`~istos_nb.data.trace.Trace` (policy from ``stats``, the fleet seen, per job and
         per attempt what the owner saw); ``bodies=True`` keeps bodies seen waiting;
         ``on_start()`` is called (from this LiveQueue's thread) once the owner publishes to the
-        recording. See ``istos_nb.live.record``; ``istos record`` writes the same as a file."""
+        recording. See ``istos_nb.live.record``; ``istos record`` writes the same as a file.
+        Raises :class:`ConfigError` for ``seconds`` not a finite number > 0 and
+        :class:`OwnerUnavailable` if no owner answers."""
         check_seconds(seconds)
         return self._blocking(
             lambda: record_on_loop(self._req, self._events_key, float(seconds), bodies,
@@ -371,6 +409,7 @@ class LiveQueue:
 
     async def arecord(self, seconds: float, *, bodies: bool = False,
                       on_start: Callable[[], None] | None = None) -> Trace:
+        """As :meth:`record`, awaitable: the caller's loop runs while it waits."""
         check_seconds(seconds)
         return await self._awaiting(
             lambda: record_on_loop(self._req, self._events_key, float(seconds), bodies,
@@ -381,36 +420,41 @@ class LiveQueue:
     def requeue(self, job_id: str) -> str:
         """Enqueue dead job ``job_id``'s body again under a new id, returned. The dead letter
         stays (purge it to drop it); requeueing it again returns the same id and makes no
-        second job. Raises LookupError if the queue holds no such dead job."""
+        second job. Raises :class:`JobNotFound` (a ``LookupError``) if the queue holds no such
+        dead job, and :class:`AdminDisabled` on a queue declared without ``admin=True``."""
         return self._requeued(job_id, self._blocking(
             lambda: self._req.admin("requeue", job_id=str(job_id)), "requeue"))
 
     async def arequeue(self, job_id: str) -> str:
+        """As :meth:`requeue`, awaitable: the caller's loop runs while it waits."""
         return self._requeued(job_id, await self._awaiting(
             lambda: self._req.admin("requeue", job_id=str(job_id)), "requeue"))
 
     def _requeued(self, job_id: str, reply: dict[str, Any]) -> str:
         if reply.get("job_id") is None:
-            raise LookupError(f"queue {self.queue!r} holds no dead job {job_id!r} to requeue "
+            raise JobNotFound(f"queue {self.queue!r} holds no dead job {job_id!r} to requeue "
                               "(see dead_letters())")
         return str(reply["job_id"])
 
     def purge_dead(self, job_ids: Iterable[str] | None = None, *,
                    older_than_s: float | None = None) -> int:
         """Delete the given dead letters (all of them when None), or with ``older_than_s``
-        those that died at least that long ago; returns how many went."""
+        those that died at least that long ago; returns how many went. Raises
+        :class:`ConfigError` when given both, and :class:`AdminDisabled` on a queue declared
+        without ``admin=True``."""
         return self._blocking(lambda: self._purge(job_ids, older_than_s), "purge_dead",
                               _ALL_PAGES_S)
 
     async def apurge_dead(self, job_ids: Iterable[str] | None = None, *,
                           older_than_s: float | None = None) -> int:
+        """As :meth:`purge_dead`, awaitable: the caller's loop runs while it waits."""
         return await self._awaiting(lambda: self._purge(job_ids, older_than_s), "purge_dead",
                                     _ALL_PAGES_S)
 
     async def _purge(self, job_ids: Iterable[str] | None, older_than_s: float | None) -> int:
         if older_than_s is not None:
             if job_ids is not None:
-                raise ValueError("purge_dead: give job_ids or older_than_s, not both")
+                raise ConfigError("purge_dead: give job_ids or older_than_s, not both")
             return await self._req.bulk("purge_dead_older", "purged",
                                         older_than_s=float(older_than_s))
         reply = await self._req.admin("purge_dead", **purge_fields(job_ids))
@@ -418,11 +462,13 @@ class LiveQueue:
 
     def requeue_dead(self, error: str | None = None) -> int:
         """Every dead letter (only those whose last error contains ``error``, if given) back
-        to ready under its own id, afresh; returns how many. Bounded requests, repeated."""
+        to ready under its own id, afresh; returns how many. Bounded requests, repeated.
+        Raises :class:`AdminDisabled` on a queue declared without ``admin=True``."""
         return self._blocking(lambda: self._requeue_all(error), "requeue_all_dead",
                               _ALL_PAGES_S)
 
     async def arequeue_dead(self, error: str | None = None) -> int:
+        """As :meth:`requeue_dead`, awaitable: the caller's loop runs while it waits."""
         return await self._awaiting(lambda: self._requeue_all(error), "requeue_all_dead",
                                     _ALL_PAGES_S)
 
@@ -431,10 +477,12 @@ class LiveQueue:
         return await self._req.bulk("requeue_all_dead", "requeued", **fields)
 
     def promote(self, job_ids: Iterable[str] | None = None) -> int:
-        """Delayed jobs (the given ids, or all) made ready now; returns how many."""
+        """Delayed jobs (the given ids, or all) made ready now; returns how many. Raises
+        :class:`AdminDisabled` on a queue declared without ``admin=True``."""
         return self._blocking(lambda: self._promote(job_ids), "promote", _ALL_PAGES_S)
 
     async def apromote(self, job_ids: Iterable[str] | None = None) -> int:
+        """As :meth:`promote`, awaitable: the caller's loop runs while it waits."""
         return await self._awaiting(lambda: self._promote(job_ids), "promote", _ALL_PAGES_S)
 
     async def _promote(self, job_ids: Iterable[str] | None) -> int:
@@ -448,39 +496,47 @@ class LiveQueue:
         return total
 
     def pause(self) -> None:
-        """Stop claims: workers get no job until :meth:`resume` (leases in flight carry on)."""
+        """Stop claims: workers get no job until :meth:`resume` (leases in flight carry on).
+        Raises :class:`AdminDisabled` on a queue declared without ``admin=True``."""
         self._blocking(lambda: self._req.admin("pause"), "pause")
 
     async def apause(self) -> None:
+        """As :meth:`pause`, awaitable: the caller's loop runs while it waits."""
         await self._awaiting(lambda: self._req.admin("pause"), "pause")
 
     def resume(self) -> None:
-        """Let workers claim again (the owner nudges them)."""
+        """Let workers claim again after :meth:`pause` (the owner nudges them). Raises
+        :class:`AdminDisabled` on a queue declared without ``admin=True``."""
         self._blocking(lambda: self._req.admin("resume"), "resume")
 
     async def aresume(self) -> None:
+        """As :meth:`resume`, awaitable: the caller's loop runs while it waits."""
         await self._awaiting(lambda: self._req.admin("resume"), "resume")
 
     def cancel(self, job_id: str) -> str:
         """Cancel a job, as ``Istos.cancel``: "cancelled" (it was waiting), "cancelling" (its
-        worker is told to stop it; it ends cancelled), "too_late" or "unknown"."""
+        worker is told to stop it; it ends cancelled), "too_late" or "unknown". Raises
+        :class:`AdminDisabled` on a queue declared without ``admin=True``."""
         return str(self._blocking(lambda: self._req.admin("cancel", job_id=str(job_id)),
                                   "cancel")["status"])
 
     async def acancel(self, job_id: str) -> str:
+        """As :meth:`cancel`, awaitable: the caller's loop runs while it waits."""
         reply = await self._awaiting(lambda: self._req.admin("cancel", job_id=str(job_id)),
                                      "cancel")
         return str(reply["status"])
 
     # -- widgets, lifecycle --------------------------------------------------------------------
     def dashboard(self, refresh_s: float = 2.0) -> Any:
-        """An ipywidgets dashboard of this queue, refreshed every ``refresh_s`` seconds."""
+        """A :class:`~istos_nb.LiveDashboard` of this queue, refreshed every ``refresh_s``
+        seconds (needs ipywidgets); see that class for what it shows and raises."""
         from ..views.widgets import LiveDashboard  # lazy: ipywidgets only for those who ask
 
         return LiveDashboard(self, refresh_s=refresh_s)
 
     def close(self) -> None:
-        """Stop following, close the Zenoh session and the background loop. Idempotent."""
+        """Stop following, close the Zenoh session and the background loop. Idempotent, and
+        never raises: a failure while closing is logged and the loop goes down regardless."""
         with self._state_lock:
             if self._closed:
                 return
@@ -494,7 +550,7 @@ class LiveQueue:
             self._loop.stop(_OPEN_TIMEOUT_S)
 
     async def aclose(self) -> None:
-        """The awaitable :meth:`close`."""
+        """As :meth:`close`, awaitable: the caller's loop runs while it closes."""
         await asyncio.to_thread(self.close)
 
     async def _shutdown(self, stream: Stream | None) -> None:

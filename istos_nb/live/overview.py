@@ -29,7 +29,14 @@ def queues(zenoh: Any = None, *, prefix: str = "istos", timeout_s: float = 5.0) 
     """One row per queue whose owner (or HA replica) is on the mesh under ``prefix``: queue,
     owner (the node that answered), role (single / ha), replicas, up (the owner answered; else
     the counts are NA), jobs per state, enqueue_rate and ack_rate (per second), paused,
-    workers (seen lately)."""
+    workers (seen lately).
+
+    Opens a Zenoh session of its own for the call (``zenoh`` as for ``Istos``) and closes it.
+    An owner that does not answer within ``timeout_s`` gives a row with ``up`` False rather
+    than an error; no queue found gives an empty frame. Raises :class:`ConfigError` for a
+    bad ``timeout_s`` or Zenoh config, and :class:`OwnerUnavailable` if the whole survey
+    takes longer than ``4 * timeout_s + 10`` seconds.
+    """
     loop = LoopThread("istos-queues")
     try:
         return sync_call(loop, lambda: _rows(zenoh, prefix, timeout_s), 4 * timeout_s + 10,
@@ -40,6 +47,7 @@ def queues(zenoh: Any = None, *, prefix: str = "istos", timeout_s: float = 5.0) 
 
 async def aqueues(zenoh: Any = None, *, prefix: str = "istos",
                   timeout_s: float = 5.0) -> pd.DataFrame:
+    """As :func:`queues`, awaitable: the caller's loop runs while the mesh is asked."""
     loop = LoopThread("istos-queues")
     try:
         return await async_call(loop, lambda: _rows(zenoh, prefix, timeout_s),

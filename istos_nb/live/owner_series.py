@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from istos.errors import ConfigError
+
 from ..data.series import series_frame
 from .requests import OwnerRequests
 
@@ -22,7 +24,7 @@ def series_args(since: Any, resolution: Any) -> tuple[float | None, str]:
     None; ``resolution`` "1s" or "1min" (or 1 / 60 seconds; None: "1s")."""
     res = RESOLUTIONS.get(resolution if resolution is not None else "1s")
     if res is None:
-        raise ValueError(f"resolution must be '1s' or '1min', got {resolution!r}")
+        raise ConfigError(f"resolution must be '1s' or '1min', got {resolution!r}")
     if since is None:
         return None, res
     if isinstance(since, (int, float)) and not isinstance(since, bool):
@@ -33,7 +35,7 @@ def series_args(since: Any, resolution: Any) -> tuple[float | None, str]:
             ts = ts.tz_localize("UTC")
         value = ts.timestamp()
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"since must be an instant after 1970, got {since!r}")
+        raise ConfigError(f"since must be an instant after 1970, got {since!r}")
     return value, res
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 from istos import codec
 from istos.core.config import check_queue_name
 from istos.core.state import STATES
-from istos.errors import ProtocolError
+from istos.errors import ConfigError, JobNotFound, ProtocolError
 from istos.owner.workflow_view import fill_states
 from istos.protocol import MAX_EVENTS, MAX_PAGE, rpc_key
 from istos.transport.zenoh import ZenohTransport
@@ -151,7 +151,7 @@ class OwnerRequests:
         why = lf.readable_why(raw)
         rec = why.pop("_job", None)
         if rec is None:
-            raise LookupError(f"queue {self.queue!r} holds no job {job_id!r}: {why['reason']}")
+            raise JobNotFound(f"queue {self.queue!r} holds no job {job_id!r}: {why['reason']}")
         dead = raw.get("dead_letter")
         if isinstance(dead, dict):  # a dead job's body and history come in its dead letter
             history, data = dead.get("history") or [], why["dead_letter"]["data"]
@@ -200,16 +200,17 @@ class OwnerRequests:
 def jobs_args(state: str | Iterable[str] | None, where: dict[str, Any] | None,
                limit: int | None, offset: int
                ) -> tuple[list[str | None], dict[str, Any], int | None, int]:
-    """``jobs()``'s arguments checked (ValueError naming the bad one) and normalised."""
+    """``jobs()``'s arguments checked (ConfigError, a ValueError, naming the bad one) and
+    normalised."""
     states: list[str | None] = [state] if state is None or isinstance(state, str) \
         else list(state)
     for s in states:
         if s is not None and s not in STATES:
-            raise ValueError(f"state must be one of {', '.join(STATES)} or None, got {s!r}")
+            raise ConfigError(f"state must be one of {', '.join(STATES)} or None, got {s!r}")
     if not states:
-        raise ValueError("state: give at least one state, or None for all")
+        raise ConfigError("state: give at least one state, or None for all")
     if (limit is not None and limit < 1) or offset < 0:
-        raise ValueError(f"need limit >= 1 (or None) and offset >= 0, got {limit!r}, {offset!r}")
+        raise ConfigError(f"need limit >= 1 (or None) and offset >= 0, got {limit!r}, {offset!r}")
     return states, dict(where or {}), limit, offset
 
 
@@ -221,13 +222,13 @@ def search_filters(error: str | None, worker: str | None, enqueued: Any, finishe
     for name, value in (("error", error), ("worker", worker)):
         if value is not None:
             if not isinstance(value, str) or not value:
-                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+                raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
             out[name] = value
     for name, span in (("enqueued", enqueued), ("finished", finished)):
         if span is None:
             continue
         if not isinstance(span, (tuple, list)) or len(span) != 2:
-            raise ValueError(f"{name} must be an (after, before) pair, got {span!r}")
+            raise ConfigError(f"{name} must be an (after, before) pair, got {span!r}")
         for end, value in zip(("after", "before"), span):
             if value is not None:
                 out[f"{name}_{end}"] = _epoch(value, f"{name} {end}")
@@ -240,7 +241,7 @@ def _epoch(value: Any, what: str) -> float:
     try:
         return float(pd.Timestamp(value).timestamp())
     except (TypeError, ValueError):
-        raise ValueError(f"{what}: not an instant: {value!r}") from None
+        raise ConfigError(f"{what}: not an instant: {value!r}") from None
 
 
 def purge_fields(job_ids: Iterable[str] | None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from istos.core.config import QueueConfig
+from istos.errors import ConfigError, IstosError
 
 from .checker import RunRecord, check, delivery_counts
 
@@ -17,12 +18,22 @@ EVENT_COLUMNS = ["t", "t_node", "node", "queue", "job_id", "kind", "attempt", "w
 DETAIL_FIELDS = ("error", "delay_s", "ready_at", "deadline", "priority")
 
 
-class InvariantViolation(AssertionError):
-    """``check(strict=True)`` found an invariant that does not hold."""
+class InvariantViolation(IstosError, AssertionError):
+    """``check(strict=True)`` found an invariant that does not hold; the message names each
+    failed invariant and its detail. An ``AssertionError`` too, so a test fails with it."""
 
 
 @dataclass
 class SimResult:
+    """What one :meth:`Simulation.run` produced: every event, each enqueue attempt, each
+    handler side effect, and what the owners and storage held at the end.
+
+    Tables (``events``, ``jobs``, :meth:`series`) are built on first use and cached;
+    :meth:`check` and :attr:`counts` judge the run against the delivery guarantees.
+    ``virtual_s`` and ``wall_s`` are the run's length on each clock; ``interrupted`` is True
+    when it was stopped early (Ctrl-C), with what happened so far.
+    """
+
     events_raw: list[dict[str, Any]] = field(repr=False)
     attempts: list[dict[str, Any]] = field(repr=False)
     effects: list[dict[str, Any]] = field(repr=False)
@@ -48,7 +59,8 @@ class SimResult:
 
     @property
     def speedup(self) -> float:
-        """Virtual seconds per wall second."""
+        """Virtual seconds per wall second: how much faster than real time the run went
+        (infinite for a run that took no measurable wall time)."""
         return self.virtual_s / self.wall_s if self.wall_s > 0 else float("inf")
 
     @cached_property
@@ -83,11 +95,12 @@ class SimResult:
 
     def series(self, queue: str | None = None, resolution: str = "1s") -> pd.DataFrame:
         """The frame ``LiveQueue.series()`` gives for a live owner, from this run's events
-        (one ``queue``, or all of them), at "1s" or "1min" buckets up to the run's end."""
+        (one ``queue``, or all of them), at "1s" or "1min" buckets up to the run's end.
+        Raises :class:`ConfigError` for another ``resolution``."""
         from istos_nb.data.series import series_from_events
 
         if resolution not in ("1s", "1min"):
-            raise ValueError(f"resolution must be '1s' or '1min', got {resolution!r}")
+            raise ConfigError(f"resolution must be '1s' or '1min', got {resolution!r}")
         return series_from_events(self.job_events(), queue,
                                   1.0 if resolution == "1s" else 60.0, until=self.until)
 
@@ -97,7 +110,9 @@ class SimResult:
         return delivery_counts(self._record())
 
     def check(self, strict: bool = False) -> pd.DataFrame:
-        """The invariant report (invariant, ok, detail); strict=True raises on a violation."""
+        """The invariant report, one row per invariant: invariant, ok, detail. With
+        ``strict=True``, raises :class:`InvariantViolation` naming every invariant that does
+        not hold (an ``AssertionError`` too, so a test fails with it)."""
         findings = check(self._record())
         df = pd.DataFrame([f.__dict__ for f in findings], columns=["invariant", "ok", "detail"])
         if strict and not df["ok"].all():
@@ -116,6 +131,8 @@ class SimResult:
                          kept_logs=getattr(self, "kept_logs", []))
 
     def summary(self) -> str:
+        """One line for a human: seed, virtual and wall time, events, and the delivery counts
+        (ok, lost, stranded, duplicated, pending). Never raises."""
         c = self.counts
         return (f"seed {self.seed}: {self.virtual_s:.0f} virtual s in {self.wall_s:.2f} wall s "
                 f"(x{self.speedup:,.0f}); {len(self.events_raw)} events; ok {c['ok']}, "

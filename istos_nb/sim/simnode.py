@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from istos import Istos
 from istos.core.config import QueueConfig
+from istos.errors import HAConfigError
 from istos.node import run_inline
 from istos.storage.memory import MemoryStorage
 from istos.transport.local import LocalTransport
@@ -89,8 +90,8 @@ class SimNode:
     def queue(self, name: str, **options: Any) -> QueueConfig:
         config = QueueConfig.build(name, **options)
         if config.ha and self.world.storage_mode != "durable":
-            raise ValueError(f"queue {name!r}: ha=True needs Simulation(storage='durable') so "
-                             "replicas share their storage")
+            raise HAConfigError(f"queue {name!r}: ha=True needs Simulation(storage='durable') "
+                                "so replicas share their storage")
         self.queues[name] = config
         self._declarations.append(lambda app: app.queue(name, **options))
         return config

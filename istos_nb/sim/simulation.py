@@ -40,7 +40,20 @@ __all__ = ["Simulation", "ScenarioError"]
 
 
 class Simulation:
-    """A scenario on a :class:`~istos_nb.sim.world.World`, run once with :meth:`run`."""
+    """One simulated deployment: nodes running real Istos apps, a mesh, storage and faults,
+    all derived from ``seed``, run once on virtual time (the thin driver over a
+    :class:`~istos_nb.sim.world.World`).
+
+    ``storage``: "volatile" (each node's memory: a crashed owner loses its queue) or "durable"
+    (one shared store that survives crashes). ``latency_s``: each message's one-way delay,
+    drawn uniformly from ``(low, high)``; ``loss``: the probability a message is dropped.
+    ``request_timeout_s`` is every node's ``Istos(request_timeout_s=...)``; ``link_lease_s`` how
+    long peers keep a frozen node's sessions. Build the scenario (:meth:`node`, faults,
+    :meth:`enqueue_jobs`), then :meth:`run` it. Every builder raises :class:`ScenarioError` (a
+    ``ValueError``) naming what is impossible: an unknown node, a time in the past or after the
+    run's end, an out-of-range option; ``latency_s`` and ``loss`` out of range raise
+    :class:`ConfigError` (also a ``ValueError``).
+    """
 
     def __init__(self, seed: int = 0, *, storage: str = "volatile",
                  latency_s: tuple[float, float] = (0.0005, 0.002), loss: float = 0.0,
@@ -58,43 +71,56 @@ class Simulation:
     # -- the world's parts, as a scenario reads them --
     @property
     def seed(self) -> int:
+        """The seed every random choice of this run derives from; the same seed replays exactly."""
         return self.world.seed
 
     @property
     def storage_mode(self) -> str:
+        """Either "volatile" (each node's own memory) or "durable" (one store for all)."""
         return self.world.storage_mode
 
     @property
     def request_timeout_s(self) -> float:
+        """Every node's ``Istos(request_timeout_s=...)``, in virtual seconds."""
         return self.world.request_timeout_s
 
     @property
     def link_lease_s(self) -> float:
+        """How long peers keep a frozen node's sessions before they drop them, in virtual seconds."""
         return self.world.link_lease_s
 
     @property
     def net(self) -> SimNetwork:
+        """The simulated network: latency, loss and partitions between the nodes of this run."""
         return self.world.net
 
     @property
     def mesh(self) -> LocalMesh:
+        """The in-process mesh every node's transport is attached to during this run."""
         return self.world.mesh
 
     @property
     def shared_storage(self) -> MemoryStorage:
+        """The one store shared by all nodes (it survives crashes when storage is durable)."""
         return self.world.shared_storage
 
     @property
     def nodes(self) -> dict[str, SimNode]:
+        """The nodes declared so far, by name, in the order they were added to the scenario."""
         return self.world.nodes
 
     @property
     def events(self) -> list[dict[str, Any]]:
+        """Every job event the owners emitted so far, in order: the run's record (read-only)."""
         return self.world.events
 
     # -- building the scenario --
     def node(self, name: str, *, clock_skew_s: float = 0.0,
              clock_drift_ppm: float = 0.0) -> SimNode:
+        """Add node ``name``, booted at virtual time 0; declare its queues and workers on the
+        returned :class:`~istos_nb.sim.simnode.SimNode` as on an ``Istos`` app. Its clock reads
+        ``clock_skew_s`` ahead and runs ``clock_drift_ppm`` fast (parts per million). Raises
+        :class:`ScenarioError` for a name already used or ``|clock_drift_ppm| >= 1e6``."""
         if name in self.nodes:
             raise ScenarioError(f"node {name!r} already exists")
         if abs(clock_drift_ppm) >= 1e6:
@@ -106,11 +132,15 @@ class Simulation:
 
     def at(self, t: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         """Call ``fn(*args, **kwargs)`` at virtual time ``t`` (awaited if it is a coroutine),
-        inside the context of the node it belongs to when ``fn`` is a node's method."""
+        inside the context of the node it belongs to when ``fn`` is a node's method. An
+        :class:`IstosError` or ``RuntimeError`` the coroutine raises is swallowed (its own
+        records say what failed). Raises :class:`ScenarioError` for a time in the past."""
         self.world.at(t, fn, *args, **kwargs)
 
     def crash(self, node: str, *, at: float, restart_after: float | None = None) -> None:
-        """Kill ``node`` at ``at``: memory lost, no ack, no nack; restart after a pause."""
+        """Kill ``node`` at ``at``: memory lost, no ack, no nack; with ``restart_after``, boot
+        it again that many seconds later with its declarations. Raises :class:`ScenarioError`
+        for an unknown node, a time in the past or a negative ``restart_after``."""
         self.world.node(node)
         if restart_after is not None and restart_after < 0:
             raise ScenarioError(f"restart_after must be >= 0, got {restart_after!r}")
@@ -118,12 +148,18 @@ class Simulation:
                             lambda: self.world.crash(node, restart_after))
 
     def restart(self, node: str, *, at: float) -> None:
-        """Crash ``node`` and bring it straight back with its declarations."""
+        """Crash ``node`` at ``at`` and bring it straight back with its declarations (as
+        :meth:`crash` with ``restart_after=0``). Raises :class:`ScenarioError` for an unknown
+        node or a time in the past."""
         self.world.node(node)
         self.world.schedule(at, f"restart({node!r})", lambda: self.world.crash(node, 0.0))
 
     def partition(self, side_a: set[str], side_b: set[str], *, at: float,
                   heal_at: float | None = None) -> None:
+        """Cut every link between the nodes of ``side_a`` and those of ``side_b`` at ``at``
+        (messages between them are dropped, liveliness tokens across the cut vanish), and heal
+        it at ``heal_at`` if given. Raises :class:`ScenarioError` for an unknown node or
+        ``heal_at`` before ``at``."""
         for name in (*side_a, *side_b):
             self.world.node(name)
         if heal_at is not None and heal_at < at:
@@ -138,7 +174,8 @@ class Simulation:
         incoming messages wait), yet its peers still see its sessions and liveliness tokens
         until ``link_lease_s`` later, when they drop them (as Zenoh's link lease does). At
         ``resume_at`` it carries on where it stopped, late timers first, its clock having
-        moved on; its sessions come back if they had been dropped."""
+        moved on; its sessions come back if they had been dropped. Raises
+        :class:`ScenarioError` for an unknown node or ``resume_at`` before ``at``."""
         self.world.node(node)
         if resume_at is not None and resume_at < at:
             raise ScenarioError(f"resume_at={resume_at} is before the freeze at={at}")
@@ -149,7 +186,9 @@ class Simulation:
                                 lambda: faults.resume(self.world, node))
 
     def storage_outage(self, *, at: float, until: float) -> None:
-        """Make the shared storage refuse every call from ``at`` to ``until`` (durable only)."""
+        """Make the shared storage refuse every call from ``at`` to ``until``: each raises
+        :class:`StorageUnavailable` in the engine, as a real outage would. Raises
+        :class:`ScenarioError` unless ``storage="durable"`` and ``until >= at``."""
         if self.storage_mode != "durable":
             raise ScenarioError("storage_outage needs Simulation(storage='durable')")
         if not until >= at:
@@ -159,7 +198,10 @@ class Simulation:
 
     def network(self, *, latency_s: tuple[float, float] | None = None,
                 loss: float | None = None, at: float | None = None) -> None:
-        """Change latency and loss now (before the run) or at virtual time ``at``."""
+        """Change latency and loss now (before the run) or at virtual time ``at``; a value
+        left None keeps the current one. Raises :class:`ConfigError` (at once, also for a
+        later change) unless ``0 <= low <= high`` and ``0 <= loss < 1``, and
+        :class:`ScenarioError` for a time in the past."""
         self.world.lossy = self.world.lossy or bool(loss)
         if at is None:
             self.net.configure(latency_s=latency_s, loss=loss)
@@ -171,7 +213,10 @@ class Simulation:
 
     def crash_randomly(self, nodes: list[str], *, mtbf_s: float,
                        restart_after: float | None = 5.0, start: float = 0.0) -> None:
-        """Crash each of ``nodes`` at exponentially distributed intervals (mean ``mtbf_s``)."""
+        """Crash each of ``nodes`` at exponentially distributed intervals (mean ``mtbf_s``)
+        from ``start``, each restarted ``restart_after`` seconds later (None: never). The
+        crash times derive from the seed. Raises :class:`ScenarioError` for an unknown node
+        or ``mtbf_s <= 0``."""
         for name in nodes:
             self.world.node(name)
         if not mtbf_s > 0:
@@ -180,7 +225,9 @@ class Simulation:
 
     def lose_acks(self, p: float, *, node: str | None = None) -> None:
         """After a handler's side effect, lose its ack with probability ``p`` (the honest
-        source of duplicates: the job comes back when its lease expires)."""
+        source of duplicates: the job comes back when its lease expires). ``node``: only
+        that node's workers (None: all). Raises :class:`ScenarioError` for an unknown node or
+        ``p`` outside [0, 1]."""
         if node is not None:
             self.world.node(node)
         if not 0.0 <= p <= 1.0:
@@ -189,9 +236,19 @@ class Simulation:
 
     # workload helpers (see workload.py)
     def enqueue_jobs(self, node: str, queue: str, n: int, **kwargs: Any) -> None:
+        """Enqueue ``n`` jobs on ``queue`` through ``node`` (see
+        :meth:`~istos_nb.sim.workload.Workload.enqueue_jobs`: ``rate``, ``poisson``, ``start``,
+        ``data``, ``priority``). Each attempt is recorded, also a failed one (the node down, no
+        owner). Raises :class:`ScenarioError` for an unknown node, ``n < 0``, ``rate <= 0``
+        or ``poisson`` without a rate."""
         self.workload.enqueue_jobs(node, queue, n, **kwargs)
 
     def handler(self, **kwargs: Any) -> Callable[..., Any]:
+        """A worker function for ``@node.worker(...)`` drawing its behaviour from the seed:
+        ``service_s`` (a time or a distribution), ``fail_p`` (raise, a nack), ``crash_p`` (the
+        delivery dies mid-job), ``effect``, ``log_lines``; see
+        :meth:`~istos_nb.sim.workload.Workload.handler`. Raises :class:`ScenarioError` for a
+        probability outside [0, 1] or a bad service time."""
         return self.workload.handler(**kwargs)
 
     # -- running --
@@ -200,7 +257,9 @@ class Simulation:
         """Run to virtual time ``until`` and return the result. Inside a running event loop (a
         notebook cell) the run happens in a helper thread; Ctrl-C stops it with partial
         results (``result.interrupted``). ``progress``: a ``callback(t, until)``, None, or
-        "auto" (a progress bar in a notebook once the run has taken a second)."""
+        "auto" (a progress bar in a notebook once the run has taken a second). Raises
+        :class:`ScenarioError` for ``until <= 0``, a scheduled action after ``until``, a bad
+        ``progress``, or a second run (a Simulation runs once)."""
         self._validate_until(until)
         report = _progress(progress)
         try:
@@ -215,6 +274,8 @@ class Simulation:
     async def arun(self, until: float, *,
                    progress: Callable[[float, float], None] | str | None = "auto"
                    ) -> SimResult:
+        """As :meth:`run`, awaitable: the run happens in a helper thread while the caller's
+        loop keeps running."""
         self._validate_until(until)
         report = _progress(progress)
         return await asyncio.to_thread(run_in_thread, self._run, until, report)

@@ -19,6 +19,8 @@ from typing import Any
 
 import ipywidgets as W
 
+from istos.errors import ConfigError
+
 __all__ = ["ACTIONS", "MESSAGE_S", "AdminPanel"]
 
 MESSAGE_S = 120.0  # an outcome stays this long unless the next action replaces it
@@ -108,11 +110,11 @@ class AdminPanel:
     def ask(self, action: str, job_id: str | None = None) -> None:
         """Show the confirmation for ``action`` (see :data:`ACTIONS`) on ``job_id`` (default:
         the job tab's); nothing is sent before :meth:`confirm`. Raises PermissionError unless
-        the owner said admin, ValueError for an unknown action."""
+        the owner said admin, ConfigError (a ValueError) for an unknown action."""
         if not self.admin:
             raise PermissionError("this queue was not declared with admin=True")
         if action not in ACTIONS:
-            raise ValueError(f"unknown admin action {action!r} (one of {', '.join(ACTIONS)})")
+            raise ConfigError(f"unknown admin action {action!r} (one of {', '.join(ACTIONS)})")
         job = (self._job_id() if job_id is None else str(job_id)).strip()
         if ACTIONS[action][1] and not job:
             what = "job" if action == "cancel-job" else "dead job"

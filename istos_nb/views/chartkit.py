@@ -18,6 +18,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, Locator
 
+from istos.errors import ConfigError
 from istos_nb.views.glyphs import GLYPHS, Drawn
 
 # One colour per meaning, the same in every chart (taken from the one vocabulary in glyphs.py).
@@ -157,13 +158,14 @@ def span(df: pd.DataFrame, window: Window = None) -> tuple[float, float]:
 
 
 def check_window(window: tuple[float, float]) -> tuple[float, float]:
-    """``window`` as two floats, start before end; ValueError naming it otherwise."""
+    """``window`` as two floats, start before end; ConfigError (a ValueError) naming it
+    otherwise."""
     try:
         start, end = (float(v) for v in window)
     except (TypeError, ValueError):
-        raise ValueError(f"window must be (start, end) in seconds, got {window!r}") from None
+        raise ConfigError(f"window must be (start, end) in seconds, got {window!r}") from None
     if not (math.isfinite(start) and math.isfinite(end) and start < end):
-        raise ValueError(f"window must be finite with start < end, got {window!r}")
+        raise ConfigError(f"window must be finite with start < end, got {window!r}")
     return start, end
 
 

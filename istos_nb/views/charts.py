@@ -47,6 +47,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from istos import events as ev
+from istos.errors import ConfigError
 from istos_nb.data.frames import (
     EventsLike,
     attempts_frame,
@@ -233,10 +234,10 @@ def backoff_band(attempts: Sequence[int] | np.ndarray, retry_backoff_s: float,
     """(nominal, low, high) retry delay for each failed attempt number ``n`` (1-based).
 
     nominal = min(base * 2**(n-1), max); low/high = nominal * (1 -/+ jitter), each capped at
-    max and floored at 0. Raises ValueError for a negative base, max or jitter.
+    max and floored at 0. Raises ConfigError (a ValueError) for a negative base, max or jitter.
     """
     if min(retry_backoff_s, retry_backoff_max_s, retry_jitter) < 0:
-        raise ValueError("retry_backoff_s, retry_backoff_max_s and retry_jitter must be >= 0")
+        raise ConfigError("retry_backoff_s, retry_backoff_max_s and retry_jitter must be >= 0")
     n = np.asarray(attempts, dtype=float)
     nominal = np.minimum(retry_backoff_s * 2.0 ** (n - 1), retry_backoff_max_s)
     low = np.clip(nominal * (1 - retry_jitter), 0.0, retry_backoff_max_s)

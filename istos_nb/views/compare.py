@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from istos.errors import ConfigError
+
 from ..data.frames import depth_frame
 from ..data.trace import Trace
 from ..sim.replay import replay
@@ -91,14 +93,16 @@ def compare(trace: Run, result: Run, *others: Run,
     """One column per run (the recording first), one row per figure of :func:`run_metrics`.
 
     ``names`` labels the columns (default: "recorded", "replay", "replay 2"...). The attempts
-    histogram is shown as ``{attempts: jobs}``.
+    histogram is shown as ``{attempts: jobs}``. Raises ``TypeError`` for a run that is neither
+    a :class:`Trace` nor a :class:`SimResult`, and :class:`ConfigError` (a ``ValueError``)
+    when ``names`` does not give one label per run.
     """
     runs = [trace, result, *others]
     queue = trace.queue if isinstance(trace, Trace) else None
     labels = list(names) if names is not None else \
         ["recorded", "replay", *(f"replay {i + 2}" for i in range(len(others)))]
     if len(labels) != len(runs):
-        raise ValueError(f"names: {len(labels)} labels for {len(runs)} runs")
+        raise ConfigError(f"names: {len(labels)} labels for {len(runs)} runs")
     table = {name: run_metrics(run, queue) for name, run in zip(labels, runs, strict=True)}
     return pd.DataFrame(table)
 
@@ -106,7 +110,8 @@ def compare(trace: Run, result: Run, *others: Run,
 def compare_chart(trace: Run, result: Run, *others: Run, names: Sequence[str] | None = None,
                   ax: Any = None, figsize: tuple[float, float] = (9.0, 3.2)) -> Figure:
     """Queue depth (ready plus delayed) of the recording and its replays, overlaid on one time
-    axis (seconds from each run's first arrival)."""
+    axis (seconds from each run's first arrival). Draws on ``ax`` if given, else on a new
+    figure of ``figsize``; returns the figure. Raises as :func:`compare` does."""
     runs = [trace, result, *others]
     queue = trace.queue if isinstance(trace, Trace) else None
     labels = list(names) if names is not None else \

@@ -102,7 +102,8 @@ class LiveDashboard(Shown):
     A failing refresh shows ``error: ...`` in the status and the timer keeps going (the owner
     may come back). The backoff chart draws the queue's own policy from ``stats()["policy"]``
     and stops at its ``max_attempts``. The Jobs tab shows ``page_rows`` jobs a page, the dead
-    letters tab ``dead_rows``.
+    letters tab ``dead_rows``. Building it raises nothing about the queue: a failure to reach
+    the owner, also in the first refresh, shows in the status line instead.
     """
 
     def __init__(self, live_queue: Any, refresh_s: float = 2.0, *, paused: bool = False,

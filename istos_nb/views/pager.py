@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 import ipywidgets as W
 
+from istos.errors import ConfigError
+
 __all__ = ["Pager"]
 
 
@@ -20,7 +22,7 @@ class Pager:
 
     def __init__(self, name: str, size: int, on_change: Callable[[], None]) -> None:
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            raise ValueError(f"page size must be a positive int, got {size!r}")
+            raise ConfigError(f"page size must be a positive int, got {size!r}")
         self.size, self.offset = size, 0
         self._on_change = on_change
         self.prev = W.Button(description="◀ previous", disabled=True,

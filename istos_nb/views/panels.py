@@ -18,6 +18,7 @@ import ipywidgets as W
 import pandas as pd
 from matplotlib.figure import Figure
 
+from istos.errors import ConfigError
 from istos_nb.data.frames import events_frame
 from istos_nb.views import charts
 
@@ -113,11 +114,11 @@ class Panels:
             "depth": lambda e: charts.depth_chart(e, window=window)}
         for name, own in (drawn_by or {}).items():
             if name not in self.images:
-                raise ValueError(f"no chart tab {name!r} (tabs: {', '.join(self.images)})")
+                raise ConfigError(f"no chart tab {name!r} (tabs: {', '.join(self.images)})")
             draws[name] = _ignoring_events(own)
         missing = [name for name in self.images if name not in draws]
         if missing:
-            raise ValueError(f"no drawing for chart tab(s) {', '.join(missing)}: pass drawn_by")
+            raise ConfigError(f"no drawing for chart tab(s) {', '.join(missing)}: pass drawn_by")
         if lazy:
             with self._lock:
                 self._generation += 1

@@ -20,6 +20,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from istos.errors import ConfigError
+
 from ..data.frames import EventsLike, depth_frame, leases_frame, worker_node
 from ..data.trace import Trace
 from ..sim.result import SimResult
@@ -87,9 +89,9 @@ def replay_gantt(recorded: RunLike, replayed: RunLike, by: Literal["slot", "job"
     recording each coloured bar sits inside its grey one.
     """
     if by not in ("slot", "job"):
-        raise ValueError(f"replay_gantt: by must be 'slot' or 'job', got {by!r}")
+        raise ConfigError(f"replay_gantt: by must be 'slot' or 'job', got {by!r}")
     if window is not None and not (len(window) == 2 and float(window[0]) < float(window[1])):
-        raise ValueError(f"replay_gantt: window must be (start, end) with start < end, "
+        raise ConfigError(f"replay_gantt: window must be (start, end) with start < end, "
                          f"got {window!r}")
     rec = as_trace(recorded)
     rep = as_trace(replayed, rec.queue or None)

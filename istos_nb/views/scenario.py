@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from istos.errors import ConfigError
 from istos_nb.sim import Simulation
 
 __all__ = ["DEFAULT_PARAMS", "scenario_from_params"]
@@ -66,7 +67,7 @@ def merged_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
     out-of-range parameter."""
     unknown = set(params or {}) - set(DEFAULT_PARAMS)
     if unknown:
-        raise ValueError(f"unknown scenario parameter(s) {sorted(unknown)}; "
+        raise ConfigError(f"unknown scenario parameter(s) {sorted(unknown)}; "
                          f"known: {sorted(DEFAULT_PARAMS)}")
     p = {**DEFAULT_PARAMS, **(params or {})}
     for key in _INT_PARAMS:
@@ -76,7 +77,7 @@ def merged_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
                             (("crashes_per_hour", "horizon_s"), ">= 0", lambda v: v >= 0)):
         for key in keys:
             if not ok(p[key]):
-                raise ValueError(f"{key} must be {bound}, got {p[key]}")
+                raise ConfigError(f"{key} must be {bound}, got {p[key]}")
     return p
 
 

@@ -91,6 +91,8 @@ class SimDashboard(Shown):
     blocks the calling thread (in a notebook the simulation runs in a helper thread and the
     kernel waits for it); the progress callback fires in that helper thread and only sets the
     bar's value, which ipykernel sends thread-safely while the kernel's own thread waits.
+    Raises :class:`ConfigError` (a ``ValueError``) for an unknown parameter in ``params`` or
+    a value out of range; ``run()`` shows a failure in the status line and raises it.
     """
 
     def __init__(self, params: Mapping[str, Any] | None = None) -> None:

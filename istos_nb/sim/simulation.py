@@ -86,7 +86,7 @@ class Simulation:
 
     @property
     def link_lease_s(self) -> float:
-        """How long peers keep a frozen node's sessions before they drop them, in virtual seconds."""
+        """How long peers keep a frozen node's sessions before dropping them (virtual s)."""
         return self.world.link_lease_s
 
     @property

@@ -2,7 +2,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench venv lab
+.PHONY: demo test lint bench venv lab docs
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,13 @@ test: $(BIN)/python
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
+
+# The docs site into docs/_build/html: offline (nothing is fetched, the notebooks are shown
+# as committed, never executed), every warning an error.
+docs: $(BIN)/python
+	$(BIN)/pip install -q -e '.[docs]'
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	@echo "Built docs/_build/html/index.html"
 
 lint: $(BIN)/python
 	$(BIN)/ruff check .

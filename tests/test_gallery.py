@@ -1,9 +1,9 @@
 """The docs' screenshot gallery (tools/gallery.py, docs/notebooks.md) shows every notebook's
 main chart.
 
-Regenerating it runs every notebook (minutes), so this checks what was committed: the gallery section of
-docs/notebooks.md is exactly what the tool writes for the notebooks that tag a main chart, and
-each picture exists and is small. ``python tools/gallery.py`` fixes both.
+Regenerating it runs every notebook (minutes), so this checks what was committed: the gallery
+section of docs/notebooks.md is exactly what the tool writes for the notebooks that tag a main
+chart, and each picture exists and is small. ``python tools/gallery.py`` fixes both.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Regenerate the docs' screenshot gallery (docs/notebooks.md): each notebook's main chart, from its own run.
+"""Regenerate the docs' screenshot gallery (docs/notebooks.md): each notebook's main chart,
+from its own run.
 
     python tools/gallery.py              # runs the notebooks, writes docs/img/gallery/*.png
     python tools/gallery.py --only 03-leases 07-workflows
@@ -6,9 +7,10 @@
 Each notebook marks its main chart by tagging that code cell ``gallery``. The tool executes
 every such notebook top to bottom (in a temporary copy, on a kernel from this interpreter, as
 ``tests/test_notebooks.py`` does), takes the PNG the tagged cell displayed, writes it to
-``docs/img/gallery/<notebook>.png`` and rewrites ``docs/notebooks.md`` between the ``gallery:start`` and
-``gallery:end`` markers: one row per notebook, its title and its chart. Needs the ``dev`` extras
-(nbclient, ipykernel) and, for notebook 08, free loopback ports; takes a few minutes.
+``docs/img/gallery/<notebook>.png`` and rewrites ``docs/notebooks.md`` between the
+``gallery:start`` and ``gallery:end`` markers: one row per notebook, its title and its chart.
+Needs the ``dev`` extras (nbclient, ipykernel) and, for notebook 08, free loopback ports; takes
+a few minutes.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ class ErrorTreeDirective(_Generated):
 
 
 OPTIONAL_MARK = "%optional-pages%"
-TOP_LEVEL_LISTED = {"index", "protocol"}  # top-level pages a section names itself
+TOP_LEVEL_LISTED = {"index", "protocol", "notebooks"}  # top-level pages a section names
 PROJECT_PAGES = {"contributing"}
 
 

@@ -1,6 +1,6 @@
 """The public ``istos_nb.attach`` module: attach to a live queue, inspect it, follow it.
 
-Notebooks and the docs import this name; the code lives in :mod:`istos_nb.live.attach`.
+Notebooks and the README import this name; the code lives in :mod:`istos_nb.live.attach`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The public ``istos_nb.charts`` module: matplotlib figures of the frames.
 
-Notebooks and the docs import this name; the code lives in :mod:`istos_nb.views.charts`.
+Notebooks and the README import this name; the code lives in :mod:`istos_nb.views.charts`.
 """
 
 from __future__ import annotations

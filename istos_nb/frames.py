@@ -1,6 +1,6 @@
 """The public ``istos_nb.frames`` module: JobEvent streams as pandas DataFrames.
 
-Notebooks and the docs import this name; the code lives in :mod:`istos_nb.views.frames`.
+Notebooks and the README import this name; the code lives in :mod:`istos_nb.views.frames`.
 """
 
 from __future__ import annotations

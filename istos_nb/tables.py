@@ -1,6 +1,6 @@
 """The public ``istos_nb.tables`` module: display helpers for the tables the notebook side returns.
 
-Notebooks and the docs import this name; the code lives in :mod:`istos_nb.views.tables`.
+Notebooks and the README import this name; the code lives in :mod:`istos_nb.views.tables`.
 """
 
 from __future__ import annotations

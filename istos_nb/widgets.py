@@ -1,6 +1,6 @@
 """The public ``istos_nb.widgets`` module: the simulator playground and the live queue monitor.
 
-Notebooks and the docs import this name; the code lives in :mod:`istos_nb.views.widgets`.
+Notebooks and the README import this name; the code lives in :mod:`istos_nb.views.widgets`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ and no RST. Printed: every stretch over 0.5 s with no ok answer, what the failed
 and when B took over. The bound to meet: ``ha_lease_s`` plus one Zenoh link lease (10 s unless
 ``--zenoh`` changes ``transport.link.tx.lease``). ``--load`` adds a worker process on the host
 and about 200 enqueues a second from the probe. ``--zenoh`` is merged into every node's config.
-Needs root; it creates the namespace ``istos-hagap-<pid>`` and deletes only that.
+Needs root; it creates the namespace ``istos-hagap-<pid>-<n>`` (``bench/_netns.py``: every packet
+stays on this machine) and deletes only that.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._common import free_port  # noqa: E402
-from bench._netns import gaps, sh, veth_namespace  # noqa: E402
+from bench._netns import Veth, gaps, veth_namespace  # noqa: E402
 from bench.zenoh_session_churn import merge  # noqa: E402
 
 NODE = ROOT / "tests" / "procs" / "ledger_node.py"
@@ -76,7 +77,7 @@ class Nodes:
             proc.wait(10)
 
 
-async def probe_through_cut(probe: Any, args: argparse.Namespace, host_if: str,
+async def probe_through_cut(probe: Any, args: argparse.Namespace, veth: Veth,
                             t0: float) -> list[tuple[float, str]]:
     """Ask ``stats`` every 100 ms (and enqueue under ``--load``); cut the link at --cut-at."""
     got: list[tuple[float, str]] = []
@@ -102,7 +103,7 @@ async def probe_through_cut(probe: Any, args: argparse.Namespace, host_if: str,
     cut = False
     while time.monotonic() - t0 < args.seconds:
         if not cut and time.monotonic() - t0 >= args.cut_at:
-            sh("ip", "link", "set", host_if, "down")
+            veth.cut()
             cut = True
         pending.append(asyncio.create_task(ask(time.monotonic() - t0)))
         await asyncio.sleep(0.1)  # the probe's cadence
@@ -110,25 +111,24 @@ async def probe_through_cut(probe: Any, args: argparse.Namespace, host_if: str,
     return got
 
 
-async def run(args: argparse.Namespace, ns: str, host_if: str, host_ip: str,
-              ns_ip: str) -> None:
+async def run(args: argparse.Namespace, veth: Veth) -> None:
     from istos import Istos
 
     extra = json.loads(args.zenoh)
     a_end, b_end, c_end, w_end = (f"tcp/{ip}:{free_port()}"
-                                  for ip in (ns_ip, host_ip, host_ip, host_ip))
+                                  for ip in (veth.ns_ip, *[veth.host_ip] * 3))
     port = free_port()
     redis = subprocess.Popen([shutil.which("redis-server") or "redis-server", "--port",
-                              str(port), "--bind", host_ip, "--save", "", "--appendonly", "no",
+                              str(port), "--bind", veth.host_ip, "--save", "", "--appendonly", "no",
                               "--protected-mode", "no"],  # a private server on a private link
                              stdout=subprocess.DEVNULL)
-    url, prefix, ledger = f"redis://{host_ip}:{port}/0", f"hagap-{os.getpid()}", \
+    url, prefix, ledger = f"redis://{veth.host_ip}:{port}/0", f"hagap-{os.getpid()}", \
         f"/tmp/hagap-{os.getpid()}.ledger"
     nodes = Nodes(dict(os.environ, PYTHONPATH=str(ROOT), ISTOS_HA_LEASE_S=str(args.ha_lease)))
     node = [sys.executable, str(NODE)]
     try:
         time.sleep(0.3)  # redis-server binding its port
-        await nodes.start("A", ["ip", "netns", "exec", ns, *node, "replica",
+        await nodes.start("A", [*veth.exec, *node, "replica",
                                 json.dumps(config(a_end, [], extra)), prefix, url, "hagap"],
                           "LEADING")
         await nodes.start("B", [*node, "replica", json.dumps(config(b_end, [a_end], extra)),
@@ -141,7 +141,7 @@ async def run(args: argparse.Namespace, ns: str, host_if: str, host_ip: str,
                       node_id="probe", request_timeout_s=1.0)
         async with probe.serving():
             nodes.t0 = t0 = time.monotonic()
-            got = await probe_through_cut(probe, args, host_if, t0)
+            got = await probe_through_cut(probe, args, veth, t0)
         report(args, got, [t for t, w in nodes.lines["B"] if w == "LEADING"])
     finally:
         nodes.stop()
@@ -169,8 +169,8 @@ def main() -> None:
     parser.add_argument("--load", action="store_true",
                         help="a worker process on the host and ~200 enqueues/s from the probe")
     args = parser.parse_args()
-    with veth_namespace("hagap", 78) as (ns, host_if, host_ip, ns_ip):
-        asyncio.run(run(args, ns, host_if, host_ip, ns_ip))
+    with veth_namespace("hagap") as veth:
+        asyncio.run(run(args, veth))
 
 
 if __name__ == "__main__":

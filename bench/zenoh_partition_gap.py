@@ -12,7 +12,8 @@ than 0.5 s in which C got no reply at all although B was up the whole time, and 
 timed-out query got (Zenoh's "Timeout" error reply, or nothing). ``--drop`` sends the queries
 with congestion control DROP (the default is BLOCK); ``--lease-ms`` sets every peer's link
 lease (transport.link.tx.lease, 10 s by default).
-Needs root (ip netns); it creates the namespace ``istos-gap-<pid>`` and deletes only that.
+Needs root (ip netns); it creates the namespace ``istos-gap-<pid>-<n>`` (``bench/_netns.py``:
+every packet stays on this machine) and deletes only that.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import free_port  # noqa: E402
-from bench._netns import gaps, sh, veth_namespace  # noqa: E402
+from bench._netns import Veth, gaps, veth_namespace  # noqa: E402
 
 KEY = "gap/q"
 
@@ -70,11 +71,11 @@ def serve(config: dict[str, Any], name: str, extras: bool) -> None:
         time.sleep(0.01)
 
 
-def start_servers(args: argparse.Namespace, ns: str, a_end: str, b_end: str
+def start_servers(args: argparse.Namespace, veth: Veth, a_end: str, b_end: str
                   ) -> list[subprocess.Popen[str]]:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     procs = []
-    for where, cfg, name in ((["ip", "netns", "exec", ns], peer_config(a_end, [], args.lease_ms),
+    for where, cfg, name in ((veth.exec, peer_config(a_end, [], args.lease_ms),
                               "A"), ([], peer_config(b_end, [a_end], args.lease_ms), "B")):
         proc = subprocess.Popen([*where, sys.executable, __file__, "--serve", json.dumps(cfg),
                                  name, "1" if args.extras else "0"], stdout=subprocess.PIPE,
@@ -84,7 +85,7 @@ def start_servers(args: argparse.Namespace, ns: str, a_end: str, b_end: str
     return procs
 
 
-def query_through_cut(session: Any, args: argparse.Namespace, host_if: str,
+def query_through_cut(session: Any, args: argparse.Namespace, veth: Veth,
                       t0: float) -> list[tuple[float, str]]:
     """One query every 100 ms; cut at --cut-at; (with --declare-after) publish and declare."""
     import zenoh
@@ -98,7 +99,7 @@ def query_through_cut(session: Any, args: argparse.Namespace, host_if: str,
     while time.monotonic() - t0 < args.seconds:
         now = time.monotonic() - t0
         if not cut and now >= args.cut_at:
-            sh("ip", "link", "set", host_if, "down")
+            veth.cut()
             cut = True
         if args.declare_after is not None:
             for _ in range(10):
@@ -130,11 +131,12 @@ def query_through_cut(session: Any, args: argparse.Namespace, host_if: str,
     return got
 
 
-def run(args: argparse.Namespace, ns: str, host_if: str, host_ip: str, ns_ip: str) -> None:
+def run(args: argparse.Namespace, veth: Veth) -> None:
     import zenoh
 
-    a_end, b_end, c_end = (f"tcp/{ip}:{free_port()}" for ip in (ns_ip, host_ip, host_ip))
-    procs = start_servers(args, ns, a_end, b_end)
+    a_end, b_end, c_end = (f"tcp/{ip}:{free_port()}"
+                           for ip in (veth.ns_ip, veth.host_ip, veth.host_ip))
+    procs = start_servers(args, veth, a_end, b_end)
     try:
         session = zenoh.open(zenoh.Config.from_json5(json.dumps(
             peer_config(c_end, [a_end, b_end], args.lease_ms))))
@@ -143,9 +145,12 @@ def run(args: argparse.Namespace, ns: str, host_if: str, host_ip: str, ns_ip: st
             session.liveliness().declare_subscriber("gap/alive/*", lambda s: None)
             session.declare_subscriber("gap/events/**", lambda s: None)
         time.sleep(1.0)  # let the three links come up
-        got = query_through_cut(session, args, host_if, t0)
+        got = query_through_cut(session, args, veth, t0)
         time.sleep(1.5)
-        session.close()
+        try:
+            session.close()
+        except zenoh.ZError as exc:  # a close while the cut peer's link still lives can time out
+            print(f"  session.close(): {exc}")
     finally:
         for proc in procs:
             proc.kill()
@@ -181,8 +186,8 @@ def main() -> None:
         serve(json.loads(args.serve[0]), args.serve[1], args.serve[2] == "1")
         return
     WAIT_BEFORE_CLOSE_MS = args.wait_before_close_ms
-    with veth_namespace("gap", 77) as (ns, host_if, host_ip, ns_ip):
-        run(args, ns, host_if, host_ip, ns_ip)
+    with veth_namespace("gap") as veth:
+        run(args, veth)
 
 
 if __name__ == "__main__":

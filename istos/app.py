@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from . import protocol
 from .clock import Clock, SystemClock
 from .core.config import QueueConfig, WorkerConfig
+from .core.records import JobRecord
 from .delegate import delegate
 from .errors import ConfigError, HAConfigError, IstosError, ProtocolError
 from .events import EventLog
@@ -312,10 +313,23 @@ class Istos:
         owner = self.owners.get(queue)
         return owner is not None and owner.running
 
-    async def stop(self) -> None:
-        """Stop claiming, let in-flight jobs finish (up to ``shutdown_grace_s``), unbind."""
+    def held_records(self) -> list[JobRecord]:
+        """Every job record this app's serving owners hold in memory (any state, done
+        included), queue by queue in declaration order: a read-only view for an in-process
+        observer (the simulator's end-of-run check), what the inspect ops read. An owner that
+        does not serve (stopped, fenced, not the leader) holds none. Callers must not change
+        the records."""
+        return [rec for owner in self.owners.values() if owner.running
+                for rec in owner.state.jobs.values()]
+
+    async def stop(self, *, grace_s: float | None = None) -> None:
+        """Stop claiming, let in-flight jobs finish (up to ``shutdown_grace_s``, or ``grace_s``
+        seconds when given), unbind."""
         if not self._serving:
             return
+        if grace_s is not None:
+            for runner in self.runners:
+                runner.shutdown_grace_s = grace_s
         for plugin in reversed(self._plugins):
             await plugin.stop(self)
         for election in self.elections.values():

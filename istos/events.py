@@ -1,6 +1,6 @@
 """The JobEvent schema: one record per state change, the same in simulation and live.
 
-The event stream is the seam between the engine and the notebook side (``istos_nb.views.frames``
+The event stream is the seam between the engine and the notebook side (``istos_nb.data.frames``
 and everything above it never know which world the events came from).
 """
 

@@ -1,6 +1,7 @@
 """The public ``istos_nb.attach`` module: attach to a live queue, inspect it, follow it.
 
-Notebooks and the README import this name; the code lives in :mod:`istos_nb.live.attach`.
+Notebooks and the README import this name; the code lives in :mod:`istos_nb.live.attach`
+(one module at two layers: this public name, and its implementation).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The public ``istos_nb.charts`` module: matplotlib figures of the frames.
 
-Notebooks and the README import this name; the code lives in :mod:`istos_nb.views.charts`.
+Notebooks and the README import this name; the code lives in :mod:`istos_nb.views.charts`
+(one module at two layers: this public name, and its implementation).
 """
 
 from __future__ import annotations

@@ -65,8 +65,8 @@ _REPLAYS: dict[tuple[str, ...], Any] = {}
 def replayed(events: Any) -> Any:
     """The replay of a stream, once per set of jobs: both overlays draw it, and a live frame's
     replay is its simulated twin's (replay runs on virtual time from the arrivals)."""
+    from istos_nb.data.trace import Trace
     from istos_nb.sim.replay import replay
-    from istos_nb.sim.trace import Trace
 
     trace = Trace.from_events(events)
     key = tuple(trace.jobs["job_id"])

@@ -18,6 +18,7 @@ from matplotlib.colors import to_rgba  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from test_frames import EVENTS, W0, W1, W2, claim, e, enq, retry, scenario  # noqa: E402
 
+from istos_nb.data.frames import depth_frame, throughput_frame  # noqa: E402
 from istos_nb.views.charts import (
     attempts_histogram,
     backoff_band,
@@ -27,7 +28,6 @@ from istos_nb.views.charts import (
     retry_timeline,
     throughput_chart,
 )
-from istos_nb.views.frames import depth_frame, throughput_frame  # noqa: E402
 
 T_END = 13.5
 # Leases in claim order: (job, worker, start, end, outcome), from test_frames' leases table.

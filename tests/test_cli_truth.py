@@ -172,8 +172,8 @@ async def _open(gate: Any) -> None:
 def test_a_simulation_gives_the_same_series_frame():
     import asyncio
 
+    from istos_nb.data.series import SERIES_COLUMNS
     from istos_nb.sim import Simulation
-    from istos_nb.views.series import SERIES_COLUMNS
 
     sim = Simulation(seed=3)
     node = sim.node("owner")

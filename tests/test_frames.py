@@ -1,4 +1,4 @@
-"""istos_nb.views.frames: exact rows for a hand-written stream that covers every outcome.
+"""istos_nb.data.frames: exact rows for a hand-written stream that covers every outcome.
 
 The stream (queue "q", three worker slots on two nodes):
   A  acked on the first try
@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from istos.events import JobEvent
-from istos_nb.views.frames import (
+from istos_nb.data.frames import (
     attempts_frame,
     depth_frame,
     events_frame,

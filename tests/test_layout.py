@@ -28,6 +28,7 @@ PLANTS = {
     "Owner and worker are siblings": ("istos/owner/nudges.py", "import istos.worker.client"),
     "The simulator reaches the engine through its public ports":
         ("istos_nb/sim/clock.py", "import istos.owner.owner"),
+    "The notebook side is layered": ("istos_nb/data/frames.py", "import istos_nb.sim.network"),
 }
 
 
@@ -101,8 +102,9 @@ def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
     return found
 
 
-def test_the_engine_has_no_import_circles_type_checking_imports_included() -> None:
-    graph = grimp.build_graph("istos", cache_dir=None)  # TYPE_CHECKING imports count
+@pytest.mark.parametrize("package", ["istos", "istos_nb"])
+def test_no_import_circles_type_checking_imports_included(package: str) -> None:
+    graph = grimp.build_graph(package, cache_dir=None)  # TYPE_CHECKING imports count
     assert _cycles(graph) == []
 
 
@@ -145,3 +147,91 @@ def test_no_module_outside_the_owner_uses_its_private_members(package: str) -> N
 def test_the_privacy_scan_sees_an_owner_private() -> None:
     tree = ast.parse("async def f(self):\n    await self.owner._commit()\n    owner._gen\n")
     assert sorted(_owner_privates(tree)) == [(2, "_commit"), (3, "_gen")]
+
+
+# The one module of istos_nb allowed to touch other objects' `_`-members: asyncio's internals,
+# re-implemented for the virtual loop and the nested run of a running loop.
+ASYNCIO_INTERNALS = "istos_nb/asyncio_internals.py"
+
+
+def _own_private_names(tree: ast.AST) -> set[str]:
+    """The `_`-names a module defines itself: its functions, classes, variables and import
+    aliases, and the members its own classes set on ``self``/``cls`` or declare."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            names.add(node.attr)
+    return {n for n in names if n.startswith("_")}
+
+
+def _private_reach_ins(tree: ast.AST) -> list[tuple[int, str]]:
+    """``x._name`` where ``x`` is not ``self``/``cls`` and ``_name`` is not the module's own,
+    and ``from m import _name`` (dunders aside)."""
+    own = _own_private_names(tree)
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            name, base = node.attr, node.value
+            if (not name.startswith("_") or name.startswith("__") or name in own
+                    or (isinstance(base, ast.Name) and base.id in ("self", "cls"))):
+                continue
+            hits.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            module = "." * node.level + (node.module or "")
+            hits += [(node.lineno, f"from {module} import {a.name}") for a in node.names
+                     if a.name.startswith("_") and not a.name.startswith("__")]
+    return sorted(hits)
+
+
+def test_no_notebook_module_uses_another_objects_private_members() -> None:
+    """Engine objects, other modules' objects, asyncio's: only through public names, except in
+    the one module that re-implements asyncio's internals."""
+    assert (ROOT / ASYNCIO_INTERNALS).exists()
+    offenders = []
+    for path in sorted((ROOT / "istos_nb").rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.as_posix() == ASYNCIO_INTERNALS:
+            continue
+        offenders += [f"{rel}:{line} {what}"
+                      for line, what in _private_reach_ins(ast.parse(path.read_text()))]
+    assert offenders == []
+
+
+def test_the_reach_in_scan_sees_a_private_member() -> None:
+    source = ("from .vloop import _ambient\n"
+              "class A:\n"
+              "    def __init__(self):\n"
+              "        self._mine = 1\n"
+              "    def f(self, other, sim):\n"
+              "        other._mine, self._x, sim.__class__\n"
+              "        return sim._loop, sim.world.shared_storage._data\n")
+    assert _private_reach_ins(ast.parse(source)) == [
+        (1, "from .vloop import _ambient"), (7, "sim._loop"),
+        (7, "sim.world.shared_storage._data")]
+
+
+def test_notebook_modules_sharing_a_file_name_are_one_concept_at_two_layers() -> None:
+    """Two modules of one file name must be one concept at two layers, and say so (each names
+    the other in its docstring)."""
+    by_name: dict[str, list[Path]] = {}
+    for path in sorted((ROOT / "istos_nb").rglob("*.py")):
+        if path.name != "__init__.py":
+            by_name.setdefault(path.name, []).append(path)
+    unexplained = []
+    for paths in by_name.values():
+        dotted = [".".join(p.relative_to(ROOT).with_suffix("").parts) for p in paths]
+        for path, me in zip(paths, dotted, strict=True):
+            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            if len(paths) > 1 and not ("two layers" in doc and all(
+                    other in doc for other in dotted if other != me)):
+                unexplained.append(me)
+    assert unexplained == []

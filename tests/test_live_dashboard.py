@@ -20,9 +20,9 @@ from zenoh_util import isolated_configs, unique_prefix
 
 from istos import Istos, JobContext
 from istos_nb import LiveDashboard, attach
+from istos_nb.data.frames import events_frame
 from istos_nb.views import charts
 from istos_nb.views import livetables as lt
-from istos_nb.views.frames import events_frame
 from istos_nb.views.live_dashboard import MIN_SPAN_S, SERIES_WINDOW, chart_window, parse_search
 from istos_nb.views.pager import Pager
 from istos_nb.views.series_charts import series_depth_chart, series_throughput_chart

@@ -37,7 +37,7 @@ def test_committed_hero_figure_is_what_notebook_01_draws() -> None:
 
 def test_notebook_01_text_matches_its_run() -> None:
     """Its prose counts the red bars; the run has exactly that many expired leases."""
-    from istos_nb.views.frames import leases_frame
+    from istos_nb.data.frames import leases_frame
 
     leases = leases_frame(readme_figure().crash_run().job_events())
     assert (leases["outcome"] == "expired").sum() == 2

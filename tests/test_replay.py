@@ -19,9 +19,9 @@ from matplotlib.figure import Figure
 from test_cli import Mesh, _following, cli
 
 from istos import Istos, tracefile
+from istos_nb.data.trace import Trace, TraceFormatError
 from istos_nb.sim import ScenarioError, Simulation
 from istos_nb.sim.replay import replay
-from istos_nb.sim.trace import Trace, TraceFormatError
 from istos_nb.views.compare import PREDICTED, compare, compare_chart, predict, run_metrics
 
 REPO = Path(__file__).resolve().parents[1]

@@ -32,8 +32,8 @@ from zenoh_util import isolated_configs, unique_prefix, wait_until
 
 from istos import Istos
 from istos_nb.attach import aattach
+from istos_nb.data.trace import Trace
 from istos_nb.sim.replay import replay
-from istos_nb.sim.trace import Trace
 from istos_nb.views.compare import predict, run_metrics
 
 PROC = str(Path(__file__).parent / "procs" / "replay_worker.py")

@@ -148,7 +148,7 @@ def test_the_checker_catches_an_unexplained_expiry_and_a_rerun_after_cancel():
 
 
 def test_frames_show_renewals_cancelled_outcome_and_progress():
-    from istos_nb.views.frames import depth_frame, jobs_frame, leases_frame
+    from istos_nb.data.frames import depth_frame, jobs_frame, leases_frame
 
     sim = Simulation(seed=9)
     owner = sim.node("owner")

@@ -16,15 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from istos_nb.sim import vloop
+from istos_nb.sim import vrun
 from istos_nb.sim.vloop import (
     VirtualDeadlock,
     VirtualEventLoop,
     VirtualLoopInterrupted,
-    run_in_thread,
-    run_virtual,
     virtual_now,
 )
+from istos_nb.sim.vrun import run_in_thread, run_virtual
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -180,7 +179,8 @@ def test_virtual_now_needs_a_virtual_loop():
 # Delays are exact binary fractions so that equal wake-up times are common.
 TRACE_PROGRAM = """
 import asyncio, random
-from istos_nb.sim.vloop import run_virtual, virtual_now
+from istos_nb.sim.vloop import virtual_now
+from istos_nb.sim.vrun import run_virtual
 
 def trace(seed=7, n_tasks=150, steps=15):
     rng = random.Random(seed)
@@ -557,7 +557,7 @@ def test_run_in_thread_reraises_the_thread_exception():
 
 @pytest.mark.timeout(30)
 def test_keyboard_interrupt_in_the_caller_stops_the_simulation_thread(monkeypatch):
-    monkeypatch.setattr(vloop, "_INTERRUPT_GRACE_S", 15.0)  # room for a loaded CI box
+    monkeypatch.setattr(vrun, "INTERRUPT_GRACE_S", 15.0)  # room for a loaded CI box
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("interrupt_main needs the test to run on the main thread")
     progress: list = []

@@ -21,9 +21,9 @@ import matplotlib.image
 import pandas as pd
 import pytest
 
+from istos_nb.data.frames import events_frame, jobs_frame, leases_frame
 from istos_nb.sim.result import SimResult
 from istos_nb.views import widgets
-from istos_nb.views.frames import events_frame, jobs_frame, leases_frame
 from istos_nb.views.widgets import (
     DEFAULT_PARAMS,
     LiveDashboard,

@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from istos_nb.sim.vloop import run_virtual
+from istos_nb.sim.vrun import run_virtual
 
 C = TypeVar("C", bound=type)
 

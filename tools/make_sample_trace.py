@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from istos_nb.data.trace import Trace
 from istos_nb.sim import Simulation
-from istos_nb.sim.trace import Trace
 
 OUT = Path(__file__).resolve().parent.parent / "notebooks" / "data" / "sample-trace.jsonl.gz"
 POLICY = {"lease_s": 30.0, "max_attempts": 4, "retry_backoff_s": 2.0,

@@ -47,7 +47,7 @@ def notebook(queue: str | None, zenoh: str | None, prefix: str, timeout_s: float
     queue the overview of every queue; ``?queue=`` and ``?job=`` in the URL pick a queue and
     open a job (Voila hands the kernel the page's query string as ``QUERY_STRING``)."""
     source = ("import os\n"
-              "from istos_nb.views.opviews import page\n"
+              "from istos_nb.views.dashboard_page import page\n"
               f"page({queue!r}, {zenoh!r}, {prefix!r}, {timeout_s!r}, "
               "os.environ.get('QUERY_STRING', ''))")
     cell: dict[str, Any] = {"cell_type": "code", "metadata": {}, "execution_count": None,

@@ -67,6 +67,12 @@ class MemoryStorage:
         self._check()
         return list(self._data.get(ns, {}).items())
 
+    def snapshot(self, ns: str) -> dict[str, bytes]:
+        """A copy of namespace ``ns`` now, synchronous and read-only, whether or not the
+        storage is ``available``: what an in-process observer (the simulator's end-of-run
+        check) reads; the engine itself uses :meth:`scan`."""
+        return dict(self._data.get(ns, {}))
+
     async def put_if_absent(
         self, ns: str, key: str, value: bytes, *, now: float, expires_at: float | None = None
     ) -> bool:

@@ -13,6 +13,9 @@ block the caller's loop at all.
 
 Read-only by default: attaching declares no worker and no queryable, never claims, and sends only
 inspection requests plus ``follow`` (the owner then publishes its events for a while).
+
+Public as :mod:`istos_nb.attach`, which re-exports this module's ``__all__`` (one module at
+two layers: the public name, and this implementation).
 """
 
 from __future__ import annotations
@@ -31,14 +34,14 @@ from istos.errors import ConfigError, IstosError
 from istos.protocol import MAX_BULK
 from istos.transport.zenoh import ZenohTransport
 
-from . import frames as lf
+from . import reply_tables as lf
 from .loop import LoopThread, Stream, async_call, keep_following, stop_stream, sync_call
+from .owner_series import fetch_series, series_args
 from .record import check_seconds, record_on_loop
 from .requests import MAX_PAGE, OwnerRequests, jobs_args, purge_fields, search_filters
-from .series import fetch_series, series_args
 
 if TYPE_CHECKING:
-    from ..sim.trace import Trace
+    from ..data.trace import Trace
 
 __all__ = ["attach", "aattach", "LiveQueue"]
 
@@ -209,7 +212,7 @@ class LiveQueue:
         """The owner's time series of the queue: one row per second ("1s", the last hour) or
         minute ("1min", the last day) from ``since`` (None: all it keeps) up to now, indexed
         by the bucket's start (UTC datetimes): counts by state at the bucket's end, events in
-        it, wait and run time quantiles (see :mod:`istos_nb.views.series`). Its last row
+        it, wait and run time quantiles (see :mod:`istos_nb.data.series`). Its last row
         agrees with :meth:`stats`: the owner's counts, not a reconstruction from events."""
         args = series_args(since, resolution)
         return self._blocking(lambda: fetch_series(self._req, *args), "series", _ALL_PAGES_S)
@@ -236,7 +239,7 @@ class LiveQueue:
         return await self._awaiting(lambda: self._req.why(str(job_id)), "why")
 
     def events(self, limit: int = 1000) -> pd.DataFrame:
-        """The latest ``limit`` events as :func:`istos_nb.views.frames.events_frame`, with ``t``,
+        """The latest ``limit`` events as :func:`istos_nb.data.frames.events_frame`, with ``t``,
         ``ready_at`` and ``deadline`` as UTC instants and ``delay_s`` a Timedelta.
 
         While following: the rolling window (the owner's ring at follow time merged with the
@@ -357,19 +360,21 @@ class LiveQueue:
     def record(self, seconds: float, *, bodies: bool = False,
                on_start: Callable[[], None] | None = None) -> Trace:
         """Follow the queue for ``seconds`` and return what happened as a replayable
-        :class:`~istos_nb.sim.trace.Trace` (policy from ``stats``, the fleet seen, per job and
+        :class:`~istos_nb.data.trace.Trace` (policy from ``stats``, the fleet seen, per job and
         per attempt what the owner saw); ``bodies=True`` keeps bodies seen waiting;
         ``on_start()`` is called (from this LiveQueue's thread) once the owner publishes to the
         recording. See ``istos_nb.live.record``; ``istos record`` writes the same as a file."""
         check_seconds(seconds)
-        return self._blocking(lambda: record_on_loop(self, float(seconds), bodies, on_start),
-                              "record", float(seconds) + 4 * self.timeout_s)
+        return self._blocking(
+            lambda: record_on_loop(self._req, self._events_key, float(seconds), bodies,
+                                   on_start), "record", float(seconds) + 4 * self.timeout_s)
 
     async def arecord(self, seconds: float, *, bodies: bool = False,
                       on_start: Callable[[], None] | None = None) -> Trace:
         check_seconds(seconds)
         return await self._awaiting(
-            lambda: record_on_loop(self, float(seconds), bodies, on_start), "record",
+            lambda: record_on_loop(self._req, self._events_key, float(seconds), bodies,
+                                   on_start), "record",
             float(seconds) + 4 * self.timeout_s)
 
     # -- admin (the owner refuses these with AdminDisabled unless admin=True) ------------------

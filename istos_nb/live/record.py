@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from istos import codec
 from istos.errors import ConfigError, IstosError
 
-from ..sim.trace import Trace
+from ..data.trace import Trace
 from .loop import Stream, keep_following, stop_stream
-
-if TYPE_CHECKING:
-    from .attach import LiveQueue
+from .requests import OwnerRequests
 
 __all__ = ["record_on_loop", "check_seconds", "MAX_RECORD_EVENTS"]
 
@@ -36,19 +34,20 @@ def check_seconds(seconds: Any) -> None:
         raise ConfigError(f"record: seconds must be a number > 0, got {seconds!r}")
 
 
-async def record_on_loop(lq: LiveQueue, seconds: float, bodies: bool,
+async def record_on_loop(req: OwnerRequests, events_key: str, seconds: float, bodies: bool,
                          on_start: Callable[[], None] | None = None) -> Trace:
-    """The recording (runs on ``lq``'s loop thread); ``on_start()`` once the owner publishes."""
-    policy = (await lq._req.stats()).get("policy") or {}
+    """The recording of ``req``'s queue, whose owner publishes on ``events_key`` (runs on the
+    LiveQueue's loop thread); ``on_start()`` once the owner publishes."""
+    policy = (await req.stats()).get("policy") or {}
     stream = Stream(MAX_RECORD_EVENTS, 30.0)
-    stream.handle = await lq._transport.declare_subscriber(lq._events_key, stream.on_batch)
+    stream.handle = await req.transport.declare_subscriber(events_key, stream.on_batch)
     seen: dict[str, dict[str, Any]] = {}
-    poller = asyncio.get_running_loop().create_task(_poll_bodies(lq, seen)) if bodies else None
+    poller = asyncio.get_running_loop().create_task(_poll_bodies(req, seen)) if bodies else None
     try:
-        reply = await lq._req.ask("follow", ttl_s=30.0)
+        reply = await req.ask("follow", ttl_s=30.0)
         stream.ttl_s = float(reply.get("ttl_s") or 30.0)
         stream.renewer = asyncio.get_running_loop().create_task(
-            keep_following(stream, lambda: lq._req.ask("follow", ttl_s=30.0)))
+            keep_following(stream, lambda: req.ask("follow", ttl_s=30.0)))
         if on_start is not None:
             on_start()
         await asyncio.sleep(seconds)
@@ -58,16 +57,16 @@ async def record_on_loop(lq: LiveQueue, seconds: float, bodies: bool,
             await asyncio.gather(poller, return_exceptions=True)
         await stop_stream(stream)
     events = stream.tail(MAX_RECORD_EVENTS)
-    trace = Trace.from_events(events, queue=lq.queue, policy=policy, source="follow")
+    trace = Trace.from_events(events, queue=req.queue, policy=policy, source="follow")
     trace.dropped = stream.counts["dropped"] + stream.counts["bad"]
     trace.bodies = seen
     return trace
 
 
-async def _poll_bodies(lq: LiveQueue, seen: dict[str, dict[str, Any]]) -> None:
+async def _poll_bodies(req: OwnerRequests, seen: dict[str, dict[str, Any]]) -> None:
     while True:
         try:
-            rows = await lq._req.jobs(["ready", "delayed"], {}, None, 0)
+            rows = await req.jobs(["ready", "delayed"], {}, None, 0)
         except IstosError:  # a busy owner misses a poll; the next one tries again
             rows = None
         for job_id, data in ([] if rows is None else zip(rows["job_id"], rows["data"],

@@ -21,7 +21,7 @@ from istos.protocol import MAX_EVENTS, MAX_PAGE, rpc_key
 from istos.transport.zenoh import ZenohTransport
 from istos.worker.client import query_owner, raise_for_reply
 
-from . import frames as lf
+from . import reply_tables as lf
 
 # MAX_PAGE and MAX_EVENTS (the owner's caps) come from istos.protocol: one place for the wire.
 

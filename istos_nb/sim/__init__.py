@@ -4,9 +4,9 @@ See :class:`Simulation`; :func:`replay` runs a recorded :class:`Trace` again und
 policy.
 """
 
+from ..data.trace import Trace, TraceFormatError
 from .result import InvariantViolation, SimResult
 from .simulation import ScenarioError, Simulation
-from .trace import Trace, TraceFormatError
 from .workload import HandlerFailure
 
 # After the submodules: ``istos_nb.sim.replay`` is the function, not its module.

@@ -17,41 +17,17 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 from istos.core.backoff import delay_bounds
-from istos.core.config import QueueConfig
 
 from .checker_leases import lease_findings
 from .checker_logs import job_log_finding
+from .run_record import Finding, RunRecord, summary
+
+__all__ = ["RunRecord", "Finding", "check", "delivery_counts", "EPS"]
 
 EPS = 1e-6
-
-
-@dataclass
-class RunRecord:
-    events: list[dict[str, Any]]
-    attempts: list[dict[str, Any]]  # job_id, queue, status ("ok" | "failed"), t
-    effects: list[dict[str, Any]]  # job_id, queue, node, t (a handler completed)
-    queues: dict[str, QueueConfig]
-    held: set[str]  # job ids still held (pending or dead) by serving owners at the end
-    volatile: bool
-    owner_crashes: list[tuple[float, str]] = field(default_factory=list)  # (t, node)
-    heartbeat: set[tuple[str, str]] = field(default_factory=set)  # (node, queue) heart-beating
-    lossy: bool = False  # the network was configured to lose messages at some point
-    stored: set[str] = field(default_factory=set)  # job ids in durable storage at the end
-    # The job-log ledger (what handler attempts wrote: job_id, queue, attempt, lines) and what
-    # the owners kept at the end (queue, job_id, attempt, outcome, logs, logs_dropped).
-    logs: list[dict[str, Any]] = field(default_factory=list)
-    kept_logs: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class Finding:
-    invariant: str
-    ok: bool
-    detail: str
 
 
 def delivery_counts(rec: RunRecord) -> dict[str, int]:
@@ -131,7 +107,7 @@ def _single_lease(rec: RunRecord) -> Finding:
                 # A release (its worker handed it back unrun or at shutdown) ends the lease
                 # with no other event; its attempt was given back, so the numbers differ.
                 open_lease.pop(node, None)
-    return Finding("one live lease per job (by the owner's clock)", not bad, _summary(bad))
+    return Finding("one live lease per job (by the owner's clock)", not bad, summary(bad))
 
 
 def _attempts_bounded(rec: RunRecord) -> Finding:
@@ -139,14 +115,14 @@ def _attempts_bounded(rec: RunRecord) -> Finding:
     bad = [f"{e['job_id']}: attempt {e['attempt']} > max {limit[e['queue']]}"
            for e in rec.events if e["kind"] == "claimed" and e["queue"] in limit
            and e["attempt"] > limit[e["queue"]]]
-    return Finding("attempts <= max_attempts", not bad, _summary(bad))
+    return Finding("attempts <= max_attempts", not bad, summary(bad))
 
 
 def _dead_after_max(rec: RunRecord) -> Finding:
     bad = [f"{e['job_id']}: dead after {e['attempt']} attempts"
            for e in rec.events if e["kind"] == "dead_lettered" and e["queue"] in rec.queues
            and e["attempt"] < rec.queues[e["queue"]].policy.max_attempts]
-    return Finding("dead only after max_attempts", not bad, _summary(bad))
+    return Finding("dead only after max_attempts", not bad, summary(bad))
 
 
 def _backoff_respected(rec: RunRecord) -> Finding:
@@ -181,7 +157,7 @@ def _backoff_respected(rec: RunRecord) -> Finding:
                 if due is not None and e["t_node"] + EPS < due:
                     bad.append(f"{job}: attempt {e['attempt']} claimed {due - e['t_node']:.3f} s "
                                "before its backoff ended")
-    return Finding("retry delays respect the backoff policy", not bad, _summary(bad))
+    return Finding("retry delays respect the backoff policy", not bad, summary(bad))
 
 
 def _fifo_within_priority(rec: RunRecord) -> Finding:
@@ -214,7 +190,7 @@ def _fifo_within_priority(rec: RunRecord) -> Finding:
                            "ready earlier at the same or a higher priority")
         elif kind in ("acked", "dead_lettered", "purged", "result_expired"):
             model.drop(e["job_id"])
-    return Finding("priority, then FIFO among ready jobs", not bad, _summary(bad))
+    return Finding("priority, then FIFO among ready jobs", not bad, summary(bad))
 
 
 class _ReadyModel:
@@ -255,7 +231,7 @@ def _chord_once(rec: RunRecord) -> Finding:
     created = Counter(e["job_id"] for e in rec.events
                       if e["kind"] == "enqueued" and e["job_id"].endswith(".callback"))
     bad = [f"chord callback {j} enqueued {n} times" for j, n in created.items() if n > 1]
-    return Finding("chord callback fires exactly once", not bad, _summary(bad))
+    return Finding("chord callback fires exactly once", not bad, summary(bad))
 
 
 def _dedup_windows(rec: RunRecord) -> Finding:
@@ -281,7 +257,7 @@ def _dedup_windows(rec: RunRecord) -> Finding:
             window[key] = e["detail"].get("dedup_s") or 0.0
         elif kind in ("acked", "dead_lettered", "cancelled"):
             ended[key] = (e["node"], e["t_node"], e["t"])
-    return Finding("no second job for an id inside its dedup window", not bad, _summary(bad))
+    return Finding("no second job for an id inside its dedup window", not bad, summary(bad))
 
 
 def _rate_limits(rec: RunRecord) -> Finding:
@@ -306,7 +282,7 @@ def _rate_limits(rec: RunRecord) -> Finding:
         breach = _window_breach(times, *limits[queue])
         if breach:
             bad.append(f"{queue} on {node}: {breach}")
-    return Finding("claims within the rate limit", not bad, _summary(bad))
+    return Finding("claims within the rate limit", not bad, summary(bad))
 
 
 def _window_breach(times: list[float], n: int, per_s: float) -> str | None:
@@ -359,11 +335,4 @@ def _group_limits(rec: RunRecord) -> Finding:
         breach = None if limit is None else _window_breach(times, *limit)
         if breach:
             bad.append(f"{q}/{g} on {node}: {breach}")
-    return Finding("group limits held", not bad, _summary(bad))
-
-
-def _summary(bad: list[str]) -> str:
-    if not bad:
-        return "ok"
-    more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
-    return "; ".join(bad[:3]) + more
+    return Finding("group limits held", not bad, summary(bad))

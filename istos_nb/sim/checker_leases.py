@@ -16,10 +16,10 @@ Like the rest of the checker these read only the recorded rows and keep their ow
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .checker import Finding, RunRecord
+from .run_record import Finding, RunRecord, summary
+
 
 def lease_findings(rec: RunRecord) -> list[Finding]:
     return [_heartbeat_leases(rec), _cancelled_stays_cancelled(rec)]
@@ -67,8 +67,6 @@ class _Disturbances:
 
 
 def _heartbeat_leases(rec: RunRecord) -> Finding:
-    from .checker import Finding, _summary
-
     name = "no lease expired while its heart-beating holder was alive and connected"
     if not rec.heartbeat:
         return Finding(name, True, "no heart-beating worker")
@@ -93,12 +91,10 @@ def _heartbeat_leases(rec: RunRecord) -> Finding:
             if not disturbances.explain(holder, e["node"], claim["t"], e["t"], e["job_id"]):
                 bad.append(f"{e['job_id']}: lease of attempt {e['attempt']} held by "
                            f"{e['worker']} expired at {e['t']:.3f} with no crash or partition")
-    return Finding(name, not bad, _summary(bad) if bad else f"{checked} expiries explained")
+    return Finding(name, not bad, summary(bad) if bad else f"{checked} expiries explained")
 
 
 def _cancelled_stays_cancelled(rec: RunRecord) -> Finding:
-    from .checker import Finding, _summary
-
     cancelled: dict[tuple[str, str], dict[str, Any]] = {}
     bad: list[str] = []
     for e in rec.events:
@@ -115,4 +111,4 @@ def _cancelled_stays_cancelled(rec: RunRecord) -> Finding:
         key = (fx["queue"], fx["job_id"])
         if key in cancelled and fx.get("attempt", 0) > attempts[key]:
             bad.append(f"{fx['job_id']}: attempt {fx['attempt']} ran after it was cancelled")
-    return Finding("a cancelled job never runs again", not bad, _summary(bad))
+    return Finding("a cancelled job never runs again", not bad, summary(bad))

@@ -26,20 +26,17 @@ history entry past ``history_limit``) are not checked: nothing of them was kept.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from istos.protocol import MAX_LOG_LINE_BYTES, MAX_LOG_LINES
 
-if TYPE_CHECKING:
-    from .checker import Finding, RunRecord
+from .run_record import Finding, RunRecord, summary
 
 NAME = "job logs kept as their attempts wrote them"
 CUT_MARK = "..."
 
 
 def job_log_finding(rec: RunRecord) -> Finding:
-    from .checker import Finding, _summary
-
     if not any(row["lines"] for row in rec.logs):
         return Finding(NAME, True, "no handler logged")
     written: dict[tuple[str, str, int], list[list[str]]] = defaultdict(list)
@@ -66,7 +63,7 @@ def job_log_finding(rec: RunRecord) -> Finding:
     if not checked:
         return Finding(NAME, True, "no log kept to check (an acked job is forgotten with its "
                                    "logs unless its queue keeps results)")
-    detail = _summary(bad) if bad else f"{checked} kept attempt log(s) match what was written"
+    detail = summary(bad) if bad else f"{checked} kept attempt log(s) match what was written"
     return Finding(NAME, not bad, detail)
 
 

@@ -10,16 +10,13 @@ consumes no randomness (a run that logs keeps the same event stream as one that 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import Any
 
+from istos import Istos
 from istos.context import JobContext
 from istos.core.dedup import is_stored_mark
-from istos.core.records import decode_record
-
-if TYPE_CHECKING:
-    from istos.core.records import JobRecord
-
-    from .simulation import Simulation
+from istos.core.records import JobRecord, decode_record
 
 _CONTEXT_FIELDS = tuple(f.name for f in dataclasses.fields(JobContext))
 
@@ -52,29 +49,24 @@ def ledger_context(ctx: JobContext, ledger: list[dict[str, Any]], node: str,
     return LedgerContext(**values, _ledger=ledger, _row=row)
 
 
-def kept_logs(sim: Simulation) -> list[dict[str, Any]]:
-    """Every attempt the owners kept at the end with its log: from each serving owner's
-    memory (as ``held``), and, on durable storage, from the stored records no serving owner
-    holds (dead letters, done jobs of a stopped leader). One row per history entry that has
-    a log: queue, job_id, attempt, outcome, logs, logs_dropped."""
+def kept_logs(serving: Iterable[Istos], stored: Mapping[str, Mapping[str, bytes]]
+              ) -> list[dict[str, Any]]:
+    """Every attempt the owners kept at the end with its log: from the serving apps' owners
+    (``Istos.held_records``, as ``held``), then from ``stored`` (queue -> that queue's stored
+    records, on durable storage) for the records no serving owner holds (dead letters, done
+    jobs of a stopped leader). One row per history entry that has a log: queue, job_id,
+    attempt, outcome, logs, logs_dropped."""
     rows: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
-    for node in sim.nodes.values():
-        life = node.incarnation
-        if life is None or life.frozen:
-            continue
-        for owner in life.app.owners.values():
-            if owner.running:
-                for rec in owner.state.jobs.values():
-                    if (rec.queue, rec.job_id) not in seen:
-                        seen.add((rec.queue, rec.job_id))
-                        rows += _attempt_rows(rec)
-    if sim.storage_mode == "durable":
-        queues = {q for n in sim.nodes.values() for q in n.queues}
-        for q in sorted(queues):
-            for job_id, raw in sim.shared_storage._data.get(f"jobs:{q}", {}).items():
-                if (q, job_id) not in seen and not is_stored_mark(raw):
-                    rows += _attempt_rows(decode_record(raw))
+    for app in serving:
+        for rec in app.held_records():
+            if (rec.queue, rec.job_id) not in seen:
+                seen.add((rec.queue, rec.job_id))
+                rows += _attempt_rows(rec)
+    for q in sorted(stored):
+        for job_id, raw in stored[q].items():
+            if (q, job_id) not in seen and not is_stored_mark(raw):
+                rows += _attempt_rows(decode_record(raw))
     return rows
 
 

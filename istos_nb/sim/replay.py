@@ -30,7 +30,7 @@ What replay assumes, and where that breaks (docs/explanation/replay.md says it t
   (and comes back when it did); with heartbeats on, its lost deliveries' leases are renewed
   until then, so they come back that much later than a real crash's would. A live crash is
   dated by the node's last act before it abandoned what it held, and its return by its next
-  act (see :mod:`istos_nb.sim.trace_crashes`).
+  act (see :mod:`istos_nb.data.trace_crashes`).
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from ..data.trace import Trace
+from .errors import ScenarioError
 from .result import SimResult
 from .simnode import SimNode
-from .simulation import ScenarioError, Simulation
-from .trace import Trace
+from .simulation import Simulation
 from .workload import HandlerFailure
 
 __all__ = ["replay", "QUEUE_OPTIONS", "WORKER_OPTIONS"]
@@ -158,10 +159,7 @@ def _schedule_crashes(sim: Simulation, trace: Trace, crashes: list[tuple[str, fl
 async def _go_away(node: SimNode) -> None:
     """Stop claiming and leave once what the node runs has finished: in the recording those
     runs were not lost (they ran, here or elsewhere), so the replay does not lose them."""
-    app = node.app
-    for runner in app.runners:
-        runner.shutdown_grace_s = _DRAIN_S
-    await app.stop()
+    await node.app.stop(grace_s=_DRAIN_S)
 
 
 def behaviours(trace: Trace, crashes: list[tuple[str, float] | None]

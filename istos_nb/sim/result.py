@@ -68,7 +68,7 @@ class SimResult:
     @cached_property
     def jobs(self) -> pd.DataFrame:
         """One row per job the owners saw (plus how many times its side effect ran)."""
-        from istos_nb.views.frames import jobs_frame
+        from istos_nb.data.frames import jobs_frame
 
         df = jobs_frame(self.job_events())
         effects = pd.Series([e["job_id"] for e in self.effects], dtype="object")
@@ -84,7 +84,7 @@ class SimResult:
     def series(self, queue: str | None = None, resolution: str = "1s") -> pd.DataFrame:
         """The frame ``LiveQueue.series()`` gives for a live owner, from this run's events
         (one ``queue``, or all of them), at "1s" or "1min" buckets up to the run's end."""
-        from istos_nb.views.series import series_from_events
+        from istos_nb.data.series import series_from_events
 
         if resolution not in ("1s", "1min"):
             raise ValueError(f"resolution must be '1s' or '1min', got {resolution!r}")

@@ -10,17 +10,15 @@ import random
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from istos import Istos
 from istos.core.config import QueueConfig
 from istos.node import run_inline
 from istos.storage.memory import MemoryStorage
+from istos.transport.local import LocalTransport
 
 from .clock import SimClock
-
-if TYPE_CHECKING:
-    from .simulation import Simulation
 
 current_incarnation: contextvars.ContextVar[Incarnation | None] = contextvars.ContextVar(
     "istos_sim_incarnation", default=None)
@@ -40,6 +38,23 @@ class Incarnation:
     link_cut: bool = False  # frozen past the link lease: peers have dropped its sessions
 
 
+class NodeWorld(Protocol):
+    """What a node asks of the world it lives in (:class:`~istos_nb.sim.world.World`)."""
+
+    seed: int
+    storage_mode: str
+    request_timeout_s: float
+
+    def storage_for(self) -> MemoryStorage: ...
+
+    def transport(self, name: str) -> LocalTransport: ...
+
+    def instrument(self, node: SimNode, queue: str, fn: Callable[..., Any]) -> Any: ...
+
+    async def enqueue_via(self, node: SimNode, queue: str, data: Any,
+                          **kwargs: Any) -> str | None: ...
+
+
 class SimNode:
     """Declare queues, workers, schedules and subscriptions exactly as on ``Istos``.
 
@@ -47,9 +62,9 @@ class SimNode:
     so a restarted node comes back with them, and with nothing else from its previous life.
     """
 
-    def __init__(self, sim: Simulation, name: str, *, clock_skew_s: float = 0.0,
+    def __init__(self, world: NodeWorld, name: str, *, clock_skew_s: float = 0.0,
                  clock_drift_ppm: float = 0.0) -> None:
-        self.sim = sim
+        self.world = world
         self.name = name
         self.clock_skew_s = float(clock_skew_s)
         self.clock_drift_ppm = float(clock_drift_ppm)
@@ -73,7 +88,7 @@ class SimNode:
     # -- declarations (validated now, applied at every start) ------------------------------------
     def queue(self, name: str, **options: Any) -> QueueConfig:
         config = QueueConfig.build(name, **options)
-        if config.ha and self.sim.storage_mode != "durable":
+        if config.ha and self.world.storage_mode != "durable":
             raise ValueError(f"queue {name!r}: ha=True needs Simulation(storage='durable') so "
                              "replicas share their storage")
         self.queues[name] = config
@@ -85,7 +100,7 @@ class SimNode:
             self.heartbeat_queues.add(name)  # for the checker's heartbeat invariant
 
         def register(fn: Any) -> Any:
-            wrapped = self.sim._instrument(self, name, fn)
+            wrapped = self.world.instrument(self, name, fn)
             self._declarations.append(lambda app: app.worker(name, **options)(wrapped))
             return fn
 
@@ -104,7 +119,7 @@ class SimNode:
     # -- calls a scenario makes on the node --
     async def enqueue(self, queue: str, data: Any, **kwargs: Any) -> str | None:
         """Enqueue through this node; recorded for the checker whatever the outcome."""
-        return await self.sim._enqueue_via(self, queue, data, **kwargs)
+        return await self.world.enqueue_via(self, queue, data, **kwargs)
 
     async def publish(self, key: str, data: Any, **kwargs: Any) -> Any:
         return await self.app.publish(key, data, **kwargs)
@@ -129,12 +144,11 @@ class SimNode:
     def build(self, loop: asyncio.AbstractEventLoop) -> Incarnation:
         self._lives += 1
         self.clock = SimClock(loop, skew_s=self.clock_skew_s, drift_ppm=self.clock_drift_ppm)
-        sim = self.sim
-        storage = sim.shared_storage if sim.storage_mode == "durable" else MemoryStorage()
-        app = Istos(storage=storage, transport=sim.mesh.transport(self.name), clock=self.clock,
-                    rng=random.Random(f"{sim.seed}:{self.name}:{self._lives}"),
+        world = self.world
+        app = Istos(storage=world.storage_for(), transport=world.transport(self.name),
+                    clock=self.clock, rng=random.Random(f"{world.seed}:{self.name}:{self._lives}"),
                     node_id=self.name, run_sync=run_inline,
-                    request_timeout_s=sim.request_timeout_s, shutdown_grace_s=0.0)
+                    request_timeout_s=world.request_timeout_s, shutdown_grace_s=0.0)
         for declare in self._declarations:
             declare(app)
         return Incarnation(self._lives, app)

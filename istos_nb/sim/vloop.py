@@ -10,8 +10,9 @@ How it works. Where ``BaseEventLoop._run_once`` would ask its selector to wait `
 seconds for I/O (none when callbacks are ready; else the distance to the next timer, or forever
 when nothing is scheduled), this loop never waits for real: it moves the virtual clock to the
 next timer's ``when`` and runs that timer in the same iteration. The iteration itself, and
-``call_soon`` / ``call_later`` / ``call_at``, live in :mod:`istos_nb.sim.vsched`, which mirrors
-asyncio's code on a cheaper timer heap.
+``call_soon`` / ``call_later`` / ``call_at``, live in :mod:`istos_nb.asyncio_internals` (the
+one module that touches asyncio's private members), which mirrors asyncio's code on a cheaper
+timer heap.
 
 Guarantees:
 
@@ -34,7 +35,8 @@ takes zero virtual seconds. Other threads may call ``call_soon_threadsafe`` at a
 loop would otherwise be quiescent it waits up to ``allow_real_wait_s`` real seconds for them.
 
 Jupyter. A thread that already runs a loop (a notebook cell) cannot run another; call
-:func:`run_in_thread` (defined with :func:`run_virtual` in ``vrun.py``, both re-exported here).
+:func:`~istos_nb.sim.vrun.run_in_thread` (with :func:`~istos_nb.sim.vrun.run_virtual`, in
+``vrun.py``, which builds on this module).
 Nothing here touches the event loop policy or the thread's "current" loop.
 """
 
@@ -53,18 +55,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from istos.errors import IstosError
 
-from .vsched import _POLL_EVERY, VirtualScheduling
-
-if TYPE_CHECKING:
-    from .vrun import run_in_thread, run_virtual
+from ..asyncio_internals import POLL_EVERY, VirtualScheduling
 
 __all__ = [
     "VirtualDeadlock",
     "VirtualEventLoop",
     "VirtualLoopError",
     "VirtualLoopInterrupted",
-    "run_in_thread",
-    "run_virtual",
+    "set_ambient_stop_event",
     "virtual_now",
 ]
 
@@ -79,12 +77,15 @@ _RESOLUTION = 1e-9
 _REAL_WAIT_SLICE_S = 0.05
 # Virtual seconds cancelled tasks get to finish their cleanup in `shutdown()`.
 _CLEANUP_BUDGET_S = 3600.0
-# Real seconds `run_in_thread` waits for an interrupted simulation to stop (vrun reads it here
-# at each call, so setting it on this module takes effect).
-_INTERRUPT_GRACE_S = 5.0
 
 # The stop event `run_in_thread` (vrun.py) hands to every VirtualEventLoop created in its thread.
 _ambient = threading.local()
+
+
+def set_ambient_stop_event(event: threading.Event | None) -> None:
+    """Give ``event`` as ``stop_event`` to every VirtualEventLoop this thread creates without
+    one (what ``vrun.run_in_thread`` does in its helper thread)."""
+    _ambient.stop_event = event
 
 
 class VirtualLoopError(IstosError, RuntimeError):
@@ -141,7 +142,7 @@ class VirtualEventLoop(VirtualScheduling, asyncio.SelectorEventLoop):  # type: i
             stop_event = getattr(_ambient, "stop_event", None)
         self._stop_event = stop_event
         self._allow_real_wait_s = float(allow_real_wait_s)
-        self._countdown = _POLL_EVERY  # iterations until the real selector is polled
+        self._countdown = POLL_EVERY  # iterations until the real selector is polled
         super().__init__(selectors.DefaultSelector())
         self._clock_resolution = _RESOLUTION
         # Freezing (SIGSTOP-like): when set, every callback asks ``gate()`` in its own context
@@ -151,7 +152,8 @@ class VirtualEventLoop(VirtualScheduling, asyncio.SelectorEventLoop):  # type: i
 
     if TYPE_CHECKING:
         # BaseEventLoop internals this loop builds on, absent from typeshed's stubs (stable
-        # across 3.10-3.13); the scheduling ones are declared in vsched.VirtualScheduling.
+        # across 3.10-3.13); the scheduling ones are declared in
+        # asyncio_internals.VirtualScheduling.
         _selector: selectors.BaseSelector
 
     # -- the clock --------------------------------------------------------------------------
@@ -243,9 +245,12 @@ class VirtualEventLoop(VirtualScheduling, asyncio.SelectorEventLoop):  # type: i
         """
         if t != t or t < self._now:
             raise ValueError(f"cannot run until {t!r}: virtual time is already {self._now!r}")
-        self._run_bounded(t)
+        self.run_bounded(t)
 
-    def _run_bounded(self, limit: float | None) -> None:
+    def run_bounded(self, limit: float | None) -> None:
+        """Run until stopped, or until virtual time ``limit`` when given (as :meth:`run_until`,
+        unchecked). Unbounded, quiescence raises :class:`VirtualDeadlock`; raises RuntimeError
+        if the loop is running, VirtualLoopInterrupted if ``stop_event`` is set."""
         if self.is_running():
             raise RuntimeError("This event loop is already running")
         self._limit = limit
@@ -353,7 +358,7 @@ class VirtualEventLoop(VirtualScheduling, asyncio.SelectorEventLoop):  # type: i
                     task.cancel()
                 gathered = asyncio.gather(*tasks, return_exceptions=True)
                 gathered.add_done_callback(lambda _f: self.stop())
-                self._run_bounded(self._now + cleanup_budget_s)
+                self.run_bounded(self._now + cleanup_budget_s)
                 _report_shutdown(self, tasks, cleanup_budget_s)
             self.run_until_complete(self.shutdown_asyncgens())
             self.run_until_complete(self.shutdown_default_executor())
@@ -402,22 +407,3 @@ def virtual_now() -> float:
             f"virtual_now() needs a running VirtualEventLoop, not {type(loop).__name__}"
         )
     return loop._now
-
-
-# run_virtual and run_in_thread live in vrun.py, which builds on this module; they are
-# re-exported here on first use (PEP 562) so that either module can be imported first.
-_VRUN = ("run_in_thread", "run_virtual")
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _VRUN:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from . import vrun
-
-    value = getattr(vrun, name)
-    globals()[name] = value  # cache: later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))

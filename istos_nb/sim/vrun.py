@@ -1,7 +1,7 @@
 """Running a simulation: :func:`run_virtual` on a fresh virtual loop, :func:`run_in_thread` beside
 a running one.
 
-Both are re-exported by :mod:`istos_nb.sim.vloop`, which defines the loop they run
+Both build on :mod:`istos_nb.sim.vloop`, which defines the loop they run
 (:class:`~istos_nb.sim.vloop.VirtualEventLoop`) and the per-thread stop event they share with it.
 
 Jupyter. A thread that already runs a loop (a notebook cell) cannot run another; call
@@ -30,7 +30,18 @@ __all__ = ["fewer_gc_pauses", "run_in_thread", "run_virtual"]
 # the process, costs 5-10% of a 10k-job run.
 GC_GEN0_THRESHOLD = 50_000
 
+# Real seconds `run_in_thread` waits for an interrupted simulation to stop (read at each call,
+# so setting it on this module takes effect).
+INTERRUPT_GRACE_S = 5.0
+
 T = TypeVar("T")
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _as_coroutine(main: Any) -> Coroutine[Any, Any, Any]:
@@ -82,7 +93,7 @@ def run_virtual(
     Raises RuntimeError when this thread already runs an event loop (a notebook cell): use
     ``run_in_thread(run_virtual, main)`` there. The thread's event loop policy is never touched.
     """
-    if asyncio._get_running_loop() is not None:
+    if _running_loop() is not None:
         if asyncio.iscoroutine(main):
             main.close()  # it will never run; don't warn that it was never awaited
         raise RuntimeError(
@@ -95,7 +106,7 @@ def run_virtual(
     try:
         task = loop.create_task(_as_coroutine(main))
         task.add_done_callback(lambda _t: loop.stop())
-        loop._run_bounded(until)
+        loop.run_bounded(until)
         return task.result() if task.done() else None
     finally:
         loop.shutdown()
@@ -117,7 +128,7 @@ def run_in_thread(fn: Callable[..., T], *args: Any, stop_event: threading.Event 
     context = contextvars.copy_context()
 
     def target() -> None:
-        vloop._ambient.stop_event = event
+        vloop.set_ambient_stop_event(event)
         try:
             outcome["value"] = context.run(fn, *args)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
@@ -135,7 +146,7 @@ def run_in_thread(fn: Callable[..., T], *args: Any, stop_event: threading.Event 
             pass
     except BaseException:
         event.set()
-        finished.wait(vloop._INTERRUPT_GRACE_S)  # looked up per call: the knob lives on vloop
+        finished.wait(INTERRUPT_GRACE_S)
         raise
     thread.join()
     if "error" in outcome:

@@ -1,6 +1,6 @@
 """Workload helpers: arrivals (at once, at a rate, Poisson), service times, failures.
 
-All randomness comes from the simulation's workload rng, derived from its seed.
+All randomness comes from the World's workload rng, derived from the simulation's seed.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .errors import ScenarioError
+
 if TYPE_CHECKING:
-    from .simulation import Simulation
+    from .world import World
 
 ServiceSpec = float | tuple[Any, ...] | Callable[[random.Random], float]
 
@@ -26,8 +28,6 @@ def sampler(spec: ServiceSpec, rng: random.Random) -> Callable[[], float]:
     ``1.5`` (constant), ``("exp", mean)``, ``("uniform", lo, hi)``,
     ``("lognormal", mu, sigma)``, or a callable taking the rng.
     """
-    from .simulation import ScenarioError
-
     if callable(spec):
         return lambda: float(spec(rng))  # type: ignore[operator]
     if isinstance(spec, (int, float)):
@@ -46,18 +46,18 @@ def sampler(spec: ServiceSpec, rng: random.Random) -> Callable[[], float]:
 
 
 class Workload:
-    def __init__(self, sim: Simulation, rng: random.Random) -> None:
-        self.sim = sim
-        self.rng = rng
+    """Arrivals and handlers of a scenario, scheduled on ``world`` with its workload rng."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.rng = world.workload_rng
 
     def enqueue_jobs(self, node: str, queue: str, n: int, *, rate: float | None = None,
                      poisson: bool = False, start: float = 0.0,
                      data: Callable[[int], Any] | None = None, priority: int = 0) -> None:
         """Enqueue ``n`` jobs through ``node`` from ``start``: all at once (``rate=None``), one
         every ``1/rate`` s, or as a Poisson process of that rate (``poisson=True``)."""
-        from .simulation import ScenarioError
-
-        sim_node = self.sim._node(node)
+        sim_node = self.world.node(node)
         if not isinstance(n, int) or n < 0:
             raise ScenarioError(f"n must be an integer >= 0, got {n!r}")
         if rate is not None and not rate > 0:
@@ -69,7 +69,7 @@ class Workload:
         for i in range(n):
             if rate is not None and i > 0:
                 t += self.rng.expovariate(rate) if poisson else 1.0 / rate
-            self.sim.at(t, sim_node.enqueue, queue, make(i), priority=priority)
+            self.world.at(t, sim_node.enqueue, queue, make(i), priority=priority)
 
     def handler(self, *, service_s: ServiceSpec = 0.0, fail_p: float = 0.0,
                 crash_p: float = 0.0, effect: Callable[[Any], Any] | None = None,
@@ -98,7 +98,7 @@ class Workload:
                 write(ctx, range(early, log_lines))
             if crash_p and rng.random() < crash_p:
                 if ctx is not None:  # the heartbeat invariant needs to know (checker_leases)
-                    self.sim._node_event(ctx.worker.rsplit(":", 1)[0], "delivery_crashed",
+                    self.world.node_event(ctx.worker.rsplit(":", 1)[0], "delivery_crashed",
                                          job_id=ctx.job_id)
                 raise asyncio.CancelledError("delivery crashed (simulated)")
             if fail_p and rng.random() < fail_p:
@@ -110,8 +110,6 @@ class Workload:
 
 def _check_handler_options(fail_p: float, crash_p: float, log_lines: int,
                            log_line_bytes: int) -> None:
-    from .simulation import ScenarioError
-
     for name, p in (("fail_p", fail_p), ("crash_p", crash_p)):
         if not 0.0 <= p <= 1.0:
             raise ScenarioError(f"{name} must be a probability, got {p!r}")

@@ -1,4 +1,4 @@
-"""Matplotlib figures built from the frames in :mod:`istos_nb.views.frames`.
+"""Matplotlib figures built from the frames in :mod:`istos_nb.data.frames`.
 
 Every chart accepts events in any form ``events_frame`` accepts, plus optional ``ax`` (draw into
 an existing Axes; the returned Figure is that Axes' root figure) and ``title``. Charts use the
@@ -27,6 +27,9 @@ clock (epoch seconds) gets a wall-clock (UTC) time axis, virtual time stays seco
 first event. A new chart function must be registered there. The replay overlays
 (:func:`replay_gantt`, :func:`replay_depth`, in :mod:`istos_nb.views.replay_charts`) take two
 runs and keep seconds from each run's first arrival, so a recording and its replay line up.
+
+Public as :mod:`istos_nb.charts`, which re-exports this module's ``__all__`` (one module at
+two layers: the public name, and this implementation).
 """
 
 from __future__ import annotations
@@ -44,6 +47,15 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from istos import events as ev
+from istos_nb.data.frames import (
+    EventsLike,
+    attempts_frame,
+    depth_frame,
+    events_frame,
+    jobs_frame,
+    leases_frame,
+    throughput_frame,
+)
 from istos_nb.views.chartkit import (
     BAR_EDGE,
     DEPTH_COLORS,
@@ -65,15 +77,6 @@ from istos_nb.views.chartkit import (
     step_bins,
     time_axis,
     time_window,
-)
-from istos_nb.views.frames import (
-    EventsLike,
-    attempts_frame,
-    depth_frame,
-    events_frame,
-    jobs_frame,
-    leases_frame,
-    throughput_frame,
 )
 from istos_nb.views.glyphs import Drawn
 from istos_nb.views.leasemarks import ARC_BULGE, delivery_deaths, node_markers, redeliveries

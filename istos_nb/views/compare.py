@@ -18,12 +18,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..data.frames import depth_frame
+from ..data.trace import Trace
 from ..sim.replay import replay
 from ..sim.result import SimResult
 from ..sim.simulation import ScenarioError
-from ..sim.trace import Trace
 from .chartkit import axes_for, done, label
-from .frames import depth_frame
 
 __all__ = ["compare", "compare_chart", "predict", "run_metrics", "PREDICTED"]
 
@@ -79,7 +79,7 @@ def run_metrics(run: Run, queue: str | None = None) -> dict[str, Any]:
 
 
 def _final_states(trace: Trace) -> pd.Series:
-    from .frames import jobs_frame
+    from ..data.frames import jobs_frame
 
     df = jobs_frame(trace.events)
     df = df[df["job_id"].isin(set(trace.jobs["job_id"]))]

@@ -8,7 +8,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 
 from istos import events as ev
-from istos_nb.views.frames import node_events_frame, worker_node
+from istos_nb.data.frames import node_events_frame, worker_node
 from istos_nb.views.glyphs import Drawn
 
 __all__ = ["ARC_BULGE", "delivery_deaths", "node_markers", "redeliveries"]

@@ -36,12 +36,12 @@ from istos.errors import IstosError
 from istos.ops.cli import parse_where
 from istos_nb.views import charts
 
+from ..data.frames import events_frame
 from . import livetables as lt
 from . import opviews as ov
 from .admin_panel import AdminPanel
 from .chartkit import is_wall_clock
 from .deadrows import DEAD_ROWS, DeadRows
-from .frames import events_frame
 from .idle import IdleCheck
 from .pager import Pager
 from .pagetimer import start_play

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..live.frames import ago
+from ..live.reply_tables import ago
 
 PAYLOAD_CHARS = 80
 CSS = ("<style>.istos-table table{border-collapse:collapse;font-size:12px}"
@@ -27,7 +27,8 @@ CSS = ("<style>.istos-table table{border-collapse:collapse;font-size:12px}"
        "text-overflow:ellipsis}</style>")
 
 
-def _absent(value: Any) -> bool:
+def absent(value: Any) -> bool:
+    """Whether a table cell holds nothing (None, NaT or NaN)."""
     return value is None or value is pd.NaT or (isinstance(value, float) and math.isnan(value))
 
 
@@ -40,7 +41,7 @@ def _ts(value: Any) -> pd.Timestamp:
 
 def local_time(ts: Any, now: pd.Timestamp) -> str:
     """``ts`` (a UTC Timestamp) in the local zone: the time today, else date and time."""
-    if _absent(ts):
+    if absent(ts):
         return ""
     local = _ts(ts).floor("us").to_pydatetime().astimezone()
     today = now.floor("us").to_pydatetime().astimezone().date()
@@ -49,7 +50,7 @@ def local_time(ts: Any, now: pd.Timestamp) -> str:
 
 def age(ts: Any, now: pd.Timestamp) -> str:
     """How long ago ``ts`` was ("3 min"), or "in 2.0 s" for a future instant."""
-    if _absent(ts):
+    if absent(ts):
         return ""
     seconds = (now - _ts(ts)).total_seconds()
     return ago(seconds) if seconds >= 0 else f"in {ago(seconds)}"
@@ -95,7 +96,7 @@ def page_note(shown: int, total: int | None, what: str, offset: int = 0) -> str:
 
 
 def _text(value: Any) -> str:
-    return "" if _absent(value) else str(value)
+    return "" if absent(value) else str(value)
 
 
 _Col = tuple[str, Callable[[Any, pd.Timestamp], str]]
@@ -120,7 +121,7 @@ def _due(r: dict[str, Any], now: pd.Timestamp) -> str:
     if r.get("state") in _SETTLED:
         return NO_TIME
     deadline = r.get("deadline")
-    return age(deadline if not _absent(deadline) else r.get("ready_at"), now)
+    return age(deadline if not absent(deadline) else r.get("ready_at"), now)
 
 
 _JOB_COLS: tuple[_Col, ...] = (
@@ -147,12 +148,12 @@ _ATTEMPT_COLS: tuple[_Col, ...] = (
     ("attempt", lambda r, n: _cell(_text(r.get("attempt")))),
     ("worker", lambda r, n: _cell(_text(r.get("worker")))),
     ("claimed", lambda r, n: _cell(local_time(r.get("claimed_at"), n))),
-    ("took", lambda r, n: _cell("" if _absent(r.get("finished_at")) else
+    ("took", lambda r, n: _cell("" if absent(r.get("finished_at")) else
                                 ago((_ts(r.get("finished_at")) - _ts(r.get("claimed_at")))
                                     .total_seconds()))),
     ("outcome", lambda r, n: _cell(_text(r.get("outcome")))),
     ("error", lambda r, n: _cell(_text(r.get("error")), limit=60)),
-    ("backoff after", lambda r, n: _cell("" if _absent(r.get("backoff")) else
+    ("backoff after", lambda r, n: _cell("" if absent(r.get("backoff")) else
                                          ago(pd.Timedelta(r.get("backoff")).total_seconds()))),
 )
 
@@ -184,12 +185,12 @@ def detail_html(detail: dict[str, Any], now: pd.Timestamp) -> str:
     rec, why = detail.get("record") or {}, detail.get("why") or {}
     facts = [("state", _text(detail.get("state"))), ("why", _text(why.get("reason")))]
     for key in ("enqueued_at", "ready_at", "deadline", "finished_at", "expires_at"):
-        if not _absent(rec.get(key)):
+        if not absent(rec.get(key)):
             rel = age(rec[key], now)
             facts.append((key.removesuffix("_at"), f"{local_time(rec[key], now)} "
                           f"({rel if rel.startswith('in ') else rel + ' ago'})"))
     for key in ("priority", "attempts", "worker", "last_error"):
-        if not _absent(rec.get(key)):
+        if not absent(rec.get(key)):
             facts.append((key.replace("_", " "), _text(rec[key])))
     dl = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in facts)
     payload = json.dumps(detail.get("data"), indent=2, ensure_ascii=False, default=str)

@@ -3,7 +3,8 @@ run histograms), a job's traceback, result and workflow in its detail, the overv
 every queue, and the page ``istos dashboard`` serves (one queue, or the overview; ``?queue=``
 and ``?job=`` in its URL).
 
-Pure HTML builders (tested without a kernel) plus :func:`page`, which builds the widget.
+Pure HTML builders, tested without a kernel; the page itself is
+:func:`istos_nb.views.dashboard_page.page`.
 DOM classes: ``istos-workers``, ``istos-latency``, ``istos-traceback``, ``istos-result``,
 ``istos-workflow`` (one ``istos-step`` per job, ``istos-step-here`` on this one),
 ``istos-overview`` (its rows link to ``?queue=NAME``).
@@ -29,12 +30,12 @@ def workers_html(df: pd.DataFrame, now: pd.Timestamp) -> str:
     rows = []
     for r in df.to_dict("records"):
         pre = r.get("prefetch")
-        conf = "?" if lt._absent(r.get("concurrency")) else (
+        conf = "?" if lt.absent(r.get("concurrency")) else (
             f"{r['concurrency']} + {'auto' if pre == -1 else pre}"
             + (" · heartbeat" if r.get("heartbeat") is True else ""))
         held = ", ".join(r.get("held") or [])
         rows.append([f"<td>{esc(str(v))}</td>" for v in (
-            r["worker"], "?" if lt._absent(r.get("slots")) else r["slots"], conf,
+            r["worker"], "?" if lt.absent(r.get("slots")) else r["slots"], conf,
             f"{r['held_count']}" + (f" ({held})" if held else ""),
             f"{lt.age(r['last_seen'], now)} ago", f"{lt.age(r['first_seen'], now)} ago",
             r["claimed"], r["acked"], r["nacked"], r["expired"], r["released"])])
@@ -117,42 +118,9 @@ def overview_html(frame: pd.DataFrame) -> str:
         cells = [f"<td><a href=\"{esc(link)}\" target=\"_top\">{esc(r['queue'])}</a></td>",
                  f"<td>{esc(str(r.get('owner') or '(no answer)'))}</td>",
                  f"<td>{esc(str(r.get('role')))}</td>"]
-        cells += [f"<td>{'' if lt._absent(r.get(s)) else int(r[s])}</td>" for s in states]
-        cells += [f"<td>{'' if lt._absent(r.get(k)) else f'{float(r[k]):.1f}/s'}</td>"
+        cells += [f"<td>{'' if lt.absent(r.get(s)) else int(r[s])}</td>" for s in states]
+        cells += [f"<td>{'' if lt.absent(r.get(k)) else f'{float(r[k]):.1f}/s'}</td>"
                   for k in ("enqueue_rate", "ack_rate")]
         rows.append(cells)
     return lt.html_table(["queue", "owner", "role", *states, "enqueued", "acked"], rows,
                          f"{len(rows)} queue(s)", "istos-overview")
-
-
-def page(queue: str | None, zenoh: Any, prefix: str, timeout_s: float, query: str) -> Any:
-    """What ``istos dashboard`` shows: ``?queue=`` (or ``queue``) picks the queue's dashboard,
-    ``?job=`` opens that job's detail in it; with no queue, the overview of every queue."""
-    import ipywidgets as W
-
-    import istos_nb
-
-    params = urllib.parse.parse_qs(query or "")
-    queue = (params.get("queue") or [queue or ""])[0] or None
-    if queue is not None:
-        lq = istos_nb.attach(queue, zenoh, prefix=prefix, timeout_s=timeout_s)
-        # The page's own timer drives refreshes: a closed page's kernel goes quiet and is culled.
-        dash = istos_nb.LiveDashboard(lq, refresh_s=2.0, page_timer=True)
-        job = (params.get("job") or [""])[0]
-        if job:
-            dash.open_job(job)
-        return dash
-    table = W.HTML()
-    table.add_class("istos-overview-page")
-    button = W.Button(description="Refresh", icon="refresh")
-
-    def refresh(_b: Any = None) -> None:
-        try:
-            table.value = overview_html(istos_nb.queues(zenoh, prefix=prefix,
-                                                        timeout_s=timeout_s))
-        except Exception as exc:  # noqa: BLE001 - shown; the next refresh retries
-            table.value = f"<p>error: {esc(type(exc).__name__)}: {esc(str(exc))}</p>"
-
-    button.on_click(refresh)
-    refresh()
-    return W.VBox([W.HTML(f"<h3>queues under {esc(prefix)}</h3>"), button, table])

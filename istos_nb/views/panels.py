@@ -18,8 +18,8 @@ import ipywidgets as W
 import pandas as pd
 from matplotlib.figure import Figure
 
+from istos_nb.data.frames import events_frame
 from istos_nb.views import charts
-from istos_nb.views.frames import events_frame
 
 __all__ = ["CHART_DPI", "CHART_WIDTH_IN", "TABLE_ROWS", "Panels", "Shown", "close_tree",
            "figure_png", "table_html"]

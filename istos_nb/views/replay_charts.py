@@ -4,7 +4,7 @@ on one time axis, so a reader sees where the replay follows the recording and wh
 Each run's time is seconds from its own first arrival (a live recording runs on the owner's wall
 clock, a replay on virtual time starting at ``LEAD_S``): the same job arrives at the same x in
 both. So these charts keep relative seconds also for a live recording (no wall-clock axis).
-Both take each run as a :class:`~istos_nb.sim.trace.Trace`, a
+Both take each run as a :class:`~istos_nb.data.trace.Trace`, a
 :class:`~istos_nb.sim.result.SimResult`, or events in any form ``events_frame`` accepts, and
 follow the chart contract of :mod:`istos_nb.views.charts` (which re-exports them).
 """
@@ -20,8 +20,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ..data.frames import EventsLike, depth_frame, leases_frame, worker_node
+from ..data.trace import Trace
 from ..sim.result import SimResult
-from ..sim.trace import Trace
 from .chartkit import (
     OUTCOME_COLORS,
     axes_for,
@@ -34,7 +35,6 @@ from .chartkit import (
     short_ids,
     step_bins,
 )
-from .frames import EventsLike, depth_frame, leases_frame, worker_node
 from .glyphs import Drawn
 
 __all__ = ["replay_depth", "replay_gantt"]

@@ -16,8 +16,8 @@ from typing import Any
 
 import ipywidgets as W
 
+from ..data.trace import Trace
 from ..sim.replay import replay
-from ..sim.trace import Trace
 from .compare import compare, compare_chart
 from .panels import figure_png
 from .replay_charts import replay_gantt

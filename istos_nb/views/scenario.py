@@ -40,7 +40,7 @@ def scenario_from_params(params: Mapping[str, Any] | None = None) -> tuple[Simul
     ``horizon_s`` > 0 sets it (jobs still running then are reported unfinished).
     Pure: builds, never runs. Raises ValueError for an unknown key or an invalid value.
     """
-    p = _merged(params)
+    p = merged_params(params)
     sim = Simulation(seed=p["seed"])
     owner = sim.node("owner")
     owner.queue("jobs", lease_s=p["lease_s"], max_attempts=p["max_attempts"],
@@ -58,10 +58,12 @@ def scenario_from_params(params: Mapping[str, Any] | None = None) -> tuple[Simul
         sim.crash_randomly(names, mtbf_s=3600.0 / p["crashes_per_hour"],
                            restart_after=p["restart_after_s"])
     sim.enqueue_jobs("owner", "jobs", p["jobs"], rate=p["rate"])
-    return sim, _horizon(p)
+    return sim, run_horizon(p)
 
 
-def _merged(params: Mapping[str, Any] | None) -> dict[str, Any]:
+def merged_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``params`` over :data:`DEFAULT_PARAMS`, checked; raises ValueError for an unknown or
+    out-of-range parameter."""
     unknown = set(params or {}) - set(DEFAULT_PARAMS)
     if unknown:
         raise ValueError(f"unknown scenario parameter(s) {sorted(unknown)}; "
@@ -78,7 +80,7 @@ def _merged(params: Mapping[str, Any] | None) -> dict[str, Any]:
     return p
 
 
-def _horizon(p: Mapping[str, Any]) -> float:
+def run_horizon(p: Mapping[str, Any]) -> float:
     """Virtual seconds the run lasts: ``horizon_s`` when set, else :func:`auto_horizon`."""
     return float(p["horizon_s"]) if p.get("horizon_s", 0) > 0 else auto_horizon(p)
 

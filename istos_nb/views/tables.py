@@ -3,6 +3,9 @@
 The owner's API speaks epoch seconds (floats: exact, cheap to compare, any clock's), which is
 right for computing and unreadable in a table. :func:`times_of_day` turns those columns into
 times of day for showing, so a notebook needs no helper of its own.
+
+Public as :mod:`istos_nb.tables`, which re-exports this module's ``__all__`` (one module at
+two layers: the public name, and this implementation).
 """
 
 from __future__ import annotations

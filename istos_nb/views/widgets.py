@@ -15,6 +15,9 @@ The live dashboard lives in ``live_dashboard.py`` (its tables in ``_livetables.p
 simulator's scenario is built in ``widgets_scenario.py`` (pure, no ipywidgets) and the charts,
 tables and tabs both dashboards show are rendered in ``_panels.py``; the public names of both stay
 importable from here.
+
+Public as :mod:`istos_nb.widgets`, which re-exports this module's ``__all__`` (one module at
+two layers: the public name, and this implementation).
 """
 
 from __future__ import annotations
@@ -35,7 +38,13 @@ from .panels import TABLE_ROWS as TABLE_ROWS
 from .panels import Panels, Shown
 from .panels import figure_png as figure_png
 from .panels import table_html as table_html
-from .scenario import DEFAULT_PARAMS, _horizon, _merged, auto_horizon, scenario_from_params
+from .scenario import (
+    DEFAULT_PARAMS,
+    auto_horizon,
+    merged_params,
+    run_horizon,
+    scenario_from_params,
+)
 from .sim_report import check_html, invariants_frame, jobs_intro, jobs_view, status_text
 
 __all__ = ["DEFAULT_PARAMS", "LiveDashboard", "SimDashboard", "scenario_from_params"]
@@ -85,7 +94,7 @@ class SimDashboard(Shown):
     """
 
     def __init__(self, params: Mapping[str, Any] | None = None) -> None:
-        p = _merged(params)
+        p = merged_params(params)
         self.controls: dict[str, W.ValueWidget] = {}
         style = {"description_width": "150px"}
         for name, cls, lo, hi, step, desc in _CONTROLS:
@@ -124,7 +133,7 @@ class SimDashboard(Shown):
     def params(self) -> dict[str, Any]:
         """The scenario parameters the controls show now (plus defaults for the rest)."""
         values = {name: control.value for name, control in self.controls.items()}
-        return _merged({**self._extra, **values})
+        return merged_params({**self._extra, **values})
 
     def run(self) -> SimResult:
         """Run the scenario the controls describe; fill the tabs; return the result.
@@ -170,7 +179,7 @@ class SimDashboard(Shown):
         except ValueError as exc:
             self.scenario.value = _esc(f"invalid: {exc}")
             return
-        horizon = (f"runs to t={_horizon(p):g} virtual s (set by 'run for')" if p["horizon_s"]
+        horizon = (f"runs to t={run_horizon(p):g} virtual s (set by 'run for')" if p["horizon_s"]
                    else f"runs to t={auto_horizon(p):g} virtual s (auto: time for the last "
                         "job to use its attempts; 'run for' > 0 overrides)")
         self.scenario.value = _esc(

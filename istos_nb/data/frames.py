@@ -11,6 +11,9 @@ seconds and Timedeltas seconds.
 Every returned DataFrame has a fixed column order and fixed dtypes, also when it has no rows,
 so callers (charts, widgets) never special-case an empty stream. Text columns are ``object``
 dtype holding ``str`` or ``None``; missing times are ``NaN``.
+
+Public as :mod:`istos_nb.frames`, which re-exports this module's ``__all__`` (one module at
+two layers: the public name, and this implementation).
 """
 
 from __future__ import annotations

@@ -1,10 +1,16 @@
-"""The virtual loop's hot path: scheduling callbacks and running one loop iteration.
+"""The one module of ``istos_nb`` that touches asyncio's private members.
 
-:class:`VirtualScheduling` is mixed into :class:`~istos_nb.sim.vloop.VirtualEventLoop` in
-front of ``asyncio.SelectorEventLoop``. It replaces ``call_soon``, ``call_later``, ``call_at``
-and ``_run_once`` with versions that run the *same callbacks in the same order* as
-``BaseEventLoop`` (CPython 3.10-3.13, whose code they mirror) at a fraction of the cost, because
-a simulation is nothing but these four calls, hundreds of thousands of times:
+Checked on CPython 3.11 (the interpreter the suite runs on); the code mirrors asyncio's
+``BaseEventLoop`` of CPython 3.10 to 3.13 and takes 3.14's ``_swap_current_task`` where it
+exists. Everything else in the package uses only public names (``tests/test_layout.py`` checks
+that), so a new Python version is checked here and nowhere else. Two loops the notebook side
+drives build on it:
+
+**The virtual loop's hot path.** :class:`VirtualScheduling` is mixed into
+:class:`~istos_nb.sim.vloop.VirtualEventLoop` in front of ``asyncio.SelectorEventLoop``. It
+replaces ``call_soon``, ``call_later``, ``call_at`` and ``_run_once`` with versions that run the
+*same callbacks in the same order* as ``BaseEventLoop`` at a fraction of the cost, because a
+simulation is nothing but these four calls, hundreds of thousands of times:
 
 * The timer heap holds ``(when, seq, handle)`` tuples, so the heap compares in C; ``seq`` (call
   order) breaks ties, so equal times fire in the order they were scheduled (asyncio's own heap
@@ -16,8 +22,13 @@ a simulation is nothing but these four calls, hundreds of thousands of times:
 * One iteration does what ``BaseEventLoop._run_once`` does (drop cancelled timers, wait for I/O
   or move the clock, move due timers to the ready queue, run what was ready when the iteration
   began) without the selector round trip: the real selector is polled only every
-  ``_POLL_EVERY`` iterations, and when the loop is idle the virtual clock jumps to the next
+  :data:`POLL_EVERY` iterations, and when the loop is idle the virtual clock jumps to the next
   timer instead of waiting (the owner's ``_on_idle`` decides).
+
+**A running loop driven from inside one of its callbacks** (``istos_nb.live.reenter``):
+:func:`can_reenter`, :func:`ready_queue` and :func:`run_nested_once`, one iteration of
+``BaseEventLoop._run_once`` run nested, the way ``nest_asyncio`` re-enters a loop, without
+patching asyncio globally.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ import collections
 import contextvars
 import heapq
 import math
+import sys
 import threading
 import time
 from asyncio import format_helpers
@@ -41,7 +53,7 @@ _MIN_CANCELLED_TIMER_HANDLES_FRACTION = 0.5
 # On the hot path (callbacks ready) the real selector is only polled every this many iterations:
 # threads put their callbacks straight into the ready queue, so the poll is only needed to
 # drain the self-pipe and to notice `stop_event`. It is 1 µs of syscall per iteration otherwise.
-_POLL_EVERY = 64
+POLL_EVERY = 64
 
 _new = object.__new__
 _copy_context = contextvars.copy_context
@@ -266,9 +278,9 @@ class VirtualScheduling:
         return live
 
     def _poll_real(self) -> list[Any]:
-        """Every ``_POLL_EVERY`` iterations: let other threads in, honour the stop event, and
+        """Every ``POLL_EVERY`` iterations: let other threads in, honour the stop event, and
         collect real I/O (the self-pipe of ``call_soon_threadsafe``) without waiting."""
-        self._countdown = _POLL_EVERY
+        self._countdown = POLL_EVERY
         # A virtual loop never blocks, so it would hold the GIL for as long as it runs; a
         # thread that must set the stop event or post a callback could starve for seconds.
         # Hand the GIL over briefly (a zero sleep releases it) when there is such a thread.
@@ -303,3 +315,73 @@ def _report_callback_error(handle: Any, exc: BaseException) -> None:
     if handle._source_traceback:
         context["source_traceback"] = handle._source_traceback
     handle._loop.call_exception_handler(context)
+
+
+# -- a running loop, driven from inside one of its callbacks ----------------------------------
+
+def can_reenter(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether :func:`run_nested_once` can drive ``loop`` (a stock asyncio selector loop)."""
+    return isinstance(loop, asyncio.BaseEventLoop) and all(
+        hasattr(loop, name) for name in ("_ready", "_scheduled", "_selector", "_process_events"))
+
+
+def ready_queue(loop: asyncio.AbstractEventLoop) -> collections.deque[Any]:
+    """The loop's ready queue (``BaseEventLoop._ready``): callbacks to run next, in order."""
+    ready: collections.deque[Any] = loop._ready  # type: ignore[attr-defined]
+    return ready
+
+
+def run_nested_once(loop: Any, max_wait_s: float, deferred: list[Any]) -> None:
+    """One iteration of ``BaseEventLoop._run_once``, nested: poll I/O, move due timers, run
+    what is ready, each with the caller's task stepped aside. A handle whose context is
+    entered already (the caller's own) cannot run here: it goes to ``deferred``."""
+    ready, scheduled = loop._ready, loop._scheduled
+    while scheduled and scheduled[0]._cancelled:
+        loop._timer_cancelled_count -= 1
+        heapq.heappop(scheduled)._scheduled = False
+    timeout = 0.0 if ready else max_wait_s
+    if scheduled:
+        timeout = min(timeout, max(0.0, scheduled[0]._when - loop.time()))
+    loop._process_events(loop._selector.select(timeout))
+    end_time = loop.time() + loop._clock_resolution
+    while scheduled and scheduled[0]._when < end_time:
+        handle = heapq.heappop(scheduled)
+        handle._scheduled = False
+        ready.append(handle)
+    for _ in range(len(ready)):
+        handle = ready.popleft()
+        if handle._cancelled:
+            continue
+        context = getattr(handle, "_context", None)
+        if context is not None and _entered(context):
+            deferred.append(handle)  # e.g. ipykernel >= 7 runs each cell in one shared context
+            continue
+        _without_current_task(loop, handle._run)
+
+
+def _entered(context: Any) -> bool:
+    try:
+        context.run(int)
+    except RuntimeError:
+        return True
+    return False
+
+
+def _without_current_task(loop: asyncio.AbstractEventLoop, run: Callable[[], None]) -> None:
+    # A task stepped while the caller's task counts as current would raise "Cannot enter into
+    # task ... while another task ... is being executed": step the caller's task aside.
+    if sys.version_info >= (3, 14):
+        swap = asyncio.tasks._swap_current_task  # type: ignore[attr-defined]
+        current = swap(loop, None)
+        try:
+            run()
+        finally:
+            swap(loop, current)
+        return
+    tasks: dict[Any, Any] = asyncio.tasks._current_tasks  # type: ignore[attr-defined]
+    current = tasks.pop(loop, None)
+    try:
+        run()
+    finally:
+        if current is not None:
+            tasks[loop] = current

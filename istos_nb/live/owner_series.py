@@ -1,5 +1,6 @@
-"""``LiveQueue.series()``: the owner's time series of its queue, every page of it, as the frame
-:func:`istos_nb.views.series.series_frame` builds (the simulator's ``SimResult.series()``
+"""``LiveQueue.series()`` fetched from the owner (the live layer; :mod:`istos_nb.data.series` holds
+the frame it fills): the owner's time series of its queue, every page of it, as the frame
+:func:`istos_nb.data.series.series_frame` builds (the simulator's ``SimResult.series()``
 gives the same shape)."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..views.series import series_frame
+from ..data.series import series_frame
 from .requests import OwnerRequests
 
 RESOLUTIONS: dict[Any, str] = {"1s": "1s", "1min": "1min", 1: "1s", 60: "1min"}  # 1.0, 60.0 too

@@ -26,7 +26,7 @@ from istos import events as ev
 from istos import tracefile
 from istos.tracefile import TraceFormatError
 
-from ..views.frames import EventsLike, events_frame, leases_frame
+from .frames import EventsLike, events_frame, leases_frame
 from .trace_crashes import infer_crashes, marked_crashes
 
 __all__ = ["Trace", "TraceFormatError"]
@@ -148,7 +148,7 @@ class Trace:
         """Worker nodes that died holding leases: ``{"node", "t", "restart_after"}`` in time
         order (t in trace seconds; restart_after None when it never came back; a node may die
         more than once). From the simulator's crashed/restarted events when the stream has
-        them; otherwise inferred (see :mod:`istos_nb.sim.trace_crashes`): a node that
+        them; otherwise inferred (see :mod:`istos_nb.data.trace_crashes`): a node that
         abandoned every delivery it held died at its last act before that, and came back
         (under the same node id) at its next act, if any."""
         return [{"node": node, "t": t - self.t0,

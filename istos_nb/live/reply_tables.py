@@ -15,7 +15,7 @@ import pandas as pd
 from istos import codec
 from istos.ops.render import duration, history_of, latest_traceback
 
-from ..views.frames import events_frame
+from ..data.frames import events_frame
 
 JOB_COLUMNS = {"job_id": object, "state": object, "priority": "int64", "attempts": "int64",
                "enqueued_at": "instant", "ready_at": "instant", "worker": object,
@@ -109,7 +109,7 @@ def attempts_table(history: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def live_events(events: list[dict[str, Any]]) -> pd.DataFrame:
-    """:func:`istos_nb.views.frames.events_frame` with ``t``/``ready_at``/``deadline`` as UTC
+    """:func:`istos_nb.data.frames.events_frame` with ``t``/``ready_at``/``deadline`` as UTC
     instants and ``delay_s`` as a Timedelta (``frames`` and ``charts`` accept both forms)."""
     df = events_frame(events)
     for name in _EVENT_INSTANTS:

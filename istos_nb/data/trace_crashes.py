@@ -38,7 +38,7 @@ import pandas as pd
 
 from istos import events as ev
 
-from ..views.frames import depth_frame, worker_node
+from .frames import depth_frame, worker_node
 
 __all__ = ["infer_crashes", "marked_crashes", "patience_s", "starved_after"]
 

@@ -10,9 +10,10 @@
     spaces continues the previous one). An option of the signature without a description, or
     a description of an option the signature lacks, is a warning (an error under ``-W``).
 
-``%optional-pages%`` (a line in a toctree of ``howto/index.md`` or ``project/index.md``)
+``%optional-pages%`` (a line in a toctree of a section's ``index.md``)
     Replaced, before the page is parsed, by every top-level page of ``docs/`` that no section
-    lists yet (``contributing`` goes to the project section, any other to the how-to guides):
+    lists yet (``contributing`` goes to the project section, ``architecture-*`` to the
+    explanations, any other to the how-to guides):
     pages added beside ``index.md`` join a section without an edit here, and a section whose
     optional page does not exist yet builds without a warning.
 
@@ -176,7 +177,14 @@ class ErrorTreeDirective(_Generated):
 
 OPTIONAL_MARK = "%optional-pages%"
 TOP_LEVEL_LISTED = {"index", "protocol", "notebooks"}  # top-level pages a section names
-PROJECT_PAGES = {"contributing"}
+
+def _section_of(page: str) -> str:
+    """Where a top-level page joins: the project's pages, explanations, or a how-to guide."""
+    if page in ("contributing", "changelog"):
+        return "project"
+    if page.startswith("architecture"):
+        return "explanation"
+    return "howto"
 
 
 def _optional_pages(app: Sphinx, docname: str, source: list[str]) -> None:
@@ -184,7 +192,7 @@ def _optional_pages(app: Sphinx, docname: str, source: list[str]) -> None:
         return
     top = sorted(p.stem for p in Path(app.srcdir).glob("*.md")
                  if p.stem not in TOP_LEVEL_LISTED)
-    wanted = [n for n in top if (n in PROJECT_PAGES) == docname.startswith("project/")]
+    wanted = [n for n in top if _section_of(n) == docname.split("/")[0]]
     source[0] = source[0].replace(OPTIONAL_MARK, "\n".join(f"../{n}" for n in wanted))
 
 

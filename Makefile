@@ -41,3 +41,11 @@ bench: $(BIN)/python
 	$(BIN)/python -m bench.durable
 	$(BIN)/python bench/attach_perf.py
 	$(BIN)/python bench/frames_charts_perf.py
+
+.PHONY: docs
+# The docs site into docs/_build/html: offline (nothing is fetched, the notebooks are shown
+# as committed, never executed), every warning an error.
+docs: $(BIN)/python
+	$(BIN)/pip install -q -e '.[docs]'
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	@echo "Built docs/_build/html/index.html"

@@ -4,7 +4,8 @@
 
 The tests assert behaviour (the standby took over before the dead leader's lease ran out,
 while a stuck leader was still stuck, 0 lost, 0 stranded); the seconds they print are
-collected here, as the README's takeover table quotes them: min, median and max per fault.
+collected here, as docs/project/benchmarks.md's takeover table quotes them: min, median and
+max per fault.
 Needs the services the tests need (Redis at 127.0.0.1:6379; initdb/postgres for the private
 PostgreSQL clusters).
 """

@@ -1,4 +1,5 @@
-"""Istos: work queues over Eclipse Zenoh. See the README and docs/protocol.md."""
+"""Istos: work queues over Eclipse Zenoh. See the docs (docs/index.md) and the wire protocol
+(docs/protocol.md)."""
 
 from __future__ import annotations
 

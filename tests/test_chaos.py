@@ -214,7 +214,7 @@ async def test_ha_leader_sigkilled_while_jobs_flow(tmp_path):
     print(f"\nHA: standby took over {takeover_s:.2f} s after SIGKILL; "
           f"{len(done) - len(set(done))} jobs ran twice")
     # The dead leader's token dropped, so the standby took over through liveliness, before
-    # the lease (ha_lease_s=5) could run out; the figure itself is in the README and bench/.
+    # the lease (ha_lease_s=5) could run out; the figure is in docs/project/benchmarks.md.
     assert lease is not None and taken_at < lease.expires_at
 
 

@@ -1,6 +1,7 @@
-"""Issue 25's CLI contracts as real subprocesses against live owners through a Zenoh router:
-``--json`` prints a JSON object on every outcome, exit codes as the README says, unique id
-prefixes resolve, requeue is idempotent, and queues answer independently."""
+"""The CLI's contracts as real subprocesses against live owners through a Zenoh router:
+``--json`` prints a JSON object on every outcome, exit codes as the CLI reference
+(docs/reference/cli.rst) says, unique id prefixes resolve, requeue is idempotent, and queues
+answer independently."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_cli_contracts_on_a_live_owner(mesh: Mesh) -> None:
     assert json.loads(ambiguous.stdout)["error"] == "UsageError"
     assert "abcdef01-x" in ambiguous.stderr and "abcdef02-y" in ambiguous.stderr
 
-    # Unknown job: exit 1 as the README says, and a JSON error object.
+    # Unknown job: exit 1 as the CLI reference says, and a JSON error object.
     unknown = cli("why", "q", "no-such-job", *common, "--json")
     assert unknown.returncode == 1
     assert json.loads(unknown.stdout)["error"] == "UnknownJob"

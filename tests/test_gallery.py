@@ -1,8 +1,9 @@
-"""The README's screenshot gallery (tools/gallery.py) shows every notebook's main chart.
+"""The docs' screenshot gallery (tools/gallery.py, docs/notebooks.md) shows every notebook's
+main chart.
 
-Regenerating it runs every notebook (minutes), so this checks what was committed: the README's
-gallery section is exactly what the tool writes for the notebooks that tag a main chart, and
-each picture exists and is small. ``python tools/gallery.py`` fixes both.
+Regenerating it runs every notebook (minutes), so this checks what was committed: the gallery
+section of docs/notebooks.md is exactly what the tool writes for the notebooks that tag a main
+chart, and each picture exists and is small. ``python tools/gallery.py`` fixes both.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ def test_every_teaching_notebook_tags_exactly_one_main_chart() -> None:
         assert len(tagged) == 1 and tagged[0]["cell_type"] == "code", path.name
 
 
-def test_readme_gallery_is_what_the_tool_writes_and_its_pictures_are_small() -> None:
+def test_docs_gallery_is_what_the_tool_writes_and_its_pictures_are_small() -> None:
     g = gallery()
     names = [p.stem for p in sorted(g.NOTEBOOKS.glob("*.ipynb")) if g.tagged(p)]
     assert len(names) >= 10
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert g.readme_section(names) in readme, "run: python tools/gallery.py"
+    page = (ROOT / "docs" / "notebooks.md").read_text(encoding="utf-8")
+    assert g.gallery_section(names) in page, "run: python tools/gallery.py"
     for name in names:
         png = ROOT / "docs" / "img" / "gallery" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name

@@ -184,9 +184,9 @@ async def test_a_recorded_live_run_replays_faithfully_and_predicts_duplicates():
     (again,) = Trace.from_events(same.job_events()).crashes
     assert again["node"] == "wb1"
     assert again["t"] + again["restart_after"] == pytest.approx(back - trace.t0, abs=1e-6)
-    # Waits as predicted: the mean over replay seeds (predict), as the README defines it. One
-    # seed's wait p50 strays: a p50 of ~0.15 s is a few claim round trips, and one draw of
-    # the schedule's races moved it by 15.1% once in CI.
+    # Waits as predicted: the mean over replay seeds (predict), as docs/explanation/replay.md
+    # defines it. One seed's wait p50 strays: a p50 of ~0.15 s is a few claim round trips, and
+    # one draw of the schedule's races moved it by 15.1% once in CI.
     waits = predict(trace, seeds=3).loc[["wait_p50", "wait_p95"], "mean"]
     for q in ("wait_p50", "wait_p95"):
         assert waits[q] == pytest.approx(recorded[q], rel=0.15), (q, recorded, waits, replayed)
@@ -199,7 +199,7 @@ async def test_a_recorded_live_run_replays_faithfully_and_predicts_duplicates():
                                  for d in workers[name].done], ids2)
     # The prediction is the replays' mean over a few seeds (predict): what the short lease
     # costs on average, not one draw of the races between a late ack and a new claim (one
-    # seed strays from the mean by up to ~20%: README, Replay).
+    # seed strays from the mean by up to ~20%: docs/explanation/replay.md).
     predicted = predict(trace, seeds=3, lease_s=SHORT_LEASE_S).loc["duplicated_runs", "mean"]
     assert live_dups >= 5, live_dups  # the lease really is below the slow runs
     assert predicted == pytest.approx(live_dups, rel=0.20), (predicted, live_dups)

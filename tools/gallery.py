@@ -1,4 +1,5 @@
-"""Regenerate the README's screenshot gallery: each notebook's main chart, from its own run.
+"""Regenerate the docs' screenshot gallery (docs/notebooks.md): each notebook's main chart,
+from its own run.
 
     python tools/gallery.py              # runs the notebooks, writes docs/img/gallery/*.png
     python tools/gallery.py --only 03-leases 07-workflows
@@ -6,9 +7,10 @@
 Each notebook marks its main chart by tagging that code cell ``gallery``. The tool executes
 every such notebook top to bottom (in a temporary copy, on a kernel from this interpreter, as
 ``tests/test_notebooks.py`` does), takes the PNG the tagged cell displayed, writes it to
-``docs/img/gallery/<notebook>.png`` and rewrites the README between the ``gallery:start`` and
-``gallery:end`` markers: one row per notebook, its title and its chart. Needs the ``dev`` extras
-(nbclient, ipykernel) and, for notebook 08, free loopback ports; takes a few minutes.
+``docs/img/gallery/<notebook>.png`` and rewrites ``docs/notebooks.md`` between the
+``gallery:start`` and ``gallery:end`` markers: one row per notebook, its title and its chart.
+Needs the ``dev`` extras (nbclient, ipykernel) and, for notebook 08, free loopback ports; takes
+a few minutes.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 OUT = ROOT / "docs" / "img" / "gallery"
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "notebooks.md"
 TAG = "gallery"
 START, END = "<!-- gallery:start -->", "<!-- gallery:end -->"
 MAX_BYTES = 300_000  # a committed picture stays small
@@ -70,9 +72,11 @@ def chart_png(work: Path, name: str) -> bytes:
     raise SystemExit(f"{name}: the cell tagged {TAG!r} displayed no PNG")
 
 
-def readme_section(names: list[str]) -> str:
+def gallery_section(names: list[str]) -> str:
+    """The table between the markers; paths are relative to docs/ (the notebooks are copied
+    to docs/notebooks/ by the docs build)."""
     rows = [f"| [{title_of(NOTEBOOKS / f'{n}.ipynb')}](notebooks/{n}.ipynb) | "
-            f"![{n}: main chart](docs/img/gallery/{n}.png) |" for n in names]
+            f"![{n}: main chart](img/gallery/{n}.png) |" for n in names]
     return "\n".join([START, "| notebook | its main chart |", "|---|---|", *rows, END])
 
 
@@ -94,13 +98,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"{name}: chart is {len(png):,} bytes (> {MAX_BYTES:,})")
             (OUT / f"{name}.png").write_bytes(png)
             print(f"wrote {OUT / f'{name}.png'} ({len(png):,} bytes)", flush=True)
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     if START not in text or END not in text:
-        raise SystemExit(f"README.md has no {START} ... {END} section")
+        raise SystemExit(f"{PAGE} has no {START} ... {END} section")
     head, rest = text.split(START, 1)
     tail = rest.split(END, 1)[1]
-    README.write_text(head + readme_section(names) + tail, encoding="utf-8")
-    print(f"updated the gallery in {README}")
+    PAGE.write_text(head + gallery_section(names) + tail, encoding="utf-8")
+    print(f"updated the gallery in {PAGE}")
     return 0
 
 

@@ -1,5 +1,5 @@
-"""Draw the README's hero picture from notebook 01's own run: the lease chart of its first cell
-group (a simulated worker crash and its jobs' redelivery).
+"""Draw the docs' hero picture (docs/index.md, the crash tutorial) from notebook 01's own run:
+the lease chart of its first cell group (a simulated worker crash and its jobs' redelivery).
 
     python tools/readme_figure.py                    # writes docs/img/crash-redelivery.png
     python tools/readme_figure.py --out other.png

@@ -1,4 +1,4 @@
-"""The metric families of issue 26 that ``istos metrics`` adds to each scrape, from the owner's
+"""The metric families that ``istos metrics`` adds to each scrape, from the owner's
 own numbers (its ``stats`` and its ``workers`` table):
 
 - ``istos_wait_seconds`` and ``istos_run_seconds`` (histograms, ``queue`` label): how long jobs

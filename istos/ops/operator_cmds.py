@@ -1,4 +1,4 @@
-"""The operator commands of issue 26, kept apart from ``cli.py``: ``istos workers``,
+"""The operator commands kept apart from ``cli.py``: ``istos workers``,
 ``istos requeue-dead``, ``istos promote``, the ``--older-than`` of ``purge-dead`` and the
 search options of ``jobs`` (``--error``, ``--worker``, ``--enqueued-after``, ...).
 

@@ -7,7 +7,7 @@ the same moments. What the replay changes is the schedule: the policy (``lease_s
 ``max_attempts``, backoff, ``heartbeat``, ``timeout_s``, ``prefetch``) and the fleet
 (``workers``, ``concurrency``).
 
-What replay assumes, and where that breaks (the README says it too):
+What replay assumes, and where that breaks (docs/explanation/replay.md says it too):
 
 - A job's behaviour does not depend on the schedule: attempt ``k`` takes as long and ends the
   same way whenever and wherever it runs. Jobs that slow down under load, fail because of a

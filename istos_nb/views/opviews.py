@@ -1,4 +1,4 @@
-"""The operator's views of issue 26 on the dashboard: the Workers tab, the Latency tab (wait and
+"""The operator's views on the dashboard: the Workers tab, the Latency tab (wait and
 run histograms), a job's traceback, result and workflow in its detail, the overview page of
 every queue, and the page ``istos dashboard`` serves (one queue, or the overview; ``?queue=``
 and ``?job=`` in its URL).

@@ -1,0 +1,202 @@
+"""The transactional outbox in one process, on a real PostgreSQL and a real SQLite file: a row
+exists iff its transaction committed, becomes one job, and waits while no owner answers.
+(Crashes of real relay processes: test_outbox_procs.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from services import postgres_url
+from zenoh_util import wait_until
+
+from istos import ConfigError, InvalidJob, Istos, outbox
+from istos.transport.local import LocalMesh
+
+BOUND_S = 20.0
+Q = "jobs/email"
+
+
+@dataclass
+class Db:
+    url: str  # async URL (the relay's, and the app's engine)
+    table: str
+    engine: Any  # an AsyncEngine on url
+
+    async def count(self) -> int:
+        from sqlalchemy import func, select
+
+        t = outbox.outbox_table(self.table)
+        async with self.engine.connect() as conn:
+            return int((await conn.execute(select(func.count()).select_from(t))).scalar_one())
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Db]:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    table = f"ob_{uuid.uuid4().hex[:12]}"  # parallel runs never share a table
+    if request.param == "postgres":
+        url = postgres_url()
+    else:
+        url = f"sqlite+aiosqlite:///{tmp_path / 'app.db'}"
+    engine = create_async_engine(url)
+    await outbox.create_table(engine, table)
+    try:
+        yield Db(url, table, engine)
+    finally:
+        await outbox.drop_table(engine, table)
+        await engine.dispose()
+
+
+def worker_app(mesh: LocalMesh, name: str = "owner") -> tuple[Istos, list[Any], asyncio.Event]:
+    """An owner of Q with a worker that records every body it runs."""
+    app = Istos(transport=mesh.transport(name))
+    app.queue(Q, sweep_interval_s=0.05)
+    ran: list[Any] = []
+    changed = asyncio.Event()
+
+    @app.worker(Q, poll_interval_s=0.05)
+    async def work(job: Any) -> None:
+        ran.append(job)
+        changed.set()
+
+    return app, ran, changed
+
+
+async def until(pred: Any, changed: asyncio.Event, what: str) -> None:
+    """Wait (bounded) until ``pred()`` holds, re-checking whenever ``changed`` fires."""
+    async def loop() -> None:
+        while not pred():
+            changed.clear()
+            await changed.wait()
+    try:
+        await asyncio.wait_for(loop(), BOUND_S)
+    except asyncio.TimeoutError:
+        raise AssertionError(f"not within {BOUND_S}s: {what}") from None
+
+
+async def test_invalid_body_raises_before_anything_is_written(db: Db) -> None:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    async with AsyncSession(db.engine) as session, session.begin():
+        with pytest.raises(InvalidJob):
+            await outbox.enqueue(session, Q, {"x": object()}, table=db.table)
+        with pytest.raises(ConfigError):
+            await outbox.enqueue(session, "bad//name", {}, table=db.table)
+        with pytest.raises(ConfigError):  # a dedup window needs the caller's id, as enqueue's
+            await outbox.enqueue(session, Q, {}, dedup_s=5, table=db.table)
+        with pytest.raises(InvalidJob):
+            await outbox.enqueue(session, Q, b"x" * (4 << 20), table=db.table)
+    assert await db.count() == 0
+
+
+async def test_rollback_leaves_no_job_and_commit_runs_once(db: Db) -> None:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    mesh = LocalMesh()
+    app, ran, changed = worker_app(mesh)
+    relay = app.outbox_relay(db.url, table=db.table, poll_s=0.05)
+    async with app.serving():
+        async with AsyncSession(db.engine) as session:
+            async with session.begin():
+                lost = await outbox.enqueue(session, Q, {"n": "rolled back"}, table=db.table)
+                await session.rollback()
+            async with session.begin():
+                kept = await outbox.enqueue(session, Q, {"n": "committed"}, table=db.table,
+                                            priority=3)
+        async with db.engine.connect() as conn:  # the connection form, committed
+            await outbox.enqueue(conn, Q, {"n": "conn"}, job_id="conn-1", table=db.table)
+            await conn.commit()
+        await until(lambda: len(ran) >= 2, changed, "both committed rows ran")
+        await wait_until(lambda: relay.sent == 2, BOUND_S, "the relay deleted what it sent")
+        assert sorted(j["n"] for j in ran) == ["committed", "conn"]
+        assert (await app.result(Q, lost))["state"] == "unknown"
+        assert (await app.result(Q, kept))["state"] in ("done", "unknown")
+        stats = await relay.stats()
+        assert stats["depth"] == 0 and stats["oldest_age_s"] is None and stats["sent"] == 2
+    assert await db.count() == 0
+
+
+async def test_rows_wait_while_no_owner_answers_then_run_in_order(db: Db) -> None:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    mesh = LocalMesh()
+    relay_app = Istos(transport=mesh.transport("relay"), request_timeout_s=0.2)
+    relay = relay_app.outbox_relay(db.url, table=db.table, poll_s=0.05)
+    async with relay_app.serving():
+        async with AsyncSession(db.engine) as session, session.begin():
+            ids = [await outbox.enqueue(session, Q, {"i": i}, table=db.table)
+                   for i in range(30)]
+        # Nobody owns the queue: rounds fail and release their rows, which stay.
+        await wait_until(lambda: relay.failures >= 2, BOUND_S, "two failed rounds")
+        stats = await relay.stats()
+        assert stats["depth"] == 30 and stats["oldest_age_s"] >= 0 and relay.sent == 0
+        owner, ran, changed = worker_app(mesh)
+        async with owner.serving():
+            await until(lambda: len(ran) == 30, changed, "all rows ran once the owner came")
+            assert [j["i"] for j in ran] == list(range(30))  # id order kept
+            for jid in ids:
+                assert (await owner.result(Q, jid))["state"] in ("done", "unknown")
+            await wait_until(lambda: relay.sent == 30, BOUND_S, "every sent row deleted")
+    assert await db.count() == 0
+
+
+async def test_delay_counts_from_the_write_and_group_travels(db: Db) -> None:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    mesh = LocalMesh()
+    app, ran, changed = worker_app(mesh)
+    app.outbox_relay(db.url, table=db.table, poll_s=0.05)
+    async with app.serving():
+        async with AsyncSession(db.engine) as session, session.begin():
+            jid = await outbox.enqueue(session, Q, {"late": True}, delay_s=3600,
+                                       group="tenant-1", table=db.table)
+            await outbox.enqueue(session, Q, {"late": False}, table=db.table)
+        await until(lambda: len(ran) == 1, changed, "the undelayed row ran")
+        await until_state(app, jid, "ready")
+        assert ran == [{"late": False}]
+
+
+async def until_state(app: Istos, jid: str, state: str) -> None:
+    for _ in range(400):
+        if (await app.result(Q, jid))["state"] == state:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"job {jid} never reached {state}")
+
+
+def test_sync_twin_on_a_sync_session(tmp_path: Path) -> None:
+    from sqlalchemy import create_engine, func, select
+    from sqlalchemy.orm import Session
+
+    table = f"ob_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(f"sqlite:///{tmp_path / 'sync.db'}")
+    outbox.create_table(engine, table)
+    t = outbox.outbox_table(table)
+    with Session(engine) as session:
+        with session.begin():
+            jid = outbox.enqueue_sync(session, Q, {"a": 1}, job_id="order-7", table=table)
+        with pytest.raises(InvalidJob), session.begin():
+            outbox.enqueue_sync(session, Q, {1, 2}, table=table)
+        session.begin()
+        outbox.enqueue_sync(session, Q, {"a": 2}, table=table)
+        session.rollback()
+    with engine.connect() as conn:
+        rows = conn.execute(select(t.c.job_id, t.c.queue)).all()
+        outbox.enqueue_sync(conn, Q, {"a": 3}, table=table)
+        conn.rollback()
+        assert conn.execute(select(func.count()).select_from(t)).scalar_one() == 1
+    assert jid == "order-7" and [tuple(r) for r in rows] == [("order-7", Q)]
+    outbox.drop_table(engine, table)
+
+
+def test_default_metadata_holds_the_default_table() -> None:
+    assert outbox.DEFAULT_TABLE in outbox.metadata.tables
+    with pytest.raises(ConfigError):
+        outbox.outbox_table("bad; drop table x")

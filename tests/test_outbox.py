@@ -200,3 +200,24 @@ def test_default_metadata_holds_the_default_table() -> None:
     assert outbox.DEFAULT_TABLE in outbox.metadata.tables
     with pytest.raises(ConfigError):
         outbox.outbox_table("bad; drop table x")
+
+
+async def test_postgres_commit_wakes_the_relay_through_notify(tmp_path: Path) -> None:
+    """The relay's poll is 60 s, above the bound: only the commit's NOTIFY can wake it."""
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+
+    url, table = postgres_url(), f"ob_{uuid.uuid4().hex[:12]}"
+    engine = create_async_engine(url)
+    mesh = LocalMesh()
+    app, ran, changed = worker_app(mesh)
+    app.outbox_relay(url, table=table, poll_s=60)
+    try:
+        async with app.serving():
+            for n in range(3):  # each commit wakes it again (the first after a quiet round)
+                await asyncio.sleep(0.2)  # let the relay finish its round and go idle
+                async with AsyncSession(engine) as session, session.begin():
+                    await outbox.enqueue(session, Q, {"n": n}, table=table)
+                await until(lambda n=n: len(ran) == n + 1, changed, f"row {n} ran")
+    finally:
+        await outbox.drop_table(engine, table)
+        await engine.dispose()

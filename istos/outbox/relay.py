@@ -94,7 +94,9 @@ class OutboxRelay:
         database cannot be reached)."""
         from sqlalchemy.ext.asyncio import create_async_engine
 
-        kwargs: dict[str, Any] = {"pool_pre_ping": True}
+        # No pre-ping (a round trip per statement): a connection that died fails its round,
+        # SQLAlchemy discards it, and the retry gets a fresh one.
+        kwargs: dict[str, Any] = {}
         if self._pg:
             ms = str(round(self.op_timeout_s * 1000))
             kwargs["connect_args"] = {"timeout": self.op_timeout_s,
@@ -128,6 +130,10 @@ class OutboxRelay:
         from sqlalchemy.exc import SQLAlchemyError
 
         async def run() -> T:
+            if self._pg:  # one statement: atomic alone, no BEGIN/COMMIT round trips
+                async with self._engine.connect() as conn:
+                    auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    return await fn(auto)
             async with self._engine.begin() as conn:
                 return await fn(conn)
 

@@ -48,6 +48,7 @@ from .worker.worker import WorkerRunner
 
 if TYPE_CHECKING:  # imported on use: it needs SQLAlchemy
     from .outbox.relay import OutboxRelay
+    from .outbox.store import OutboxStore
 
 log = logging.getLogger("istos")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -215,7 +216,7 @@ class Istos:
         """Register a component started after the queues and stopped before them."""
         self._plugins.append(plugin)
 
-    def outbox_relay(self, url: str, queues: Iterable[str] | None = None,
+    def outbox_relay(self, url: str | OutboxStore, queues: Iterable[str] | None = None,
                      **options: Any) -> OutboxRelay:
         """Relay the committed rows of the outbox at database ``url`` (of ``queues``, or all)
         into their queues while this app serves; returns the :class:`~istos.outbox.OutboxRelay`

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from .enqueue import enqueue, enqueue_sync
 from .relay import OutboxRelay
+from .sql import SQLOutboxStore
+from .store import MemoryOutbox, OutboxRow, OutboxStore
 from .table import DEFAULT_TABLE, create_table, drop_table, metadata, outbox_table
 
 __all__ = ["enqueue", "enqueue_sync", "OutboxRelay", "metadata", "outbox_table", "create_table",
-           "drop_table", "DEFAULT_TABLE"]
+           "drop_table", "DEFAULT_TABLE", "OutboxStore", "OutboxRow", "SQLOutboxStore",
+           "MemoryOutbox"]

@@ -30,14 +30,17 @@ def _dialect(target: Any) -> str:
     return str(dialect.name)
 
 
-def _row(name: str, data: Any, delay_s: float, priority: int, job_id: str | None,
-         dedup_s: float | None, group: str | None) -> dict[str, Any]:
+def make_row(name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
+             job_id: str | None = None, dedup_s: float | None = None,
+             group: str | None = None, now: float | None = None) -> dict[str, Any]:
+    """The outbox row of one job (every column but ``id`` and the claim), checked exactly as
+    :meth:`Istos.enqueue` checks its arguments (InvalidJob / ConfigError)."""
     body, delay, prio, window, grp = check_enqueue(
         name, data, delay_s=delay_s, priority=priority, job_id=job_id, dedup_s=dedup_s,
         group=group)
     return {"queue": name, "job_id": job_id or _ids.new(), "body": body, "delay_s": delay,
             "priority": prio, "dedup_s": window, "job_group": grp,
-            "created_at": _clock.now()}
+            "created_at": _clock.now() if now is None else now}
 
 
 def _statement(target: Any, table: str, row: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -70,7 +73,8 @@ async def enqueue(session: Any, name: str, data: Any, *, delay_s: float = 0,  # 
     :class:`~istos.errors.InvalidJob` or :class:`~istos.errors.ConfigError` is raised before
     anything is written. Errors of the database itself are SQLAlchemy's, raised as they come.
     """
-    row = _row(name, data, delay_s, priority, job_id, dedup_s, group)
+    row = make_row(name, data, delay_s=delay_s, priority=priority, job_id=job_id,
+                   dedup_s=dedup_s, group=group)
     stmt, params = _statement(session, table, row)
     await session.execute(stmt, params)
     return str(row["job_id"])
@@ -81,7 +85,8 @@ def enqueue_sync(session: Any, name: str, data: Any, *, delay_s: float = 0,  # n
                  dedup_s: float | None = None, group: str | None = None,
                  table: str = DEFAULT_TABLE) -> str:
     """:func:`enqueue` for a sync ``Session`` or ``Connection`` (Flask, scripts, threads)."""
-    row = _row(name, data, delay_s, priority, job_id, dedup_s, group)
+    row = make_row(name, data, delay_s=delay_s, priority=priority, job_id=job_id,
+                   dedup_s=dedup_s, group=group)
     stmt, params = _statement(session, table, row)
     session.execute(stmt, params)
     return str(row["job_id"])

@@ -30,155 +30,75 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any
 
-from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError, StorageUnavailable
+from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
 from ..worker import batches
-from .table import DEFAULT_TABLE, channel, outbox_table
+from .store import OutboxRow, OutboxStore
+from .table import DEFAULT_TABLE
 
 log = logging.getLogger("istos.outbox")
-T = TypeVar("T")
-_COLUMNS = ("id", "queue", "job_id", "body", "delay_s", "priority", "dedup_s", "job_group",
-            "created_at")
 
 
 class OutboxRelay:
-    """Move committed rows of outbox table ``table`` at database ``url`` into their queues.
+    """Move committed rows of an outbox into their queues, through ``app``'s mesh.
 
     ``app``: the serving :class:`~istos.Istos` whose mesh reaches the queues' owners (the
-    owner's own app, or any node). ``url``: an SQLAlchemy async URL
-    (``postgresql+asyncpg://..`` or ``sqlite+aiosqlite:///..``). ``queues``: only rows of
-    these queues (None: every row). ``batch``: rows per claim. ``claim_s``: how long a claim
-    holds before another relay may take the rows again (keep it well above a round's time).
-    ``dedup_s``: the window sent with rows that name none. ``poll_s``: the idle poll (default
-    1 s with LISTEN on PostgreSQL, 0.1 s on SQLite). Start it with the app (it is a plugin:
-    :meth:`Istos.outbox_relay` registers it), or ``await relay.start(app)`` / ``stop``.
+    owner's own app, or any node). ``source``: an SQLAlchemy async URL
+    (``postgresql+asyncpg://..`` or ``sqlite+aiosqlite:///..``) of the database holding outbox
+    ``table``, or an :class:`~istos.outbox.store.OutboxStore` (the simulator's
+    :class:`~istos.outbox.store.MemoryOutbox`). ``queues``: only rows of these queues (None:
+    every row). ``batch``: rows per claim. ``claim_s``: how long a claim holds before another
+    relay may take the rows again (keep it well above a round's time). ``dedup_s``: the window
+    sent with rows that name none. ``poll_s``: the idle poll (default 1 s with LISTEN on
+    PostgreSQL, 0.1 s otherwise). :meth:`Istos.outbox_relay` registers it as a plugin that
+    starts and stops with the app.
 
     Raises :class:`ConfigError` for a bad option or a URL of another dialect.
     """
 
-    def __init__(self, app: Any, url: str, *, table: str = DEFAULT_TABLE,  # noqa: PLR0913
-                 queues: Iterable[str] | None = None, batch: int = 500,
-                 claim_s: float = 30.0, dedup_s: float = 3600.0, poll_s: float | None = None,
-                 op_timeout_s: float = 5.0) -> None:
-        from sqlalchemy.engine import make_url
-
-        self.app = app
-        self.table = outbox_table(table)
-        self.url = url
-        backend = make_url(url).get_backend_name()
-        if backend not in ("postgresql", "sqlite"):
-            raise ConfigError(f"the outbox relay supports postgresql and sqlite, not {backend!r}")
-        self._pg = backend == "postgresql"
+    def __init__(self, app: Any, source: str | OutboxStore, *,  # noqa: PLR0913
+                 table: str = DEFAULT_TABLE, queues: Iterable[str] | None = None,
+                 batch: int = 500, claim_s: float = 30.0, dedup_s: float = 3600.0,
+                 poll_s: float | None = None, op_timeout_s: float = 5.0) -> None:
         if not 1 <= batch <= 10_000:
             raise ConfigError(f"batch must be between 1 and 10000, got {batch!r}")
         if not claim_s > 0 or not op_timeout_s > 0 or not dedup_s >= claim_s:
             raise ConfigError("claim_s and op_timeout_s must be > 0 and dedup_s >= claim_s")
+        if isinstance(source, str):
+            from .sql import SQLOutboxStore
+
+            source = SQLOutboxStore(source, table, op_timeout_s=op_timeout_s)
+        self.app = app
+        self.store: OutboxStore = source
         self.queues = None if queues is None else sorted(set(queues))
         self.batch, self.claim_s, self.dedup_s = batch, claim_s, dedup_s
-        self.poll_s = poll_s if poll_s is not None else (1.0 if self._pg else 0.1)
-        self.op_timeout_s = op_timeout_s
+        self.poll_s = poll_s if poll_s is not None else source.default_poll_s
         self.sent = 0  # rows accepted by an owner and deleted, since start
         self.failures = 0  # rounds that ended in an error, since start
-        self._engine: Any = None
-        self._task: asyncio.Task[None] | None = None
-        self._listener: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
-        self._token = ""  # this round's claim token (a fresh secret per round)
         #: Test hook: awaited after the owner accepted a round's rows, before they are deleted.
         self.after_send: Callable[[list[str]], Awaitable[None]] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, app: Any = None) -> None:
-        """Create the table if missing and start relaying (raises StorageUnavailable if the
-        database cannot be reached)."""
-        from sqlalchemy.ext.asyncio import create_async_engine
-
-        # No pre-ping (a round trip per statement): a connection that died fails its round,
-        # SQLAlchemy discards it, and the retry gets a fresh one.
-        kwargs: dict[str, Any] = {}
-        if self._pg:
-            ms = str(round(self.op_timeout_s * 1000))
-            kwargs["connect_args"] = {"timeout": self.op_timeout_s,
-                                      "command_timeout": self.op_timeout_s,
-                                      "server_settings": {"lock_timeout": ms,
-                                                          "statement_timeout": ms}}
-        else:
-            kwargs["connect_args"] = {"timeout": self.op_timeout_s}
-        self._engine = create_async_engine(self.url, **kwargs)
-        await self._db("create", self._create)
-        self._task = asyncio.create_task(self._run(), name=f"outbox-relay:{self.table.name}")
-        if self._pg:
-            self._listener = asyncio.create_task(self._listen())
+        """Open the store (creating the table if missing) and start relaying; raises
+        StorageUnavailable if the database cannot be reached."""
+        await self.store.open()
+        self._wake = asyncio.Event()  # bound to the running loop
+        self._tasks = [asyncio.create_task(self._run()),
+                       asyncio.create_task(self.store.listen(self._wake.set))]
 
     async def stop(self, app: Any = None) -> None:
-        """Stop after the current round (rows it claimed but did not send are released when
-        their claim lapses) and close the pool."""
-        for task in (self._task, self._listener):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._task = self._listener = None
-        if self._engine is not None:
-            await self._engine.dispose()
-            self._engine = None
-
-    # -- the database, one statement per call ---------------------------------------------------
-    async def _db(self, op: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-        """``fn(conn)`` in one short transaction under ``op_timeout_s``; StorageUnavailable."""
-        from sqlalchemy.exc import SQLAlchemyError
-
-        async def run() -> T:
-            if self._pg:  # one statement: atomic alone, no BEGIN/COMMIT round trips
-                async with self._engine.connect() as conn:
-                    auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                    return await fn(auto)
-            async with self._engine.begin() as conn:
-                return await fn(conn)
-
-        try:
-            return await asyncio.wait_for(run(), self.op_timeout_s)
-        except (asyncio.TimeoutError, OSError, SQLAlchemyError) as exc:
-            raise StorageUnavailable(f"outbox {self.table.name!r}: {op} failed: "
-                                     f"{type(exc).__name__}: {exc}") from exc
-
-    async def _create(self, conn: Any) -> None:
-        from sqlalchemy.exc import DBAPIError
-
-        try:  # relays racing to create it: the loser finds it on the next start
-            await conn.run_sync(self.table.create, checkfirst=True)
-        except DBAPIError as exc:
-            if "exist" not in str(exc):
-                raise
-
-    async def _claim(self, conn: Any) -> list[Any]:
-        from sqlalchemy import or_, select, update
-
-        t = self.table
-        now = self.app.node.clock.now()
-        pick = select(t.c.id).where(or_(t.c.claimed_until.is_(None), t.c.claimed_until <= now))
-        if self.queues is not None:
-            pick = pick.where(t.c.queue.in_(self.queues))
-        pick = pick.order_by(t.c.id).limit(self.batch)
-        if self._pg:
-            pick = pick.with_for_update(skip_locked=True)
-        stmt = (update(t).where(t.c.id.in_(pick))
-                .values(claim_token=self._token, claimed_until=now + self.claim_s)
-                .returning(*(t.c[c] for c in _COLUMNS)))
-        rows = (await conn.execute(stmt)).all()
-        return sorted(rows, key=lambda r: r.id)
-
-    async def _finish(self, ids: list[int], *, delete: bool) -> None:
-        """Delete (accepted) or release (not sent) this round's rows ``ids``."""
-        from sqlalchemy import delete as sql_delete
-        from sqlalchemy import update
-
-        t = self.table
-        where = (t.c.id.in_(ids), t.c.claim_token == self._token)
-        stmt = sql_delete(t).where(*where) if delete else \
-            update(t).where(*where).values(claim_token=None, claimed_until=None)
-        await self._db("delete" if delete else "release", lambda conn: conn.execute(stmt))
+        """Stop after the current round (rows it claimed but did not send are taken again
+        when their claim lapses) and close the store."""
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        await self.store.close()
 
     # -- the loop -------------------------------------------------------------------------------
     async def _run(self) -> None:
@@ -191,9 +111,8 @@ class OutboxRelay:
             except (IstosError, OSError) as exc:
                 self.failures += 1
                 backoff = min(max(2 * backoff, 0.05), 2.0)
-                log.warning("outbox relay %r: %s (retrying in %.2fs)", self.table.name, exc,
-                            backoff)
-                await asyncio.sleep(backoff)  # not cut short by NOTIFY: the fault is elsewhere
+                log.warning("outbox relay: %s (retrying in %.2fs)", exc, backoff)
+                await asyncio.sleep(backoff)  # not cut short by a commit: the fault is elsewhere
                 continue
             if claimed < self.batch:
                 with contextlib.suppress(asyncio.TimeoutError):
@@ -201,12 +120,14 @@ class OutboxRelay:
 
     async def round(self) -> int:
         """One claim-send-delete round; returns how many rows it claimed. Raises
-        StorageUnavailable (the database) or the owner's error (rows released)."""
-        self._token = self.app.node.ids.token()
-        rows = await self._db("claim", self._claim)
+        StorageUnavailable (the database) or the owner's error (its rows released)."""
+        node = self.app.node
+        token = node.ids.token()  # a fresh secret per round: only this round deletes its rows
+        rows = await self.store.claim(token, node.clock.now(), self.claim_s, self.batch,
+                                      self.queues)
         if not rows:
             return 0
-        by_queue: dict[str, list[Any]] = {}
+        by_queue: dict[str, list[OutboxRow]] = {}
         for row in rows:
             by_queue.setdefault(row.queue, []).append(row)
         results = await asyncio.gather(*(self._send(q, rs) for q, rs in by_queue.items()))
@@ -215,17 +136,18 @@ class OutboxRelay:
         if done:
             if self.after_send is not None:
                 await self.after_send([r.job_id for r in rows if r.id in accepted])
-            await self._finish(done, delete=True)
+            await self.store.finish(done, token, delete=True)
             self.sent += len(done)
         failed = [r.id for r in rows if r.id not in accepted]
         errors = [e for _, e in results if e is not None]
         if failed:
-            await self._finish(failed, delete=False)
+            await self.store.finish(failed, token, delete=False)
         if errors:
             raise errors[0]
         return len(rows)
 
-    async def _send(self, queue: str, rows: list[Any]) -> tuple[list[int], Exception | None]:
+    async def _send(self, queue: str, rows: list[OutboxRow]
+                    ) -> tuple[list[int], Exception | None]:
         """Send ``rows`` (one queue's, in id order); the ids accepted, and the error that
         stopped the rest (later rows are not sent past a failure, to keep their order)."""
         client = self.app.client(queue)
@@ -244,18 +166,18 @@ class OutboxRelay:
 
     async def _one_by_one(self, client: Any, queue: str, items: list[dict[str, Any]]) -> None:
         """A batch refused whole (nothing stored): each alone, so one bad row cannot hold up
-        the others; a row the owner refuses by itself is logged and left (claimed) in place."""
+        the others; a row the owner refuses by itself is logged and left in place."""
         for item in items:
             try:
                 await client.call("enqueue", **item)
             except (InvalidJob, ProtocolError) as exc:
-                log.error("outbox %r: queue %r refuses job %s: %s; the row stays in the table",
-                          self.table.name, queue, item["job_id"], exc)
+                log.error("outbox: queue %r refuses job %s: %s; the row stays in the table",
+                          queue, item["job_id"], exc)
                 raise
 
-    def _item(self, row: Any) -> dict[str, Any]:
+    def _item(self, row: OutboxRow) -> dict[str, Any]:
         """The ``enqueue_many`` item of a row: its delay counts from the row's creation."""
-        item: dict[str, Any] = {"body": bytes(row.body), "job_id": row.job_id,
+        item: dict[str, Any] = {"body": row.body, "job_id": row.job_id,
                                 "dedup_s": row.dedup_s if row.dedup_s else self.dedup_s}
         left = row.created_at + row.delay_s - self.app.node.clock.now()
         if row.delay_s and left > 0:
@@ -266,45 +188,10 @@ class OutboxRelay:
             item["group"] = row.job_group
         return item
 
-    # -- waking on commits (PostgreSQL) -----------------------------------------------------------
-    async def _listen(self) -> None:
-        """Hold a LISTEN connection (asyncpg) and wake the loop on every notification;
-        reconnect after a failure (the poll covers the gap)."""
-        import asyncpg
-        from sqlalchemy.engine import make_url
-
-        dsn = make_url(self.url).set(drivername="postgresql").render_as_string(
-            hide_password=False)
-        while True:
-            conn = None
-            try:
-                conn = await asyncpg.connect(dsn, timeout=self.op_timeout_s)
-                closed = asyncio.Event()
-                conn.add_termination_listener(lambda _c, ev=closed: ev.set())
-                await conn.add_listener(channel(self.table.name),
-                                        lambda *_args: self._wake.set())
-                self._wake.set()  # rows committed while we were not listening
-                await closed.wait()
-            except (OSError, asyncio.TimeoutError, asyncpg.PostgresError) as exc:
-                log.warning("outbox relay %r: LISTEN failed: %s", self.table.name, exc)
-            finally:
-                if conn is not None and not conn.is_closed():
-                    conn.terminate()
-            await asyncio.sleep(self.poll_s)
-
     # -- observability --------------------------------------------------------------------------
     async def stats(self) -> dict[str, Any]:
         """``depth`` (rows waiting, claimed ones included), ``claimed``, ``oldest_age_s``
-        (None when empty), and this relay's ``sent`` and ``failures`` counts."""
-        from sqlalchemy import func, select
-
-        t = self.table
-
-        async def read(conn: Any) -> Any:
-            return (await conn.execute(select(func.count(), func.count(t.c.claim_token),
-                                              func.min(t.c.created_at)))).one()
-
-        depth, claimed, oldest = await self._db("stats", read)
-        age = None if oldest is None else max(0.0, self.app.node.clock.now() - oldest)
-        return {"depth": int(depth), "claimed": int(claimed), "oldest_age_s": age,
-                "sent": self.sent, "failures": self.failures}
+        (None when empty), and this relay's ``sent`` and ``failures`` counts; raises
+        StorageUnavailable if the database cannot answer."""
+        out = await self.store.stats(self.app.node.clock.now())
+        return {**out, "sent": self.sent, "failures": self.failures}

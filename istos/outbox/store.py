@@ -72,11 +72,13 @@ class _Held:
 class MemoryOutbox:
     """An outbox table in memory: writers add rows in :meth:`transaction`, which become
     visible (and wake listeners) only if it commits. ``available = False`` makes every relay
-    call raise :class:`StorageUnavailable` (an outage)."""
+    call raise :class:`StorageUnavailable` (an outage); ``latency_s``: each relay call takes
+    that long (on the loop's clock) before it acts, as a round trip to a database would."""
 
     default_poll_s = 0.1
 
-    def __init__(self) -> None:
+    def __init__(self, *, latency_s: float = 0.0) -> None:
+        self.latency_s = latency_s
         self.rows: dict[int, _Held] = {}
         self.available = True
         self._next = 1
@@ -100,19 +102,21 @@ class MemoryOutbox:
                 for wake in list(self._wakers):
                     wake()
 
-    def _check(self) -> None:
+    async def _check(self) -> None:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
         if not self.available:
             raise StorageUnavailable("the outbox database is unavailable (simulated)")
 
     async def open(self) -> None:
-        self._check()
+        await self._check()
 
     async def close(self) -> None:
         return None
 
     async def claim(self, token: str, now: float, claim_s: float, limit: int,
                     queues: list[str] | None) -> list[OutboxRow]:
-        self._check()
+        await self._check()
         out = []
         for rid in sorted(self.rows):
             held = self.rows[rid]
@@ -125,7 +129,7 @@ class MemoryOutbox:
         return out
 
     async def finish(self, ids: list[int], token: str, *, delete: bool) -> None:
-        self._check()
+        await self._check()
         for rid in ids:
             held = self.rows.get(rid)
             if held is not None and held.token == token:
@@ -135,7 +139,7 @@ class MemoryOutbox:
                     held.token = held.until = None
 
     async def stats(self, now: float) -> dict[str, Any]:
-        self._check()
+        await self._check()
         oldest = min((h.row.created_at for h in self.rows.values()), default=None)
         return {"depth": len(self.rows),
                 "claimed": sum(1 for h in self.rows.values() if h.token is not None),

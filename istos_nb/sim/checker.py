@@ -25,6 +25,7 @@ from istos.core.config import QueueConfig
 
 from .checker_leases import lease_findings
 from .checker_logs import job_log_finding
+from .checker_outbox import outbox_finding
 
 EPS = 1e-6
 
@@ -45,6 +46,9 @@ class RunRecord:
     # the owners kept at the end (queue, job_id, attempt, outcome, logs, logs_dropped).
     logs: list[dict[str, Any]] = field(default_factory=list)
     kept_logs: list[dict[str, Any]] = field(default_factory=list)
+    # Outbox transactions (job_id, queue, committed) and the ids still in the outbox at the end.
+    outbox: list[dict[str, Any]] = field(default_factory=list)
+    outbox_waiting: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -97,6 +101,10 @@ def check(rec: RunRecord) -> list[Finding]:
         _dedup_windows(rec), _rate_limits(rec), _group_limits(rec), *lease_findings(rec),
         job_log_finding(rec),
     ]
+    if rec.outbox:
+        ok, detail = outbox_finding(rec.outbox, rec.events, rec.effects, rec.outbox_waiting)
+        findings.append(Finding("outbox: a job iff its transaction committed, one per row",
+                                ok, detail))
     return findings
 
 

@@ -221,3 +221,49 @@ async def test_postgres_commit_wakes_the_relay_through_notify(tmp_path: Path) ->
     finally:
         await outbox.drop_table(engine, table)
         await engine.dispose()
+
+
+@pytest.mark.timeout(120)
+async def test_istos_metrics_reports_the_outbox_depth_and_oldest_age(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+    from zenoh_util import free_port, isolated_configs, unique_prefix
+
+    url, table = postgres_url(), f"ob_{uuid.uuid4().hex[:12]}"
+    engine = create_async_engine(url)
+    await outbox.create_table(engine, table)
+    async with AsyncSession(engine) as session, session.begin():
+        for i in range(7):
+            await outbox.enqueue(session, Q, {"i": i}, table=table)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "istos", "metrics", "absent", "--port", str(port), "--zenoh",
+         json.dumps(isolated_configs(1)[0]), "--prefix", unique_prefix(), "--budget", "0.2",
+         "--outbox", url, "--outbox-table", table],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
+        assert "/metrics" in line
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode())
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for family in text_string_to_metric_families(text) for s in family.samples}
+        label = (("table", table),)
+        assert samples[("istos_outbox_up", label)] == 1.0
+        assert samples[("istos_outbox_depth", label)] == 7.0
+        assert samples[("istos_outbox_claimed", label)] == 0.0
+        assert samples[("istos_outbox_oldest_age_seconds", label)] > 0.0
+    finally:
+        proc.terminate()
+        _, err = await asyncio.to_thread(proc.communicate, None, 30)
+        await outbox.drop_table(engine, table)
+        await engine.dispose()
+    assert proc.returncode == 0, err

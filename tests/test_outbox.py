@@ -267,3 +267,43 @@ async def test_istos_metrics_reports_the_outbox_depth_and_oldest_age(tmp_path: P
         await outbox.drop_table(engine, table)
         await engine.dispose()
     assert proc.returncode == 0, err
+
+
+async def test_sync_twin_on_postgres_notifies_on_commit_only() -> None:
+    """A sync Session (psycopg) writes the row and the NOTIFY in its transaction: a rolled-back
+    one leaves neither, a committed one both."""
+    import asyncpg
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.orm import Session
+
+    from istos.outbox.table import channel
+
+    url, table = make_url(postgres_url()), f"ob_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(url.set(drivername="postgresql+psycopg"))
+    outbox.create_table(engine, table)
+    listener = await asyncpg.connect(url.set(drivername="postgresql").render_as_string(False))
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await listener.add_listener(channel(table), lambda *args: heard.put_nowait(args[2]))
+
+    def write(commit: bool) -> str:
+        with Session(engine) as session:
+            session.begin()
+            jid = outbox.enqueue_sync(session, Q, {"commit": commit}, table=table)
+            session.commit() if commit else session.rollback()
+            return jid
+
+    try:
+        await asyncio.to_thread(write, False)
+        kept = await asyncio.to_thread(write, True)
+        await asyncio.wait_for(heard.get(), BOUND_S)  # the commit's notification
+        await listener.execute("SELECT 1")  # a round trip delivers anything else pending
+        assert heard.empty()
+        with engine.connect() as conn:
+            t = outbox.outbox_table(table)
+            from sqlalchemy import select
+            assert [r.job_id for r in conn.execute(select(t.c.job_id))] == [kept]
+    finally:
+        await listener.close()
+        outbox.drop_table(engine, table)
+        engine.dispose()

@@ -108,10 +108,13 @@ class OutboxRelay:
             try:
                 claimed = await self.round()
                 backoff = 0.0
-            except (IstosError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - a relay outlives any one round's fault
                 self.failures += 1
                 backoff = min(max(2 * backoff, 0.05), 2.0)
-                log.warning("outbox relay: %s (retrying in %.2fs)", exc, backoff)
+                known = isinstance(exc, (IstosError, OSError))
+                log.log(logging.WARNING if known else logging.ERROR,
+                        "outbox relay: %s (retrying in %.2fs)", exc, backoff,
+                        exc_info=not known)
                 await asyncio.sleep(backoff)  # not cut short by a commit: the fault is elsewhere
                 continue
             if claimed < self.batch:

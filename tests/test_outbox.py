@@ -15,7 +15,7 @@ import pytest
 from services import postgres_url
 from zenoh_util import wait_until
 
-from istos import ConfigError, InvalidJob, Istos, outbox
+from istos import ConfigError, InvalidJob, Istos, StorageUnavailable, outbox
 from istos.transport.local import LocalMesh
 
 BOUND_S = 20.0
@@ -307,3 +307,54 @@ async def test_sync_twin_on_postgres_notifies_on_commit_only() -> None:
         await listener.close()
         outbox.drop_table(engine, table)
         engine.dispose()
+
+
+async def test_relay_rides_out_a_database_crash_and_listens_again() -> None:
+    """A private PostgreSQL SIGKILLed under a running relay, then restarted: afterwards the
+    relay claims again (its pooled connection died with the server) and is woken again (its
+    LISTEN connection comes back; its poll, 60 s, is above the bound)."""
+    from services import PrivatePostgres
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+
+    pg = PrivatePostgres()
+    pg.start()
+    table = f"ob_{uuid.uuid4().hex[:12]}"
+    mesh = LocalMesh()
+    app, ran, changed = worker_app(mesh)
+    relay = app.outbox_relay(pg.url, table=table, poll_s=60, op_timeout_s=1.0)
+    engine = create_async_engine(pg.url, pool_pre_ping=True)
+
+    async def commit(n: int) -> None:
+        async with AsyncSession(engine) as session, session.begin():
+            await outbox.enqueue(session, Q, {"n": n}, table=table)
+
+    try:
+        async with app.serving():
+            await commit(0)
+            await until(lambda: len(ran) == 1, changed, "the first row ran")
+            pg.kill()
+            with pytest.raises(StorageUnavailable):
+                await relay.stats()
+            await asyncio.to_thread(pg.start)
+            await commit(1)
+            await until(lambda: len(ran) == 2, changed, "the row committed after the restart")
+            assert [j["n"] for j in ran] == [0, 1]
+    finally:
+        await engine.dispose()
+        pg.remove()
+
+
+async def test_a_relay_of_some_queues_leaves_the_others_rows(db: Db) -> None:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    mesh = LocalMesh()
+    app, ran, changed = worker_app(mesh)
+    relay = app.outbox_relay(db.url, table=db.table, queues=[Q], poll_s=0.05)
+    async with app.serving():
+        async with AsyncSession(db.engine) as session, session.begin():
+            await outbox.enqueue(session, "jobs/other", {"n": "other"}, table=db.table)
+            await outbox.enqueue(session, Q, {"n": "mine"}, table=db.table)
+        await until(lambda: len(ran) == 1, changed, "the relayed queue's row ran")
+        await wait_until(lambda: relay.sent == 1, BOUND_S, "its row deleted")
+        stats = await relay.stats()
+        assert stats["depth"] == 1 and stats["claimed"] == 0 and ran == [{"n": "mine"}]

@@ -161,6 +161,7 @@ async def test_relay_killed_between_accept_and_delete(rig: Rig, tmp_path: Path) 
     assert len(sent) == 50 and len(set(sent)) == 25  # every row re-sent once: a no-op
 
 
+@pytest.mark.timeout(300)  # 21 relay process starts: ~25 s idle, ~100 s on a loaded machine
 async def test_relay_sigkilled_at_random_moments(rig: Rig) -> None:
     rng = random.Random(os.urandom(8))
     relay = rig.relays[0]

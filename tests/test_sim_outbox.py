@@ -11,7 +11,7 @@ from istos_nb.sim.checker_outbox import outbox_counts
 
 def scenario(seed: int) -> Simulation:
     sim = Simulation(seed, storage="durable")
-    sim.outbox_latency_s = 0.05  # a slow database: crashes land between accept and delete
+    sim.outbox.latency_s = 0.05  # a slow database: crashes land between accept and delete
     owner = sim.node("owner")
     owner.queue("q", lease_s=5, sweep_interval_s=0.5)
     owner.worker("q", concurrency=4, poll_interval_s=0.2)(sim.handler(service_s=("exp", 0.02)))
@@ -29,7 +29,7 @@ def test_a_job_exists_iff_its_transaction_committed_once_per_row() -> None:
     result = sim.run(60, progress=None)
     report = result.check(strict=True)  # every invariant, the outbox's among them
     assert "outbox: a job iff its transaction committed, one per row" in set(report.invariant)
-    c = outbox_counts(sim.outbox_txns, result.events_raw, result.effects, set())
+    c = outbox_counts(sim.outbox.txns, result.events_raw, result.effects, set())
     assert c["rolled_back"] > 100 and c["committed"] > 300  # both sides were exercised
     assert c["jobs"] == c["committed"] and c["phantom"] == 0 and c["twice"] == 0
     crashes = [e for e in result.events_raw if e["kind"] == "crashed" and e["node"] == "relay"]
@@ -37,7 +37,7 @@ def test_a_job_exists_iff_its_transaction_committed_once_per_row() -> None:
     resent = [e for e in result.events_raw if e["kind"] == "duplicate_enqueue"]
     assert resent  # some died after the owner accepted rows and before deleting them
     ran = {e["job_id"] for e in result.effects}
-    assert ran == {t["job_id"] for t in sim.outbox_txns if t["committed"]}
+    assert ran == {t["job_id"] for t in sim.outbox.txns if t["committed"]}
 
 
 def test_same_seed_same_run() -> None:

@@ -103,9 +103,9 @@ class SimNode:
 
     def outbox_relay(self, queues: list[str] | None = None, **options: Any) -> None:
         """Run an outbox relay on this node over the simulation's outbox database
-        (``sim.outbox_db``), from every (re)start: ``Istos.outbox_relay``'s options."""
+        (``sim.outbox.db``), from every (re)start: ``Istos.outbox_relay``'s options."""
         self._declarations.append(
-            lambda app: app.outbox_relay(self.sim.outbox_db, queues=queues, **options))
+            lambda app: app.outbox_relay(self.sim.outbox.db, queues=queues, **options))
 
     # -- calls a scenario makes on the node --
     async def enqueue(self, queue: str, data: Any, **kwargs: Any) -> str | None:

@@ -27,6 +27,7 @@ from istos.transport.local import LocalMesh
 from . import faults
 from .logledger import kept_logs, ledger_context
 from .network import SimNetwork
+from .outbox import SimOutbox
 from .progress import auto_progress
 from .result import SimResult
 from .simnode import Incarnation, SimNode, current_incarnation, instrument
@@ -70,9 +71,7 @@ class Simulation:
         self.effects: list[dict[str, Any]] = []
         self.owner_crashes: list[tuple[float, str]] = []
         self.logs: list[dict[str, Any]] = []  # the job-log ledger: what handlers wrote
-        self.outbox_txns: list[dict[str, Any]] = []  # one row per outbox row written
-        self._outbox: Any = None  # the application's database (outlives every node)
-        self.outbox_latency_s = 0.01  # each relay call's round trip to that database
+        self.outbox = SimOutbox(self)  # the application's database (outlives every node)
 
     # -- building the scenario --
     def node(self, name: str, *, clock_skew_s: float = 0.0,
@@ -189,16 +188,7 @@ class Simulation:
             raise ScenarioError(f"p must be a probability, got {p!r}")
         self._lose_ack[node] = p
 
-    # -- the transactional outbox --
-    @property
-    def outbox_db(self) -> Any:
-        """The application's database holding the outbox (a ``MemoryOutbox``): it survives
-        every node's crash; relays (``node.outbox_relay()``) read it, transactions write it."""
-        if self._outbox is None:
-            from istos.outbox.store import MemoryOutbox  # needs SQLAlchemy: only when used
-            self._outbox = MemoryOutbox(latency_s=self.outbox_latency_s)
-        return self._outbox
-
+    # -- the transactional outbox (outbox.py) --
     def outbox_transactions(self, queue: str, n: int, **kwargs: Any) -> None:
         """``n`` application transactions that each write outbox rows (``workload.py``)."""
         self.workload.outbox_transactions(queue, n, **kwargs)
@@ -208,25 +198,8 @@ class Simulation:
         writers': a transaction attempted then fails, so it did not commit)."""
         if not until >= at:
             raise ScenarioError(f"outbox outage ends (until={until}) before it starts ({at})")
-        self._schedule(at, "outbox_outage", lambda: self._outbox_up(False))
-        self._schedule(until, "outbox_back", lambda: self._outbox_up(True))
-
-    def _outbox_up(self, available: bool) -> None:
-        self.outbox_db.available = available
-        self._node_event("outbox", "outbox_up" if available else "outbox_down")
-
-    def _outbox_txn(self, queue: str, i: int, job_ids: list[str], commit: bool) -> None:
-        """One application transaction: its rows, then commit or roll back (recorded)."""
-        assert self._loop is not None
-        db, now = self.outbox_db, self._loop.time()
-        committed = commit and db.available  # a database that is down commits nothing
-        with db.transaction() as txn:
-            for k, job_id in enumerate(job_ids):
-                txn.enqueue(queue, {"txn": i, "row": k}, now=now, job_id=job_id)
-            if not committed:
-                txn.rollback()
-        self.outbox_txns.extend({"job_id": j, "queue": queue, "committed": committed, "t": now}
-                                for j in job_ids)
+        self._schedule(at, "outbox_outage", lambda: self.outbox.set_available(False))
+        self._schedule(until, "outbox_back", lambda: self.outbox.set_available(True))
 
     # workload helpers (see workload.py)
     def enqueue_jobs(self, node: str, queue: str, n: int, **kwargs: Any) -> None:
@@ -347,9 +320,8 @@ class Simulation:
                                     for q in n.heartbeat_queues},
                          lossy=self._lossy, logs=[dict(r, lines=list(r["lines"]))
                                                   for r in self.logs],
-                         kept_logs=kept_logs(self), outbox=list(self.outbox_txns),
-                         outbox_waiting=set() if self._outbox is None else
-                         {h.row.job_id for h in self._outbox.rows.values()},
+                         kept_logs=kept_logs(self), outbox=list(self.outbox.txns),
+                         outbox_waiting=self.outbox.waiting(),
                          virtual_s=self._loop.time() if self._loop else 0.0,
                          wall_s=wall_s, interrupted=interrupted, seed=self.seed)
 

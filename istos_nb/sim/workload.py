@@ -92,7 +92,7 @@ class Workload:
             commit = self.rng.random() < commit_p
             ids = [f"ob-{self.rng.getrandbits(64):016x}" for _ in range(rows)]
             self.sim._schedule(t, "outbox_transaction", functools.partial(
-                self.sim._outbox_txn, queue, i, ids, commit))
+                self.sim.outbox.transaction, queue, i, ids, commit))
 
     def handler(self, *, service_s: ServiceSpec = 0.0, fail_p: float = 0.0,
                 crash_p: float = 0.0, effect: Callable[[Any], Any] | None = None,

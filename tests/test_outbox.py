@@ -358,3 +358,26 @@ async def test_a_relay_of_some_queues_leaves_the_others_rows(db: Db) -> None:
         await wait_until(lambda: relay.sent == 1, BOUND_S, "its row deleted")
         stats = await relay.stats()
         assert stats["depth"] == 1 and stats["claimed"] == 0 and ran == [{"n": "mine"}]
+
+
+async def test_a_row_the_owner_refuses_holds_up_no_other(db: Db) -> None:
+    """A row written around outbox.enqueue (an id over the wire's limit) is refused by the
+    owner: it stays in the table, and the rows after it in its queue still run, in order."""
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    mesh = LocalMesh()
+    app, ran, changed = worker_app(mesh)
+    relay = app.outbox_relay(db.url, table=db.table, poll_s=0.05)
+    t = outbox.outbox_table(db.table)
+    async with app.serving():
+        async with AsyncSession(db.engine) as session, session.begin():
+            await outbox.enqueue(session, Q, {"n": 0}, table=db.table)
+            await session.execute(t.insert(), {**outbox.make_row(Q, {"n": "bad"}),
+                                               "job_id": "x" * 250})
+            for n in (1, 2):
+                await outbox.enqueue(session, Q, {"n": n}, table=db.table)
+        await until(lambda: len(ran) == 3, changed, "the good rows ran")
+        await wait_until(lambda: relay.sent == 3, BOUND_S, "the good rows deleted")
+        assert [j["n"] for j in ran] == [0, 1, 2]
+        stats = await relay.stats()
+        assert stats["depth"] == 1 and stats["refused"] == 1

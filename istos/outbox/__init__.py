@@ -11,12 +11,17 @@ Needs SQLAlchemy (``pip install istos-nb[sqlalchemy]``).
 
 from __future__ import annotations
 
-from .enqueue import enqueue, enqueue_sync
+from .enqueue import enqueue, enqueue_sync, make_row
 from .relay import OutboxRelay
 from .sql import SQLOutboxStore
 from .store import MemoryOutbox, OutboxRow, OutboxStore
 from .table import DEFAULT_TABLE, create_table, drop_table, metadata, outbox_table
 
-__all__ = ["enqueue", "enqueue_sync", "OutboxRelay", "metadata", "outbox_table", "create_table",
-           "drop_table", "DEFAULT_TABLE", "OutboxStore", "OutboxRow", "SQLOutboxStore",
-           "MemoryOutbox"]
+__all__ = [
+    # writing jobs in the caller's transaction
+    "enqueue", "enqueue_sync", "make_row",
+    # the table
+    "metadata", "outbox_table", "create_table", "drop_table", "DEFAULT_TABLE",
+    # the relay and its port
+    "OutboxRelay", "OutboxStore", "OutboxRow", "SQLOutboxStore", "MemoryOutbox",
+]

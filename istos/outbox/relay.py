@@ -32,6 +32,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from .. import protocol
 from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
 from ..worker import batches
 from .store import OutboxRow, OutboxStore
@@ -76,6 +77,8 @@ class OutboxRelay:
         self.poll_s = poll_s if poll_s is not None else source.default_poll_s
         self.sent = 0  # rows accepted by an owner and deleted, since start
         self.failures = 0  # rounds that ended in an error, since start
+        self.refused = 0  # rows an owner refused by themselves (left in the table)
+        self._refusing: set[int] = set()  # the current round's refused rows (left claimed)
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
         #: Test hook: awaited after the owner accepted a round's rows, before they are deleted.
@@ -126,6 +129,7 @@ class OutboxRelay:
         StorageUnavailable (the database) or the owner's error (its rows released)."""
         node = self.app.node
         token = node.ids.token()  # a fresh secret per round: only this round deletes its rows
+        self._refusing = set()  # this round's rows the owner refused by themselves
         rows = await self.store.claim(token, node.clock.now(), self.claim_s, self.batch,
                                       self.queues)
         if not rows:
@@ -141,7 +145,7 @@ class OutboxRelay:
                 await self.after_send([r.job_id for r in rows if r.id in accepted])
             await self.store.finish(done, token, delete=True)
             self.sent += len(done)
-        failed = [r.id for r in rows if r.id not in accepted]
+        failed = [r.id for r in rows if r.id not in accepted and r.id not in self._refusing]
         errors = [e for _, e in results if e is not None]
         if failed:
             await self.store.finish(failed, token, delete=False)
@@ -154,33 +158,67 @@ class OutboxRelay:
         """Send ``rows`` (one queue's, in id order); the ids accepted, and the error that
         stopped the rest (later rows are not sent past a failure, to keep their order)."""
         client = self.app.client(queue)
-        items = [self._item(r) for r in rows]
+        rows, items = self._checked(queue, rows)
         done: list[int] = []
         for start, end in batches.cut([batches.item_size(i) for i in items]):
             try:
-                try:
-                    await client.call("enqueue_many", items=items[start:end])
-                except (InvalidJob, ProtocolError):
-                    await self._one_by_one(client, queue, items[start:end])
+                await client.call("enqueue_many", items=items[start:end])
+            except (InvalidJob, ProtocolError):
+                ids, exc = await self._one_by_one(client, queue, rows[start:end],
+                                                  items[start:end])
+                done.extend(ids)
+                if exc is not None:
+                    return done, exc
+                continue
             except IstosError as exc:
                 return done, exc
             done.extend(r.id for r in rows[start:end])
         return done, None
 
-    async def _one_by_one(self, client: Any, queue: str, items: list[dict[str, Any]]) -> None:
-        """A batch refused whole (nothing stored): each alone, so one bad row cannot hold up
-        the others; a row the owner refuses by itself is logged and left in place."""
-        for item in items:
+    def _checked(self, queue: str, rows: list[OutboxRow]
+                 ) -> tuple[list[OutboxRow], list[dict[str, Any]]]:
+        """The rows whose items pass the wire's own check, and their items. A row is input
+        from outside (anything may write the table), and an owner in this process would take
+        it unchecked; one that fails is refused here as the owner would refuse it."""
+        kept, items = [], []
+        for row in rows:
+            item = self._item(row)
+            try:
+                protocol.enqueue_item(f"outbox row {row.id}", item)
+            except (InvalidJob, ProtocolError) as exc:
+                self._refuse(queue, row, exc)
+                continue
+            kept.append(row)
+            items.append(item)
+        return kept, items
+
+    def _refuse(self, queue: str, row: OutboxRow, exc: Exception) -> None:
+        self.refused += 1
+        self._refusing.add(row.id)
+        log.error("outbox: queue %r refuses row %d (job %.40r): %s; it stays in the table",
+                  queue, row.id, row.job_id, exc)
+
+    async def _one_by_one(self, client: Any, queue: str, rows: list[OutboxRow],
+                          items: list[dict[str, Any]]) -> tuple[list[int], Exception | None]:
+        """A batch refused whole (nothing stored): each row alone, so a row the owner refuses
+        by itself (one written by something other than ``outbox.enqueue``) holds up no other:
+        it is logged, counted in ``refused`` and left claimed in the table, to be tried again
+        when its claim lapses. Returns the ids accepted and the error that stopped the rest."""
+        done: list[int] = []
+        for row, item in zip(rows, items):
             try:
                 await client.call("enqueue", **item)
             except (InvalidJob, ProtocolError) as exc:
-                log.error("outbox: queue %r refuses job %s: %s; the row stays in the table",
-                          queue, item["job_id"], exc)
-                raise
+                self._refuse(queue, row, exc)
+                continue
+            except IstosError as exc:
+                return done, exc
+            done.append(row.id)
+        return done, None
 
     def _item(self, row: OutboxRow) -> dict[str, Any]:
         """The ``enqueue_many`` item of a row: its delay counts from the row's creation."""
-        item: dict[str, Any] = {"body": row.body, "job_id": row.job_id,
+        item: dict[str, Any] = {"body": bytes(row.body), "job_id": row.job_id,
                                 "dedup_s": row.dedup_s if row.dedup_s else self.dedup_s}
         left = row.created_at + row.delay_s - self.app.node.clock.now()
         if row.delay_s and left > 0:
@@ -194,7 +232,7 @@ class OutboxRelay:
     # -- observability --------------------------------------------------------------------------
     async def stats(self) -> dict[str, Any]:
         """``depth`` (rows waiting, claimed ones included), ``claimed``, ``oldest_age_s``
-        (None when empty), and this relay's ``sent`` and ``failures`` counts; raises
+        (None when empty), and this relay's ``sent``, ``failures`` and ``refused`` counts; raises
         StorageUnavailable if the database cannot answer."""
         out = await self.store.stats(self.app.node.clock.now())
-        return {**out, "sent": self.sent, "failures": self.failures}
+        return {**out, "sent": self.sent, "failures": self.failures, "refused": self.refused}

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from .. import protocol
+from ..core.config import check_queue_name
 from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
 from ..worker import batches
 from .store import OutboxRow, OutboxStore
@@ -66,6 +67,12 @@ class OutboxRelay:
             raise ConfigError(f"batch must be between 1 and 10000, got {batch!r}")
         if not claim_s > 0 or not op_timeout_s > 0 or not dedup_s >= claim_s:
             raise ConfigError("claim_s and op_timeout_s must be > 0 and dedup_s >= claim_s")
+        if poll_s is not None and not poll_s > 0:
+            raise ConfigError(f"poll_s must be > 0, got {poll_s!r}")
+        if isinstance(queues, str):
+            raise ConfigError(f"queues must be a list of queue names, got the string {queues!r}")
+        for name in queues or ():
+            check_queue_name(name)
         if isinstance(source, str):
             from .sql import SQLOutboxStore
 

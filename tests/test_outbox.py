@@ -381,3 +381,18 @@ async def test_a_row_the_owner_refuses_holds_up_no_other(db: Db) -> None:
         assert [j["n"] for j in ran] == [0, 1, 2]
         stats = await relay.stats()
         assert stats["depth"] == 1 and stats["refused"] == 1
+
+
+def test_the_docs_complete_script_runs(tmp_path: Path) -> None:
+    """docs/outbox.md's complete script, run as written in a fresh directory."""
+    import subprocess
+    import sys
+
+    doc = (Path(__file__).parent.parent / "docs" / "outbox.md").read_text()
+    section = doc.split("## A complete script (SQLite)", 1)[1]
+    script = section.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "shop.py").write_text(script)
+    done = subprocess.run([sys.executable, "shop.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["sending to a@example.com"]

@@ -13,9 +13,10 @@ spaced so the worker is idle again: ``outbox`` = commit returned -> handler star
 woken by the commit's NOTIFY; its poll is 60 s), ``enqueue`` = the producer's ``app.enqueue``
 called -> handler start (a plain remote enqueue). p50/p99 of each.
 
-``relay``: ``--rows`` committed rows, then 1 or 4 relay apps start on the table; rows/s until
-the table is empty (the owner stores them, no worker runs). All apps share this process's one
-core, so the 4-relay figure says what claiming in parallel costs, not what 4 machines gain.
+``relay``: 1 or 4 relay processes wait on the table, then ``--rows`` rows are committed in one
+transaction; rows/s from the commit until the table is empty (the owner, in this process,
+stores the jobs in memory; no worker runs). On 2 cores, 4 relays measure claiming in
+parallel against one owner, not what 4 machines would gain.
 """
 
 from __future__ import annotations
@@ -116,29 +117,38 @@ async def bench_pickup(engine: Any, url: str, table: str, jobs: int) -> dict[str
 
 
 async def bench_relay(engine: Any, url: str, table: str, rows: int, relays: int) -> float:
+    """Rows/s of ``relays`` relay processes draining ``rows`` rows committed at once."""
+    import subprocess
+
+    from sqlalchemy import func, select
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    async with AsyncSession(engine) as session, session.begin():
-        for i in range(rows):
-            await outbox.enqueue(session, Q, {"i": i, "pad": "x" * 78}, table=table)
     configs = zenoh_configs(1 + relays)
     prefix = f"istos-bench/{uuid.uuid4().hex[:12]}"
     owner = Istos(zenoh=configs[0], prefix=prefix)
     owner.queue(Q)
-    apps = [Istos(zenoh=c, prefix=prefix) for c in configs[1:]]
-    relay_objs = [a.outbox_relay(url, table=table, poll_s=0.01) for a in apps]
-    async with owner.serving():
-        t0 = time.perf_counter()
-        for a in apps:
-            await a.start()
-        try:
-            while sum(r.sent for r in relay_objs) < rows:
-                await asyncio.sleep(0.005)
-            elapsed = time.perf_counter() - t0
-        finally:
-            for a in apps:
-                await a.stop()
-    return rows / elapsed
+    t = outbox.outbox_table(table)
+    procs = [subprocess.Popen([sys.executable, str(BENCH / "_outbox_relay.py"), json.dumps(c),
+                               prefix, url, table], stdout=subprocess.PIPE, text=True)
+             for c in configs[1:]]
+    try:
+        async with owner.serving():
+            for p in procs:
+                assert p.stdout is not None
+                line = await asyncio.wait_for(asyncio.to_thread(p.stdout.readline), 60)
+                assert "@@READY" in line, line
+            async with AsyncSession(engine) as session, session.begin():
+                for i in range(rows):
+                    await outbox.enqueue(session, Q, {"i": i, "pad": "x" * 78}, table=table)
+            t0 = time.perf_counter()  # the commit: every relay is woken by its NOTIFY
+            async with engine.connect() as conn:
+                while (await conn.execute(select(func.count()).select_from(t))).scalar_one():
+                    await asyncio.sleep(0.002)
+            return rows / (time.perf_counter() - t0)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(10)
 
 
 async def main() -> None:

@@ -79,8 +79,9 @@ def outbox_table(name: str = DEFAULT_TABLE) -> Table:
     table = _tables.get(name)
     if table is not None:
         return table
-    if not isinstance(name, str) or not name.replace("_", "").isalnum() or len(name) > 48:
-        raise ConfigError(f"outbox table name must be letters, digits and '_' (at most 48), "
+    # At most 40 characters: its index's name then stays within PostgreSQL's 63.
+    if not isinstance(name, str) or not name.replace("_", "").isalnum() or len(name) > 40:
+        raise ConfigError(f"outbox table name must be letters, digits and '_' (at most 40), "
                           f"got {name!r}")
     table = _build(name, metadata if name == DEFAULT_TABLE else MetaData())
     _tables[name] = table

@@ -33,7 +33,8 @@ from .errors import (
 from .events import JobEvent
 from .storage.memory import MemoryStorage
 
-if TYPE_CHECKING:  # loaded on first use (see __getattr__): it imports Zenoh
+if TYPE_CHECKING:  # loaded on first use (see __getattr__): they import Zenoh, SQLAlchemy
+    from . import outbox
     from .sync_producer import SyncProducer
 
 __all__ = [
@@ -46,6 +47,8 @@ __all__ = [
     "MemoryStorage",
     "RedisStoragePlugin",
     "SQLAlchemyStoragePlugin",
+    # enqueue inside your own database transaction (the module: outbox.enqueue, ...)
+    "outbox",
     # ports and events
     "Clock",
     "SystemClock",
@@ -86,6 +89,9 @@ def __getattr__(name: str) -> Any:
     if name == "RedisStoragePlugin":
         from .storage.redis import RedisStoragePlugin
         return RedisStoragePlugin
+    if name == "outbox":
+        import importlib
+        return importlib.import_module(".outbox", __name__)
     if name == "SQLAlchemyStoragePlugin":
         from .storage.sqlalchemy import SQLAlchemyStoragePlugin
         return SQLAlchemyStoragePlugin

@@ -14,8 +14,8 @@ import os
 import random
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import protocol
 from .clock import Clock, SystemClock
@@ -46,6 +46,10 @@ from .transport.base import Handle, Transport
 from .worker.client import OwnerClient
 from .worker.parking import declare_worker_tokens
 from .worker.worker import WorkerRunner
+
+if TYPE_CHECKING:  # imported on use: it needs SQLAlchemy
+    from .outbox.relay import OutboxRelay
+    from .outbox.store import OutboxStore
 
 log = logging.getLogger("istos")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -247,6 +251,17 @@ class Istos:
         and elections started, and whose ``async stop(app)`` runs before they stop (in reverse
         order of registration). Register before :meth:`start`. Never raises."""
         self._plugins.append(plugin)
+
+    def outbox_relay(self, url: str | OutboxStore, queues: Iterable[str] | None = None,
+                     **options: Any) -> OutboxRelay:
+        """Relay the committed rows of the outbox at database ``url`` (of ``queues``, or all)
+        into their queues while this app serves; returns the :class:`~istos.outbox.OutboxRelay`
+        (``options``: its keyword arguments). Needs SQLAlchemy; see ``istos.outbox``."""
+        from .outbox.relay import OutboxRelay
+
+        relay = OutboxRelay(self, url, queues=queues, **options)
+        self.add_plugin(relay)
+        return relay
 
     # -- lifecycle --
     @contextlib.asynccontextmanager

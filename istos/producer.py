@@ -61,17 +61,12 @@ class Producer:
         enqueues) after its first travel as one ``enqueue_many`` request; the first (a lone
         call) goes out at once. Each call still returns its own id or raises its own error.
         """
-        if name not in self._valid_names:  # a name is checked once, then remembered
-            self._valid_names.add(check_queue_name(name))
-        body = codec.encode_body(data, queue=name)
-        # The common case (no delay, an in-range int priority) skips the general checks.
-        delay = 0.0 if delay_s == 0 and type(delay_s) is int else check_delay(delay_s)
-        prio = priority if type(priority) is int and -MAX_PRIORITY <= priority <= MAX_PRIORITY \
-            else check_priority(priority)
-        if job_id is not None:
-            check_job_id(name, job_id)
-        window = None if dedup_s is None else check_dedup(dedup_s, job_id is not None)
-        grp = None if group is None else check_group(group)
+        checked = name in self._valid_names  # a name is checked once, then remembered
+        body, delay, prio, window, grp = check_enqueue(
+            name, data, delay_s=delay_s, priority=priority, job_id=job_id, dedup_s=dedup_s,
+            group=group, name_checked=checked)
+        if not checked:
+            self._valid_names.add(name)
         self.require_serving()
         # The id is chosen here, not by the owner, so a retried request cannot create a twin.
         jid = job_id or self.node.ids.new()
@@ -176,7 +171,32 @@ class Producer:
         return str(reply["status"])
 
 
-# -- shared with the SyncProducer --------------------------------------------------------------
+# -- shared with the SyncProducer and the outbox ---------------------------------------------
+def check_enqueue(name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
+                  job_id: str | None = None, dedup_s: float | None = None,
+                  group: str | None = None, name_checked: bool = False
+                  ) -> tuple[bytes, float, int, float | None, str | None]:
+    """Every check :meth:`Producer.enqueue` makes, before anything is sent or written:
+    ``(body, delay_s, priority, dedup_s, group)`` as the ``enqueue`` op carries them.
+
+    Raises :class:`InvalidJob` for a body msgpack cannot encode, one over the size limit or an
+    id the wire refuses, and :class:`ConfigError` for a bad name, delay, priority, window
+    (``dedup_s`` without ``job_id``) or group. ``name_checked``: the caller already checked it.
+    """
+    if not name_checked:
+        check_queue_name(name)
+    body = codec.encode_body(data, queue=name)
+    # The common case (no delay, an in-range int priority) skips the general checks.
+    delay = 0.0 if delay_s == 0 and type(delay_s) is int else check_delay(delay_s)
+    prio = priority if type(priority) is int and -MAX_PRIORITY <= priority <= MAX_PRIORITY \
+        else check_priority(priority)
+    if job_id is not None:
+        check_job_id(name, job_id)
+    window = None if dedup_s is None else check_dedup(dedup_s, job_id is not None)
+    grp = None if group is None else check_group(group)
+    return body, delay, prio, window, grp
+
+
 def check_job_id(name: str, job_id: object) -> None:
     """A caller's ``job_id`` for queue ``name``: ConfigError if no string, InvalidJob if the
     wire refuses it."""

@@ -6,7 +6,7 @@ import istos
 
 EXPECTED = {
     "Istos", "SyncProducer", "JobContext", "Depends",
-    "MemoryStorage", "RedisStoragePlugin", "SQLAlchemyStoragePlugin",
+    "MemoryStorage", "RedisStoragePlugin", "SQLAlchemyStoragePlugin", "outbox",
     "Clock", "SystemClock", "JobEvent",
     "IstosError", "ConfigError", "CronError", "HAConfigError", "InvalidJob", "QueueNotFound",
     "OwnerUnavailable", "StorageUnavailable", "ProtocolError", "AdminDisabled", "RemoteError",

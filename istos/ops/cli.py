@@ -64,6 +64,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def _outbox_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--outbox", metavar="URL", default=None,
+                   help="also report the outbox table at this SQLAlchemy async URL "
+                        "(istos_outbox_depth, istos_outbox_oldest_age_seconds)")
+    p.add_argument("--outbox-table", default="istos_outbox", metavar="TABLE")
+
+
 def parser() -> argparse.ArgumentParser:
     top = _Parser(
         prog="istos", description="Look at live Istos queues (and, where a queue allows it, "
@@ -121,6 +128,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=None, metavar="S",
                    help="seconds each queue has to answer a scrape (default 0.3); one that "
                         "does not is reported istos_owner_up 0")
+    _outbox_args(p)
     p = command("dashboard", "serve the LiveDashboard page through Voila on 127.0.0.1 (no "
                 "queue: an overview of every queue, each row opening its dashboard)", "opt")
     p.add_argument("--port", type=int, default=8866)

@@ -119,6 +119,7 @@ async def serve_metrics(args: argparse.Namespace, out: Any) -> int:
         loop = asyncio.get_running_loop()
         registry = prom.CollectorRegistry()
         registry.register(QueueCollector(op, list(dict.fromkeys(args.queue)), loop, budget))
+        outbox = await _outbox_collector(args, loop, registry)
         try:
             server, thread = prom.start_http_server(args.port, addr=args.host, registry=registry)
         except OSError as exc:
@@ -136,4 +137,20 @@ async def serve_metrics(args: argparse.Namespace, out: Any) -> int:
                 loop.remove_signal_handler(sig)
             await asyncio.to_thread(server.shutdown)
             thread.join(5)
+            if outbox is not None:
+                await outbox.close()
     return 0
+
+
+async def _outbox_collector(args: argparse.Namespace, loop: asyncio.AbstractEventLoop,
+                            registry: Any) -> Any:
+    """With ``--outbox URL``: register the outbox's gauges; returns its store (to close)."""
+    if getattr(args, "outbox", None) is None:
+        return None
+    from ..outbox.metrics import OutboxCollector
+    from ..outbox.sql import SQLOutboxStore
+
+    store = SQLOutboxStore(args.outbox, args.outbox_table)
+    await store.open()
+    registry.register(OutboxCollector(store, args.outbox_table, loop))
+    return store

@@ -23,6 +23,7 @@ from istos.core.backoff import delay_bounds
 
 from .checker_leases import lease_findings
 from .checker_logs import job_log_finding
+from .checker_outbox import outbox_finding
 from .run_record import Finding, RunRecord, summary
 
 __all__ = ["RunRecord", "Finding", "check", "delivery_counts", "EPS"]
@@ -73,6 +74,10 @@ def check(rec: RunRecord) -> list[Finding]:
         _dedup_windows(rec), _rate_limits(rec), _group_limits(rec), *lease_findings(rec),
         job_log_finding(rec),
     ]
+    if rec.outbox:
+        ok, detail = outbox_finding(rec.outbox, rec.events, rec.effects, rec.outbox_waiting)
+        findings.append(Finding("outbox: a job iff its transaction committed, one per row",
+                                ok, detail))
     return findings
 
 

@@ -128,7 +128,9 @@ class SimResult:
                          heartbeat=getattr(self, "heartbeat", set()),
                          lossy=getattr(self, "lossy", False),
                          logs=getattr(self, "logs", []),
-                         kept_logs=getattr(self, "kept_logs", []))
+                         kept_logs=getattr(self, "kept_logs", []),
+                         outbox=getattr(self, "outbox", []),
+                         outbox_waiting=getattr(self, "outbox_waiting", set()))
 
     def summary(self) -> str:
         """One line for a human: seed, virtual and wall time, events, and the delivery counts

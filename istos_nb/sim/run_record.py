@@ -31,6 +31,9 @@ class RunRecord:
     # the owners kept at the end (queue, job_id, attempt, outcome, logs, logs_dropped).
     logs: list[dict[str, Any]] = field(default_factory=list)
     kept_logs: list[dict[str, Any]] = field(default_factory=list)
+    # Outbox transactions (job_id, queue, committed) and the ids still in the outbox at the end.
+    outbox: list[dict[str, Any]] = field(default_factory=list)
+    outbox_waiting: set[str] = field(default_factory=set)
 
 
 @dataclass

@@ -10,7 +10,7 @@ import random
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from istos import Istos
 from istos.core.config import QueueConfig
@@ -38,6 +38,9 @@ class Incarnation:
     parked: list[tuple[Any, tuple[Any, ...], contextvars.Context]] = field(default_factory=list)
     link_cut: bool = False  # frozen past the link lease: peers have dropped its sessions
 
+if TYPE_CHECKING:
+    from .outbox import SimOutbox
+
 
 class NodeWorld(Protocol):
     """What a node asks of the world it lives in (:class:`~istos_nb.sim.world.World`)."""
@@ -45,6 +48,9 @@ class NodeWorld(Protocol):
     seed: int
     storage_mode: str
     request_timeout_s: float
+
+    @property
+    def outbox(self) -> SimOutbox: ...
 
     def storage_for(self) -> MemoryStorage: ...
 
@@ -116,6 +122,12 @@ class SimNode:
             return fn
 
         return register
+
+    def outbox_relay(self, queues: list[str] | None = None, **options: Any) -> None:
+        """Run an outbox relay on this node over the simulation's outbox database
+        (``sim.outbox.db``), from every (re)start: ``Istos.outbox_relay``'s options."""
+        self._declarations.append(
+            lambda app: app.outbox_relay(self.world.outbox.db, queues=queues, **options))
 
     # -- calls a scenario makes on the node --
     async def enqueue(self, queue: str, data: Any, **kwargs: Any) -> str | None:

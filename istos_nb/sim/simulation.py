@@ -28,6 +28,7 @@ from . import faults
 from .errors import ScenarioError
 from .logledger import kept_logs
 from .network import SimNetwork
+from .outbox import SimOutbox
 from .progress import auto_progress
 from .result import SimResult
 from .simnode import SimNode
@@ -113,6 +114,11 @@ class Simulation:
     def events(self) -> list[dict[str, Any]]:
         """Every job event the owners emitted so far, in order: the run's record (read-only)."""
         return self.world.events
+
+    @property
+    def outbox(self) -> SimOutbox:
+        """The application's database holding an outbox: it outlives every node."""
+        return self.world.outbox
 
     # -- building the scenario --
     def node(self, name: str, *, clock_skew_s: float = 0.0,
@@ -233,6 +239,22 @@ class Simulation:
         if not 0.0 <= p <= 1.0:
             raise ScenarioError(f"p must be a probability, got {p!r}")
         self.world.lose_ack[node] = p
+
+    # -- the transactional outbox (outbox.py) --
+    def outbox_transactions(self, queue: str, n: int, **kwargs: Any) -> None:
+        """``n`` application transactions that each write outbox rows and commit or roll back
+        (see ``Workload.outbox_transactions`` for the options). Raises :class:`ScenarioError`
+        for a negative ``n``, ``rows`` < 1, a rate <= 0 or ``commit_p`` outside [0, 1]."""
+        self.workload.outbox_transactions(queue, n, **kwargs)
+
+    def outbox_outage(self, *, at: float, until: float) -> None:
+        """The outbox database refuses every call from ``at`` to ``until`` (relays' and
+        writers': a transaction attempted then fails, so it did not commit). Raises
+        :class:`ScenarioError` when ``until`` is before ``at`` or a time is in the past."""
+        if not until >= at:
+            raise ScenarioError(f"outbox outage ends (until={until}) before it starts ({at})")
+        self.world.schedule(at, "outbox_outage", lambda: self.outbox.set_available(False))
+        self.world.schedule(until, "outbox_back", lambda: self.outbox.set_available(True))
 
     # workload helpers (see workload.py)
     def enqueue_jobs(self, node: str, queue: str, n: int, **kwargs: Any) -> None:
@@ -367,6 +389,8 @@ class Simulation:
                          lossy=world.lossy, logs=[dict(r, lines=list(r["lines"]))
                                                   for r in world.logs],
                          kept_logs=kept_logs(serving, stored_records),
+                         outbox=list(world.outbox.txns),
+                         outbox_waiting=world.outbox.waiting(),
                          virtual_s=world.now(), wall_s=wall_s,
                          interrupted=interrupted, seed=self.seed)
 

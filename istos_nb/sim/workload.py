@@ -6,6 +6,7 @@ All randomness comes from the World's workload rng, derived from the simulation'
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -70,6 +71,28 @@ class Workload:
             if rate is not None and i > 0:
                 t += self.rng.expovariate(rate) if poisson else 1.0 / rate
             self.world.at(t, sim_node.enqueue, queue, make(i), priority=priority)
+
+    def outbox_transactions(self, queue: str, n: int, *, rate: float | None = None,
+                            start: float = 0.0, commit_p: float = 0.8, rows: int = 1) -> None:
+        """``n`` application transactions from ``start`` (all at once, or one every ``1/rate``
+        s), each writing ``rows`` outbox rows for ``queue`` and committing with probability
+        ``commit_p`` (else rolling back). Job ids come from the workload rng."""
+        from .errors import ScenarioError
+
+        if not isinstance(n, int) or n < 0 or not isinstance(rows, int) or rows < 1:
+            raise ScenarioError(f"n must be >= 0 and rows >= 1, got {n!r}, {rows!r}")
+        if rate is not None and not rate > 0:
+            raise ScenarioError(f"rate must be > 0 transactions/s, got {rate!r}")
+        if not 0.0 <= commit_p <= 1.0:
+            raise ScenarioError(f"commit_p must be a probability, got {commit_p!r}")
+        t = float(start)
+        for i in range(n):
+            if rate is not None and i > 0:
+                t += 1.0 / rate
+            commit = self.rng.random() < commit_p
+            ids = [f"ob-{self.rng.getrandbits(64):016x}" for _ in range(rows)]
+            self.world.schedule(t, "outbox_transaction", functools.partial(
+                self.world.outbox.transaction, queue, i, ids, commit))
 
     def handler(self, *, service_s: ServiceSpec = 0.0, fail_p: float = 0.0,
                 crash_p: float = 0.0, effect: Callable[[Any], Any] | None = None,

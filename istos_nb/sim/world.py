@@ -31,6 +31,7 @@ from istos.transport.local import LocalMesh, LocalTransport
 from .errors import ScenarioError
 from .logledger import ledger_context
 from .network import SimNetwork
+from .outbox import SimOutbox
 from .simnode import Incarnation, SimNode, current_incarnation, instrument
 from .vloop import VirtualEventLoop
 
@@ -65,6 +66,7 @@ class World:
         self.effects: list[dict[str, Any]] = []
         self.owner_crashes: list[tuple[float, str]] = []
         self.logs: list[dict[str, Any]] = []  # the job-log ledger: what handlers wrote
+        self.outbox = SimOutbox(self)  # the application's database (outlives every node)
 
     # -- what the parts ask of it ----------------------------------------------------------
     def now(self) -> float:

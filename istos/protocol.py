@@ -53,6 +53,7 @@ MAX_RELEASES = 4096  # jobs handed back unrun in one release request
 MAX_ERROR_BYTES = 1024  # a nack's error text is kept up to this many bytes (cut, not refused)
 MAX_TRACEBACK_BYTES = 8 << 10  # a failed attempt's traceback as kept (the innermost frames)
 MAX_RESULT_SHOWN = 4 << 10  # bytes of a kept result that `why` shows (bigger: size only)
+MAX_LOGS_SHOWN = 256 << 10  # bytes of ctx.log() lines one `why` or dead letter shows
 MAX_META_BYTES = 16 << 10
 MAX_META_DEPTH = 16
 MAX_WHERE_KEYS = 16
@@ -290,6 +291,7 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
                          Field("limit", integer(1, MAX_BULK))),
     "leases": (_OFFSET, _PAGE),
     "why": (_JOB_ID,),
+    "logs": (_JOB_ID, Field("after", integer(0, MAX_OFFSET))),
     "events": (_PAGE,),
     "follow": (Field("ttl_s", number(0.0, 1e9)),),
     "requeue": (_JOB_ID,),
@@ -334,6 +336,7 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("jobs", "jobs offset limit more next_offset", ""),
         ("leases", "leases more next_offset", ""),
         ("why", "why", ""),
+        ("logs", "state attempts more next_after", ""),
         ("events", "events more", ""),
         ("follow", "key ttl_s", ""),
         ("requeue", "job_id", "status"),
@@ -382,7 +385,7 @@ OP_ROLES: dict[str, str] = {
     **dict.fromkeys(("claim", "unpark", "settle", "ack", "nack", "extend", "release"), "work"),
     **dict.fromkeys(("ping", "result", "dead", "stats", "jobs", "leases", "why", "events",
                      "follow", "workers", "states", "chord_expects", "resolve", "series",
-                     "events_since"), "read"),
+                     "events_since", "logs"), "read"),
     **dict.fromkeys(ADMIN_OPS, "admin"),
 }
 

@@ -27,7 +27,8 @@ from ..core.config import QueueConfig
 from ..core.state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord, QueueState
 from ..events import JobEvent
 from .extension import Handler, OwnerExtension
-from .job_ops import dead_letter
+from .fit import fit_why
+from .job_ops import dead_letter_fields
 from .owner import QueueOwner
 from .sequence import EventSequence
 
@@ -303,7 +304,7 @@ def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
         out["reason"] = f"ready, waiting behind {ahead} ready job(s){paused}"
     elif rec.state == DEAD:
         out["reason"] = f"dead-lettered after {rec.attempts} attempts: {rec.last_error}"
-        out["dead_letter"] = dead_letter(rec)
+        out["dead_letter"] = dead_letter_fields(rec)
     elif rec.state == CANCELLED:
         out["reason"] = "cancelled; kept until " + str(rec.expires_at)
     else:
@@ -311,7 +312,8 @@ def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
         out["reason"] = f"done; result kept{left}"
         out["until"] = rec.expires_at
         out.update(shown_result(rec.result))
-    return out
+    # Logs beyond the frame are left out here and counted; the ``logs`` op reads them all.
+    return fit_why(out)
 
 
 def shown_result(result: bytes | None) -> dict[str, Any]:

@@ -265,10 +265,12 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("node", text(MAX_SLOT_ID_BYTES)),
         Field("settle", list_of(settle_item, MAX_SETTLE_ITEMS, nil=True)),
         Field("park_s", number(0.0, MAX_PARK_S)),  # wait for a job up to this long if none
+        Field("park_key", token),  # the worker's secret that proves its parked claim
     ),
     "unpark": (
         Field("workers", list_of(check_slot_id, MAX_SLOTS, empty=False), required=True),
         Field("node", text(MAX_SLOT_ID_BYTES)),
+        Field("park_key", token),
     ),
     "settle": (Field("items", list_of(settle_item, MAX_SETTLE_ITEMS), required=True),),
     "ack": (_JOB_ID, Field("token", token, required=True),
@@ -510,6 +512,7 @@ def _fast_settle(m: dict[str, Any]) -> bool:
 def _fast_claim(m: dict[str, Any]) -> bool:
     w, n, s, p = m.get("workers"), m.get("node", ""), m.get("settle"), m.get("park_s", 0)
     return (type(p) is float or type(p) is int) and 0 <= p <= MAX_PARK_S \
+        and _tok(m.get("park_key", "k")) \
         and type(w) is list and 0 < len(w) <= MAX_SLOTS \
         and all(_id(x, MAX_SLOT_ID_BYTES) for x in w) and len(set(w)) == len(w) \
         and type(n) is str and len(n) <= MAX_SLOT_ID_BYTES and n.isascii() \

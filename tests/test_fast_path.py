@@ -73,7 +73,7 @@ claim_fields: dict[str, st.SearchStrategy[Any]] = {
     "workers": usually(["s"], st.one_of(st.lists(ids, max_size=3), junk)),
     "node": st.one_of(texts, junk),
     "settle": st.one_of(st.lists(settle_items, max_size=2), junk),
-    "park_s": st.one_of(floats, ints, junk)}
+    "park_s": st.one_of(floats, ints, junk), "park_key": usually("c0ffee", tokens)}
 ack_fields: dict[str, st.SearchStrategy[Any]] = {
     "job_id": usually("j1", ids), "token": usually("c0ffee", tokens),
     "result": st.one_of(st.binary(max_size=4), junk)}
@@ -88,7 +88,7 @@ REQUESTS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         "workers": usually(["s"], st.one_of(st.lists(ids, max_size=3), junk)),
     "node": st.one_of(texts, junk),
         "settle": st.one_of(st.lists(settle_items, max_size=2), junk),
-        "park_s": st.one_of(floats, ints, junk)}),
+        "park_s": st.one_of(floats, ints, junk), "park_key": usually("c0ffee", tokens)}),
     "ack": mapping({"job_id": usually("j1", ids), "token": usually("c0ffee", tokens),
                     "result": st.one_of(st.binary(max_size=4), junk)}),
     "nack": mapping({"job_id": usually("j1", ids), "token": usually("c0ffee", tokens),

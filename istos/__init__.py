@@ -11,6 +11,7 @@ from .context import JobContext
 from .di import Depends
 from .errors import (
     AdminDisabled,
+    CapacityExceeded,
     ConfigError,
     CronError,
     HAConfigError,
@@ -56,6 +57,7 @@ __all__ = [
     "InvalidJob",
     "QueueNotFound",
     "OwnerUnavailable",
+    "CapacityExceeded",
     "StorageUnavailable",
     "ProtocolError",
     "AdminDisabled",

@@ -10,6 +10,7 @@ The tree::
     ├── InvalidJob (also ValueError)          body cannot be encoded, or is too large
     ├── QueueNotFound                         the owner does not serve that queue
     ├── OwnerUnavailable                      no owner answered within the timeout
+    ├── CapacityExceeded                      an owner holds as many of something as it may
     ├── StorageUnavailable                    durable storage refused a write; nothing was accepted
     │   └── FencedOut                         an HA leader's write refused: it lost its epoch
     ├── ProtocolError                         malformed or unsupported wire message
@@ -62,6 +63,11 @@ class QueueNotFound(IstosError):
 
 class OwnerUnavailable(IstosError):
     """No owner of the queue answered within the timeout."""
+
+
+class CapacityExceeded(IstosError):
+    """An owner already holds as many of what the request would add as it may (unused chord
+    reservations of a queue); nothing was added. The message names the limit: retry later."""
 
 
 class StorageUnavailable(IstosError):

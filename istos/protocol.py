@@ -613,6 +613,7 @@ ERROR_CLASSES: dict[str, type[IstosError]] = {
         errors.QueueNotFound, errors.OwnerUnavailable, errors.StorageUnavailable,
         errors.ProtocolError, errors.AdminDisabled, errors.InvalidJob, errors.ConfigError,
         errors.CronError, errors.HAConfigError, errors.FencedOut, errors.InvalidProgress,
+        errors.CapacityExceeded,
     )
 }
 """The error names a reply may carry, and the class a client raises for each (any other

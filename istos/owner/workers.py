@@ -27,6 +27,7 @@ from ..core.state import LEASED
 from ..events import JobEvent
 from .extension import Handler, OwnerExtension
 from .owner import QueueOwner
+from .slicing import Slicer
 
 SEEN_LEASES = 3
 MIN_SEEN_S = 60.0
@@ -185,9 +186,13 @@ class WorkerTracker(OwnerExtension):
         offset = msg.get("offset", 0)
         limit = min(protocol.MAX_PAGE, msg.get("limit", protocol.MAX_PAGE))
         held: dict[str, list[str]] = {}
-        for rec in self.owner.state.jobs.values():
+        slicer = Slicer(self.owner.node.clock)  # a snapshot walked in slices: O(jobs)
+        for rec in list(self.owner.state.jobs.values()):
             if rec.state == LEASED and rec.lease_worker:
                 held.setdefault(worker_of(rec.lease_worker), []).append(rec.job_id)
+            await slicer.tick()
+        now = self.owner.node.clock.now()
+        self._prune(now)
         rows = sorted(self.rows.values(), key=lambda r: (r.first_seen, r.worker))[offset:]
         page, more = protocol.page(rows, lambda r: worker_row(r, held.get(r.worker, [])),
                                    limit)

@@ -148,3 +148,14 @@ async def test_why_of_a_leased_job_with_a_long_history_fits():
         assert shown and shown[-1] == ATTEMPTS  # the newest lines are the ones shown
         assert why["why"]["logs_omitted"] == omitted_of(job["history"]) > 0
         assert job["history"][-1]["attempt"] == ATTEMPTS + 1
+
+
+def test_istos_why_says_how_many_lines_a_reply_left_out():
+    from istos.ops.render import logs_text
+
+    why = {"job": {"history": [{"attempt": 1, "logs": [], "logs_dropped": 0,
+                                "logs_omitted": 100},
+                               {"attempt": 2, "logs": ["last"], "logs_dropped": 0}]}}
+    text = "\n".join(logs_text(why))
+    assert "log of attempt 1 (100 older line(s) not in this reply: app.job_logs" in text
+    assert "log of attempt 2:" in text and "    last" in text

@@ -159,3 +159,21 @@ def test_istos_why_says_how_many_lines_a_reply_left_out():
     text = "\n".join(logs_text(why))
     assert "log of attempt 1 (100 older line(s) not in this reply: app.job_logs" in text
     assert "log of attempt 2:" in text and "    last" in text
+
+
+def test_a_why_still_over_the_frame_after_its_logs_leaves_the_body_out():
+    from istos.owner.fit import fit_why
+
+    entry = {"attempt": 1, "worker": SLOT, "claimed_at": 1.0, "finished_at": 2.0,
+             "outcome": "nacked", "error": ERROR[:512], "backoff_s": 1.0,
+             "traceback": "t" * protocol.MAX_TRACEBACK_BYTES, "logs": lines_of(0, 1),
+             "logs_dropped": 0}
+    job = {"job_id": "j", "body": BIG_BODY, "history": [dict(entry, attempt=i)
+                                                        for i in range(1, 21)]}
+    why = {"state": "leased", "job": job, "workflow": {"kind": "chain", "steps": [
+        {"index": i, "queue": "q" * 50, "job_id": "wf:" + "a" * 40} for i in range(2000)]}}
+    fit_why(why)
+    assert protocol.encoded_size(why) <= protocol.PAGE_BUDGET
+    assert job["body"] is None and job["body_size"] == len(BIG_BODY)
+    assert why["logs_omitted"] == 20 * protocol.MAX_LOG_LINES
+    assert all(e["logs"] == [] for e in job["history"])

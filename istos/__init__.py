@@ -12,6 +12,7 @@ from .context import JobContext
 from .di import Depends
 from .errors import (
     AdminDisabled,
+    CapacityExceeded,
     ConfigError,
     CronError,
     HAConfigError,
@@ -62,6 +63,7 @@ __all__ = [
     "QueueNotFound",
     "JobNotFound",
     "OwnerUnavailable",
+    "CapacityExceeded",
     "StorageUnavailable",
     "ProtocolError",
     "AdminDisabled",

@@ -86,6 +86,7 @@ class Istos:
     enqueue = delegate("producer", Producer.enqueue)
     enqueue_many = delegate("producer", Producer.enqueue_many)
     dead_letters = delegate("producer", Producer.dead_letters)
+    job_logs = delegate("producer", Producer.job_logs)
     result = delegate("producer", Producer.result)
     cancel = delegate("producer", Producer.cancel)
 

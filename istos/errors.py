@@ -22,6 +22,7 @@ The tree::
     ├── JobNotFound (also LookupError)        the queue holds no job (or dead job) with that id
     │   └── UnknownJob                        istos.ops.cli: the same, as the CLI reports it
     ├── OwnerUnavailable                      no owner answered within the timeout
+    ├── CapacityExceeded                      an owner holds as many of something as it may
     ├── StorageUnavailable                    durable storage refused a write; nothing was accepted
     │   └── FencedOut                         an HA leader's write refused: it lost its epoch
     ├── ProtocolError                         malformed or unsupported wire message
@@ -91,6 +92,11 @@ class JobNotFound(IstosError, LookupError):
 
 class OwnerUnavailable(IstosError):
     """No owner of the queue answered within the timeout."""
+
+
+class CapacityExceeded(IstosError):
+    """An owner already holds as many of what the request would add as it may (unused chord
+    reservations of a queue); nothing was added. The message names the limit: retry later."""
 
 
 class StorageUnavailable(IstosError):

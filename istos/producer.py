@@ -136,6 +136,20 @@ class Producer:
                 break
         return decode_dead(page)
 
+    async def job_logs(self, name: str, job_id: str) -> list[dict[str, Any]]:
+        """Every ``ctx.log()`` line job ``job_id`` of queue ``name`` wrote, per kept attempt:
+        ``[{"attempt", "logs", "logs_dropped"}]``, oldest first, read a page at a time (``why``
+        and dead letters show as many as fit a reply and count the rest, ``logs_omitted``)."""
+        self.require_serving()
+        out: list[dict[str, Any]] = []
+        after = 0
+        while True:
+            reply = await self.client(name).call("logs", job_id=job_id, after=after)
+            out.extend(reply["attempts"])
+            if not reply["more"] or not reply["attempts"]:
+                return out
+            after = reply["next_after"]
+
     async def result(self, name: str, job_id: str) -> dict[str, Any]:
         """Where job ``job_id`` of queue ``name`` stands: ``{"state", "result"}``, plus
         ``"error"`` (its last error) for a dead job.

@@ -53,6 +53,7 @@ MAX_RELEASES = 4096  # jobs handed back unrun in one release request
 MAX_ERROR_BYTES = 1024  # a nack's error text is kept up to this many bytes (cut, not refused)
 MAX_TRACEBACK_BYTES = 8 << 10  # a failed attempt's traceback as kept (the innermost frames)
 MAX_RESULT_SHOWN = 4 << 10  # bytes of a kept result that `why` shows (bigger: size only)
+MAX_LOGS_SHOWN = 256 << 10  # bytes of ctx.log() lines one `why` or dead letter shows
 MAX_META_BYTES = 16 << 10
 MAX_META_DEPTH = 16
 MAX_WHERE_KEYS = 16
@@ -133,6 +134,12 @@ def where(name: str, value: Any) -> None:
             raise ProtocolError(f"{name} value of {path!r} {exc}") from None
 
 
+_LOG_FIELDS = (  # an attempt's ctx.log() lines, riding on a settle or an extend item
+    Field("logs", list_of(text(MAX_LOG_LINE_BYTES), MAX_LOG_LINES, nil=True)),
+    Field("logs_dropped", integer(0, (1 << 31) - 1)),
+    Field("logs_at", integer(0, (1 << 31) - 1)),  # the first line's index in the attempt's
+)
+
 _SETTLE_ITEM = (
     Field("op", one_of(*SETTLE_OPS, nil=False), required=True),
     Field("job_id", check_job_id, required=True),
@@ -140,10 +147,9 @@ _SETTLE_ITEM = (
     Field("result", binary(MAX_BODY_BYTES, nil=True)),
     Field("error", text(1 << 20, nil=True)),  # longer than MAX_ERROR_BYTES is cut, not refused
     Field("traceback", text(1 << 20, nil=True)),  # cut to MAX_TRACEBACK_BYTES, not refused
-    Field("retry_after", number(0.0, MAX_DELAY_S)),  # a nack's chosen wait (istos.Retry)
-    Field("logs", list_of(text(MAX_LOG_LINE_BYTES), MAX_LOG_LINES, nil=True)),  # ctx.log()
-    Field("logs_dropped", integer(0, (1 << 31) - 1)),
-    Field("logs_at", integer(0, (1 << 31) - 1)),  # the first line's index in the attempt's
+    # A nack's chosen wait (istos.Retry); nil is no choice, as when absent.
+    Field("retry_after", number(0.0, MAX_DELAY_S, nil=True)),
+    *_LOG_FIELDS,
 )
 
 
@@ -160,11 +166,22 @@ _LEASE_ITEM = (
 
 
 def lease_item(name: str, value: Any) -> None:
-    """An ``extend`` or ``release`` item: ``{job_id, token, ...}`` (an extend item's progress
-    and note are checked by the op itself, which answers ``InvalidProgress``)."""
+    """A ``release`` item: ``{job_id, token}``."""
     if type(value) is not dict:
         fail(name, "must be a map {job_id, token, ...}", value)
     check_fields(value, _LEASE_ITEM, prefix=f"{name}.")
+
+
+_EXTEND_ITEM = (*_LEASE_ITEM, *_LOG_FIELDS)
+
+
+def extend_item(name: str, value: Any) -> None:
+    """An ``extend`` item: ``{job_id, token, logs?, logs_at?, logs_dropped?}`` as in
+    ``settle``; its progress and note are checked by the op itself, which answers
+    ``InvalidProgress``."""
+    if type(value) is not dict:
+        fail(name, "must be a map {job_id, token, ...}", value)
+    check_fields(value, _EXTEND_ITEM, prefix=f"{name}.")
 
 
 _SLOT_LIST = list_of(check_slot_id, MAX_SLOTS, empty=False)
@@ -187,8 +204,10 @@ _ENQUEUE_ITEM = (
     Field("job_id", check_job_id, required=True),  # producer-chosen: a retried batch is a no-op
     Field("delay_s", number(0.0, MAX_DELAY_S)),
     Field("priority", integer(-MAX_PRIORITY, MAX_PRIORITY)),
-    Field("dedup_s", number(0.0, MAX_DELAY_S)),  # id reserved this long after the job ended
-    Field("group", text(MAX_GROUP_BYTES, empty=False)),  # round-robin/concurrency group
+    # The id stays reserved this long after the job ended; the job's round-robin/concurrency
+    # group (nil for either: none, as when absent).
+    Field("dedup_s", number(0.0, MAX_DELAY_S, nil=True)),
+    Field("group", text(MAX_GROUP_BYTES, empty=False, nil=True)),
 )
 
 
@@ -235,8 +254,8 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("delay_s", number(0.0, MAX_DELAY_S), error=InvalidJob),
         Field("priority", integer(-MAX_PRIORITY, MAX_PRIORITY), error=InvalidJob),
         Field("meta", meta, error=InvalidJob),
-        Field("dedup_s", number(0.0, MAX_DELAY_S), error=InvalidJob),
-        Field("group", text(MAX_GROUP_BYTES, empty=False), error=InvalidJob),
+        Field("dedup_s", number(0.0, MAX_DELAY_S, nil=True), error=InvalidJob),
+        Field("group", text(MAX_GROUP_BYTES, empty=False, nil=True), error=InvalidJob),
     ),
     "enqueue_many": (
         Field("items", list_of(enqueue_item, MAX_ENQUEUE_ITEMS), required=True, error=InvalidJob),
@@ -246,10 +265,12 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("node", text(MAX_SLOT_ID_BYTES)),
         Field("settle", list_of(settle_item, MAX_SETTLE_ITEMS, nil=True)),
         Field("park_s", number(0.0, MAX_PARK_S)),  # wait for a job up to this long if none
+        Field("park_key", token),  # the worker's secret that proves its parked claim
     ),
     "unpark": (
         Field("workers", list_of(check_slot_id, MAX_SLOTS, empty=False), required=True),
         Field("node", text(MAX_SLOT_ID_BYTES)),
+        Field("park_key", token),
     ),
     "settle": (Field("items", list_of(settle_item, MAX_SETTLE_ITEMS), required=True),),
     "ack": (_JOB_ID, Field("token", token, required=True),
@@ -257,7 +278,7 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
     "nack": (_JOB_ID, Field("token", token, required=True),
              Field("error", text(1 << 20, nil=True)),
              Field("traceback", text(1 << 20, nil=True)),
-             Field("retry_after", number(0.0, MAX_DELAY_S))),
+             Field("retry_after", number(0.0, MAX_DELAY_S, nil=True))),
     "result": (_JOB_ID,),
     "dead": (_OFFSET, _PAGE),
     "requeue_dead": (_JOB_ID,),
@@ -290,6 +311,7 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
                          Field("limit", integer(1, MAX_BULK))),
     "leases": (_OFFSET, _PAGE),
     "why": (_JOB_ID,),
+    "logs": (_JOB_ID, Field("after", integer(0, MAX_OFFSET))),
     "events": (_PAGE,),
     "follow": (Field("ttl_s", number(0.0, 1e9)),),
     "requeue": (_JOB_ID,),
@@ -302,7 +324,7 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
                      _PAGE),
     "series": (Field("since", number(0.0, 1e11)), Field("resolution", one_of("1s", "1min")),
                _PAGE),
-    "extend": (Field("items", list_of(lease_item, MAX_EXTEND_ITEMS), required=True),),
+    "extend": (Field("items", list_of(extend_item, MAX_EXTEND_ITEMS), required=True),),
     "release": (Field("items", list_of(lease_item, MAX_SETTLE_ITEMS), required=True),),
     "enqueue_slot": (
         Field("body", binary(MAX_BODY_BYTES), required=True, error=InvalidJob),
@@ -334,6 +356,7 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("jobs", "jobs offset limit more next_offset", ""),
         ("leases", "leases more next_offset", ""),
         ("why", "why", ""),
+        ("logs", "state attempts more next_after", ""),
         ("events", "events more", ""),
         ("follow", "key ttl_s", ""),
         ("requeue", "job_id", "status"),
@@ -382,7 +405,7 @@ OP_ROLES: dict[str, str] = {
     **dict.fromkeys(("claim", "unpark", "settle", "ack", "nack", "extend", "release"), "work"),
     **dict.fromkeys(("ping", "result", "dead", "stats", "jobs", "leases", "why", "events",
                      "follow", "workers", "states", "chord_expects", "resolve", "series",
-                     "events_since"), "read"),
+                     "events_since", "logs"), "read"),
     **dict.fromkeys(ADMIN_OPS, "admin"),
 }
 
@@ -431,9 +454,10 @@ def check_envelope(msg: Any) -> str:
 
 
 # -- fast paths: the hot ops' usual, plainly valid shape, accepted in one expression ----------
-# Each accepts a strict subset of what its schema accepts (tests/test_protocol.py checks that
-# on the hostile generator's messages); anything else goes through the schema, which names the
-# problem.
+# Each accepts a subset of what its schema accepts (tests/test_fast_path.py checks that with
+# generated requests, and tests/test_protocol.py on the hostile generator's messages), so a
+# request gets the same answer on either path; anything else goes through the schema, which
+# names the problem.
 def _id(v: Any, limit: int) -> bool:
     return type(v) is str and 0 < len(v) <= limit and v.isascii() and v.isprintable()
 
@@ -459,11 +483,15 @@ def _logs(lines: Any) -> bool:  # (anything unusual takes the schema's path)
         type(x) is str and len(x) <= MAX_LOG_LINE_BYTES and x.isascii() for x in lines))
 
 
+def _count(c: Any) -> bool:  # logs_at, logs_dropped: as the schema's integer(0, 2**31 - 1)
+    return type(c) is int and 0 <= c < 1 << 31
+
+
 def _item(i: Any) -> bool:
     return type(i) is dict and i.get("op") in SETTLE_OPS and _fast_ack(i) \
         and _err(i.get("error")) and _err(i.get("traceback")) \
         and _after(i.get("retry_after")) and _logs(i.get("logs")) \
-        and type(i.get("logs_dropped", 0)) is int and type(i.get("logs_at", 0)) is int
+        and _count(i.get("logs_dropped", 0)) and _count(i.get("logs_at", 0))
 
 
 def _fast_ack(m: dict[str, Any]) -> bool:
@@ -484,6 +512,7 @@ def _fast_settle(m: dict[str, Any]) -> bool:
 def _fast_claim(m: dict[str, Any]) -> bool:
     w, n, s, p = m.get("workers"), m.get("node", ""), m.get("settle"), m.get("park_s", 0)
     return (type(p) is float or type(p) is int) and 0 <= p <= MAX_PARK_S \
+        and _tok(m.get("park_key", "k")) \
         and type(w) is list and 0 < len(w) <= MAX_SLOTS \
         and all(_id(x, MAX_SLOT_ID_BYTES) for x in w) and len(set(w)) == len(w) \
         and type(n) is str and len(n) <= MAX_SLOT_ID_BYTES and n.isascii() \
@@ -584,6 +613,7 @@ ERROR_CLASSES: dict[str, type[IstosError]] = {
         errors.QueueNotFound, errors.OwnerUnavailable, errors.StorageUnavailable,
         errors.ProtocolError, errors.AdminDisabled, errors.InvalidJob, errors.ConfigError,
         errors.CronError, errors.HAConfigError, errors.FencedOut, errors.InvalidProgress,
+        errors.CapacityExceeded,
     )
 }
 """The error names a reply may carry, and the class a client raises for each (any other

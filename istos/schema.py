@@ -50,10 +50,12 @@ def integer(lo: int, hi: int) -> Check:
     return check
 
 
-def number(lo: float, hi: float) -> Check:
+def number(lo: float, hi: float, *, nil: bool = False) -> Check:
     def check(name: str, value: Any) -> None:
         if (type(value) is float or type(value) is int) and lo <= value <= hi:
             return  # finite bounds: NaN and the infinities fail the comparison
+        if value is None and nil:
+            return
         if type(value) not in (int, float) or not math.isfinite(value):
             fail(name, "must be a finite number", value)
         if not lo <= value <= hi:

@@ -11,7 +11,7 @@ EXPECTED = {
     "IstosError", "ConfigError", "CronError", "HAConfigError", "InvalidJob", "QueueNotFound",
     "OwnerUnavailable", "StorageUnavailable", "ProtocolError", "AdminDisabled", "RemoteError",
     "InvalidProgress", "JobTimeout", "JobCancelled", "MeshUnreachable", "Retry",
-    "OwnerConflict", "JobNotFound",
+    "OwnerConflict", "JobNotFound", "CapacityExceeded",
 }
 
 

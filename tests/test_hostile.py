@@ -85,11 +85,35 @@ def bad_metas() -> list[Any]:
             {"chain": {"id": "k", "queues": "q", "step": 0, "priority": 0}}]
 
 
+def bad_texts(max_bytes: int, *, nil: bool, empty: bool = True) -> list[Any]:
+    out: list[Any] = [1, [], {}, True, b"t", "t" * (max_bytes + 1)]
+    if not empty:
+        out.append("")
+    return out if nil else [*out, None]
+
+
+def bad_tokens(rng: random.Random) -> list[Any]:
+    return [*bad_ids(rng), "t" * 65, "tok en", "\u00e9t\u00e9"]
+
+
+def bad_lease_items(limit: int, extend: bool) -> list[Any]:
+    item = {"job_id": "x", "token": "t"}
+    out: list[Any] = [None, {}, "x", 1, [1], ["x"], [{}], [{"job_id": "x"}], [{"token": "t"}],
+                      [{**item, "job_id": [1]}], [{**item, "job_id": ""}],
+                      [{**item, "token": "bad token"}], [item] * (limit + 1)]
+    if extend:
+        out += [[{**item, "logs": True}], [{**item, "logs": ["x"] * 101}],
+                [{**item, "logs": ["x" * 1025]}], [{**item, "logs_at": -1}],
+                [{**item, "logs_dropped": 2 ** 64 - 1}], [{**item, "progress": 2}],
+                [{**item, "note": "n" * 300}]]
+    return out
+
+
 def field_bad_values(rng: random.Random) -> dict[str, list[Any]]:
     ids = bad_ids(rng)
     return {
         "job_id": ids, "chord_id": ids,
-        "token": [*ids, "t" * 65, "tok en", "\u00e9t\u00e9"],
+        "token": bad_tokens(rng), "park_key": bad_tokens(rng),
         "body": [*bad_bins(protocol.MAX_BODY_BYTES, False), b"\x01" * (protocol.MAX_BODY_BYTES
                                                                        + 1)],
         "result": bad_bins(protocol.MAX_BODY_BYTES, True),
@@ -104,26 +128,80 @@ def field_bad_values(rng: random.Random) -> dict[str, list[Any]]:
         "offset": bad_ints(0, protocol.MAX_OFFSET), "limit": bad_ints(1, 1 << 31),
         "size": bad_ints(1, 1 << 20),
         "callback": [1, [], None, "", "a" * 201, "bad*name", "a//b"],
+        "member_queue": [1, [], None, "", "a" * 201, "bad*name", "a//b"],
         "key": [1, [], None, "", "k" * 65, True, "not hex"],
         "state": ["frob", 1, [], True, ""], "where": bad_wheres(),
         "ttl_s": bad_numbers(0, 1e9), "job_ids": ["x", 1, [1], [""], ["a"] * 4097, {}],
+        # (nil is "none chosen" for these three: not a bad value)
+        "retry_after": [v for v in bad_numbers(0, protocol.MAX_DELAY_S) if v is not None],
+        "dedup_s": [v for v in bad_numbers(0, protocol.MAX_DELAY_S) if v is not None],
+        "group": bad_texts(protocol.MAX_GROUP_BYTES, nil=True, empty=False),
+        "traceback": [1, [], {}, True, b"t"],
+        "park_s": bad_numbers(0, protocol.MAX_PARK_S),
+        "worker": bad_texts(protocol.MAX_SEARCH_TEXT, nil=True, empty=False),
+        **{f"{what}_{end}": bad_numbers(0, protocol.MAX_TIME)
+           for what in ("enqueued", "finished") for end in ("after", "before")},
+        "period_s": bad_numbers(0, 1e11),
+        "prefix": [*ids, "short", "\x00" * 8],
+        "since": bad_numbers(0, 1e11), "resolution": ["1h", 1, [], "", True],
+        "epoch": bad_texts(64, nil=True), "after": bad_ints(0, 1 << 62),
+        "older_than_s": bad_numbers(0, protocol.MAX_TIME),
     }
 
 
-TEMPLATES: dict[str, dict[str, Any]] = {
-    "enqueue": {"body": b"x", "job_id": "hostile", "delay_s": 0, "priority": 0},
-    "enqueue_many": {"items": [{"body": b"x", "job_id": "hostile-m"}]},
-    "claim": {"workers": ["s"], "node": "h"},
-    "settle": {"items": [{"op": "ack", "job_id": "x", "token": "t"}]},
-    "ack": {"job_id": "x", "token": "t"}, "nack": {"job_id": "x", "token": "t", "error": "e"},
-    "result": {"job_id": "x"}, "why": {"job_id": "x"}, "dead": {"offset": 0, "limit": 5},
-    "requeue_dead": {"job_id": "x"}, "requeue": {"job_id": "x"},
-    "chord_open": {"chord_id": "c", "size": 1, "callback": "idle", "key": "ab" * 16},
-    "jobs": {"state": "ready", "where": {"a": 1}, "offset": 0, "limit": 5},
-    "leases": {"offset": 0, "limit": 5}, "events": {"limit": 5}, "follow": {"ttl_s": 1},
-    "purge_dead": {"job_ids": ["x"]}, "ping": {}, "stats": {}, "pause": {}, "resume": {},
+BAD_BY_OP: dict[tuple[str, str], Any] = {  # where an op's field has other bounds
+    ("extend", "items"): lambda rng: bad_lease_items(protocol.MAX_EXTEND_ITEMS, True),
+    ("release", "items"): lambda rng: bad_lease_items(protocol.MAX_RELEASES, False),
+    ("chord_reserve", "size"): lambda rng: bad_ints(0, 1 << 20),
+    ("enqueue_slot", "job_id"): lambda rng: [*bad_ids(rng), "plain", "sched:one-colon"],
+    ("requeue_all_dead", "limit"): lambda rng: bad_ints(1, protocol.MAX_BULK),
+    ("promote", "limit"): lambda rng: bad_ints(1, protocol.MAX_BULK),
+    ("purge_dead_older", "limit"): lambda rng: bad_ints(1, protocol.MAX_BULK),
+    ("requeue_all_dead", "error"): lambda rng: bad_texts(protocol.MAX_SEARCH_TEXT, nil=True,
+                                                         empty=False),
+    ("jobs", "error"): lambda rng: bad_texts(protocol.MAX_SEARCH_TEXT, nil=True, empty=False),
+    ("logs", "after"): lambda rng: bad_ints(0, protocol.MAX_OFFSET),
 }
-ADMIN_ONLY = ("requeue_dead", "requeue", "purge_dead", "pause", "resume")
+
+
+def bad_values(rng: random.Random, op: str, field: str) -> list[Any]:
+    """The hostile values of ``op``'s ``field``: each one alone makes the request refused."""
+    special = BAD_BY_OP.get((op, field))
+    return list(special(rng)) if special is not None else field_bad_values(rng)[field]
+
+
+TEMPLATES: dict[str, dict[str, Any]] = {
+    "enqueue": {"body": b"x", "job_id": "hostile", "delay_s": 0, "priority": 0, "meta": None,
+                "dedup_s": 1.0, "group": "g"},
+    "enqueue_many": {"items": [{"body": b"x", "job_id": "hostile-m"}]},
+    "enqueue_slot": {"body": b"x", "job_id": "sched:hostile:1", "period_s": 60.0},
+    "chord_open": {"chord_id": "c", "size": 1, "callback": "idle", "key": "ab" * 16},
+    "chord_reserve": {"chord_id": "c", "member_queue": "idle", "size": 1, "key": "ab" * 16},
+    "claim": {"workers": ["s"], "node": "h", "park_s": 0, "park_key": "k"},
+    "unpark": {"workers": ["s"], "node": "h", "park_key": "k"},
+    "settle": {"items": [{"op": "ack", "job_id": "x", "token": "t"}]},
+    "ack": {"job_id": "x", "token": "t", "result": None},
+    "nack": {"job_id": "x", "token": "t", "error": "e", "traceback": None, "retry_after": 1.0},
+    "extend": {"items": [{"job_id": "x", "token": "t"}]},
+    "release": {"items": [{"job_id": "x", "token": "t"}]},
+    "ping": {}, "stats": {},
+    "result": {"job_id": "x"}, "why": {"job_id": "x"}, "logs": {"job_id": "x", "after": 0},
+    "dead": {"offset": 0, "limit": 5}, "leases": {"offset": 0, "limit": 5},
+    "jobs": {"state": "ready", "where": {"a": 1}, "offset": 0, "limit": 5, "error": "e",
+             "worker": "w", "enqueued_after": 0, "enqueued_before": 1e9,
+             "finished_after": 0, "finished_before": 1e9},
+    "events": {"limit": 5}, "follow": {"ttl_s": 1},
+    "workers": {"offset": 0, "limit": 5}, "states": {"job_ids": ["x"]},
+    "chord_expects": {"chord_id": "c"}, "resolve": {"prefix": "hostile"},
+    "series": {"since": 0, "resolution": "1s", "limit": 5},
+    "events_since": {"epoch": None, "after": 0, "limit": 5},
+    "requeue_dead": {"job_id": "x"}, "requeue": {"job_id": "x"},
+    "purge_dead": {"job_ids": ["x"]}, "pause": {}, "resume": {}, "cancel": {"job_id": "x"},
+    "requeue_all_dead": {"error": "e", "limit": 5}, "promote": {"job_ids": ["x"], "limit": 5},
+    "purge_dead_older": {"older_than_s": 60.0, "limit": 5},
+}
+ADMIN_ONLY = ("requeue_dead", "requeue", "purge_dead", "pause", "resume", "cancel",
+              "requeue_all_dead", "promote", "purge_dead_older")
 
 
 def envelope_mutations(rng: random.Random, op: str) -> list[Any]:
@@ -162,12 +240,11 @@ def generate(seed: int, n: int) -> list[bytes]:
 
     cases: list[tuple[str, str | None, Any, bool]] = []
     for op, template in TEMPLATES.items():
-        bad = field_bad_values(rng)
-        fields = [f for f in (*template, "node") if op == "claim" or f != "node"]
+        fields = [f for f in (*template, "node") if op in ("claim", "unpark") or f != "node"]
         if op == "claim":
             fields.append("settle")
-        for field in fields:
-            for value in bad[field]:
+        for field in dict.fromkeys(fields):
+            for value in bad_values(rng, op, field):
                 cases.append((op, field, value, False))
         for field in protocol.SCHEMAS[op]:
             if field.required:
@@ -182,7 +259,7 @@ def generate(seed: int, n: int) -> list[bytes]:
         if pick < 0.8:
             op, field, _, drop = rng.choice(cases)
             assert field is not None
-            out.append(one(op, field, rng.choice(field_bad_values(rng)[field]), drop))
+            out.append(one(op, field, rng.choice(bad_values(rng, op, field)), drop))
         elif pick < 0.95:
             out.append(codec.encode_message(rng.choice(envelope_mutations(rng,
                                                                           rng.choice(
@@ -386,3 +463,35 @@ def _result_is(app: Istos, jid: str) -> Any:
         got = await app.result("q", jid)
         return bool(got["state"] == "done" and got["result"] == {"by": "worker"})
     return probe()
+
+
+# -- coverage: every op of the protocol has hostile cases ---------------------------------------
+def documented_ops() -> set[str]:
+    """Every op named in docs/protocol.md's tables (the role table lists each one)."""
+    from test_protocol_doc import op_tables, role_table  # (parses the doc; no mesh needed)
+
+    return set(role_table()) | set(op_tables())
+
+
+def test_every_documented_op_has_hostile_cases_for_every_field():
+    ops = documented_ops()
+    assert ops >= set(protocol.SCHEMAS), "an op the owner validates is missing from the doc"
+    missing = sorted(ops - set(TEMPLATES))
+    assert not missing, f"ops without hostile cases (add a TEMPLATES entry): {missing}"
+    rng = random.Random(SEED)
+    for op in sorted(ops):
+        fields = {f.name for f in protocol.SCHEMAS.get(op, ())}
+        covered = set(TEMPLATES[op]) | ({"node", "settle"} if op == "claim" else set())
+        assert fields <= covered, f"{op}: fields without hostile values: {fields - covered}"
+        for field in fields:
+            assert bad_values(rng, op, field), (op, field)
+    generated = {msg.get("op") for msg in map(_decoded, generate(SEED, 0))
+                 if isinstance(msg, dict) and isinstance(msg.get("op"), str)}
+    assert ops <= generated, sorted(ops - generated)  # the flood sends each op's cases
+
+
+def _decoded(raw: bytes) -> Any:
+    try:
+        return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except Exception:
+        return None

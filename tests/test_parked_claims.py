@@ -86,12 +86,57 @@ async def test_without_parking_the_nudge_still_wakes_the_worker():
 
 
 async def raw_claim(transport: ZenohTransport, prefix: str, slots: list[str],
-                    park_s: float, timeout_s: float = 30.0) -> dict[str, Any]:
-    msg = {"v": protocol.VERSION, "op": "claim", "workers": slots, "node": "raw",
-           "park_s": park_s}
-    raw = await query_when_served(transport, f"{prefix}/q/q/rpc/work",
-                                  codec.encode_message(msg), timeout_s=timeout_s)
+                    park_s: float, timeout_s: float = 30.0, *, node: str = "raw",
+                    park_key: str | None = "k0") -> dict[str, Any]:
+    msg: dict[str, Any] = {"v": protocol.VERSION, "op": "claim", "workers": slots,
+                           "node": node, "park_s": park_s}
+    if park_key is not None:
+        msg["park_key"] = park_key
+    return await raw_op(transport, prefix, "work", msg, timeout_s)
+
+
+async def raw_op(transport: ZenohTransport, prefix: str, role: str, msg: dict[str, Any],
+                 timeout_s: float = 10.0) -> dict[str, Any]:
+    raw = await query_when_served(transport, f"{prefix}/q/q/rpc/{role}",
+                                  codec.encode_message({"v": protocol.VERSION, **msg}),
+                                  timeout_s=timeout_s)
     return codec.decode_message(raw)
+
+
+async def test_a_parked_claim_is_proven_by_its_key_not_by_the_ids_the_workers_op_shows():
+    """A second client that read ``workers`` knows the parked worker's node and slot ids, not
+    its key: its unparks end nothing, its claims on that slot do not displace the parked claim,
+    and the job enqueued next goes to the parked worker."""
+    configs, prefix = isolated_configs(3), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+    seen: list[Any] = []
+    started = asyncio.Event()
+    worker = worker_app(configs[1], prefix, "w1", seen, started)
+    mallory = ZenohTransport(configs[2], node_id="mallory")
+    async with owner.serving(), worker.serving():
+        await mallory.start()
+        try:
+            parking = parking_of(owner)
+            await wait_until(lambda: parking.parked, 15, "the worker's claim parked")
+            rows = (await raw_op(mallory, prefix, "read", {"op": "workers"}))["workers"]
+            (row,) = rows
+            node, slot = row["node"], row["worker"] + "#0"
+            assert node == "w1" and slot in parking.parked
+            for key in (None, "k0", "0" * 32, slot.replace("#", "."), node):
+                fields = {} if key is None else {"park_key": key}
+                reply = await raw_op(mallory, prefix, "work", {
+                    "op": "unpark", "workers": [slot], "node": node, **fields})
+                assert reply["ok"] and reply["unparked"] == 0, reply
+                claim = await raw_claim(mallory, prefix, [slot], park_s=30, node=node,
+                                        park_key=key, timeout_s=10)
+                assert claim["ok"] and claim["jobs"] == [] and "parked" not in claim, claim
+            assert slot in parking.parked and parking.stats["dropped"] == 0
+            await owner.enqueue("q", {"n": 1})
+            await asyncio.wait_for(started.wait(), 15)
+        finally:
+            await mallory.close()
+        assert parking.stats["answered_by_job"] == 1 and seen[0][0] == {"n": 1}
 
 
 async def test_parked_claim_expires_at_its_bound_with_no_job():
@@ -111,6 +156,21 @@ async def test_parked_claim_expires_at_its_bound_with_no_job():
         assert elapsed >= 0.35  # held at the owner until its bound (timers never fire early)
         parking = parking_of(owner)
         assert parking.stats["expired"] == 1 and not parking.parked
+
+
+async def test_a_claim_without_a_park_key_is_answered_at_once():
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+    client = ZenohTransport(configs[1], node_id="raw")
+    async with owner.serving():
+        await client.start()
+        try:
+            reply = await raw_claim(client, prefix, ["raw:s#0"], park_s=30, park_key=None)
+        finally:
+            await client.close()
+        assert reply["ok"] and reply["jobs"] == [] and "parked" not in reply
+        assert parking_of(owner).stats["parked"] == 0
 
 
 async def test_a_park_longer_than_the_cap_is_refused_by_the_schema():

@@ -402,6 +402,7 @@ async def test_every_op_replies_with_the_fields_the_protocol_names(mesh):
         calls["resolve"] = {"prefix": "j1-no-such"}
         calls["series"] = {}
         calls["events_since"] = {"after": 0}
+        calls["logs"] = {"job_id": "j1"}
         assert set(calls) == set(protocol.SCHEMAS) == set(protocol.REPLIES)
         replies = {op: await raw(probe, "q", op=op, **fields) for op, fields in calls.items()}
     for op, reply in replies.items():

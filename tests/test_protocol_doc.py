@@ -199,12 +199,15 @@ async def test_a_client_built_from_the_doc_exercises_every_op():
         assert series["rows"] and series["rows"][-1]["enqueued"] >= 0
         since = await client.ok("q", "events_since", epoch=None, after=0)
         assert since["events"] and len(since["seqs"]) == len(since["events"])
+        logs = await client.ok("q", "logs", job_id="j1", after=0)
+        assert logs["state"] in ("done", "cancelled", "unknown")
+        assert logs["attempts"] == [] and logs["more"] is False
         exercised = {op for op, _ in calls} | {"claim", "extend", "release", "ack", "nack",
                                                "settle", "dead", "requeue", "requeue_dead",
                                                "pause", "resume", "cancel", "purge_dead",
                                                "requeue_all_dead", "purge_dead_older",
                                                "workers", "unpark", "resolve", "series",
-                                               "events_since"}
+                                               "events_since", "logs"}
         assert exercised == set(OPS)
 
 

@@ -521,6 +521,8 @@ class QueueState:
 
     # -- internals ---------------------------------------------------------------------------
     def _move(self, rec: JobRecord, state: JobState) -> None:
+        if rec.state == LEASED and state != LEASED:
+            self._lease_ending(rec)
         self.counts[rec.state] -= 1
         self.counts[state] += 1
         rec.state = state
@@ -529,6 +531,8 @@ class QueueState:
         """Drop ``rec``; with ``now`` and an open dedup window, its id stays reserved (a mark
         written in place of the record: one atomic write, see ``dedup.py``)."""
         self._save(rec)
+        if rec.state == LEASED:
+            self._lease_ending(rec)
         self.counts[rec.state] -= 1
         del self.jobs[rec.job_id]
         self.dead.pop(rec.job_id, None)
@@ -539,6 +543,12 @@ class QueueState:
                 self.dirty.append(DedupMark(rec.job_id, until))
                 return
         self.dirty.append(rec.job_id)
+
+    def _lease_ending(self, rec: JobRecord) -> None:
+        """A grouped job's lease ends: its group, if it was at its cap, goes next (groups.py)."""
+        groups = self.heaps.groups
+        if groups is not None and rec.group is not None:
+            groups.lease_ending(rec)
 
     def _emit(self, now: float, rec: JobRecord, kind: EventKind, worker: str | None = None,
               **detail: Any) -> None:

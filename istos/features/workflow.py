@@ -72,7 +72,7 @@ from ..core.state import JobRecord
 from ..core.workflow_meta import check_workflow_meta
 from ..errors import ConfigError, InvalidJob, IstosError, JobNotFound, ProtocolError
 from ..owner.extension import Hooks
-from .chord_callbacks import CallbackReservations
+from .chord_callbacks import CallbackReservations, ExpectsAsker
 
 if TYPE_CHECKING:
     from ..node import Node
@@ -303,6 +303,10 @@ class ChordBarriers:
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._tombstones: deque[tuple[float, str]] = deque()
         self.callbacks = CallbackReservations(owner)
+        self.asker = ExpectsAsker(self._ask_expects, owner.node.clock.monotonic)
+
+    async def _ask_expects(self, callback: str, chord_id: str) -> dict[str, Any]:
+        return await self.app.client(callback).call("chord_expects", chord_id=chord_id)
 
     async def on_ack(self, rec: JobRecord, result: bytes | None) -> None:
         """Record a chord member's result before its ack; fire the callback when complete."""
@@ -362,8 +366,7 @@ class ChordBarriers:
                              f"size and callback on queue {self.owner.name!r}")
         # No confused deputy: the callback queue must expect this chord (its opener reserved
         # it there, on that queue's produce key) before this owner agrees to fire into it.
-        expects = await self.app.client(callback).call("chord_expects", chord_id=chord_id)
-        if expects.get("reserved") is not True:
+        if not await self.asker.expects(callback, chord_id):
             raise InvalidJob(f"chord_open: queue {callback!r} holds no reservation for chord "
                              f"{chord_id!r}'s callback (app.chord sends chord_reserve there "
                              "first)")

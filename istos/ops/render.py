@@ -196,12 +196,15 @@ def logs_text(why: dict[str, Any], last: int = 20) -> list[str]:
     out = []
     for a in history_of(why):
         logs = a.get("logs") or []
-        if not logs and not a.get("logs_dropped"):
+        omitted = a.get("logs_omitted") or 0
+        if not logs and not a.get("logs_dropped") and not omitted:
             continue
         more = len(logs) - last
         out.append(f"  log of attempt {a.get('attempt')}"
                    + (f" ({a['logs_dropped']} line(s) beyond the limit dropped)"
                       if a.get("logs_dropped") else "")
+                   + (f" ({omitted} older line(s) not in this reply: app.job_logs reads them)"
+                      if omitted else "")
                    + (f" (last {last} of {len(logs)})" if more > 0 else "") + ":")
         out += [f"    {cut(line, 200)}" for line in logs[-last:]]
     return out

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import itertools
-import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -27,9 +25,11 @@ from ..core.config import QueueConfig
 from ..core.state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord, QueueState
 from ..events import JobEvent
 from .extension import Handler, OwnerExtension
-from .job_ops import dead_letter
+from .fit import fit_why
+from .job_ops import dead_letter_fields
 from .owner import QueueOwner
 from .sequence import EventSequence
+from .slicing import count_sliced, page_sliced, pause
 
 FOLLOW_TTL_S = protocol.MAX_FOLLOW_TTL_S
 MAX_PAGE = protocol.MAX_PAGE
@@ -132,54 +132,73 @@ class Inspector(OwnerExtension):
         offset = msg.get("offset", 0)
         limit = min(MAX_PAGE, msg.get("limit", 100))
         test = job_filter(msg)
+        which = msg.get("state")
+        if which is not None:  # the cheap test first
+            rest = test
+            test = (lambda r: r.state == which) if rest is None \
+                else (lambda r: r.state == which and rest(r))
+        matched = await self._matching(test, offset, limit + 1)
+        jobs, more = protocol.page(matched, job_summary, limit)
+        return {"jobs": jobs, "offset": offset, "limit": limit, "more": more,
+                "next_offset": offset + len(jobs)}
+
+    async def _matching(self, test: Callable[[JobRecord], bool] | None, offset: int,
+                        want: int) -> list[JobRecord]:
+        """Up to ``want`` records passing ``test`` after skipping ``offset`` of them.
+
+        A snapshot of the records, walked in slices: a search over a deep queue (a payload
+        decode, or just 100k records to skip) must not stall the owner's claims and acks."""
+        records = list(self.owner.state.jobs.values())
+        if test is None:
+            return records[offset:offset + want]
         matched: list[JobRecord] = []
-        skipped = 0
-        # A snapshot of the records, walked in slices: a payload search over a deep queue must
-        # not stall the owner's claims and acks while it decodes bodies.
-        records = list(iter_state(self.owner.state, msg.get("state")))
-        clock, start = self.owner.node.clock, 0
-        while start < len(records) and len(matched) <= limit:
+        skipped, start = 0, 0
+        clock = self.owner.node.clock
+        while start < len(records) and len(matched) < want:
             slice_end = clock.monotonic() + SCAN_SLICE_S
             for rec in records[start:start + SCAN_SLICE]:
-                start += 1
-                if test and (start & 7) == 0 and clock.monotonic() >= slice_end:
+                if (start & 7) == 7 and clock.monotonic() >= slice_end:
                     break  # this slice took its time: let others in (a big body is slow)
-                if test and not test(rec):
+                start += 1  # (after the look: the record a slice ends at is the next's first)
+                if not test(rec):
                     continue
                 if skipped < offset:
                     skipped += 1
                     continue
                 matched.append(rec)
-                if len(matched) > limit:
+                if len(matched) >= want:
                     break
-            if test and start < len(records):
-                # Let other requests in between slices: asyncio.sleep(0) yields the loop, and
-                # a zero time.sleep hands over the GIL, which the mesh's receiving thread needs
-                # to queue their callbacks (otherwise it waits a full GIL switch interval).
-                time.sleep(0)
-                await asyncio.sleep(0)
-        jobs, more = protocol.page(matched, job_summary, limit)
-        return {"jobs": jobs, "offset": offset, "limit": limit, "more": more,
-                "next_offset": offset + len(jobs)}
+            if start < len(records):
+                await pause()
+        return matched
 
     async def op_leases(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Live leases (never their tokens), paged by count and bytes."""
         offset = msg.get("offset", 0)
         limit = min(MAX_PAGE, msg.get("limit", MAX_PAGE))
-        leased = itertools.islice(iter_state(self.owner.state, LEASED), offset, None)
+        leased = await self._matching(lambda r: r.state == LEASED, offset, limit + 1)
         leases, more = protocol.page(leased, lease_summary, limit)
         return {"leases": leases, "more": more, "next_offset": offset + len(leases)}
 
     async def op_why(self, msg: dict[str, Any]) -> dict[str, Any]:
-        return {"why": explain(self.owner, msg["job_id"])}
+        rec = self.owner.state.jobs.get(msg["job_id"])
+        ahead = None
+        if rec is not None and rec.state == READY:  # counted in slices: O(jobs)
+            key = (-rec.priority, rec.ready_at, rec.seq)
+            ahead = await count_sliced(
+                list(self.owner.state.jobs.values()),
+                lambda r: r.state == READY and r is not rec
+                and (-r.priority, r.ready_at, r.seq) < key, self.owner.node.clock)
+        return {"why": explain(self.owner, msg["job_id"], ahead)}
 
     async def op_events(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The newest events of this queue (at most ``limit`` and one page of bytes), oldest
         first; ``more`` says older ones were left out."""
         limit = min(MAX_EVENTS_PER_REPLY, msg.get("limit", 1000))
         name = self.owner.name
-        mine = (e for e in self.owner.node.events.newest_first() if e.queue == name)
-        events, more = protocol.page(mine, JobEvent.to_dict, limit)  # stops early: no copy
+        ring = list(self.owner.node.events.newest_first())  # a snapshot: we yield below
+        mine = (e for e in ring if e.queue == name)
+        events, more = await page_sliced(mine, JobEvent.to_dict, limit, self.owner.node.clock)
         events.reverse()
         return {"events": events, "more": more}
 
@@ -192,7 +211,8 @@ class Inspector(OwnerExtension):
     async def op_events_since(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Events after a follower's last ``(epoch, after)``: see :mod:`.sequence`."""
         limit = min(MAX_EVENTS_PER_REPLY, msg.get("limit", MAX_EVENTS_PER_REPLY))
-        return self.sequence.since(msg.get("epoch"), msg.get("after", 0), limit)
+        return await self.sequence.since(msg.get("epoch"), msg.get("after", 0), limit,
+                                         self.owner.node.clock)
 
     # -- admin ops --
     async def op_requeue(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -268,8 +288,9 @@ def job_summary(rec: JobRecord) -> dict[str, Any]:
             **({"group": rec.group} if rec.group is not None else {})}
 
 
-def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
-    """Why a job is (not) running, in words and fields."""
+def explain(owner: QueueOwner, job_id: str, ahead: int | None = None) -> dict[str, Any]:
+    """Why a job is (not) running, in words and fields (``ahead``: the ready jobs claimed
+    before it, if counted already)."""
     rec = owner.state.jobs.get(job_id)
     now = owner.node.clock.now()
     if rec is None:
@@ -297,13 +318,13 @@ def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
             out["reason"] = f"delayed by the producer; eligible in {wait:.1f} s"
         out["until"] = rec.ready_at
     elif rec.state == READY:
-        ahead = ready_ahead_of(owner.state, rec)
+        ahead = ready_ahead_of(owner.state, rec) if ahead is None else ahead
         out["ahead"] = ahead
         paused = " (claiming is paused)" if owner.state.paused else ""
         out["reason"] = f"ready, waiting behind {ahead} ready job(s){paused}"
     elif rec.state == DEAD:
         out["reason"] = f"dead-lettered after {rec.attempts} attempts: {rec.last_error}"
-        out["dead_letter"] = dead_letter(rec)
+        out["dead_letter"] = dead_letter_fields(rec)
     elif rec.state == CANCELLED:
         out["reason"] = "cancelled; kept until " + str(rec.expires_at)
     else:
@@ -311,7 +332,8 @@ def explain(owner: QueueOwner, job_id: str) -> dict[str, Any]:
         out["reason"] = f"done; result kept{left}"
         out["until"] = rec.expires_at
         out.update(shown_result(rec.result))
-    return out
+    # Logs beyond the frame are left out here and counted; the ``logs`` op reads them all.
+    return fit_why(out)
 
 
 def shown_result(result: bytes | None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from ..core.records import DEAD, DELAYED, DONE, READY, JobRecord
 from ..core.workflow_meta import public_meta
 from ..errors import IstosError, ProtocolError
 from .extension import Handler
+from .fit import fit_item, log_pages
 from .handle import OwnerHandle
 from .throttle import RefillNudge
 
@@ -40,7 +41,7 @@ class JobOps:
     def ops(self) -> Mapping[str, Handler]:
         return {"claim": self.op_claim, "ack": self.op_ack, "nack": self.op_nack,
                 "settle": self.op_settle, "result": self.op_result, "dead": self.op_dead,
-                "release": self.op_release}
+                "release": self.op_release, "logs": self.op_logs}
 
     async def op_claim(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Claim one job per listed worker slot, after settling the acks/nacks the worker
@@ -175,9 +176,26 @@ class JobOps:
         return {"dead": dead, "total": len(self.state.dead), "more": more,
                 "next_offset": offset + len(dead)}
 
+    async def op_logs(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The ``ctx.log()`` lines a job's kept attempts wrote, whole, a page of attempts at a
+        time (after attempt number ``after``): what ``why`` and ``dead`` leave out to fit."""
+        rec = self.state.jobs.get(msg["job_id"])
+        if rec is None:
+            return {"state": "unknown", "attempts": [], "more": False, "next_after": 0}
+        attempts, more = log_pages(rec.history, msg.get("after", 0))
+        last = attempts[-1]["attempt"] if attempts else msg.get("after", 0)
+        return {"state": rec.state, "attempts": attempts, "more": more, "next_after": last}
 
-def dead_letter(rec: JobRecord) -> dict[str, Any]:
-    """The spec's dead-letter fields plus the attempt history (body still encoded)."""
+
+def dead_letter(rec: JobRecord, room: int = protocol.PAGE_BUDGET) -> dict[str, Any]:
+    """The spec's dead-letter fields plus the attempt history (body still encoded), within
+    ``room`` encoded bytes: logs that do not fit are left out and counted (``fit.py``)."""
+    letter = dead_letter_fields(rec)
+    return fit_item(letter, letter["history"], room)
+
+
+def dead_letter_fields(rec: JobRecord) -> dict[str, Any]:
+    """A dead letter with its whole history (for a reply that fits it with more around it)."""
     return {"job_id": rec.job_id, "body": rec.body, "attempts": rec.attempts,
             "last_error": rec.last_error, "history": [a.to_dict() for a in rec.history],
             "meta": public_meta(rec.meta), "finished_at": rec.finished_at}

@@ -10,7 +10,6 @@ claims while someone looks an id up.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from collections.abc import Mapping
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from .. import protocol
 from .extension import Handler, OwnerExtension
 from .owner import QueueOwner
+from .slicing import pause
 
 SLICE = 4096  # ids compared between two yields to the loop
 
@@ -45,5 +45,5 @@ class IdLookup(OwnerExtension):
                 cap + 1 - len(found)))
             if len(found) > cap:
                 break
-            await asyncio.sleep(0)
+            await pause()
         return {"matches": found[:cap], "more": len(found) > cap}

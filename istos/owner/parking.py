@@ -13,8 +13,9 @@ written, and its reply, when it comes, carries their statuses. A parked claim en
   for the same slots, through the ordinary claim path, so a job is leased exactly as by any
   claim (once, to one slot); if another worker took the jobs first it stays parked;
 - at its bound, with the empty reply;
-- when a newer claim from the same slots arrives (the worker's retry after a lost reply) or the
-  worker sends ``unpark`` (it is stopping): with the empty reply, at once;
+- when a newer claim from the same slots and with the same ``park_key`` arrives (the worker's
+  retry after a lost reply) or the worker sends ``unpark`` with that key (it is stopping): with
+  the empty reply, at once;
 - when the owner stops (or steps down): with the empty reply marked ``unparked``, so the worker
   claims again at once, from whoever owns the queue now.
 
@@ -22,6 +23,11 @@ Queues with durable storage do not park (their claims are answered at once, and 
 wait for nudges): a parked claim leases each job the moment it is stored, one claim write per
 job, where a nudged worker's claim arriving a round trip later takes what came meanwhile in one;
 measured, that cost durable end-to-end throughput a third (``bench.durable --twoproc-only``).
+
+A claim parks only with a ``park_key``: a secret its worker drew from its node's id source and
+sends only with its own claims and unparks. Slot and node ids are no proof (the ``workers``
+read op shows them): a claim naming a parked slot with another key is answered at once and
+leaves the parked claim alone, and an unpark without the key ends nothing.
 
 Replies of claims that parked say ``parked: true``; a worker that sees none (an owner without
 this extension, or a full table) falls back to waiting for a nudge or its poll interval.
@@ -47,6 +53,7 @@ worker that declares no token (an older one) parks as before.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -67,10 +74,11 @@ MAX_GONE = 4096
 
 
 class _Parked:
-    __slots__ = ("node", "woken")
+    __slots__ = ("node", "key", "woken")
 
-    def __init__(self, node: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, node: str, key: str, loop: asyncio.AbstractEventLoop) -> None:
         self.node = node
+        self.key = key  # the worker's secret: only it may supersede or unpark this claim
         # "jobs", "bound", "drop" (superseded, unparked), "gone" (its token went), "stop"
         self.woken: asyncio.Future[str] = loop.create_future()
 
@@ -134,22 +142,28 @@ class ParkedClaims(OwnerExtension):
     async def op_claim(self, msg: dict[str, Any]) -> dict[str, Any]:
         reply = await self._claim(msg)
         park_s = min(float(msg.get("park_s") or 0.0), protocol.MAX_PARK_S)
+        key = msg.get("park_key")
         if park_s <= 0 or reply["jobs"] or reply.get("cancel") or reply.get("more") \
-                or not self.owner.running or self.owner.durable:
+                or not isinstance(key, str) or not self.owner.running or self.owner.durable:
+            # (No key, no parking: a claim that cannot prove it is the one that parked could
+            # not be told apart from another's, and the worker waits for nudges instead.)
             # (Durable queues do not park: measured, a job leased the moment it is stored
             # makes one claim write per job where nudged claims batch them, bench.durable.)
             return reply
         if self.gone and (msg.get("node") or "") in self.gone:
             return reply  # its process is gone (or cut off): nobody would run what it got
         slot: str = msg["workers"][0]
-        old = self.parked.pop(slot, None)
+        old = self.parked.get(slot)
         if old is not None:
+            if not _same(old.key, key):
+                return reply  # another's parked claim on that slot: it stays, this one waits
+            del self.parked[slot]
             old.wake("drop")  # superseded: its worker stopped waiting for it
         elif len(self.parked) >= MAX_PARKED:
             return reply
-        return await self._park(msg, slot, park_s, reply)
+        return await self._park(msg, slot, key, park_s, reply)
 
-    async def _park(self, msg: dict[str, Any], slot: str, park_s: float,
+    async def _park(self, msg: dict[str, Any], slot: str, key: str, park_s: float,
                     reply: dict[str, Any]) -> dict[str, Any]:
         owner = self.owner
         clock = owner.node.clock
@@ -158,7 +172,7 @@ class ParkedClaims(OwnerExtension):
         again = {"workers": msg["workers"], "node": msg.get("node") or ""}
         self.stats["parked"] += 1
         while True:
-            entry = _Parked(again["node"], loop)
+            entry = _Parked(again["node"], key, loop)
             self.parked[slot] = entry
             timer = loop.call_later(clock.to_loop_seconds(max(0.0, deadline - clock.monotonic())),
                                     entry.wake, "bound")
@@ -187,11 +201,14 @@ class ParkedClaims(OwnerExtension):
             # Another claim took the jobs first: wait on, to the same bound.
 
     async def op_unpark(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """A stopping worker's parked claims (by their ``workers``) end now, with no job."""
-        dropped = 0
+        """A stopping worker's parked claims (by their ``workers``, proven by the
+        ``park_key`` they parked with) end now, with no job."""
+        dropped, key = 0, msg.get("park_key")
+        if not isinstance(key, str):
+            return {"unparked": 0}  # nothing proves whose claims these are
         for slot in msg["workers"]:
             entry = self.parked.get(slot)
-            if entry is not None and entry.node == (msg.get("node") or ""):
+            if entry is not None and _same(entry.key, key):
                 entry.wake("drop")
                 dropped += 1
         return {"unparked": dropped}
@@ -219,3 +236,8 @@ class ParkedClaims(OwnerExtension):
         for entry in list(self.parked.values()):
             self.stats["dropped"] += 1
             entry.wake("stop")
+
+
+def _same(held: str, given: str) -> bool:
+    """Whether ``given`` is the parked claim's key (in constant time: it is a secret)."""
+    return hmac.compare_digest(held.encode(), given.encode())

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from .. import protocol
+from ..clock import Clock
 from ..events import JobEvent
+from .slicing import page_sliced
 
 RESUME_RING = 10_000  # events kept for followers that come back (about 1 MB: shared objects)
 
@@ -33,16 +34,19 @@ class EventSequence:
         self._ring.append((self.last, event))
         return self.last
 
-    def since(self, epoch: str | None, after: int, limit: int) -> dict[str, Any]:
+    async def since(self, epoch: str | None, after: int, limit: int,
+                    clock: Clock) -> dict[str, Any]:
         """The reply of ``events_since``: events numbered above ``after`` of this epoch
-        (every event kept, when ``epoch`` is another one), paged by count and bytes."""
+        (every event kept, when ``epoch`` is another one), paged by count and bytes (in
+        slices of the loop's time, over a snapshot of the ring)."""
         start = after if epoch == self.epoch else 0
         if start > self.last:  # a number this epoch never gave: the follower is confused
             start = self.last
         first_kept = self._ring[0][0] if self._ring else self.last + 1
         missed = max(0, first_kept - start - 1)
-        wanted = (item for item in self._ring if item[0] > start)
-        page, more = protocol.page(wanted, _entry, limit)
+        ring = list(self._ring)  # numbered without gaps: the wanted ones start at an index
+        wanted = ring[max(0, start + 1 - first_kept):]
+        page, more = await page_sliced(wanted, _entry, limit, clock)
         return {"epoch": self.epoch, "events": [p["event"] for p in page],
                 "seqs": [p["n"] for p in page], "missed": missed, "more": more,
                 "last": self.last}

@@ -6,8 +6,10 @@ of it from the requests it sends (``claim``: its free slots and, from current wo
 and counts what happened to its deliveries from the owner's own events (claimed, acked,
 nacked, lease expired), so the counts are the owner's truth, not the worker's word. A worker
 not seen for ``SEEN_LEASES`` lease periods (at least ``MIN_SEEN_S``) drops out of the table;
-at most ``MAX_WORKERS`` are tracked (names come from requests: a flood of invented ones evicts
-the longest silent first).
+at most ``MAX_WORKERS`` are tracked. Names come from requests, so a full table makes room by
+evicting the longest silent row *without* recent verified activity: a lease claimed, acked,
+nacked or renewed with its token (the owner's own events) within the same horizon. A flood of
+invented ids (empty claims) then only evicts other unverified rows, never a working worker's.
 
 Everything in a row except the counts comes from the requests of a peer that holds the ``work``
 role, which is trusted to claim anyway; the fields are checked for type and range only.
@@ -25,6 +27,7 @@ from ..core.state import LEASED
 from ..events import JobEvent
 from .extension import Handler, OwnerExtension
 from .owner import QueueOwner
+from .slicing import Slicer
 
 SEEN_LEASES = 3
 MIN_SEEN_S = 60.0
@@ -33,6 +36,7 @@ MAX_WORKER_SLOTS = 1 << 20
 MAX_HELD_SHOWN = 100  # job ids of one worker's held jobs in a row (held_count says how many)
 _COUNTED = {ev.CLAIMED: "claimed", ev.ACKED: "acked", ev.NACKED: "nacked",
             ev.LEASE_EXPIRED: "expired"}
+_VERIFIED = frozenset({ev.CLAIMED, ev.ACKED, ev.NACKED, ev.LEASE_EXTENDED})  # token-proven
 
 
 @dataclass(slots=True)
@@ -47,6 +51,7 @@ class WorkerRow:
     concurrency: int | None = None
     prefetch: int | None = None  # None: unknown; -1: automatic
     heartbeat: bool | None = None
+    verified: float | None = None  # when it last did something only a lease holder can
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("claimed", "acked", "nacked", "expired", "released"), 0))
 
@@ -78,18 +83,40 @@ class WorkerTracker(OwnerExtension):
         self._unsubscribe()
 
     # -- learning --
-    def _seen(self, worker: str, node: str | None = None) -> WorkerRow:
+    def _horizon(self) -> float:
+        return max(MIN_SEEN_S, SEEN_LEASES * self.owner.config.policy.lease_s)
+
+    def _seen(self, worker: str, node: str | None = None, *,
+              verified: bool = False) -> WorkerRow:
+        """Mark ``worker`` seen now (``verified``: by the owner's own event of a lease it
+        holds); its row moves to the end, so ``rows`` stays ordered by ``last_seen``."""
         now = self.owner.node.clock.now()
-        row = self.rows.get(worker)
+        row = self.rows.pop(worker, None)
         if row is None:
-            if len(self.rows) >= MAX_WORKERS:
-                self._prune(now)
-                if len(self.rows) >= MAX_WORKERS:
-                    del self.rows[min(self.rows.values(), key=lambda r: r.last_seen).worker]
-            row = self.rows[worker] = WorkerRow(
-                worker, node or worker.rpartition(":")[0] or worker, now, now)
+            row = WorkerRow(worker, node or worker.rpartition(":")[0] or worker, now, now)
+            if len(self.rows) >= MAX_WORKERS and not self._make_room(now, verified):
+                return row  # a full table of working workers: an unproven one is not kept
         row.last_seen = now
+        if verified:
+            row.verified = now
+        self.rows[worker] = row
         return row
+
+    def _make_room(self, now: float, verified: bool) -> bool:
+        """Evict one row for a new one: the longest silent without recent verified activity
+        (or, for a verified newcomer, the longest silent at all). False: nothing evicted."""
+        self._prune(now)
+        if len(self.rows) < MAX_WORKERS:
+            return True
+        horizon = self._horizon()
+        for name, row in self.rows.items():  # longest silent first
+            if row.verified is None or now - row.verified > horizon:
+                del self.rows[name]
+                return True
+        if verified:
+            del self.rows[next(iter(self.rows))]
+            return True
+        return False
 
     async def _op_claim(self, msg: dict[str, Any]) -> dict[str, Any]:
         slots = msg.get("workers")
@@ -127,18 +154,24 @@ class WorkerTracker(OwnerExtension):
         return out
 
     def _on_event(self, event: JobEvent) -> None:
-        name = _COUNTED.get(event.kind)
-        if name is None or event.queue != self.owner.name or not event.worker:
+        if event.queue != self.owner.name or not event.worker:
             return
-        # Counted on the row only, never "seen": a lease expiring says nothing of its worker.
-        row = self.rows.get(worker_of(event.worker))
-        if row is not None:
+        if event.kind in _VERIFIED:  # only the lease's holder makes these happen
+            row: WorkerRow | None = self._seen(worker_of(event.worker), verified=True)
+        else:  # (a lease expiring says nothing of its worker: counted, never "seen")
+            row = self.rows.get(worker_of(event.worker))
+        name = _COUNTED.get(event.kind)
+        if name is not None and row is not None:
             row.counts[name] += 1
 
     def _prune(self, now: float) -> None:
-        horizon = max(MIN_SEEN_S, SEEN_LEASES * self.owner.config.policy.lease_s)
-        for worker in [w for w, r in self.rows.items() if now - r.last_seen > horizon]:
-            del self.rows[worker]
+        """Drop rows silent past the horizon (the oldest first: ``rows`` is in seen order)."""
+        horizon = self._horizon()
+        while self.rows:
+            name, row = next(iter(self.rows.items()))
+            if now - row.last_seen <= horizon:
+                return
+            del self.rows[name]
 
     def seen_count(self) -> int:
         """How many workers were seen lately."""
@@ -153,9 +186,13 @@ class WorkerTracker(OwnerExtension):
         offset = msg.get("offset", 0)
         limit = min(protocol.MAX_PAGE, msg.get("limit", protocol.MAX_PAGE))
         held: dict[str, list[str]] = {}
-        for rec in self.owner.state.jobs.values():
+        slicer = Slicer(self.owner.node.clock)  # a snapshot walked in slices: O(jobs)
+        for rec in list(self.owner.state.jobs.values()):
             if rec.state == LEASED and rec.lease_worker:
                 held.setdefault(worker_of(rec.lease_worker), []).append(rec.job_id)
+            await slicer.tick()
+        now = self.owner.node.clock.now()
+        self._prune(now)
         rows = sorted(self.rows.values(), key=lambda r: (r.first_seen, r.worker))[offset:]
         page, more = protocol.page(rows, lambda r: worker_row(r, held.get(r.worker, [])),
                                    limit)

@@ -16,6 +16,7 @@ from typing import Any
 from .. import protocol
 from ..errors import IstosError
 from .extension import Handler, OwnerExtension
+from .fit import fit_why
 from .owner import QueueOwner
 
 MAX_MEMBERS_SHOWN = 100  # chord members a workflow entry lists (``size`` says how many)
@@ -38,6 +39,7 @@ class WorkflowView(OwnerExtension):
             flow = describe(self.owner.name, rec.meta)
             if flow is not None:
                 reply["why"]["workflow"] = flow
+                fit_why(reply["why"])  # the description takes room too
         return reply
 
     async def op_states(self, msg: dict[str, Any]) -> dict[str, Any]:

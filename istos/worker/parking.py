@@ -40,6 +40,9 @@ class ClaimParking:
         self.enabled = enabled
         self.poll_s = min(poll_s, protocol.MAX_PARK_S)
         self.in_flight: list[str] | None = None  # the slots of the parked claim being sent
+        # The secret that proves a parked claim is this dispatcher's (to supersede or unpark
+        # it): from the node's id source, sent only with its own claims and unparks.
+        self.key = node.ids.token()
         self.outcome = ""  # of the last claim: "parked", "unparked" or "" (not parked)
 
     def park_s(self) -> float:
@@ -96,7 +99,7 @@ class ClaimParking:
             try:
                 await self.client.call(
                     "unpark", min(UNPARK_TIMEOUT_S, max(0.01, deadline - loop.time())),
-                    workers=self.in_flight, node=self.node.node_id)
+                    workers=self.in_flight, node=self.node.node_id, park_key=self.key)
             except IstosError as exc:
                 log.debug("unpark failed: %s", exc)
                 return

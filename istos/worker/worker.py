@@ -280,7 +280,7 @@ class WorkerRunner:
             fields["settle"] = settle
         park_s = self.parking.park_s()
         if park_s > 0:
-            fields["park_s"] = park_s
+            fields["park_s"], fields["park_key"] = park_s, self.parking.key
         timeout_s = self.parking.begin(slots, park_s)
         sent_at = self.node.clock.monotonic()
         try:

@@ -1,0 +1,152 @@
+"""Claim+ack latency while read ops hammer a deep queue's owner.
+
+An owner (its own process) holds ``--jobs`` ready jobs (default 100,000). A closed-loop client
+claims one job and acks it, over and over, for ``--seconds`` per case, and reports the p50 and
+p99 of claim+ack; in each case but the first, two closed-loop readers (another process) send
+one read op as fast as it is answered: ``jobs`` without a filter at a large offset, ``jobs`` by
+state, ``why`` of the newest ready job, ``resolve`` with no match, ``events`` and
+``events_since`` with limit 5,000, ``workers``, ``leases``. Read ops walk their records in 4 ms
+slices (``istos/owner/slicing.py``), so the p99 should stay within a few slices of the idle one.
+
+    .venv/bin/python -m bench.read_ops [--jobs 100000] [--seconds 5]
+
+Measure on an idle machine (1-min load < 1): two busy processes share the cores with the owner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from bench._common import percentile, unique_prefix, zenoh_configs
+from istos import Istos, codec
+from istos.transport.zenoh import ZenohTransport
+
+CASES: list[tuple[str, dict[str, Any]]] = [
+    ("(none)", {}),
+    ("jobs", {"offset": 90_000, "limit": 10}),
+    ("jobs", {"state": "ready", "offset": 90_000, "limit": 10}),
+    ("why", {"job_id": "LAST"}),
+    ("resolve", {"prefix": "zzzzzzzz"}),
+    ("events", {"limit": 5000}),
+    ("events_since", {"after": 0, "limit": 5000}),
+    ("workers", {}),
+    ("leases", {"offset": 50_000}),
+]
+
+
+async def call(t: ZenohTransport, prefix: str, role: str, msg: dict[str, Any]) -> Any:
+    raw = await t.query(f"{prefix}/q/q/rpc/{role}", codec.encode_message({"v": 1, **msg}), 30.0)
+    return codec.decode_message(raw)
+
+
+async def owner(config: dict[str, Any], prefix: str, jobs: int) -> None:
+    app = Istos(zenoh=config, prefix=prefix, node_id="owner")
+    app.queue("q", lease_s=600.0)
+    async with app.serving():
+        for start in range(0, jobs, 4000):
+            n = min(4000, jobs - start)
+            await app.enqueue_many("q", [{"i": i} for i in range(start, start + n)],
+                                   job_ids=[f"job-{i:07d}" for i in range(start, start + n)])
+        print("READY", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+
+
+async def readers(config: dict[str, Any], prefix: str, op: str, fields: dict[str, Any]) -> None:
+    t = ZenohTransport(config, node_id="reader")
+    await t.start()
+
+    async def loop() -> None:
+        while True:
+            await call(t, prefix, "read", {"op": op, **fields})
+
+    print("READY", flush=True)
+    tasks = [asyncio.create_task(loop()) for _ in range(2)]
+    await asyncio.to_thread(sys.stdin.readline)
+    for task in tasks:
+        task.cancel()
+    await t.close()
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-m", "bench.read_ops", *args], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env=dict(os.environ))
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "READY", line
+    return proc
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(30)
+    except Exception:
+        proc.kill()
+        proc.wait(10)
+
+
+async def claim_ack(t: ZenohTransport, prefix: str, seconds: float) -> list[float]:
+    samples: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        reply = await call(t, prefix, "work", {"op": "claim", "workers": ["bench:c#0"],
+                                                "node": "bench"})
+        job = reply["jobs"][0]
+        await call(t, prefix, "work", {"op": "settle", "items": [
+            {"op": "ack", "job_id": job["job_id"], "token": job["token"]}]})
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+async def main(args: argparse.Namespace) -> None:
+    configs, prefix = zenoh_configs(3), unique_prefix()
+    configs[2]["listen"] = {"endpoints": []}  # the readers only connect: spawned once per case
+    own = spawn("--role", "owner", json.dumps(configs[0]), prefix, str(args.jobs))
+    t = ZenohTransport(configs[1], node_id="bench")
+    await t.start()
+    try:
+        last = f"job-{args.jobs - 1:07d}"
+        print(f"{'op':<14} {'fields':<42} {'claim+ack p50':>14} {'p99':>10} {'n':>7}")
+        for op, fields in CASES:
+            fields = {k: (last if v == "LAST" else v) for k, v in fields.items()}
+            reader = None if op == "(none)" else spawn(
+                "--role", "readers", json.dumps(configs[2]), prefix, op, json.dumps(fields))
+            try:
+                samples = await claim_ack(t, prefix, args.seconds)
+            finally:
+                if reader is not None:
+                    stop(reader)
+            ms = [s * 1000 for s in samples]
+            print(f"{op:<14} {json.dumps(fields)[:42]:<42} {percentile(ms, 50):>11.2f} ms "
+                  f"{percentile(ms, 99):>7.2f} ms {len(ms):>7}", flush=True)
+    finally:
+        await t.close()
+        stop(own)
+    print(f"(1-min load at the end: {os.getloadavg()[0]:.2f})")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--role", default="main")
+    parser.add_argument("rest", nargs="*")
+    ns = parser.parse_args()
+    if ns.role == "owner":
+        asyncio.run(owner(json.loads(ns.rest[0]), ns.rest[1], int(ns.rest[2])))
+    elif ns.role == "readers":
+        asyncio.run(readers(json.loads(ns.rest[0]), ns.rest[1], ns.rest[2],
+                            json.loads(ns.rest[3])))
+    else:
+        asyncio.run(main(ns))

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from . import protocol
+from .client import OwnerClient
 from .clock import Clock, SystemClock
 from .core.config import QueueConfig, WorkerConfig
 from .delegate import delegate
@@ -42,7 +43,6 @@ from .producer import Producer
 from .storage.base import Fence, Storage
 from .storage.memory import MemoryStorage
 from .transport.base import Handle, Transport
-from .worker.client import OwnerClient
 from .worker.parking import declare_worker_tokens
 from .worker.worker import WorkerRunner
 

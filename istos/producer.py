@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from . import codec, protocol
+from .client import OwnerClient, batches
 from .core.config import (
     check_dedup,
     check_delay,
@@ -20,8 +21,6 @@ from .core.config import (
 from .errors import ConfigError, InvalidJob, ProtocolError
 from .node import Node
 from .protocol import MAX_PRIORITY
-from .worker import batches
-from .worker.client import OwnerClient
 
 
 class Producer:

@@ -27,6 +27,7 @@ from typing import Any
 import zenoh
 
 from . import codec, errors, protocol
+from .client import batches
 from .clock import SystemClock
 from .core.config import check_delay, check_priority, check_queue_name
 from .errors import ConfigError, MeshUnreachable, OwnerUnavailable
@@ -34,7 +35,6 @@ from .ids import IdSource
 from .owner import registry
 from .producer import check_batch, check_job_id, decode_dead, decode_result
 from .transport._zenoh_config import to_zenoh_config
-from .worker import batches
 
 _NO_RESPONDER_PAUSE_S = (0.01, 0.25)  # first and longest pause while nobody serves the key
 

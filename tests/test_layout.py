@@ -25,7 +25,7 @@ PLANTS = {
     "The pure core does no I/O": ("istos/core/backoff.py", "import istos.storage.memory"),
     "Transports and storage never import the owner":
         ("istos/storage/memory.py", "import istos.owner.persist"),
-    "Owner and worker are siblings": ("istos/owner/nudges.py", "import istos.worker.client"),
+    "Owner and worker are siblings": ("istos/owner/nudges.py", "import istos.worker.heartbeat"),
     "The simulator reaches the engine through its public ports":
         ("istos_nb/sim/clock.py", "import istos.owner.owner"),
 }

@@ -2,7 +2,7 @@
 use to talk to queue owners, with no notebook dependency.
 
 One :class:`Operator` holds one Zenoh session (client or peer mode, as its config says) and a
-:class:`~istos.worker.client.OwnerClient` per queue: the engine's own request path, so retries,
+:class:`~istos.client.OwnerClient` per queue: the engine's own request path, so retries,
 timeouts and typed errors are the ones producers and workers see. It declares no worker and no
 queryable and never claims; the follower (:mod:`.follow`) asks owners to publish their events.
 """
@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from .. import codec
+from ..client import OwnerClient
 from ..clock import SystemClock
 from ..core.config import check_queue_name
 from ..core.state import STATES
@@ -21,7 +22,6 @@ from ..ids import IdSource, node_rng
 from ..node import Node
 from ..storage.memory import MemoryStorage
 from ..transport.zenoh import ZenohTransport
-from ..worker.client import OwnerClient
 
 MAX_PAGE = 1000  # the owner's page cap for `jobs` and `dead`
 FOLLOW_TTL_S = 30.0

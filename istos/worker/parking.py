@@ -19,10 +19,10 @@ import logging
 from typing import Any
 
 from .. import protocol
+from ..client import OwnerClient
 from ..errors import IstosError
 from ..node import Node
 from ..transport.base import Handle
-from .client import OwnerClient
 
 log = logging.getLogger("istos.worker")
 

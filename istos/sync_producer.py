@@ -26,7 +26,7 @@ from typing import Any
 
 import zenoh
 
-from . import codec, errors, protocol
+from . import codec, errors, keys, protocol
 from .client import batches
 from .clock import SystemClock
 from .core.config import check_delay, check_priority, check_queue_name
@@ -141,7 +141,7 @@ class SyncProducer:
         if owner is not None:
             reply = _dispatch_inline(owner, msg, queue)
         else:
-            key = f"{self.prefix}/q/{queue}/rpc/{protocol.role_of(op)}"
+            key = keys.rpc_key(self.prefix, queue, op)
             reply = codec.decode_message(self._query(key, codec.encode_message(msg), queue))
         if reply.get("ok"):
             return reply

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .. import codec, errors, protocol
+from .. import codec, errors, keys, protocol
 from ..node import Node
 from ..transport.base import NoResponder, Transport, TransportError, TransportTimeout
 from .coalesce import Coalescer
@@ -29,7 +29,7 @@ class OwnerClient:
     def __init__(self, node: Node, queue: str) -> None:
         self.node = node
         self.queue = queue
-        self._key = node.key(queue, "rpc")  # each op goes to its role's key below it
+        self._key = keys.rpc_base(node.prefix, queue)  # each op goes to its role's key below it
         self._coalescer: Coalescer | None = None
 
     async def call(self, op: str, timeout_s: float | None = None, **fields: Any) -> dict[str, Any]:
@@ -65,7 +65,7 @@ class OwnerClient:
         if transport is None:
             raise errors.IstosError("this app is not serving: use `async with app.serving():`")
         budget = self.node.request_timeout_s if timeout_s is None else timeout_s
-        raw = await query_owner(transport, protocol.rpc_key(self._key, msg["op"]), self.queue,
+        raw = await query_owner(transport, keys.op_key(self._key, msg["op"]), self.queue,
                                 codec.encode_message(msg), budget)
         return codec.decode_message(raw)
 

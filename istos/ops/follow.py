@@ -23,7 +23,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from .. import codec
+from .. import codec, keys
 from ..errors import OwnerUnavailable
 from ..node import Node
 from ..protocol import MAX_FOLLOW_TTL_S as FOLLOW_TTL_S
@@ -194,7 +194,7 @@ class Follower:
         """Events and markers until the caller stops iterating. Raises OwnerUnavailable if
         no owner answers at the start (nothing to follow yet)."""
         handle = await self.op.transport.declare_subscriber(
-            self.op.node.key(self.queue, "events"), self._on_batch)
+            keys.events_key(self.op.node.prefix, self.queue), self._on_batch)
         watcher: asyncio.Task[None] | None = None
         try:
             await self._position()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
+from istos import keys
 from istos.core.config import check_queue_name
 from istos.errors import ConfigError, IstosError
 from istos.protocol import MAX_BULK
@@ -97,7 +98,7 @@ class LiveQueue:
         self.queue, self.prefix, self.timeout_s = queue, prefix, float(timeout_s)
         self.node_id = f"attach-{secrets.token_hex(4)}"
         self.owner_node: str | None = None
-        self._events_key = f"{prefix}/q/{queue}/events"
+        self._events_key = keys.events_key(prefix, queue)
         self._closed = False
         self._state_lock = threading.Lock()  # guards _closed and _stream transitions
         self._stream: Stream | None = None

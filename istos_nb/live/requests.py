@@ -12,13 +12,13 @@ from typing import Any
 
 import pandas as pd
 
-from istos import codec
+from istos import codec, keys
 from istos.client import query_owner, raise_for_reply
 from istos.core.config import check_queue_name
 from istos.core.state import STATES
 from istos.errors import ProtocolError
 from istos.owner.workflow_view import fill_states
-from istos.protocol import MAX_EVENTS, MAX_PAGE, rpc_key
+from istos.protocol import MAX_EVENTS, MAX_PAGE
 from istos.transport.zenoh import ZenohTransport
 
 from . import frames as lf
@@ -37,14 +37,14 @@ class OwnerRequests:
                  timeout_s: float) -> None:
         self.transport, self.queue, self.prefix, self.timeout_s = (
             transport, queue, prefix, timeout_s)
-        self.rpc_key = f"{prefix}/q/{queue}/rpc"
+        self.rpc_key = keys.rpc_base(prefix, queue)
 
     async def ask(self, op: str, timeout_s: float | None = None,
                   **fields: Any) -> dict[str, Any]:
         """One request, on the loop thread, through the engine's own request path
         (``istos.client.query_owner``: retried while nobody serves the key)."""
         payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "op": op, **fields})
-        raw = await query_owner(self.transport, rpc_key(self.rpc_key, op), self.queue, payload,
+        raw = await query_owner(self.transport, keys.op_key(self.rpc_key, op), self.queue, payload,
                                 self.timeout_s if timeout_s is None else timeout_s,
                                 what=op, where=f" (prefix {self.prefix!r})")
         if len(raw) > codec.MAX_MESSAGE_BYTES:

@@ -1,24 +1,57 @@
-"""The producer's and worker's side of the wire: one call to a queue's owner.
+"""One call to a queue's owner: the request path every caller shares.
 
-When this node itself owns the queue (and is serving it: ``Node.local_owner``), the call goes
-straight to the owner's ``dispatch``: same code path as a remote request minus the envelope,
-which is what makes an in-process enqueue cost microseconds rather than a network round trip.
+:class:`OwnerClient` sends one op to one queue's owner and returns its checked reply, or raises
+the typed error the owner answered with (:func:`raise_for_reply`). When the caller's node itself
+owns the queue (and is serving it: ``local_owner``), the call goes straight to the owner's
+``dispatch``: same code path as a remote request minus the envelope, which is what makes an
+in-process enqueue cost microseconds rather than a network round trip. A remote call goes to the
+op's role key (:mod:`istos.keys`) through :func:`query_owner`, retried while nobody serves it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from .. import codec, errors, keys, protocol
-from ..node import Node
+from ..clock import Clock
+from ..node import LocalOwner
 from ..transport.base import NoResponder, Transport, TransportError, TransportTimeout
 from .coalesce import Coalescer
 
 _ERRORS = protocol.ERROR_CLASSES
 
 
+class Endpoint(Protocol):
+    """What a client needs of the node it calls from (:class:`~istos.node.Node` has it all;
+    callers without a node build a :class:`~istos.client.endpoint.Remote`)."""
+
+    @property
+    def transport(self) -> Transport | None: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def prefix(self) -> str: ...
+
+    @property
+    def request_timeout_s(self) -> float: ...
+
+    @property
+    def local_owner(self) -> Callable[[str], LocalOwner | None]:
+        """The owner of a queue serving in this process, if any (its calls skip the mesh)."""
+
+
+class ReplyTooLarge(errors.ProtocolError):
+    """A reply above the codec's message cap; the caller asks again for fewer items."""
+
+
 def raise_for_reply(reply: dict[str, Any], queue: str) -> dict[str, Any]:
+    """``reply`` if it says ``ok``; else raise the typed error class its ``error`` names
+    (:data:`istos.protocol.ERROR_CLASSES`; :class:`~istos.errors.RemoteError` for a name this
+    side does not know), with the owner's message."""
     if reply.get("ok"):
         return reply
     cls = _ERRORS.get(str(reply.get("error")), errors.RemoteError)
@@ -26,7 +59,9 @@ def raise_for_reply(reply: dict[str, Any], queue: str) -> dict[str, Any]:
 
 
 class OwnerClient:
-    def __init__(self, node: Node, queue: str) -> None:
+    """Requests to one queue's owner from ``node``; coalesces a remote owner's enqueues."""
+
+    def __init__(self, node: Endpoint, queue: str) -> None:
         self.node = node
         self.queue = queue
         self._key = keys.rpc_base(node.prefix, queue)  # each op goes to its role's key below it
@@ -36,7 +71,8 @@ class OwnerClient:
         """Send ``op`` to the queue's owner; raise the typed error it answered with.
 
         Raises :class:`OwnerUnavailable` when no owner answers within ``timeout_s`` (default: the
-        node's ``request_timeout_s``).
+        node's ``request_timeout_s``), and :class:`ReplyTooLarge` (a ``ProtocolError``) for a
+        reply above the message cap.
         """
         msg = {"v": protocol.VERSION, "op": op, **fields}
         owner = self.node.local_owner(self.queue)
@@ -65,16 +101,21 @@ class OwnerClient:
         if transport is None:
             raise errors.IstosError("this app is not serving: use `async with app.serving():`")
         budget = self.node.request_timeout_s if timeout_s is None else timeout_s
-        raw = await query_owner(transport, keys.op_key(self._key, msg["op"]), self.queue,
-                                codec.encode_message(msg), budget)
+        op = msg["op"]
+        raw = await query_owner(transport, keys.op_key(self._key, op), self.queue,
+                                codec.encode_message(msg), budget,
+                                what=f"{op} request", where=f" (prefix {self.node.prefix!r})")
+        if len(raw) > codec.MAX_MESSAGE_BYTES:
+            raise ReplyTooLarge(f"queue {self.queue!r}: the {op} reply is {len(raw)} bytes, "
+                                f"above the {codec.MAX_MESSAGE_BYTES} message cap")
         return codec.decode_message(raw)
 
 
 async def query_owner(transport: Transport, key: str, queue: str, payload: bytes,
                       budget_s: float, *, what: str = "owner request",
                       where: str = "") -> bytes:
-    """The one request path to a queue's owner (the app's client and ``istos_nb.live.attach``):
-    ``payload`` to ``key``, retried while nobody serves it, until ``budget_s`` has passed.
+    """``payload`` to ``key``, retried while nobody serves it, until ``budget_s`` has passed;
+    the first reply's bytes.
 
     Raises :class:`OwnerUnavailable` when no owner answered in time or the transport failed.
     """

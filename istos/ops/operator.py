@@ -1,8 +1,8 @@
 """An operator's read-mostly session on the mesh: what ``istos`` (the CLI) and ``istos metrics``
 use to talk to queue owners, with no notebook dependency.
 
-One :class:`Operator` holds one Zenoh session (client or peer mode, as its config says) and a
-:class:`~istos.client.OwnerClient` per queue: the engine's own request path, so retries,
+One :class:`Operator` holds one Zenoh session (client or peer mode, as its config says) and an
+:class:`~istos.client.OwnerClient` per queue: the engine's one request path, so retries,
 timeouts and typed errors are the ones producers and workers see. It declares no worker and no
 queryable and never claims; the follower (:mod:`.follow`) asks owners to publish their events.
 """
@@ -13,9 +13,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from .. import codec
-from ..client import OwnerClient
+from ..client import Clients
 from ..clock import SystemClock
-from ..core.config import check_queue_name
 from ..core.state import STATES
 from ..errors import ConfigError, OwnerUnavailable, ProtocolError
 from ..ids import IdSource, node_rng
@@ -45,7 +44,7 @@ class Operator:
                          rng=rng, ids=IdSource(rng), storage=MemoryStorage(), prefix=prefix,
                          request_timeout_s=float(timeout_s))
         self._transport = ZenohTransport(zenoh, node_id=self.node.node_id)
-        self._clients: dict[str, OwnerClient] = {}
+        self._clients = Clients(self.node)
 
     async def __aenter__(self) -> Operator:
         """Open the session. The config was parsed already (a bad one raised ConfigError), so
@@ -75,10 +74,7 @@ class Operator:
                    **fields: Any) -> dict[str, Any]:
         """One request to ``queue``'s owner within ``timeout_s`` (default: the session's);
         its checked reply."""
-        client = self._clients.get(queue)
-        if client is None:
-            client = self._clients[queue] = OwnerClient(self.node, check_queue_name(queue))
-        return await client.call(op, timeout_s, **fields)
+        return await self._clients(queue).call(op, timeout_s, **fields)
 
     async def discover(self) -> dict[str, dict[str, Any]]:
         """Every queue under this prefix whose owner or HA replica is on the mesh

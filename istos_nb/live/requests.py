@@ -2,7 +2,8 @@
 
 One :class:`OwnerRequests` per LiveQueue, holding its Zenoh transport. Each method is one
 operation as the LiveQueue offers it (paging, halving pages that do not fit in one message,
-frames built with ``_liveframes``); :meth:`OwnerRequests.ask` is the one request path.
+frames built with ``_liveframes``); :meth:`OwnerRequests.ask` sends each through the engine's
+request path (:mod:`istos.client`), as the producer's and the CLI's calls go.
 """
 
 from __future__ import annotations
@@ -12,45 +13,32 @@ from typing import Any
 
 import pandas as pd
 
-from istos import codec, keys
-from istos.client import query_owner, raise_for_reply
-from istos.core.config import check_queue_name
+from istos.client import Clients, Remote, ReplyTooLarge
 from istos.core.state import STATES
-from istos.errors import ProtocolError
 from istos.owner.workflow_view import fill_states
 from istos.protocol import MAX_EVENTS, MAX_PAGE
-from istos.transport.zenoh import ZenohTransport
+from istos.transport.base import Transport
 
 from . import frames as lf
 
 # MAX_PAGE and MAX_EVENTS (the owner's caps) come from istos.protocol: one place for the wire.
 
 
-class ReplyTooLarge(ProtocolError):
-    """A reply above the codec's message cap; the caller asks again for fewer items."""
-
-
 class OwnerRequests:
     """Requests to one queue's owner through ``transport``, each bounded by ``timeout_s``."""
 
-    def __init__(self, transport: ZenohTransport, queue: str, prefix: str,
+    def __init__(self, transport: Transport, queue: str, prefix: str,
                  timeout_s: float) -> None:
         self.transport, self.queue, self.prefix, self.timeout_s = (
             transport, queue, prefix, timeout_s)
-        self.rpc_key = keys.rpc_base(prefix, queue)
+        self.clients = Clients(Remote(transport, prefix, timeout_s))
 
     async def ask(self, op: str, timeout_s: float | None = None,
                   **fields: Any) -> dict[str, Any]:
-        """One request, on the loop thread, through the engine's own request path
-        (``istos.client.query_owner``: retried while nobody serves the key)."""
-        payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "op": op, **fields})
-        raw = await query_owner(self.transport, keys.op_key(self.rpc_key, op), self.queue, payload,
-                                self.timeout_s if timeout_s is None else timeout_s,
-                                what=op, where=f" (prefix {self.prefix!r})")
-        if len(raw) > codec.MAX_MESSAGE_BYTES:
-            raise ReplyTooLarge(f"queue {self.queue!r}: the {op} reply is {len(raw)} bytes, "
-                                f"above the {codec.MAX_MESSAGE_BYTES} message cap")
-        return raise_for_reply(codec.decode_message(raw), self.queue)
+        """One request, on the loop thread, through the engine's request path
+        (:class:`istos.client.OwnerClient`: retried while nobody serves the key; the owner's
+        typed error raised; :class:`ReplyTooLarge` above the message cap)."""
+        return await self.clients(self.queue).call(op, timeout_s, **fields)
 
     async def stats(self) -> dict[str, Any]:
         return dict((await self.ask("stats"))["stats"])
@@ -141,10 +129,7 @@ class OwnerRequests:
 
     async def ask_queue(self, queue: str, op: str, **fields: Any) -> dict[str, Any]:
         """One request to another queue's owner under the same prefix (workflow steps)."""
-        if queue == self.queue:
-            return await self.ask(op, **fields)
-        return await OwnerRequests(self.transport, check_queue_name(queue), self.prefix,
-                                   self.timeout_s).ask(op, **fields)
+        return await self.clients(queue).call(op, **fields)
 
     async def job(self, job_id: str) -> dict[str, Any]:
         raw = await self.raw_why(job_id)

@@ -1,0 +1,57 @@
+"""Parked claims, the client's side: how a claim asks to park, and how a parked claim ends.
+
+A claim that carries ``park_s`` may wait at the owner up to that long for a job; its request
+timeout is then the park plus the usual (:func:`claim_timeout`). Ending one (the worker stops)
+is the ``unpark`` request, sent again every :data:`UNPARK_RETRY_S` until the claim came back,
+since the unpark may overtake the claim it ends (:func:`unpark_until_back`). When to park and
+what to do after is the worker's policy (``istos/worker/parking.py``); the owner's side is
+``istos/owner/parking.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import IstosError
+from .call import OwnerClient
+
+log = logging.getLogger("istos.worker")
+
+UNPARK_RETRY_S = 0.05
+UNPARK_TIMEOUT_S = 2.0
+
+
+def claim_timeout(client: OwnerClient, park_s: float) -> float | None:
+    """The request timeout of a claim that may park ``park_s`` (None: the usual one)."""
+    return park_s + client.node.request_timeout_s if park_s > 0 else None
+
+
+async def unpark_until_back(client: OwnerClient, slots: Callable[[], list[str] | None],
+                            node_id: str, back: asyncio.Future[Any], budget_s: float) -> None:
+    """End the parked claim of ``slots()`` (None once it came back) and let it come back
+    (``back`` done), at most ``budget_s`` on the client's clock. An owner that does not answer
+    the unpark holds no parked claim to end (it is gone): the wait ends there."""
+    clock = client.node.clock
+    deadline = clock.monotonic() + budget_s
+    while (parked := slots()) is not None and not back.done() \
+            and clock.monotonic() < deadline:
+        try:
+            await client.call(
+                "unpark", min(UNPARK_TIMEOUT_S, max(0.01, deadline - clock.monotonic())),
+                workers=parked, node=node_id)
+        except IstosError as exc:
+            log.debug("unpark failed: %s", exc)
+            return
+        await _wait_or_sleep(back, clock.sleep(UNPARK_RETRY_S))
+
+
+async def _wait_or_sleep(back: asyncio.Future[Any], nap: Any) -> None:
+    """Until ``back`` is done or the ``nap`` coroutine (a Clock sleep) ended, whichever first."""
+    sleeper = asyncio.ensure_future(nap)
+    try:
+        await asyncio.wait({back, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeper.cancel()

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from istos import codec
+from istos.client.loopthread import LoopThread as BaseLoopThread
 from istos.errors import IstosError, OwnerUnavailable, ProtocolError
 
 from .reenter import can_reenter, wait_running_loop
@@ -26,33 +27,9 @@ from .reenter import can_reenter, wait_running_loop
 T = TypeVar("T")
 
 
-class LoopThread:
-    """A private asyncio loop in a daemon thread; :meth:`run` submits and waits with a bound."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self._thread.start()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_forever()
-        finally:
-            # Whatever is still scheduled belongs to a closed LiveQueue: cancel it quietly.
-            pending = asyncio.all_tasks(self.loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            self.loop.close()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def on_loop_thread(self) -> bool:
-        return threading.get_ident() == self._thread.ident
+class LoopThread(BaseLoopThread):
+    """The engine's loop thread (:class:`istos.client.loopthread.LoopThread`), whose plain
+    :meth:`run` keeps a notebook cell's own loop running while it waits."""
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
         """Run ``coro`` on the loop and wait; cancel it if the caller stops waiting (timeout,
@@ -67,21 +44,6 @@ class LoopThread:
         except BaseException:
             fut.cancel()
             raise
-
-    async def arun(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
-        """Run ``coro`` on the loop and await it from the caller's loop, at most ``timeout_s``
-        (``asyncio.TimeoutError`` then); cancelling the caller cancels ``coro``."""
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(fut), timeout_s)
-        except BaseException:
-            fut.cancel()
-            raise
-
-    def stop(self, timeout_s: float) -> None:
-        if self.alive:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout_s)
 
 
 # -- synchronous calls onto the loop -----------------------------------------------------------

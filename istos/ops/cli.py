@@ -25,12 +25,12 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from ..client.follow import MARKERS, Follower
 from ..core.state import STATES
 from ..errors import AdminDisabled, ConfigError, IstosError, OwnerUnavailable
 from ..protocol import MIN_ID_PREFIX
 from . import operator_cmds as OC
 from . import render as R
-from .follow import MARKERS, Follower
 from .operator import Operator
 from .record import add_command as add_record_command
 from .record import run_record

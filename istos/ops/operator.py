@@ -162,8 +162,8 @@ class Operator:
 
     async def follow(self, queue: str) -> AsyncIterator[dict[str, Any]]:
         """The owner's live events, one dict each (as the owner emitted them), until the caller
-        stops iterating; :class:`~istos.ops.follow.Follower` gives its markers too."""
-        from .follow import MARKERS, Follower  # (follow.py builds on this module)
+        stops iterating; :class:`~istos.client.follow.Follower` gives its markers too."""
+        from ..client.follow import MARKERS, Follower  # (follow.py builds on this module)
 
         async for item in Follower(self, queue).items():
             if item.get("kind") not in MARKERS:

@@ -1,4 +1,6 @@
-"""``istos follow``: an owner's live events that never go silent about what happened.
+"""Following a queue: an owner's live events that never go silent about what happened.
+
+The one follower of ``istos follow``, ``istos record`` and ``istos_nb``'s ``LiveQueue.record``.
 
 The follower subscribes to the owner's event key and keeps asking it to publish (the ``follow``
 op) every :func:`renew_interval`; that renewal doubles as the owner's pulse. Besides events
@@ -20,29 +22,15 @@ before the events that follow them, and no event is passed on twice.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from .. import codec, keys
 from ..errors import OwnerUnavailable
-from ..node import Node
 from ..protocol import MAX_FOLLOW_TTL_S as FOLLOW_TTL_S
-from ..transport.zenoh import ZenohTransport
-
-
-class Operator(Protocol):
-    """What the follower uses of :class:`istos.ops.operator.Operator` (which builds on this
-    module for its own ``follow``: a protocol, not an import, keeps them free of a circle)."""
-
-    node: Node
-
-    @property
-    def transport(self) -> ZenohTransport: ...
-
-    def now(self) -> float: ...
-
-    async def call(self, queue: str, op: str, *, timeout_s: float | None = None,
-                   **fields: Any) -> dict[str, Any]: ...
+from ..transport.base import Transport
+from .call import OwnerClient
+from .timing import wait_at_most
 
 Item = dict[str, Any]
 MARKERS = frozenset({"owner_lost", "owner_back", "gap"})
@@ -56,11 +44,15 @@ def renew_interval(timeout_s: float) -> float:
 
 
 class Follower:
-    """One queue's event stream with markers; iterate :meth:`items`."""
+    """One queue's event stream with markers, through ``client`` (requests) and ``transport``
+    (the event subscription); iterate :meth:`items`. ``on_following()`` is called once the
+    owner publishes to this follower (its first ``follow`` answered)."""
 
-    def __init__(self, op: Operator, queue: str) -> None:
-        self.op, self.queue = op, queue
-        self.timeout_s = op.node.request_timeout_s
+    def __init__(self, transport: Transport, client: OwnerClient,
+                 on_following: Callable[[], None] | None = None) -> None:
+        self.transport, self.client, self.queue = transport, client, client.queue
+        self.on_following = on_following
+        self.timeout_s = client.node.request_timeout_s
         self.epoch: str | None = None
         self.last = 0
         self.up = False
@@ -70,7 +62,7 @@ class Follower:
         self._resume_wanted = asyncio.Event()
 
     def _marker(self, kind: str, message: str, **fields: Any) -> None:
-        self._out.put_nowait({"kind": kind, "queue": self.queue, "t": self.op.now(),
+        self._out.put_nowait({"kind": kind, "queue": self.queue, "t": self.client.node.clock.now(),
                               "message": message, **fields})
 
     def _on_batch(self, _key: str, payload: bytes) -> None:
@@ -113,7 +105,7 @@ class Follower:
 
     async def _position(self) -> None:
         """Where the owner's sequence is now: the stream starts after it."""
-        reply = await self.op.call(self.queue, "events_since", epoch=None, after=0, limit=1)
+        reply = await self.client.call("events_since", epoch=None, after=0, limit=1)
         self.epoch, self.last = str(reply["epoch"]), int(reply["last"])
 
     async def _resume(self) -> None:
@@ -122,7 +114,7 @@ class Follower:
         fields: dict[str, Any] = {"epoch": self.epoch, "after": self.last}
         first = True
         for _ in range(MAX_RESUME_PAGES):
-            reply = await self.op.call(self.queue, "events_since", **fields)
+            reply = await self.client.call("events_since", **fields)
             epoch = str(reply["epoch"])
             if first:
                 first = False
@@ -157,7 +149,7 @@ class Follower:
 
     async def _renew_once(self) -> bool:
         try:
-            await self.op.call(self.queue, "follow", ttl_s=FOLLOW_TTL_S)
+            await self.client.call("follow", ttl_s=FOLLOW_TTL_S)
         except OwnerUnavailable:
             if self.up:
                 self.up = False
@@ -174,9 +166,9 @@ class Follower:
 
     async def _watch(self) -> None:
         interval = renew_interval(self.timeout_s)
-        loop = asyncio.get_running_loop()
+        clock = self.client.node.clock
         while True:
-            started = loop.time()
+            started = clock.monotonic()
             await self._renew_once()
             if self.up and self._resume_wanted.is_set():
                 self._resume_wanted.clear()
@@ -184,22 +176,21 @@ class Follower:
                     await self._resume()
                 except OwnerUnavailable:
                     self._resume_wanted.set()  # the next renewal says what happened
-            delay = interval - (loop.time() - started)
-            try:
-                await asyncio.wait_for(self._resume_wanted.wait(), max(0.0, delay))
-            except asyncio.TimeoutError:
-                pass
+            delay = interval - (clock.monotonic() - started)
+            await wait_at_most(clock, max(0.0, delay), self._resume_wanted.wait())
 
     async def items(self) -> AsyncIterator[Item]:
         """Events and markers until the caller stops iterating. Raises OwnerUnavailable if
         no owner answers at the start (nothing to follow yet)."""
-        handle = await self.op.transport.declare_subscriber(
-            keys.events_key(self.op.node.prefix, self.queue), self._on_batch)
+        handle = await self.transport.declare_subscriber(
+            keys.events_key(self.client.node.prefix, self.queue), self._on_batch)
         watcher: asyncio.Task[None] | None = None
         try:
             await self._position()
-            await self.op.call(self.queue, "follow", ttl_s=FOLLOW_TTL_S)
+            await self.client.call("follow", ttl_s=FOLLOW_TTL_S)
             self.up = True
+            if self.on_following is not None:
+                self.on_following()
             watcher = asyncio.get_running_loop().create_task(self._watch())
             while True:
                 yield await self._out.get()

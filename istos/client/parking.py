@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import IstosError
 from .call import OwnerClient
+from .timing import wait_at_most
 
 log = logging.getLogger("istos.worker")
 
@@ -45,13 +46,4 @@ async def unpark_until_back(client: OwnerClient, slots: Callable[[], list[str] |
         except IstosError as exc:
             log.debug("unpark failed: %s", exc)
             return
-        await _wait_or_sleep(back, clock.sleep(UNPARK_RETRY_S))
-
-
-async def _wait_or_sleep(back: asyncio.Future[Any], nap: Any) -> None:
-    """Until ``back`` is done or the ``nap`` coroutine (a Clock sleep) ended, whichever first."""
-    sleeper = asyncio.ensure_future(nap)
-    try:
-        await asyncio.wait({back, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        sleeper.cancel()
+        await wait_at_most(clock, UNPARK_RETRY_S, back)

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..client.follow import MARKERS, Follower
+from ..client.follow import MARKERS
 from ..core.state import STATES
 from ..errors import AdminDisabled, ConfigError, IstosError, OwnerUnavailable
 from ..protocol import MIN_ID_PREFIX
@@ -258,7 +258,7 @@ async def _follow(op: Operator, args: argparse.Namespace, out: Any) -> int:
 
     async def pump() -> None:
         nonlocal seen
-        async for item in Follower(op, args.queue).items():
+        async for item in op.follower(args.queue).items():
             marker = item.get("kind") in MARKERS
             out.write((json.dumps(R.jsonable(item)) if args.json else
                        R.marker_line(item) if marker else R.event_line(item)) + "\n")

@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import codec
 from ..client import Clients
+from ..client.follow import MARKERS, Follower
 from ..clock import SystemClock
 from ..core.state import STATES
 from ..errors import ConfigError, OwnerUnavailable, ProtocolError
@@ -163,11 +164,14 @@ class Operator:
     async def follow(self, queue: str) -> AsyncIterator[dict[str, Any]]:
         """The owner's live events, one dict each (as the owner emitted them), until the caller
         stops iterating; :class:`~istos.client.follow.Follower` gives its markers too."""
-        from ..client.follow import MARKERS, Follower  # (follow.py builds on this module)
-
-        async for item in Follower(self, queue).items():
+        async for item in self.follower(queue).items():
             if item.get("kind") not in MARKERS:
                 yield {k: v for k, v in item.items() if k != "seq"}
+
+    def follower(self, queue: str) -> Follower:
+        """A :class:`~istos.client.follow.Follower` of ``queue`` on this session (markers
+        included)."""
+        return Follower(self._transport, self._clients(queue))
 
     async def series(self, queue: str, since: float | None, resolution: str = "1s"
                      ) -> list[dict[str, Any]]:

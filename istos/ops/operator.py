@@ -13,17 +13,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from .. import codec
-from ..client import Clients
+from ..client import Clients, OwnerClient
 from ..client.follow import MARKERS, Follower
+from ..client.pages import dead_pages, jobs_pages, workers_pages
 from ..clock import SystemClock
 from ..core.state import STATES
-from ..errors import ConfigError, OwnerUnavailable, ProtocolError
+from ..errors import ConfigError, OwnerUnavailable
 from ..ids import IdSource, node_rng
 from ..node import Node
 from ..storage.memory import MemoryStorage
 from ..transport.zenoh import ZenohTransport
 
-MAX_PAGE = 1000  # the owner's page cap for `jobs` and `dead`
 FOLLOW_TTL_S = 30.0
 MAX_SERIES_PAGES = 1000  # the owner's cap; renewed every third of it
 
@@ -109,21 +109,8 @@ class Operator:
         if state is not None and state not in STATES:
             raise ConfigError(f"state must be one of {', '.join(STATES)}, got {state!r}")
         want = None if limit is None else limit + 1  # one more row says whether more exist
-        rows: list[dict[str, Any]] = []
-        more, size = True, MAX_PAGE
-        while more and (want is None or len(rows) < want):
-            page = size if want is None else min(size, want - len(rows))
-            try:
-                reply = await self.call(queue, "jobs", state=state, where=dict(where or {}),
-                                        offset=offset + len(rows), limit=page,
-                                        **(filters or {}))
-            except ProtocolError:
-                if page == 1:  # one body always fits: this is not about size
-                    raise
-                size = max(1, page // 2)  # big bodies: the reply outgrew a message
-                continue
-            rows.extend(reply["jobs"])
-            more = bool(reply.get("more", len(reply["jobs"]) >= page))
+        rows, more, _ = await jobs_pages(self._clients(queue), state, dict(where or {}), want,
+                                         offset, filters)
         truncated = (limit is not None and len(rows) > limit) or more
         rows = rows if limit is None else rows[:limit]
         total: int | None = None
@@ -136,30 +123,11 @@ class Operator:
 
     async def workers(self, queue: str) -> list[dict[str, Any]]:
         """The owner's table of workers seen lately (every page)."""
-        rows: list[dict[str, Any]] = []
-        while True:
-            reply = await self.call(queue, "workers", offset=len(rows))
-            rows.extend(reply["workers"])
-            if not reply.get("more") or not reply["workers"]:
-                return rows
+        return await workers_pages(self._clients(queue))
 
     async def dead(self, queue: str, limit: int | None = None) -> list[dict[str, Any]]:
         """Dead letters, oldest first; every page unless ``limit`` caps them."""
-        dead: list[dict[str, Any]] = []
-        size = MAX_PAGE
-        while limit is None or len(dead) < limit:
-            want = size if limit is None else min(size, limit - len(dead))
-            try:
-                reply = await self.call(queue, "dead", offset=len(dead), limit=want)
-            except ProtocolError:
-                if want == 1:
-                    raise
-                size = max(1, want // 4)  # big bodies and histories: smaller pages
-                continue
-            dead.extend(reply["dead"])
-            if not reply["dead"] or len(dead) >= reply.get("total", len(dead)):
-                break
-        return dead
+        return await dead_pages(self._clients(queue), limit)
 
     async def follow(self, queue: str) -> AsyncIterator[dict[str, Any]]:
         """The owner's live events, one dict each (as the owner emitted them), until the caller
@@ -167,6 +135,10 @@ class Operator:
         async for item in self.follower(queue).items():
             if item.get("kind") not in MARKERS:
                 yield {k: v for k, v in item.items() if k != "seq"}
+
+    def client(self, queue: str) -> OwnerClient:
+        """The request client of ``queue``'s owner on this session (ConfigError: a bad name)."""
+        return self._clients(queue)
 
     def follower(self, queue: str) -> Follower:
         """A :class:`~istos.client.follow.Follower` of ``queue`` on this session (markers

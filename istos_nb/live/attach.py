@@ -29,13 +29,13 @@ import pandas as pd
 from istos import keys
 from istos.core.config import check_queue_name
 from istos.errors import ConfigError, IstosError
-from istos.protocol import MAX_BULK
+from istos.protocol import MAX_BULK, MAX_PAGE
 from istos.transport.zenoh import ZenohTransport
 
 from . import frames as lf
 from .loop import LoopThread, Stream, async_call, keep_following, stop_stream, sync_call
 from .record import check_seconds, record_on_loop
-from .requests import MAX_PAGE, OwnerRequests, jobs_args, purge_fields, search_filters
+from .requests import OwnerRequests, jobs_args, purge_fields, search_filters
 from .series import fetch_series, series_args
 
 if TYPE_CHECKING:
@@ -363,15 +363,20 @@ class LiveQueue:
         ``on_start()`` is called (from this LiveQueue's thread) once the owner publishes to the
         recording. See ``istos_nb.live.record``; ``istos record`` writes the same as a file."""
         check_seconds(seconds)
-        return self._blocking(lambda: record_on_loop(self, float(seconds), bodies, on_start),
+        return self._blocking(lambda: self._record(float(seconds), bodies, on_start),
                               "record", float(seconds) + 4 * self.timeout_s)
 
     async def arecord(self, seconds: float, *, bodies: bool = False,
                       on_start: Callable[[], None] | None = None) -> Trace:
         check_seconds(seconds)
         return await self._awaiting(
-            lambda: record_on_loop(self, float(seconds), bodies, on_start), "record",
+            lambda: self._record(float(seconds), bodies, on_start), "record",
             float(seconds) + 4 * self.timeout_s)
+
+    def _record(self, seconds: float, bodies: bool,
+                on_start: Callable[[], None] | None) -> Coroutine[Any, Any, Trace]:
+        return record_on_loop(self._transport, self._req.clients(self.queue), seconds, bodies,
+                              on_start)
 
     # -- admin (the owner refuses these with AdminDisabled unless admin=True) ------------------
     def requeue(self, job_id: str) -> str:

@@ -14,14 +14,13 @@ from typing import Any
 import pandas as pd
 
 from istos.client import Clients, Remote, ReplyTooLarge
+from istos.client.pages import dead_pages, jobs_pages, workers_pages
 from istos.core.state import STATES
 from istos.owner.workflow_view import fill_states
-from istos.protocol import MAX_EVENTS, MAX_PAGE
+from istos.protocol import MAX_EVENTS
 from istos.transport.base import Transport
 
 from . import frames as lf
-
-# MAX_PAGE and MAX_EVENTS (the owner's caps) come from istos.protocol: one place for the wire.
 
 
 class OwnerRequests:
@@ -66,23 +65,8 @@ class OwnerRequests:
                       offset: int, filters: dict[str, Any] | None = None) -> pd.DataFrame:
         """Pages of one state from ``offset``; one row beyond ``limit`` says if more exist."""
         want = None if limit is None else limit + 1
-        rows: list[dict[str, Any]] = []
-        size, more, total = MAX_PAGE, True, None
-        while more and (want is None or len(rows) < want):
-            page = size if want is None else min(size, want - len(rows))
-            try:
-                reply = await self.ask("jobs", state=state, where=where,
-                                       offset=offset + len(rows), limit=page,
-                                       **(filters or {}))
-            except ReplyTooLarge:
-                if page == 1:  # cannot happen: one body (<= 1 MiB) fits in one message
-                    raise
-                size = max(1, page // 2)  # big bodies: smaller pages
-                continue
-            got = reply["jobs"]
-            rows.extend(got)
-            total = reply.get("total", total)
-            more = bool(reply.get("more", len(got) >= page))
+        rows, more, total = await jobs_pages(self.clients(self.queue), state, where, want,
+                                             offset, filters)
         truncated = limit is not None and len(rows) > limit
         rows = rows if limit is None else rows[:limit]
         if total is None and not truncated and not more and (rows or not offset):
@@ -95,21 +79,7 @@ class OwnerRequests:
         return df
 
     async def dead(self, limit: int | None) -> pd.DataFrame:
-        dead: list[dict[str, Any]] = []
-        page_size = 1000
-        while limit is None or len(dead) < limit:
-            want = page_size if limit is None else min(page_size, limit - len(dead))
-            try:
-                reply = await self.ask("dead", offset=len(dead), limit=want)
-            except ReplyTooLarge:
-                if page_size == 1:
-                    raise
-                page_size = max(1, page_size // 4)  # big histories: smaller pages
-                continue
-            dead.extend(reply["dead"])
-            if not reply["dead"] or len(dead) >= reply.get("total", len(dead)):
-                break
-        return lf.dead_table(dead)
+        return lf.dead_table(await dead_pages(self.clients(self.queue), limit))
 
     async def leases(self) -> pd.DataFrame:
         return lf.table(lf.LEASE_COLUMNS, (await self.ask("leases"))["leases"])
@@ -165,12 +135,7 @@ class OwnerRequests:
         return await self.ask(op, **fields)
 
     async def workers(self) -> pd.DataFrame:
-        rows: list[dict[str, Any]] = []
-        while True:
-            reply = await self.ask("workers", offset=len(rows))
-            rows.extend(reply["workers"])
-            if not reply.get("more") or not reply["workers"]:
-                return lf.workers_table(rows)
+        return lf.workers_table(await workers_pages(self.clients(self.queue)))
 
     async def bulk(self, op: str, count_key: str, **fields: Any) -> int:
         """One bulk admin op repeated until the owner says none is left; the total."""

@@ -71,7 +71,14 @@ class Trace:
     def load(cls, path: str | Path) -> Trace:
         """Read a trace file (``istos record``'s or :meth:`save`'s). Raises TraceFormatError
         naming the line for anything else, and for a version newer than this one reads."""
-        head, events, bodies = tracefile.read_trace(path)
+        return cls.from_recording(*tracefile.read_trace(path))
+
+    @classmethod
+    def from_recording(cls, head: Mapping[str, Any], events: list[dict[str, Any]],
+                       bodies: Iterable[dict[str, Any]] = ()) -> Trace:
+        """A trace of a recording's parts (a trace file's header, checked events and bodies:
+        :class:`istos.client.record.Recording`, or what :func:`istos.tracefile.read_trace`
+        read)."""
         return cls(queue=head["queue"], policy=dict(head["policy"]), events=events,
                    bodies={b["body_of"]: b for b in bodies}, source=str(head.get("source")),
                    dropped=int(head.get("dropped") or 0))

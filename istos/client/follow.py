@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from .. import codec, keys
-from ..errors import OwnerUnavailable
+from ..errors import IstosError, OwnerUnavailable, ProtocolError
 from ..protocol import MAX_FOLLOW_TTL_S as FOLLOW_TTL_S
 from ..transport.base import Transport
 from .call import OwnerClient
@@ -37,22 +37,32 @@ MARKERS = frozenset({"owner_lost", "owner_back", "gap"})
 MAX_RESUME_PAGES = 100
 
 
-def renew_interval(timeout_s: float) -> float:
+def renew_interval(timeout_s: float, ttl_s: float = FOLLOW_TTL_S) -> float:
     """How often the follower renews (and so checks the owner): a quarter of the timeout,
-    at most a third of the owner's follow window."""
-    return max(0.05, min(FOLLOW_TTL_S / 3, timeout_s / 4))
+    at most a third of the follow's window ``ttl_s``."""
+    return max(0.05, min(ttl_s / 3, timeout_s / 4))
 
 
 class Follower:
     """One queue's event stream with markers, through ``client`` (requests) and ``transport``
     (the event subscription); iterate :meth:`items`. ``on_following()`` is called once the
-    owner publishes to this follower (its first ``follow`` answered)."""
+    owner publishes to this follower (its first ``follow`` answered). ``ttl_s``: the follow
+    window asked for (the owner's cap by default; every follower asking for the cap can never
+    shorten another's window, as the owner keeps only the latest deadline).
+
+    ``counts``: ``batches`` of events received live, ``bad`` undecodable ones, ``renewals``
+    and ``renew_errors`` of the follow; ``granted_ttl_s`` the window the owner last granted,
+    ``last_error`` what went wrong last."""
 
     def __init__(self, transport: Transport, client: OwnerClient,
-                 on_following: Callable[[], None] | None = None) -> None:
+                 on_following: Callable[[], None] | None = None,
+                 ttl_s: float = FOLLOW_TTL_S) -> None:
         self.transport, self.client, self.queue = transport, client, client.queue
         self.on_following = on_following
         self.timeout_s = client.node.request_timeout_s
+        self.ttl_s = self.granted_ttl_s = ttl_s
+        self.counts = dict.fromkeys(("batches", "bad", "renewals", "renew_errors"), 0)
+        self.last_error: str | None = None
         self.epoch: str | None = None
         self.last = 0
         self.up = False
@@ -69,10 +79,13 @@ class Follower:
         try:
             msg = codec.decode_message(payload)
             events = msg.get("events")
-        except Exception:  # a malformed batch is skipped, not fatal to the stream
+            if not isinstance(events, list):
+                raise ProtocolError("events is not a list")
+        except Exception as exc:  # noqa: BLE001 - a malformed batch is skipped, not fatal
+            self.counts["bad"] += 1
+            self.last_error = f"undecodable event batch: {exc}"
             return
-        if not isinstance(events, list):
-            return
+        self.counts["batches"] += 1
         batch = (msg.get("epoch"), msg.get("seqs"), events)
         if self._resuming:
             self._held.append(batch)
@@ -147,10 +160,19 @@ class Follower:
                          "missed (no longer in the owner's ring)", missed=missed,
                          lost_with_owner=False, epoch=new, after=[old, self.last])
 
+    async def _follow(self) -> None:
+        """Ask the owner to publish for ``ttl_s`` more; note the window it granted."""
+        reply = await self.client.call("follow", ttl_s=self.ttl_s)
+        self.granted_ttl_s = float(reply.get("ttl_s") or self.ttl_s)
+
     async def _renew_once(self) -> bool:
         try:
-            await self.client.call("follow", ttl_s=FOLLOW_TTL_S)
-        except OwnerUnavailable:
+            await self._follow()
+        except IstosError as exc:
+            self.counts["renew_errors"] += 1
+            self.last_error = f"follow renewal failed: {exc}"
+            if not isinstance(exc, OwnerUnavailable):
+                return False  # an answer, though not a grant: the owner is there
             if self.up:
                 self.up = False
                 self._marker("owner_lost", f"no answer from the owner of {self.queue!r} within "
@@ -158,6 +180,7 @@ class Follower:
                              f"event #{self.last} of epoch {self.epoch})",
                              epoch=self.epoch, last_seq=self.last)
             return False
+        self.counts["renewals"] += 1
         if not self.up:
             self.up = True
             self._marker("owner_back", f"the owner of {self.queue!r} answers again")
@@ -165,7 +188,7 @@ class Follower:
         return True
 
     async def _watch(self) -> None:
-        interval = renew_interval(self.timeout_s)
+        interval = renew_interval(self.timeout_s, self.ttl_s)
         clock = self.client.node.clock
         while True:
             started = clock.monotonic()
@@ -187,7 +210,7 @@ class Follower:
         watcher: asyncio.Task[None] | None = None
         try:
             await self._position()
-            await self.client.call("follow", ttl_s=FOLLOW_TTL_S)
+            await self._follow()
             self.up = True
             if self.on_following is not None:
                 self.on_following()

@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
-from istos import keys
+from istos.client.follow import Follower
 from istos.core.config import check_queue_name
 from istos.errors import ConfigError, IstosError
 from istos.protocol import MAX_BULK, MAX_PAGE
 from istos.transport.zenoh import ZenohTransport
 
 from . import frames as lf
-from .loop import LoopThread, Stream, async_call, keep_following, stop_stream, sync_call
+from .loop import LoopThread, Stream, async_call, start_stream, stop_stream, sync_call
 from .record import check_seconds, record_on_loop
 from .requests import OwnerRequests, jobs_args, purge_fields, search_filters
 from .series import fetch_series, series_args
@@ -98,7 +98,6 @@ class LiveQueue:
         self.queue, self.prefix, self.timeout_s = queue, prefix, float(timeout_s)
         self.node_id = f"attach-{secrets.token_hex(4)}"
         self.owner_node: str | None = None
-        self._events_key = keys.events_key(prefix, queue)
         self._closed = False
         self._state_lock = threading.Lock()  # guards _closed and _stream transitions
         self._stream: Stream | None = None
@@ -339,20 +338,16 @@ class LiveQueue:
         return stream.stats(stream is self._stream)
 
     async def _start_follow(self, stream: Stream) -> None:
-        # Subscribe first: the declaration travels ahead of the follow request on the link, so
-        # the owner already routes to us when it starts publishing.
-        stream.handle = await self._transport.declare_subscriber(self._events_key,
-                                                                 stream.on_batch)
+        # The engine's follower subscribes first (the declaration travels ahead of the follow
+        # request on the link, so the owner already routes to us when it starts publishing),
+        # then the owner's ring, taken once it publishes, goes before what streamed live.
+        follower = Follower(self._transport, self._req.clients(self.queue), ttl_s=FOLLOW_TTL_S)
+        await start_stream(stream, follower)
         try:
-            reply = await self._req.ask("follow", ttl_s=FOLLOW_TTL_S)
-            stream.ttl_s = float(reply.get("ttl_s") or FOLLOW_TTL_S)
             stream.merge_snapshot(await self._req.ring(stream.window.maxlen or 1))
         except BaseException:
-            stream.handle.close()
+            await stop_stream(stream)
             raise
-        stream.renewer = asyncio.get_running_loop().create_task(keep_following(
-            stream, lambda: self._req.ask("follow", ttl_s=FOLLOW_TTL_S),
-            check_s=max(0.25, self.timeout_s / 4)))  # notices a dead owner within ~timeout
 
     # -- recording -----------------------------------------------------------------------------
     def record(self, seconds: float, *, bodies: bool = False,

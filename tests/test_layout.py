@@ -28,6 +28,10 @@ PLANTS = {
     "Owner and worker are siblings": ("istos/owner/nudges.py", "import istos.worker.heartbeat"),
     "The simulator reaches the engine through its public ports":
         ("istos_nb/sim/clock.py", "import istos.owner.owner"),
+    "The producers reach owners through the client":
+        ("istos/sync_producer.py", "import istos.worker.waiting"),
+    "The client imports neither the owner nor the worker":
+        ("istos/client/pages.py", "import istos.owner.persist"),
 }
 
 

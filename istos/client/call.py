@@ -10,7 +10,6 @@ op's role key (:mod:`istos.keys`) through :func:`query_owner`, retried while nob
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -103,7 +102,7 @@ class OwnerClient:
         budget = self.node.request_timeout_s if timeout_s is None else timeout_s
         op = msg["op"]
         raw = await query_owner(transport, keys.op_key(self._key, op), self.queue,
-                                codec.encode_message(msg), budget,
+                                codec.encode_message(msg), budget, clock=self.node.clock,
                                 what=f"{op} request", where=f" (prefix {self.node.prefix!r})")
         if len(raw) > codec.MAX_MESSAGE_BYTES:
             raise ReplyTooLarge(f"queue {self.queue!r}: the {op} reply is {len(raw)} bytes, "
@@ -112,26 +111,25 @@ class OwnerClient:
 
 
 async def query_owner(transport: Transport, key: str, queue: str, payload: bytes,
-                      budget_s: float, *, what: str = "owner request",
+                      budget_s: float, *, clock: Clock, what: str = "owner request",
                       where: str = "") -> bytes:
-    """``payload`` to ``key``, retried while nobody serves it, until ``budget_s`` has passed;
-    the first reply's bytes.
+    """``payload`` to ``key``, retried while nobody serves it, until ``budget_s`` has passed on
+    ``clock`` (the caller's: a simulated node's skew and drift apply); the first reply's bytes.
 
     Raises :class:`OwnerUnavailable` when no owner answered in time or the transport failed.
     """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + budget_s
+    deadline = clock.monotonic() + budget_s
     pause = 0.01
     while True:
-        remaining = deadline - loop.time()
+        remaining = deadline - clock.monotonic()
         if remaining <= 0:
             break
         try:
-            return await transport.query(key, payload, remaining)
+            return await transport.query(key, payload, clock.to_loop_seconds(remaining))
         except NoResponder:
             # Right after start-up the owner may not be discovered yet: retry until the
             # deadline, backing off so an absent owner costs a few queries per second.
-            await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+            await clock.sleep(min(pause, max(0.0, deadline - clock.monotonic())))
             pause = min(pause * 2, 0.25)
             continue
         except TransportTimeout:

@@ -66,3 +66,23 @@ async def workers_pages(client: OwnerClient) -> list[dict[str, Any]]:
         rows.extend(reply["workers"])
         if not reply.get("more") or not reply["workers"]:
             return rows
+
+
+MAX_SERIES_PAGES = 1000  # a day of minutes or an hour of seconds is a handful of pages
+
+
+async def series_pages(client: OwnerClient, since: float | None, resolution: str = "1s"
+                       ) -> list[dict[str, Any]]:
+    """Every page of the owner's series rows at ``resolution`` from ``since`` (None: all it
+    keeps; a negative ``since`` reads as 0)."""
+    rows: list[dict[str, Any]] = []
+    fields: dict[str, Any] = {"resolution": resolution}
+    if since is not None:
+        fields["since"] = max(0.0, since)
+    for _ in range(MAX_SERIES_PAGES):
+        reply = await client.call("series", **fields)
+        rows.extend(reply["rows"])
+        if not reply.get("more") or reply.get("next_since") is None:
+            break
+        fields["since"] = float(reply["next_since"])
+    return rows

@@ -15,7 +15,7 @@ from typing import Any
 from .. import codec
 from ..client import Clients, OwnerClient
 from ..client.follow import MARKERS, Follower
-from ..client.pages import dead_pages, jobs_pages, workers_pages
+from ..client.pages import dead_pages, jobs_pages, series_pages, workers_pages
 from ..clock import SystemClock
 from ..core.state import STATES
 from ..errors import ConfigError, OwnerUnavailable
@@ -23,9 +23,6 @@ from ..ids import IdSource, node_rng
 from ..node import Node
 from ..storage.memory import MemoryStorage
 from ..transport.zenoh import ZenohTransport
-
-FOLLOW_TTL_S = 30.0
-MAX_SERIES_PAGES = 1000  # the owner's cap; renewed every third of it
 
 
 class Operator:
@@ -148,17 +145,7 @@ class Operator:
     async def series(self, queue: str, since: float | None, resolution: str = "1s"
                      ) -> list[dict[str, Any]]:
         """Every page of the owner's series rows from ``since`` (None: all it keeps)."""
-        rows: list[dict[str, Any]] = []
-        fields: dict[str, Any] = {"resolution": resolution}
-        if since is not None:
-            fields["since"] = max(0.0, since)
-        for _ in range(MAX_SERIES_PAGES):
-            reply = await self.call(queue, "series", **fields)
-            rows.extend(reply["rows"])
-            if not reply.get("more") or reply.get("next_since") is None:
-                break
-            fields["since"] = float(reply["next_since"])
-        return rows
+        return await series_pages(self._clients(queue), since, resolution)
 
 
 def decode_body(raw: Any) -> Any:

@@ -2,7 +2,7 @@
 and, only where the queue opted in with ``admin=True``, act on it. ``with attach("jobs/email")
 as q: q.stats(); q.jobs(state="ready"); q.why(job_id); q.job(job_id); q.follow().events()``.
 
-Threading: a LiveQueue owns a private asyncio loop in a daemon thread (``_live.py``), and its
+Threading: a LiveQueue owns a private asyncio loop in a daemon thread (``loop.py``), and its
 Zenoh session lives on that loop; every request runs there. Plain methods submit to it and wait
 with a bound, so they work from a script, from any thread, and from a Jupyter cell: when the
 calling thread runs an event loop (a notebook kernel, ``asyncio.run``), that loop keeps running

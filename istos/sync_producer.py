@@ -1,11 +1,14 @@
 """A blocking producer for code without an event loop (Flask and Django views, scripts, threads).
 
-A thin synchronous face over the async producer: the SyncProducer owns a Zenoh session on a
-private event loop in a daemon thread (:class:`~istos.client.loopthread.LoopThread`), and each
-call runs the same :class:`~istos.producer.Producer` code the app's ``await app.enqueue(...)``
-runs (checks, ids, the request client with its retries and typed errors), on that loop, while
-the calling thread waits for its answer. Every method may be called from any thread,
-concurrently; enqueues that threads make at the same moment may travel as one request.
+A thin synchronous face over the async producer: each call runs the same
+:class:`~istos.producer.Producer` code the app's ``await app.enqueue(...)`` runs (checks, ids,
+the request client with its keys, retries and typed errors), driven to its end on the calling
+thread (:func:`istos.client.blocking.run_to_end`). Its transport is a blocking query on a Zenoh
+session of its own (:class:`~istos.transport.zenoh_blocking.BlockingQuerier`): the calling
+thread waits on the reply channel and no event loop takes part, so a request costs one thread
+wake-up on this side instead of the async producer's two loop hops. Every method may be called
+from any thread, concurrently (the session is thread-safe; nothing else is shared but the id
+source).
 
 **No deadlock beside an owner on the calling thread's loop.** A notebook kernel runs cells on
 the thread that runs its event loop; if that loop also serves the queue's owner, a blocking
@@ -22,28 +25,24 @@ thread). Owners elsewhere (another thread's loop, another process) are queried o
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
+import threading
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
+import zenoh
+
 from . import errors
-from .client import Clients
-from .client.loopthread import LoopThread
-from .clock import SystemClock
+from .client import Clients, Remote
+from .client.blocking import BlockingClock, run_to_end
 from .core.config import check_queue_name
 from .errors import ConfigError, OwnerUnavailable
-from .ids import IdSource, node_rng
-from .node import Node
 from .owner import registry
 from .producer import Producer, check_job_id
-from .storage.memory import MemoryStorage
-from .transport.zenoh import ZenohTransport
+from .transport._zenoh_config import to_zenoh_config
+from .transport.zenoh_blocking import BlockingQuerier, open_session
 
 T = TypeVar("T")
-_OPEN_TIMEOUT_S = 10.0  # the first Zenoh session on a host takes ~0.5 s to open
-_SLACK_S = 1.0  # the caller's wait beyond a request's own deadline (the thread hand-offs)
-_PAGED_S = 3600.0  # the bound of a call made of many requests (each has its own timeout)
 
 
 class SyncProducer:
@@ -65,42 +64,30 @@ class SyncProducer:
             raise ConfigError(f"prefix must be a non-empty string, got {prefix!r}")
         self.prefix = prefix
         self.request_timeout_s = float(request_timeout_s)
-        rng = node_rng()
-        self._node = Node(node_id=f"istos-sync-{IdSource(rng).new()[:8]}", clock=SystemClock(),
-                          rng=rng, ids=IdSource(rng), storage=MemoryStorage(), prefix=prefix,
-                          request_timeout_s=self.request_timeout_s)
-        # Built here so a bad config raises ConfigError with no thread to clean up.
-        self._transport = ZenohTransport(zenoh, node_id=self._node.node_id)
-        self._producer = Producer(self._node, Clients(self._node), self._require_open)
+        self._session = open_session(to_zenoh_config(zenoh), "SyncProducer")
         self._closed = False
-        self._loop = LoopThread(f"istos-{self._node.node_id}")
-        try:
-            self._loop.run(self._open(), _OPEN_TIMEOUT_S)
-        except BaseException:
-            self._closed = True
-            self._loop.stop(_OPEN_TIMEOUT_S)
-            raise
-
-    async def _open(self) -> None:
-        await self._transport.start()  # MeshUnreachable, ConfigError
-        self._node.transport = self._transport
+        self._closing = threading.Event()  # cuts a retry pause short when close() is called
+        # The Clock port's live adapter, its sleeps blocking this thread (never time.* here).
+        self._remote = Remote(BlockingQuerier(self._session), prefix, self.request_timeout_s,
+                              BlockingClock(self._closing))
+        self._producer = Producer(self._remote, Clients(self._remote), self._require_open)
 
     # -- the calls ------------------------------------------------------------------------------
     def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
                 job_id: str | None = None) -> str:
         """Put a job on queue ``name``; returns its id (as :meth:`Istos.enqueue`: idempotent by
         ``job_id``; :class:`InvalidJob` before sending for a body msgpack cannot encode)."""
+        # An explicit timeout: one request per call (coalescing needs a loop turn).
         return self._run(name, lambda p: p.enqueue(name, data, delay_s=delay_s,
-                                                   priority=priority, job_id=job_id))
+                                                   priority=priority, job_id=job_id,
+                                                   timeout_s=self.request_timeout_s))
 
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay_s: float = 0,
                      priority: int = 0, job_ids: Sequence[str] | None = None) -> list[str]:
         """Put many jobs on ``name`` in as few requests as the frame cap allows; returns their
         ids in order (as :meth:`Istos.enqueue_many`: every item checked before any is sent)."""
-        datas = list(items)  # once: an iterator is consumed by the checks
-        return self._run(name, lambda p: p.enqueue_many(name, datas, delay_s=delay_s,
-                                                        priority=priority, job_ids=job_ids),
-                         _PAGED_S)
+        return self._run(name, lambda p: p.enqueue_many(name, items, delay_s=delay_s,
+                                                        priority=priority, job_ids=job_ids))
 
     def result(self, name: str, job_id: str) -> dict[str, Any]:
         """``{"state": ..., "result": ...}`` for a job (as :meth:`Istos.result`)."""
@@ -112,20 +99,18 @@ class SyncProducer:
         """Every dead job of ``name``, oldest first, fetched page by page (as
         :meth:`Istos.dead_letters`)."""
         check_queue_name(name)
-        return self._run(name, lambda p: p.dead_letters(name), _PAGED_S)
+        return self._run(name, lambda p: p.dead_letters(name))
 
     def close(self) -> None:
-        """Close the session and the loop thread (idempotent); calls afterwards raise
-        :class:`IstosError`, and calls waiting on another thread are ended with it."""
+        """Close the session (idempotent); calls afterwards raise :class:`IstosError`."""
         if self._closed:
             return
         self._closed = True
-        if self._loop.alive:
-            try:
-                self._loop.run(self._transport.close(), _OPEN_TIMEOUT_S)
-            except Exception:  # noqa: BLE001 - closing must not fail; the loop goes regardless
-                pass
-            self._loop.stop(_OPEN_TIMEOUT_S)
+        self._closing.set()
+        try:
+            self._session.close()
+        except zenoh.ZError:
+            pass  # already closed with its process's runtime
 
     def __enter__(self) -> SyncProducer:
         return self
@@ -138,30 +123,22 @@ class SyncProducer:
         if self._closed:
             raise errors.IstosError("this SyncProducer is closed")
 
-    def _run(self, queue: str, call: Callable[[Producer], Coroutine[Any, Any, T]],
-             bound_s: float | None = None) -> T:
-        """``call(producer)`` run to its end: in this call when an owner of ``queue`` serves
-        on the calling thread's loop, else on the SyncProducer's loop thread."""
+    def _run(self, queue: str, call: Callable[[Producer], Coroutine[Any, Any, T]]) -> T:
+        """``call(producer)`` run to its end within this call: to an owner of ``queue`` that
+        serves on the calling thread's loop in-process, else over the mesh."""
         self._require_open()
         check_queue_name(queue)
         owner = registry.on_this_loop(self.prefix, queue)
         if owner is not None:
             return _run_inline(call(self._inline_producer(owner, queue)), owner, queue)
-        try:
-            return self._loop.run(call(self._producer),
-                                  bound_s or self.request_timeout_s + _SLACK_S)
-        except concurrent.futures.TimeoutError:
-            raise OwnerUnavailable(f"queue {queue!r}: no answer within "
-                                   f"{bound_s or self.request_timeout_s:g} s") from None
-        except concurrent.futures.CancelledError:
-            self._require_open()  # closed meanwhile: say so
-            raise
+        return run_to_end(call(self._producer))
 
     def _inline_producer(self, owner: registry.RunningOwner, queue: str) -> Producer:
         """A producer whose client dispatches to ``owner`` in-process (the same code path as
         an app's call to its own owner)."""
-        node = dataclasses.replace(self._node, local_owner=lambda q: owner if q == queue else None)
-        return Producer(node, Clients(node), self._require_open)
+        remote = dataclasses.replace(self._remote,
+                                     local_owner=lambda q: owner if q == queue else None)
+        return Producer(remote, Clients(remote), self._require_open)
 
 
 def _run_inline(coro: Coroutine[Any, Any, T], owner: registry.RunningOwner, queue: str) -> T:

@@ -16,10 +16,16 @@ from typing import Any, Protocol
 from .. import codec, errors, keys, protocol
 from ..clock import Clock
 from ..node import LocalOwner
-from ..transport.base import NoResponder, Transport, TransportError, TransportTimeout
+from ..transport.base import NoResponder, TransportError, TransportTimeout
 from .coalesce import Coalescer
 
 _ERRORS = protocol.ERROR_CLASSES
+
+
+class Querier(Protocol):
+    """What the client needs of a transport: the Transport port's ``query``."""
+
+    async def query(self, key: str, payload: bytes, timeout_s: float) -> bytes: ...
 
 
 class Endpoint(Protocol):
@@ -27,7 +33,7 @@ class Endpoint(Protocol):
     callers without a node build a :class:`~istos.client.endpoint.Remote`)."""
 
     @property
-    def transport(self) -> Transport | None: ...
+    def transport(self) -> Querier | None: ...
 
     @property
     def clock(self) -> Clock: ...
@@ -110,7 +116,7 @@ class OwnerClient:
         return codec.decode_message(raw)
 
 
-async def query_owner(transport: Transport, key: str, queue: str, payload: bytes,
+async def query_owner(transport: Querier, key: str, queue: str, payload: bytes,
                       budget_s: float, *, clock: Clock, what: str = "owner request",
                       where: str = "") -> bytes:
     """``payload`` to ``key``, retried while nobody serves it, until ``budget_s`` has passed on

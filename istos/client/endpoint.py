@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from ..clock import Clock, SystemClock
 from ..core.config import check_queue_name
+from ..ids import IdSource
 from ..node import LocalOwner, no_local_owner
-from ..transport.base import Transport
-from .call import Endpoint, OwnerClient
+from .call import Endpoint, OwnerClient, Querier
 
 
 @dataclass
@@ -23,11 +23,12 @@ class Remote:
     """A caller that serves no queue: every request goes over ``transport`` (None until its
     session is open; a call before raises :class:`~istos.errors.IstosError`)."""
 
-    transport: Transport | None
+    transport: Querier | None
     prefix: str = "istos"
     request_timeout_s: float = 5.0
     clock: Clock = field(default_factory=SystemClock)
     local_owner: Callable[[str], LocalOwner | None] = no_local_owner
+    ids: IdSource = field(default_factory=IdSource)  # job ids, when it enqueues
 
 
 class Clients:

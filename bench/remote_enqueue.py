@@ -16,7 +16,7 @@ C, another Istos app, times ``--n`` sequential calls of each layer:
 | ``transport`` | ``ZenohTransport.query`` | ``ZenohTransport`` queryable, echo |
 | ``ping`` | ``OwnerClient.call("ping")`` (msgpack both ways) | the owner's request path |
 | ``enqueue`` | ``app.enqueue`` (body encoding, ids, checks) | the owner's enqueue |
-| ``sync enqueue`` | ``istos.SyncProducer.enqueue`` (own session, own loop) | the owner's enqueue |
+| ``sync enqueue`` | ``istos.SyncProducer.enqueue`` (own session, no loop) | the owner's enqueue |
 
 plus ``raw express`` (``express=True`` on the get and on the reply). Each variant is a Zenoh
 config change applied to both sessions (``VARIANTS``). Rounds interleave the variants; the
@@ -211,7 +211,7 @@ async def client(spec: dict[str, Any]) -> dict[str, Any]:
                                                priority=0),
             "enqueue": lambda: app.enqueue(QUEUE, body),
             # Blocking, on this loop's thread: the owner is in the other process, so it goes
-            # over the SyncProducer's own session, on its own loop thread.
+            # over the SyncProducer's own session, no loop involved.
             "sync enqueue": lambda: sync.enqueue(QUEUE, body),
         }
         samples: dict[str, list[float]] = {name: [] for name in LAYERS}

@@ -97,14 +97,14 @@ async def pickups(config: dict[str, Any], prefix: str, seconds: float, abuse: An
 
 async def measure(config: dict[str, Any], worker_config: dict[str, Any], prefix: str,
                   seconds: float) -> None:
-    from istos import codec, protocol
+    from istos import codec, keys
     from istos.transport.zenoh import ZenohTransport
 
     transport = ZenohTransport(config, node_id="fair-client")
     await transport.start()
 
     async def call(queue: str, **msg: Any) -> dict[str, Any]:
-        raw = await transport.query(protocol.rpc_key(f"{prefix}/q/{queue}/rpc", msg["op"]),
+        raw = await transport.query(keys.rpc_key(prefix, queue, msg["op"]),
                                     codec.encode_message({"v": 1, **msg}), 60.0)
         return codec.decode_message(raw)
 

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import protocol
+from .client import OwnerClient
 from .clock import Clock, SystemClock
 from .core.config import QueueConfig, WorkerConfig
 from .core.records import JobRecord
@@ -43,7 +44,6 @@ from .producer import Producer
 from .storage.base import Fence, Storage
 from .storage.memory import MemoryStorage
 from .transport.base import Handle, Transport
-from .worker.client import OwnerClient
 from .worker.parking import declare_worker_tokens
 from .worker.worker import WorkerRunner
 

@@ -26,13 +26,14 @@ The tree::
     ├── StorageUnavailable                    durable storage refused a write; nothing was accepted
     │   └── FencedOut                         an HA leader's write refused: it lost its epoch
     ├── ProtocolError                         malformed or unsupported wire message
-    │   └── ReplyTooLarge                     istos_nb.live.requests: a reply above the cap
+    │   └── ReplyTooLarge                     istos.client.call: a reply above the cap
     ├── AdminDisabled                         admin action on a queue declared without admin=True
     ├── RemoteError                           the owner answered with an error of no known type
     ├── InvalidProgress (also ValueError)     ctx.progress() with a bad fraction or note
     ├── JobTimeout                            a run exceeded its worker's timeout_s
     ├── JobCancelled                          the job was cancelled (ctx.check_cancelled())
     ├── Retry                                 raised by a worker: retry after after_s (a nack)
+    ├── Suspended                             istos.client.blocking: internal, a blocking call met a wait
     ├── TransportError                        istos.transport.base: the mesh failed a call
     │   ├── TransportTimeout                  no reply in time (callers see OwnerUnavailable)
     │   └── NoResponder                       nobody serves the key (retried, then OwnerUnavailable)

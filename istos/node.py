@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from . import keys
 from .clock import Clock
 from .events import EventLog
 from .ids import IdSource
@@ -40,9 +41,6 @@ def no_local_owner(queue: str) -> LocalOwner | None:
     return None
 
 
-WORKER_TOKENS = "workers"
-
-
 @dataclass
 class Node:
     node_id: str
@@ -61,10 +59,10 @@ class Node:
     local_owner: Callable[[str], LocalOwner | None] = no_local_owner
 
     def key(self, queue: str, leaf: str) -> str:
-        """The key expression of a queue's ``leaf`` (rpc, nudge, events) under this prefix."""
-        return f"{self.prefix}/q/{queue}/{leaf}"
+        """The key expression of a queue's ``leaf`` (nudge, events, cancel) under this prefix."""
+        return keys.queue_key(self.prefix, queue, leaf)
 
     def worker_token_key(self, queue: str, node_id: str | None = None) -> str:
         """The liveliness token a node whose workers park claims on ``queue`` declares while
         it serves (``owner/parking.py``); without ``node_id``, the owner's watch of them all."""
-        return self.key(queue, f"{WORKER_TOKENS}/{'**' if node_id is None else node_id}")
+        return keys.worker_token_key(self.prefix, queue, node_id)

@@ -7,9 +7,10 @@ A component the app owns (``app.producer``), reached through thin delegating met
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from . import codec, protocol
+from .client import OwnerClient, batches
 from .core.config import (
     check_dedup,
     check_delay,
@@ -18,16 +19,22 @@ from .core.config import (
     check_queue_name,
 )
 from .errors import ConfigError, InvalidJob, ProtocolError
-from .node import Node
+from .ids import IdSource
 from .protocol import MAX_PRIORITY
-from .worker import batches
-from .worker.client import OwnerClient
+
+
+class HasIds(Protocol):
+    """What the producer needs of its node: the id source of the jobs it enqueues."""
+
+    @property
+    def ids(self) -> IdSource: ...
 
 
 class Producer:
-    """Requests to queues' owners on behalf of one app (its node, clients and serving state)."""
+    """Requests to queues' owners on behalf of one app (its node, clients and serving state);
+    the :class:`~istos.SyncProducer` runs the same code."""
 
-    def __init__(self, node: Node, client: Callable[[str], OwnerClient],
+    def __init__(self, node: HasIds, client: Callable[[str], OwnerClient],
                  require_serving: Callable[[], None]) -> None:
         self.node = node
         self.client = client

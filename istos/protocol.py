@@ -416,11 +416,6 @@ def role_of(op: str) -> str:
     return OP_ROLES.get(op, "admin")
 
 
-def rpc_key(queue_key: str, op: str) -> str:
-    """The key a request for ``op`` goes to, under a queue's rpc key (``.../q/{queue}/rpc``)."""
-    return f"{queue_key}/{role_of(op)}"
-
-
 def role_in_key(rpc_base: str, key: str) -> str | None:
     """The role a request key names under a queue's rpc key (``{rpc_base}/{role}``), or None
     when the key is malformed: no role, an unknown one, chunks after it, or wildcards."""

@@ -1,9 +1,14 @@
 """A blocking producer for code without an event loop (Flask and Django views, scripts, threads).
 
-One Zenoh session of its own and a blocking ``Session.get`` per request: the calling thread
-waits on the reply channel and no event loop takes part, so a request costs one thread wake-up
-on this side instead of the async producer's two loop hops. Every method may be called from any
-thread, concurrently (the session is thread-safe; nothing else is shared but the id source).
+A thin synchronous face over the async producer: each call runs the same
+:class:`~istos.producer.Producer` code the app's ``await app.enqueue(...)`` runs (checks, ids,
+the request client with its keys, retries and typed errors), driven to its end on the calling
+thread (:func:`istos.client.blocking.run_to_end`). Its transport is a blocking query on a Zenoh
+session of its own (:class:`~istos.transport.zenoh_blocking.BlockingQuerier`): the calling
+thread waits on the reply channel and no event loop takes part, so a request costs one thread
+wake-up on this side instead of the async producer's two loop hops. Every method may be called
+from any thread, concurrently (the session is thread-safe; nothing else is shared but the id
+source).
 
 **No deadlock beside an owner on the calling thread's loop.** A notebook kernel runs cells on
 the thread that runs its event loop; if that loop also serves the queue's owner, a blocking
@@ -20,23 +25,24 @@ thread). Owners elsewhere (another thread's loop, another process) are queried o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import Any, TypeVar
 
 import zenoh
 
-from . import codec, errors, protocol
-from .clock import SystemClock
-from .core.config import check_delay, check_priority, check_queue_name
-from .errors import ConfigError, MeshUnreachable, OwnerUnavailable
-from .ids import IdSource
+from . import errors
+from .client import Clients, Remote
+from .client.blocking import BlockingClock, run_to_end
+from .core.config import check_queue_name
+from .errors import ConfigError, OwnerUnavailable
 from .owner import registry
-from .producer import check_batch, check_job_id, decode_dead, decode_result
+from .producer import Producer, check_job_id
 from .transport._zenoh_config import to_zenoh_config
-from .worker import batches
+from .transport.zenoh_blocking import BlockingQuerier, open_session
 
-_NO_RESPONDER_PAUSE_S = (0.01, 0.25)  # first and longest pause while nobody serves the key
+T = TypeVar("T")
 
 
 class SyncProducer:
@@ -65,11 +71,13 @@ class SyncProducer:
             raise ConfigError(f"prefix must be a non-empty string, got {prefix!r}")
         self.prefix = prefix
         self.request_timeout_s = float(request_timeout_s)
-        self._ids = IdSource()
-        self._session = _open(to_zenoh_config(zenoh))
+        self._session = open_session(to_zenoh_config(zenoh), "SyncProducer")
         self._closed = False
-        self._clock = SystemClock()  # the Clock port's live adapter, not time.* directly
         self._closing = threading.Event()  # cuts a retry pause short when close() is called
+        # The Clock port's live adapter, its sleeps blocking this thread (never time.* here).
+        self._remote = Remote(BlockingQuerier(self._session), prefix, self.request_timeout_s,
+                              BlockingClock(self._closing))
+        self._producer = Producer(self._remote, Clients(self._remote), self._require_open)
 
     # -- the calls ------------------------------------------------------------------------------
     def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
@@ -82,14 +90,10 @@ class SyncProducer:
         over the size limit; after: :class:`OwnerUnavailable` when no owner answers within
         ``request_timeout_s``, or the owner's typed error. Blocks the calling thread only.
         """
-        check_queue_name(name)
-        body = codec.encode_body(data, queue=name)
-        fields: dict[str, Any] = {"body": body, "delay_s": check_delay(delay_s),
-                                  "priority": check_priority(priority)}
-        if job_id is not None:
-            check_job_id(name, job_id)
-        fields["job_id"] = job_id or self._ids.new()
-        return str(self._call(name, "enqueue", fields)["job_id"])
+        # An explicit timeout: one request per call (coalescing needs a loop turn).
+        return self._run(name, lambda p: p.enqueue(name, data, delay_s=delay_s,
+                                                   priority=priority, job_id=job_id,
+                                                   timeout_s=self.request_timeout_s))
 
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay_s: float = 0,
                      priority: int = 0, job_ids: Sequence[str] | None = None) -> list[str]:
@@ -100,21 +104,8 @@ class SyncProducer:
         and :class:`OwnerUnavailable` or the owner's typed error for a request that failed:
         requests before it stay stored, and the message says how many jobs were.
         """
-        bodies, ids, delay, prio = check_batch(name, items, delay_s, priority, job_ids)
-        if ids is None:
-            ids = [self._ids.new() for _ in bodies]
-        stored = 0
-        for frame in batches.frames(ids, bodies, delay, prio):
-            try:
-                self._call(name, "enqueue_many", {"items": frame})
-            except errors.IstosError as exc:
-                if not stored:
-                    raise
-                raise type(exc)(f"{exc} (the first {stored} of {len(ids)} jobs were stored; "
-                                "send the batch again with the same job_ids to add the rest)"
-                                ) from exc
-            stored += len(frame)
-        return ids
+        return self._run(name, lambda p: p.enqueue_many(name, items, delay_s=delay_s,
+                                                        priority=priority, job_ids=job_ids))
 
     def result(self, name: str, job_id: str) -> dict[str, Any]:
         """Where job ``job_id`` stands: ``{"state": ..., "result": ...}`` as
@@ -123,19 +114,14 @@ class SyncProducer:
         :class:`OwnerUnavailable` when no owner answers."""
         check_queue_name(name)
         check_job_id(name, job_id)
-        return decode_result(self._call(name, "result", {"job_id": job_id}))
+        return self._run(name, lambda p: p.result(name, job_id))
 
     def dead_letters(self, name: str) -> list[dict[str, Any]]:
         """Every dead job of ``name``, oldest first, fetched page by page (as
         :meth:`Istos.dead_letters`). Raises :class:`ConfigError` for a bad name and
         :class:`OwnerUnavailable` when no owner answers."""
         check_queue_name(name)
-        page: list[dict[str, Any]] = []
-        while True:
-            reply = self._call(name, "dead", {"offset": len(page), "limit": protocol.MAX_PAGE})
-            page.extend(reply["dead"])
-            if not reply["dead"] or not reply.get("more"):
-                return decode_dead(page)
+        return self._run(name, lambda p: p.dead_letters(name))
 
     def close(self) -> None:
         """Close the session and cut any retry pause short (idempotent, never raises); calls
@@ -156,70 +142,42 @@ class SyncProducer:
         self.close()
 
     # -- the request path -----------------------------------------------------------------------
-    def _call(self, queue: str, op: str, fields: dict[str, Any]) -> dict[str, Any]:
+    def _require_open(self) -> None:
         if self._closed:
             raise errors.IstosError("this SyncProducer is closed")
-        msg = {"v": protocol.VERSION, "op": op, **fields}
+
+    def _run(self, queue: str, call: Callable[[Producer], Coroutine[Any, Any, T]]) -> T:
+        """``call(producer)`` run to its end within this call: to an owner of ``queue`` that
+        serves on the calling thread's loop in-process, else over the mesh."""
+        self._require_open()
+        check_queue_name(queue)
         owner = registry.on_this_loop(self.prefix, queue)
         if owner is not None:
-            reply = _dispatch_inline(owner, msg, queue)
-        else:
-            key = f"{self.prefix}/q/{queue}/rpc/{protocol.role_of(op)}"
-            reply = codec.decode_message(self._query(key, codec.encode_message(msg), queue))
-        if reply.get("ok"):
-            return reply
-        cls = protocol.ERROR_CLASSES.get(str(reply.get("error")), errors.RemoteError)
-        raise cls(f"queue {queue!r}: {reply.get('message') or reply.get('error')}")
+            return _run_inline(call(self._inline_producer(owner, queue)), owner, queue)
+        return run_to_end(call(self._producer))
 
-    def _query(self, key: str, payload: bytes, queue: str) -> bytes:
-        """The first OK reply to ``payload`` on ``key``, retried while nobody serves it."""
-        deadline = self._clock.monotonic() + self.request_timeout_s
-        pause, longest = _NO_RESPONDER_PAUSE_S
-        error: str | None = None
-        while True:
-            remaining = deadline - self._clock.monotonic()
-            if remaining <= 0:
-                break
-            try:
-                replies = self._session.get(key, payload=payload, timeout=remaining,
-                                            consolidation=zenoh.ConsolidationMode.NONE)
-                for reply in replies:  # blocks this thread only, until a reply or the end
-                    ok = reply.ok
-                    if ok is not None:
-                        return ok.payload.to_bytes()
-                    err = reply.err
-                    error = err.payload.to_bytes().decode("utf-8", "replace") if err else "?"
-            except zenoh.ZError as exc:
-                raise OwnerUnavailable(f"queue {queue!r}: request failed: {exc}") from exc
-            if error is not None:
-                raise OwnerUnavailable(f"queue {queue!r}: the owner answered with an error: "
-                                       f"{error}")
-            if self._clock.monotonic() >= deadline:
-                break
-            # Nobody served the key (the owner may not be discovered yet): retry, backing off.
-            if self._closing.wait(min(pause, max(0.0, deadline - self._clock.monotonic()))):
-                break
-            pause = min(pause * 2, longest)
-        raise OwnerUnavailable(
-            f"no owner of queue {queue!r} answered within {self.request_timeout_s:g} s (is a "
-            f"node serving app.queue({queue!r}) under prefix {self.prefix!r} reachable?)")
+    def _inline_producer(self, owner: registry.RunningOwner, queue: str) -> Producer:
+        """A producer whose client dispatches to ``owner`` in-process (the same code path as
+        an app's call to its own owner)."""
+        remote = dataclasses.replace(self._remote,
+                                     local_owner=lambda q: owner if q == queue else None)
+        return Producer(remote, Clients(remote), self._require_open)
 
 
-def _dispatch_inline(owner: registry.RunningOwner, msg: dict[str, Any],
-                     queue: str) -> dict[str, Any]:
-    """Run one request on an owner of the calling thread's loop, within this call."""
+def _run_inline(coro: Coroutine[Any, Any, T], owner: registry.RunningOwner, queue: str) -> T:
+    """Run one call to an owner of the calling thread's loop, within this call."""
     if owner.durable:
+        coro.close()  # never started: nothing was sent
         raise ConfigError(
             f"queue {queue!r}: its owner runs on this thread's event loop with durable "
             "storage, whose writes need that loop, which this blocking call holds: use "
             "`await app.enqueue(...)` (and friends) here, or call the SyncProducer from "
             "another thread")
-    coro = owner.dispatch(msg)
     try:
         pending = coro.send(None)
     except StopIteration as done:
-        reply: dict[str, Any] = done.value
-        return reply
+        result: T = done.value
+        return result
     # Unexpected for an in-memory owner: finish the request on the loop, and say so.
     asyncio.ensure_future(_finish(coro, pending))
     raise OwnerUnavailable(f"queue {queue!r}: the in-process owner could not answer within "
@@ -238,13 +196,3 @@ async def _finish(coro: Any, pending: Any) -> None:
             pending = coro.send(None)
         except StopIteration:
             return
-
-
-def _open(config: zenoh.Config) -> zenoh.Session:
-    try:
-        return zenoh.open(config)
-    except zenoh.ZError as exc:
-        if "unable to connect" in str(exc).lower():
-            raise MeshUnreachable(f"the SyncProducer reached no Zenoh router at its connect "
-                                  f"endpoints: {exc}") from exc
-        raise ConfigError(f"zenoh could not open a session with this config: {exc}") from exc

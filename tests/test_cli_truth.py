@@ -20,7 +20,7 @@ from test_cli import REPO, Mesh, cli, wait_for
 from zenoh_util import unique_prefix
 
 from istos import Istos, JobContext
-from istos.ops.follow import MARKERS
+from istos.client.follow import MARKERS
 
 
 @pytest.fixture(name="mesh")

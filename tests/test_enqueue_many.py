@@ -18,7 +18,7 @@ from services import free_port, start_throwaway_redis
 from zenoh_util import isolated_configs, unique_prefix
 
 from istos import InvalidJob, Istos, RedisStoragePlugin, StorageUnavailable, codec, protocol
-from istos.worker import batches
+from istos.client import batches
 
 
 @asynccontextmanager

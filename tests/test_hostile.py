@@ -24,7 +24,7 @@ from typing import Any
 import msgpack
 from zenoh_util import isolated_configs, unique_prefix, wait_until
 
-from istos import Istos, codec, protocol
+from istos import Istos, codec, keys, protocol
 
 PROC = str(Path(__file__).parent / "procs" / "hostile_owner.py")
 SEED = 1111
@@ -303,7 +303,7 @@ def role_key(base: str, payload: bytes, rng: random.Random | None) -> str:
     op = msg.get("op") if isinstance(msg, dict) else None
     if rng is not None and (not isinstance(op, str) or rng.random() < 0.05):
         return f"{base}/{rng.choice(protocol.ROLES)}"
-    return protocol.rpc_key(base, op) if isinstance(op, str) else f"{base}/read"
+    return keys.op_key(base, op) if isinstance(op, str) else f"{base}/read"
 
 
 def check_typed_error(raw: bytes, expected: tuple[str, ...] | None = None) -> str:

@@ -25,10 +25,14 @@ PLANTS = {
     "The pure core does no I/O": ("istos/core/backoff.py", "import istos.storage.memory"),
     "Transports and storage never import the owner":
         ("istos/storage/memory.py", "import istos.owner.persist"),
-    "Owner and worker are siblings": ("istos/owner/nudges.py", "import istos.worker.client"),
+    "Owner and worker are siblings": ("istos/owner/nudges.py", "import istos.worker.heartbeat"),
     "The simulator reaches the engine through its public ports":
         ("istos_nb/sim/clock.py", "import istos.owner.owner"),
     "The notebook side is layered": ("istos_nb/data/frames.py", "import istos_nb.sim.network"),
+    "The producers reach owners through the client":
+        ("istos/sync_producer.py", "import istos.worker.waiting"),
+    "The client imports neither the owner nor the worker":
+        ("istos/client/pages.py", "import istos.owner.persist"),
 }
 
 

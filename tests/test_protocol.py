@@ -14,7 +14,7 @@ import msgpack
 import pytest
 from helpers import count, wait_events
 
-from istos import AdminDisabled, InvalidJob, Istos, codec, protocol, schema
+from istos import AdminDisabled, InvalidJob, Istos, codec, keys, protocol, schema
 from istos.core import workflow_meta as wf
 from istos.core.hungry import MAX_HUNGRY
 from istos.owner.extension import Hooks
@@ -33,7 +33,7 @@ def app_on(mesh: LocalMesh, name: str, **kw: Any) -> Istos:
 async def raw(probe: Any, queue: str, **msg: Any) -> dict[str, Any]:
     """One request as an outsider sends it: a msgpack map on the rpc key, reply decoded."""
     msg.setdefault("v", 1)
-    key = protocol.rpc_key(f"istos/q/{queue}/rpc", msg["op"]) if isinstance(msg.get("op"), str) \
+    key = keys.rpc_key("istos", queue, msg["op"]) if isinstance(msg.get("op"), str) \
         else f"istos/q/{queue}/rpc/read"
     reply = await probe.query(key, codec.encode_message(msg), 2.0)
     assert len(reply) <= protocol.FRAME_CAP

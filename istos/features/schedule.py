@@ -66,10 +66,10 @@ from ..owner.extension import Hooks
 from ..owner.slot_marks import SlotMarks
 
 if TYPE_CHECKING:
+    from ..client import OwnerClient
     from ..core.config import QueueConfig
     from ..node import Node
     from ..owner.owner import QueueOwner
-    from ..worker.client import OwnerClient
 
 log = logging.getLogger("istos.schedule")
 

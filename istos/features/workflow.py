@@ -75,9 +75,9 @@ from ..owner.extension import Hooks
 from .chord_callbacks import CallbackReservations, ExpectsAsker
 
 if TYPE_CHECKING:
+    from ..client import OwnerClient
     from ..node import Node
     from ..owner.owner import QueueOwner
-    from ..worker.client import OwnerClient
 
 log = logging.getLogger("istos.workflow")
 

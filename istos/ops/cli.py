@@ -25,12 +25,12 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from ..client.follow import MARKERS
 from ..core.state import STATES
 from ..errors import AdminDisabled, ConfigError, IstosError, JobNotFound, OwnerUnavailable
 from ..protocol import MIN_ID_PREFIX
 from . import operator_cmds as OC
 from . import render as R
-from .follow import MARKERS, Follower
 from .operator import Operator
 from .record import add_command as add_record_command
 from .record import run_record
@@ -266,7 +266,7 @@ async def _follow(op: Operator, args: argparse.Namespace, out: Any) -> int:
 
     async def pump() -> None:
         nonlocal seen
-        async for item in Follower(op, args.queue).items():
+        async for item in op.follower(args.queue).items():
             marker = item.get("kind") in MARKERS
             out.write((json.dumps(R.jsonable(item)) if args.json else
                        R.marker_line(item) if marker else R.event_line(item)) + "\n")

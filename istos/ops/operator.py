@@ -1,8 +1,8 @@
 """An operator's read-mostly session on the mesh: what ``istos`` (the CLI) and ``istos metrics``
 use to talk to queue owners, with no notebook dependency.
 
-One :class:`Operator` holds one Zenoh session (client or peer mode, as its config says) and a
-:class:`~istos.worker.client.OwnerClient` per queue: the engine's own request path, so retries,
+One :class:`Operator` holds one Zenoh session (client or peer mode, as its config says) and an
+:class:`~istos.client.OwnerClient` per queue: the engine's one request path, so retries,
 timeouts and typed errors are the ones producers and workers see. It declares no worker and no
 queryable and never claims; the follower (:mod:`.follow`) asks owners to publish their events.
 """
@@ -13,19 +13,16 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from .. import codec
+from ..client import Clients, OwnerClient
+from ..client.follow import MARKERS, Follower
+from ..client.pages import dead_pages, jobs_pages, series_pages, workers_pages
 from ..clock import SystemClock
-from ..core.config import check_queue_name
 from ..core.state import STATES
-from ..errors import ConfigError, OwnerUnavailable, ProtocolError
+from ..errors import ConfigError, OwnerUnavailable
 from ..ids import IdSource, node_rng
 from ..node import Node
 from ..storage.memory import MemoryStorage
 from ..transport.zenoh import ZenohTransport
-from ..worker.client import OwnerClient
-
-MAX_PAGE = 1000  # the owner's page cap for `jobs` and `dead`
-FOLLOW_TTL_S = 30.0
-MAX_SERIES_PAGES = 1000  # the owner's cap; renewed every third of it
 
 
 class Operator:
@@ -45,7 +42,7 @@ class Operator:
                          rng=rng, ids=IdSource(rng), storage=MemoryStorage(), prefix=prefix,
                          request_timeout_s=float(timeout_s))
         self._transport = ZenohTransport(zenoh, node_id=self.node.node_id)
-        self._clients: dict[str, OwnerClient] = {}
+        self._clients = Clients(self.node)
 
     async def __aenter__(self) -> Operator:
         """Open the session. The config was parsed already (a bad one raised ConfigError), so
@@ -75,10 +72,7 @@ class Operator:
                    **fields: Any) -> dict[str, Any]:
         """One request to ``queue``'s owner within ``timeout_s`` (default: the session's);
         its checked reply."""
-        client = self._clients.get(queue)
-        if client is None:
-            client = self._clients[queue] = OwnerClient(self.node, check_queue_name(queue))
-        return await client.call(op, timeout_s, **fields)
+        return await self._clients(queue).call(op, timeout_s, **fields)
 
     async def discover(self) -> dict[str, dict[str, Any]]:
         """Every queue under this prefix whose owner or HA replica is on the mesh
@@ -112,21 +106,8 @@ class Operator:
         if state is not None and state not in STATES:
             raise ConfigError(f"state must be one of {', '.join(STATES)}, got {state!r}")
         want = None if limit is None else limit + 1  # one more row says whether more exist
-        rows: list[dict[str, Any]] = []
-        more, size = True, MAX_PAGE
-        while more and (want is None or len(rows) < want):
-            page = size if want is None else min(size, want - len(rows))
-            try:
-                reply = await self.call(queue, "jobs", state=state, where=dict(where or {}),
-                                        offset=offset + len(rows), limit=page,
-                                        **(filters or {}))
-            except ProtocolError:
-                if page == 1:  # one body always fits: this is not about size
-                    raise
-                size = max(1, page // 2)  # big bodies: the reply outgrew a message
-                continue
-            rows.extend(reply["jobs"])
-            more = bool(reply.get("more", len(reply["jobs"]) >= page))
+        rows, more, _ = await jobs_pages(self._clients(queue), state, dict(where or {}), want,
+                                         offset, filters)
         truncated = (limit is not None and len(rows) > limit) or more
         rows = rows if limit is None else rows[:limit]
         total: int | None = None
@@ -139,54 +120,32 @@ class Operator:
 
     async def workers(self, queue: str) -> list[dict[str, Any]]:
         """The owner's table of workers seen lately (every page)."""
-        rows: list[dict[str, Any]] = []
-        while True:
-            reply = await self.call(queue, "workers", offset=len(rows))
-            rows.extend(reply["workers"])
-            if not reply.get("more") or not reply["workers"]:
-                return rows
+        return await workers_pages(self._clients(queue))
 
     async def dead(self, queue: str, limit: int | None = None) -> list[dict[str, Any]]:
         """Dead letters, oldest first; every page unless ``limit`` caps them."""
-        dead: list[dict[str, Any]] = []
-        size = MAX_PAGE
-        while limit is None or len(dead) < limit:
-            want = size if limit is None else min(size, limit - len(dead))
-            try:
-                reply = await self.call(queue, "dead", offset=len(dead), limit=want)
-            except ProtocolError:
-                if want == 1:
-                    raise
-                size = max(1, want // 4)  # big bodies and histories: smaller pages
-                continue
-            dead.extend(reply["dead"])
-            if not reply["dead"] or len(dead) >= reply.get("total", len(dead)):
-                break
-        return dead
+        return await dead_pages(self._clients(queue), limit)
 
     async def follow(self, queue: str) -> AsyncIterator[dict[str, Any]]:
         """The owner's live events, one dict each (as the owner emitted them), until the caller
-        stops iterating; :class:`~istos.ops.follow.Follower` gives its markers too."""
-        from .follow import MARKERS, Follower  # (follow.py builds on this module)
-
-        async for item in Follower(self, queue).items():
+        stops iterating; :class:`~istos.client.follow.Follower` gives its markers too."""
+        async for item in self.follower(queue).items():
             if item.get("kind") not in MARKERS:
                 yield {k: v for k, v in item.items() if k != "seq"}
+
+    def client(self, queue: str) -> OwnerClient:
+        """The request client of ``queue``'s owner on this session (ConfigError: a bad name)."""
+        return self._clients(queue)
+
+    def follower(self, queue: str) -> Follower:
+        """A :class:`~istos.client.follow.Follower` of ``queue`` on this session (markers
+        included)."""
+        return Follower(self._transport, self._clients(queue))
 
     async def series(self, queue: str, since: float | None, resolution: str = "1s"
                      ) -> list[dict[str, Any]]:
         """Every page of the owner's series rows from ``since`` (None: all it keeps)."""
-        rows: list[dict[str, Any]] = []
-        fields: dict[str, Any] = {"resolution": resolution}
-        if since is not None:
-            fields["since"] = max(0.0, since)
-        for _ in range(MAX_SERIES_PAGES):
-            reply = await self.call(queue, "series", **fields)
-            rows.extend(reply["rows"])
-            if not reply.get("more") or reply.get("next_since") is None:
-                break
-            fields["since"] = float(reply["next_since"])
-        return rows
+        return await series_pages(self._clients(queue), since, resolution)
 
 
 def decode_body(raw: Any) -> Any:

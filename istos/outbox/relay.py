@@ -33,9 +33,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from .. import protocol
+from ..client import batches
 from ..core.config import check_queue_name
 from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
-from ..worker import batches
 from .store import OutboxRow, OutboxStore
 from .table import DEFAULT_TABLE
 

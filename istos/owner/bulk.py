@@ -4,7 +4,7 @@ Write, then apply: every new record is stored in the same storage ``apply`` (one
 MULTI/EXEC or Lua script, one SQL transaction) before any of them enters the queue, so a
 storage failure leaves none of them stored or queued and the request fails as a whole with
 :class:`~istos.errors.StorageUnavailable`. The producer's side (cutting a batch into requests
-under the frame cap) is :mod:`istos.worker.batches`.
+under the frame cap) is :mod:`istos.client.batches`.
 
 Idempotent per item: the producer chooses every job id, so a retried request (after a timeout
 whose first try was in fact stored) adds nothing twice; ids the queue already holds, or that

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .. import codec, protocol
+from .. import codec, keys, protocol
 from .. import events as ev
 from ..core.config import QueueConfig
 from ..core.state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord, QueueState
@@ -102,7 +102,7 @@ class Inspector(OwnerExtension):
                                             "events": batch, "epoch": self.sequence.epoch,
                                             "seqs": seqs})
             asyncio.get_running_loop().create_task(
-                transport.put(self.owner.node.key(self.owner.name, "events"), payload))
+                transport.put(keys.events_key(self.owner.node.prefix, self.owner.name), payload))
 
     def rates(self, now: float, window_s: float = 10.0) -> tuple[float, float]:
         """Enqueues and acks per second over the last ``window_s`` whole seconds."""
@@ -206,7 +206,7 @@ class Inspector(OwnerExtension):
         ttl = min(FOLLOW_TTL_S, max(1.0, float(msg.get("ttl_s", FOLLOW_TTL_S))))
         # The latest deadline wins: one follower's short ttl must not cut another's stream.
         self._follow_until = max(self._follow_until, self.owner.node.clock.now() + ttl)
-        return {"key": self.owner.node.key(self.owner.name, "events"), "ttl_s": ttl}
+        return {"key": keys.events_key(self.owner.node.prefix, self.owner.name), "ttl_s": ttl}
 
     async def op_events_since(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Events after a follower's last ``(epoch, after)``: see :mod:`.sequence`."""

@@ -28,7 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .. import codec, protocol
+from .. import codec, keys, protocol
 from .. import events as ev
 from ..core.config import QueueConfig
 from ..core.hungry import HungryNodes
@@ -143,7 +143,7 @@ class QueueOwner:
             # rpc/** (not rpc/*): a request on a malformed rpc key (no role, or chunks past
             # it) reaches this owner too and gets a ProtocolError rather than silence. Queue
             # names hold no "rpc" chunk (check_queue_name), so these keys are this queue's.
-            self._rpc_base = self.node.key(self.name, "rpc")
+            self._rpc_base = keys.rpc_base(self.node.prefix, self.name)
             self._handle = await self.node.transport.declare_queryable(
                 self._rpc_base + "/**", self._on_request)
         self._timer = asyncio.get_running_loop().create_task(self._sweep_loop())

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .. import codec
+from .. import codec, keys
 from ..errors import IstosError, OwnerConflict
 from ..node import Node
 from ..transport.base import NoResponder
@@ -86,7 +86,7 @@ class SoleOwner:
         """The node that answers a ping on this queue now, if any (and not this one)."""
         transport = self.node.transport
         assert transport is not None
-        key = f"{self.node.prefix}/q/{self.queue}/rpc/read"
+        key = keys.rpc_key(self.node.prefix, self.queue, "ping")
         ping, clock = codec.encode_message({"v": 1, "op": "ping"}), self.node.clock
         until = clock.monotonic() + LOOK_S
         while True:

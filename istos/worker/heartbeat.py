@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import codec
+from ..client import OwnerClient
 from ..context import RunSignals
 from ..core.config import WorkerConfig
 from ..core.leasing import MAX_EXTEND_ITEMS
 from ..errors import IstosError, JobCancelled, JobTimeout
 from ..node import Node
 from ..wakeup import Wakeup
-from .client import OwnerClient
 
 
 class LeaseHolder(Protocol):

@@ -6,10 +6,10 @@ claim is the wait, and the nudge message is not needed. An owner that did not pa
 (no ``parked`` in its reply) leaves the dispatcher to the nudge and the poll interval, as
 before; one that stopped while the claim was parked (``unparked``) is asked again at once.
 
-Stopping: a parked claim in flight is ended with ``unpark`` (sent again every
-:data:`UNPARK_RETRY_S` until the claim came back, since the unpark may overtake the claim it
-ends), so no job is leased to a worker that no longer listens. Dying: the node's worker token
-(:func:`declare_worker_tokens`) goes with its session, and the owner ends its parked claims.
+Stopping: a parked claim in flight is ended with ``unpark`` (the client's side,
+:mod:`istos.client.parking`), so no job is leased to a worker that no longer listens. Dying:
+the node's worker token (:func:`declare_worker_tokens`) goes with its session, and the owner
+ends its parked claims.
 """
 
 from __future__ import annotations
@@ -19,15 +19,14 @@ import logging
 from typing import Any
 
 from .. import protocol
+from ..client import OwnerClient
+from ..client.parking import claim_timeout, unpark_until_back
 from ..errors import IstosError
 from ..node import Node
 from ..transport.base import Handle
-from .client import OwnerClient
 
 log = logging.getLogger("istos.worker")
 
-UNPARK_RETRY_S = 0.05
-UNPARK_TIMEOUT_S = 2.0
 AFTER_UNPARKED_S = 0.05  # the pause before claiming again from a queue whose owner stopped
 AFTER_FAILED_S = 0.25  # ... after a parked claim failed (the owner went away, or its storage)
 
@@ -57,7 +56,7 @@ class ClaimParking:
         if park_s <= 0:
             return None
         self.in_flight = slots
-        return park_s + self.node.request_timeout_s
+        return claim_timeout(self.client, park_s)
 
     def end(self, reply: dict[str, Any] | None) -> None:
         """The claim came back (``reply``) or failed (None)."""
@@ -92,18 +91,8 @@ class ClaimParking:
         """End the parked claim ``dispatcher`` may be waiting on, and let it come back (at most
         ``budget_s``): jobs its reply brings are then run or released, never left leased.
         An owner that does not answer the unpark holds no parked claim to end (it is gone)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + budget_s
-        while self.in_flight is not None and not dispatcher.done() \
-                and loop.time() < deadline:
-            try:
-                await self.client.call(
-                    "unpark", min(UNPARK_TIMEOUT_S, max(0.01, deadline - loop.time())),
-                    workers=self.in_flight, node=self.node.node_id, park_key=self.key)
-            except IstosError as exc:
-                log.debug("unpark failed: %s", exc)
-                return
-            await asyncio.wait({dispatcher}, timeout=UNPARK_RETRY_S)
+        await unpark_until_back(self.client, lambda: self.in_flight, self.node.node_id,
+                                self.key, dispatcher, budget_s)
 
 
 async def declare_worker_tokens(node: Node, queues: set[str]) -> list[Handle]:

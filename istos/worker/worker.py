@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import codec, di, protocol
+from ..client import OwnerClient
 from ..context import JobContext
 from ..core.config import WorkerConfig
 from ..errors import InvalidJob, IstosError, OwnerUnavailable, Retry, StorageUnavailable
 from ..node import Node
 from ..wakeup import Wakeup
-from .client import OwnerClient
 from .heartbeat import Held, HeldLeases
 from .parking import ClaimParking
 from .waiting import WaitingJobs

@@ -58,7 +58,7 @@ class Trace:
         the claims and the rest are Istos's defaults. Events of node crashes and restarts (a
         simulation's) are kept: they time the crashes. Raises :class:`ConfigError` or
         ``TypeError`` for events that are not events (see
-        :func:`~istos_nb.views.frames.events_frame`).
+        :func:`~istos_nb.data.frames.events_frame`).
         """
         df = events_frame(events)
         rows = [_row(r) for r in df.itertuples(index=False)]
@@ -76,7 +76,15 @@ class Trace:
         """Read a trace file (``istos record``'s or :meth:`save`'s). Raises TraceFormatError
         naming the line for anything else, and for a version newer than this one reads;
         ``OSError`` when the file cannot be read."""
-        head, events, bodies = tracefile.read_trace(path)
+        return cls.from_recording(*tracefile.read_trace(path))
+
+    @classmethod
+    def from_recording(cls, head: Mapping[str, Any], events: list[dict[str, Any]],
+                       bodies: Iterable[dict[str, Any]] = ()) -> Trace:
+        """A trace of a recording's parts (a trace file's header, checked events and bodies:
+        :class:`istos.client.record.Recording`, or what :func:`istos.tracefile.read_trace`
+        read). The parts must be what those readers checked; raises ``KeyError`` for a header
+        without ``queue`` or ``policy``."""
         return cls(queue=head["queue"], policy=dict(head["policy"]), events=events,
                    bodies={b["body_of"]: b for b in bodies}, source=str(head.get("source")),
                    dropped=int(head.get("dropped") or 0))

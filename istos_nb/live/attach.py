@@ -2,7 +2,7 @@
 and, only where the queue opted in with ``admin=True``, act on it. ``with attach("jobs/email")
 as q: q.stats(); q.jobs(state="ready"); q.why(job_id); q.job(job_id); q.follow().events()``.
 
-Threading: a LiveQueue owns a private asyncio loop in a daemon thread (``_live.py``), and its
+Threading: a LiveQueue owns a private asyncio loop in a daemon thread (``loop.py``), and its
 Zenoh session lives on that loop; every request runs there. Plain methods submit to it and wait
 with a bound, so they work from a script, from any thread, and from a Jupyter cell: when the
 calling thread runs an event loop (a notebook kernel, ``asyncio.run``), that loop keeps running
@@ -29,16 +29,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
+from istos.client.follow import Follower
 from istos.core.config import check_queue_name
 from istos.errors import ConfigError, IstosError, JobNotFound
-from istos.protocol import MAX_BULK
+from istos.protocol import MAX_BULK, MAX_PAGE
 from istos.transport.zenoh import ZenohTransport
 
 from . import reply_tables as lf
-from .loop import LoopThread, Stream, async_call, keep_following, stop_stream, sync_call
+from .loop import LoopThread, Stream, async_call, start_stream, stop_stream, sync_call
 from .owner_series import fetch_series, series_args
 from .record import check_seconds, record_on_loop
-from .requests import MAX_PAGE, OwnerRequests, jobs_args, purge_fields, search_filters
+from .requests import OwnerRequests, jobs_args, purge_fields, search_filters
 
 if TYPE_CHECKING:
     from ..data.trace import Trace
@@ -103,7 +104,6 @@ class LiveQueue:
         self.queue, self.prefix, self.timeout_s = queue, prefix, float(timeout_s)
         self.node_id = f"attach-{secrets.token_hex(4)}"
         self.owner_node: str | None = None
-        self._events_key = f"{prefix}/q/{queue}/events"
         self._closed = False
         self._state_lock = threading.Lock()  # guards _closed and _stream transitions
         self._stream: Stream | None = None
@@ -377,20 +377,16 @@ class LiveQueue:
         return stream.stats(stream is self._stream)
 
     async def _start_follow(self, stream: Stream) -> None:
-        # Subscribe first: the declaration travels ahead of the follow request on the link, so
-        # the owner already routes to us when it starts publishing.
-        stream.handle = await self._transport.declare_subscriber(self._events_key,
-                                                                 stream.on_batch)
+        # The engine's follower subscribes first (the declaration travels ahead of the follow
+        # request on the link, so the owner already routes to us when it starts publishing),
+        # then the owner's ring, taken once it publishes, goes before what streamed live.
+        follower = Follower(self._transport, self._req.clients(self.queue), ttl_s=FOLLOW_TTL_S)
+        await start_stream(stream, follower)
         try:
-            reply = await self._req.ask("follow", ttl_s=FOLLOW_TTL_S)
-            stream.ttl_s = float(reply.get("ttl_s") or FOLLOW_TTL_S)
             stream.merge_snapshot(await self._req.ring(stream.window.maxlen or 1))
         except BaseException:
-            stream.handle.close()
+            await stop_stream(stream)
             raise
-        stream.renewer = asyncio.get_running_loop().create_task(keep_following(
-            stream, lambda: self._req.ask("follow", ttl_s=FOLLOW_TTL_S),
-            check_s=max(0.25, self.timeout_s / 4)))  # notices a dead owner within ~timeout
 
     # -- recording -----------------------------------------------------------------------------
     def record(self, seconds: float, *, bodies: bool = False,
@@ -403,18 +399,21 @@ class LiveQueue:
         Raises :class:`ConfigError` for ``seconds`` not a finite number > 0 and
         :class:`OwnerUnavailable` if no owner answers."""
         check_seconds(seconds)
-        return self._blocking(
-            lambda: record_on_loop(self._req, self._events_key, float(seconds), bodies,
-                                   on_start), "record", float(seconds) + 4 * self.timeout_s)
+        return self._blocking(lambda: self._record(float(seconds), bodies, on_start),
+                              "record", float(seconds) + 4 * self.timeout_s)
 
     async def arecord(self, seconds: float, *, bodies: bool = False,
                       on_start: Callable[[], None] | None = None) -> Trace:
         """As :meth:`record`, awaitable: the caller's loop runs while it waits."""
         check_seconds(seconds)
         return await self._awaiting(
-            lambda: record_on_loop(self._req, self._events_key, float(seconds), bodies,
-                                   on_start), "record",
+            lambda: self._record(float(seconds), bodies, on_start), "record",
             float(seconds) + 4 * self.timeout_s)
+
+    def _record(self, seconds: float, bodies: bool,
+                on_start: Callable[[], None] | None) -> Coroutine[Any, Any, Trace]:
+        return record_on_loop(self._transport, self._req.clients(self.queue), seconds, bodies,
+                              on_start)
 
     # -- admin (the owner refuses these with AdminDisabled unless admin=True) ------------------
     def requeue(self, job_id: str) -> str:

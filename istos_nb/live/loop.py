@@ -3,8 +3,8 @@
 :class:`LoopThread` is a private asyncio loop in a daemon thread; :func:`run_bounded` and
 :func:`sync_call` are how a synchronous caller (a script, a Jupyter cell) runs a coroutine there
 and waits with a bound. :class:`Stream` is the rolling window of a followed event stream, fed
-on the loop thread and read from any thread, with its counters; :func:`keep_following` renews
-the follow and :func:`stop_stream` ends it.
+on the loop thread by the engine's follower and read from any thread, with its counters;
+:func:`start_stream` starts feeding it and :func:`stop_stream` ends it.
 
 Nothing here knows the RPC protocol: requests are made by ``attach.py`` and handed in.
 """
@@ -15,44 +15,21 @@ import asyncio
 import concurrent.futures
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from istos import codec
-from istos.errors import IstosError, OwnerUnavailable, ProtocolError
+from istos.client.follow import MARKERS, Follower
+from istos.client.loopthread import LoopThread as BaseLoopThread
+from istos.errors import OwnerUnavailable
 
 from .reenter import can_reenter, wait_running_loop
 
 T = TypeVar("T")
 
 
-class LoopThread:
-    """A private asyncio loop in a daemon thread; :meth:`run` submits and waits with a bound."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self._thread.start()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_forever()
-        finally:
-            # Whatever is still scheduled belongs to a closed LiveQueue: cancel it quietly.
-            pending = asyncio.all_tasks(self.loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            self.loop.close()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def on_loop_thread(self) -> bool:
-        return threading.get_ident() == self._thread.ident
+class LoopThread(BaseLoopThread):
+    """The engine's loop thread (:class:`istos.client.loopthread.LoopThread`), whose plain
+    :meth:`run` keeps a notebook cell's own loop running while it waits."""
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
         """Run ``coro`` on the loop and wait; cancel it if the caller stops waiting (timeout,
@@ -67,21 +44,6 @@ class LoopThread:
         except BaseException:
             fut.cancel()
             raise
-
-    async def arun(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
-        """Run ``coro`` on the loop and await it from the caller's loop, at most ``timeout_s``
-        (``asyncio.TimeoutError`` then); cancelling the caller cancels ``coro``."""
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(fut), timeout_s)
-        except BaseException:
-            fut.cancel()
-            raise
-
-    def stop(self, timeout_s: float) -> None:
-        if self.alive:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout_s)
 
 
 # -- synchronous calls onto the loop -----------------------------------------------------------
@@ -143,72 +105,60 @@ def event_key(event: dict[str, Any]) -> tuple[Any, ...]:
 class Stream:
     """The followed event stream: a bounded window fed on the loop thread, read from any thread.
 
-    Counters: ``received`` events delivered by the live stream, ``duplicates`` of them already
+    Fed by the engine's follower (:class:`istos.client.follow.Follower`: it renews the follow,
+    notices a lost owner, and fetches back from the owner's ring what the live stream missed).
+    Counters: ``received`` events the follower delivered, ``duplicates`` of them already
     present from the ring snapshot, ``dropped`` events pushed out of the full window (older
-    events no longer shown by ``events()``), ``snapshot`` events taken from the owner's ring when
-    following started, ``bad`` undecodable batches, ``renewals``/``renew_errors`` of the follow.
-    ``ttl_s`` is the follow's ttl as last granted by the owner (``ttl_s`` until it answers).
-    What the owner's sequence numbers say (see ``istos.owner.sequence``): ``epoch`` and
-    ``last_seq`` of the newest event, ``missed`` events the live stream skipped within an
-    epoch (dropped batches: exactly how many), ``owner_restarts`` (a new epoch appeared), and
-    ``owner_up`` (False from a renewal that got no answer until one does; ``owner_lost`` and
-    ``owner_back`` count those changes).
+    events no longer shown by ``events()``), ``snapshot`` events taken from the owner's ring
+    when following started; the follower's ``batches``, ``bad`` (undecodable batches),
+    ``renewals`` and ``renew_errors`` of the follow. ``ttl_s`` is the follow's ttl as last
+    granted by the owner. What the owner's sequence numbers say (see
+    ``istos.owner.sequence``): ``epoch`` and ``last_seq`` of the newest event, ``missed``
+    events the follower could not fetch back (no longer in the owner's ring), and
+    ``owner_restarts`` (a new epoch appeared); ``owner_up`` is False from a renewal that got
+    no answer until one does (``owner_lost`` and ``owner_back`` count those changes).
     """
 
     def __init__(self, window: int, ttl_s: float) -> None:
         self.lock = threading.Lock()
         self.window: deque[dict[str, Any]] = deque(maxlen=window)
         self.snapshot_keys: set[tuple[Any, ...]] = set()
-        self.counts = dict.fromkeys(("received", "duplicates", "dropped", "snapshot", "batches",
-                                     "bad", "renewals", "renew_errors", "missed",
+        self.counts = dict.fromkeys(("received", "duplicates", "dropped", "snapshot", "missed",
                                      "owner_restarts", "owner_lost", "owner_back"), 0)
-        self.epoch: str | None = None
-        self.last_seq = 0
         self.owner_up = True
-        self.last_error: str | None = None
         self.ttl_s = ttl_s
-        self.handle: Any = None
-        self.renewer: asyncio.Task[None] | None = None
+        self.follower: Follower | None = None
+        self.pump: asyncio.Task[None] | None = None
 
-    def on_batch(self, key: str, payload: bytes) -> None:
-        """Subscriber handler (loop thread): ``{"v": 1, "events": [event dicts]}``."""
-        try:
-            msg = codec.decode_message(payload)
-            events = msg["events"]
-            if not isinstance(events, list):
-                raise ProtocolError("events is not a list")
-        except (ProtocolError, KeyError) as exc:
-            self.counts["bad"] += 1
-            self.last_error = f"undecodable event batch: {exc}"
-            return
-        counts, keys = self.counts, self.snapshot_keys
+    def feed(self, item: dict[str, Any]) -> None:
+        """One item of the follower (loop thread): an event (with its ``seq``) or a marker."""
+        counts = self.counts
         with self.lock:
-            self._note_seqs((msg.get("epoch"), msg.get("seqs")))
-            counts["batches"] += 1
-            counts["received"] += len(events)
-            for event in events:
-                if not isinstance(event, dict):
-                    continue
-                if keys and event_key(event) in keys:
-                    counts["duplicates"] += 1
-                    continue
-                if len(self.window) == self.window.maxlen:
-                    counts["dropped"] += 1
-                self.window.append(event)
+            kind = item.get("kind")
+            if kind in MARKERS:
+                self._note_marker(str(kind), item)
+                return
+            item.pop("seq", None)  # the follower's numbering; the window holds owner events
+            counts["received"] += 1
+            if self.snapshot_keys and event_key(item) in self.snapshot_keys:
+                counts["duplicates"] += 1
+                return
+            if len(self.window) == self.window.maxlen:
+                counts["dropped"] += 1
+            self.window.append(item)
 
-    def _note_seqs(self, fields: tuple[Any, Any]) -> None:
-        epoch, seqs = fields
-        if not isinstance(epoch, str) or not isinstance(seqs, list) or not seqs \
-                or not all(isinstance(n, int) for n in seqs):
-            return
-        if epoch != self.epoch:
-            if self.epoch is not None:
-                self.counts["owner_restarts"] += 1
-            self.epoch, self.last_seq = epoch, seqs[0] - 1 if self.epoch is None else 0
-        first = seqs[0]
-        if first > self.last_seq + 1:
-            self.counts["missed"] += first - self.last_seq - 1
-        self.last_seq = max(self.last_seq, seqs[-1])
+    def _note_marker(self, kind: str, item: dict[str, Any]) -> None:
+        counts = self.counts
+        if kind == "gap":
+            counts["missed"] += int(item.get("missed") or 0)
+            if item.get("lost_with_owner"):
+                counts["owner_restarts"] += 1
+        elif kind == "owner_lost" and self.owner_up:
+            self.owner_up = False
+            counts["owner_lost"] += 1
+        elif kind == "owner_back" and not self.owner_up:
+            self.owner_up = True
+            counts["owner_back"] += 1
 
     def merge_snapshot(self, events: list[dict[str, Any]]) -> None:
         """Put the ring snapshot (older) before the live events seen so far, de-duplicated.
@@ -237,46 +187,40 @@ class Stream:
                 else list(self.window)
 
     def stats(self, following: bool) -> dict[str, Any]:
+        f = self.follower
+        extra = dict.fromkeys(("batches", "bad", "renewals", "renew_errors"), 0) \
+            if f is None else dict(f.counts)
         with self.lock:
             return {"following": following, "window": self.window.maxlen,
-                    "held": len(self.window), **self.counts, "last_error": self.last_error,
-                    "epoch": self.epoch, "last_seq": self.last_seq, "owner_up": self.owner_up}
+                    "held": len(self.window), **self.counts, **extra,
+                    "last_error": None if f is None else f.last_error,
+                    "epoch": None if f is None else f.epoch,
+                    "last_seq": 0 if f is None else f.last, "owner_up": self.owner_up,
+                    "ttl_s": self.ttl_s if f is None else f.granted_ttl_s}
 
 
-async def keep_following(stream: Stream, renew: Callable[[], Awaitable[dict[str, Any]]],
-                         check_s: float | None = None) -> None:
-    """Renew the follow every ``check_s`` (at most ttl/3) with ``renew()`` (the owner's
-    reply), until cancelled; a renewal that gets no answer marks the owner lost."""
-    def every() -> float:
-        return stream.ttl_s / 3 if check_s is None else min(check_s, stream.ttl_s / 3)
+async def start_stream(stream: Stream, follower: Follower) -> None:
+    """Feed ``stream`` from ``follower`` (a task on this loop) until :func:`stop_stream`; return
+    once the owner publishes to it. Raises what the follow's start raised (OwnerUnavailable)."""
+    publishing = asyncio.Event()
+    follower.on_following = publishing.set
+    stream.follower = follower
 
-    delay = every()
-    while True:
-        await asyncio.sleep(delay)
-        try:
-            reply = await renew()
-        except IstosError as exc:
-            # The owner may be restarting or failing over: keep the subscription and retry
-            # soon; a live owner keeps publishing until the last granted ttl lapses.
-            stream.counts["renew_errors"] += 1
-            stream.last_error = f"follow renewal failed: {exc}"
-            if stream.owner_up:
-                stream.owner_up = False
-                stream.counts["owner_lost"] += 1
-            delay = min(1.0, every())
-            continue
-        stream.ttl_s = float(reply.get("ttl_s") or stream.ttl_s)
-        stream.counts["renewals"] += 1
-        if not stream.owner_up:
-            stream.owner_up = True
-            stream.counts["owner_back"] += 1
-        delay = every()
+    async def pump() -> None:
+        async for item in follower.items():
+            stream.feed(item)
 
+    stream.pump = asyncio.ensure_future(pump())
+    waiter = asyncio.ensure_future(publishing.wait())
+    try:
+        await asyncio.wait({stream.pump, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if stream.pump.done():
+        stream.pump.result()  # the start failed: its error
 
 
 async def stop_stream(stream: Stream) -> None:
-    if stream.renewer is not None:
-        stream.renewer.cancel()
-        await asyncio.gather(stream.renewer, return_exceptions=True)
-    if stream.handle is not None:
-        stream.handle.close()
+    if stream.pump is not None:
+        stream.pump.cancel()
+        await asyncio.gather(stream.pump, return_exceptions=True)

@@ -10,13 +10,13 @@ from typing import Any
 
 import pandas as pd
 
+from istos.client.pages import series_pages
 from istos.errors import ConfigError
 
 from ..data.series import series_frame
 from .requests import OwnerRequests
 
 RESOLUTIONS: dict[Any, str] = {"1s": "1s", "1min": "1min", 1: "1s", 60: "1min"}  # 1.0, 60.0 too
-MAX_PAGES = 1000  # a day of minutes or an hour of seconds is a handful of pages
 
 
 def series_args(since: Any, resolution: Any) -> tuple[float | None, str]:
@@ -42,14 +42,4 @@ def series_args(since: Any, resolution: Any) -> tuple[float | None, str]:
 async def fetch_series(req: OwnerRequests, since: float | None, resolution: str
                        ) -> pd.DataFrame:
     """Every page of the owner's series from ``since`` (None: all it keeps)."""
-    rows: list[dict[str, Any]] = []
-    fields: dict[str, Any] = {"resolution": resolution}
-    if since is not None:
-        fields["since"] = since
-    for _ in range(MAX_PAGES):
-        reply = await req.ask("series", **fields)
-        rows.extend(reply["rows"])
-        if not reply.get("more") or reply.get("next_since") is None:
-            break
-        fields["since"] = float(reply["next_since"])
-    return series_frame(rows)
+    return series_frame(await series_pages(req.clients(req.queue), since, resolution))

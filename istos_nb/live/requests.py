@@ -2,7 +2,8 @@
 
 One :class:`OwnerRequests` per LiveQueue, holding its Zenoh transport. Each method is one
 operation as the LiveQueue offers it (paging, halving pages that do not fit in one message,
-frames built with ``_liveframes``); :meth:`OwnerRequests.ask` is the one request path.
+frames built with ``_liveframes``); :meth:`OwnerRequests.ask` sends each through the engine's
+request path (:mod:`istos.client`), as the producer's and the CLI's calls go.
 """
 
 from __future__ import annotations
@@ -12,45 +13,32 @@ from typing import Any
 
 import pandas as pd
 
-from istos import codec
-from istos.core.config import check_queue_name
+from istos.client import Clients, Remote, ReplyTooLarge
+from istos.client.pages import dead_pages, jobs_pages, workers_pages
 from istos.core.state import STATES
-from istos.errors import ConfigError, JobNotFound, ProtocolError
+from istos.errors import ConfigError, JobNotFound
 from istos.owner.workflow_view import fill_states
-from istos.protocol import MAX_EVENTS, MAX_PAGE, rpc_key
-from istos.transport.zenoh import ZenohTransport
-from istos.worker.client import query_owner, raise_for_reply
+from istos.protocol import MAX_EVENTS
+from istos.transport.base import Transport
 
 from . import reply_tables as lf
-
-# MAX_PAGE and MAX_EVENTS (the owner's caps) come from istos.protocol: one place for the wire.
-
-
-class ReplyTooLarge(ProtocolError):
-    """A reply above the codec's message cap; the caller asks again for fewer items."""
 
 
 class OwnerRequests:
     """Requests to one queue's owner through ``transport``, each bounded by ``timeout_s``."""
 
-    def __init__(self, transport: ZenohTransport, queue: str, prefix: str,
+    def __init__(self, transport: Transport, queue: str, prefix: str,
                  timeout_s: float) -> None:
         self.transport, self.queue, self.prefix, self.timeout_s = (
             transport, queue, prefix, timeout_s)
-        self.rpc_key = f"{prefix}/q/{queue}/rpc"
+        self.clients = Clients(Remote(transport, prefix, timeout_s))
 
     async def ask(self, op: str, timeout_s: float | None = None,
                   **fields: Any) -> dict[str, Any]:
-        """One request, on the loop thread, through the engine's own request path
-        (``istos.worker.client.query_owner``: retried while nobody serves the key)."""
-        payload = codec.encode_message({"v": codec.PROTOCOL_VERSION, "op": op, **fields})
-        raw = await query_owner(self.transport, rpc_key(self.rpc_key, op), self.queue, payload,
-                                self.timeout_s if timeout_s is None else timeout_s,
-                                what=op, where=f" (prefix {self.prefix!r})")
-        if len(raw) > codec.MAX_MESSAGE_BYTES:
-            raise ReplyTooLarge(f"queue {self.queue!r}: the {op} reply is {len(raw)} bytes, "
-                                f"above the {codec.MAX_MESSAGE_BYTES} message cap")
-        return raise_for_reply(codec.decode_message(raw), self.queue)
+        """One request, on the loop thread, through the engine's request path
+        (:class:`istos.client.OwnerClient`: retried while nobody serves the key; the owner's
+        typed error raised; :class:`ReplyTooLarge` above the message cap)."""
+        return await self.clients(self.queue).call(op, timeout_s, **fields)
 
     async def stats(self) -> dict[str, Any]:
         return dict((await self.ask("stats"))["stats"])
@@ -78,23 +66,8 @@ class OwnerRequests:
                       offset: int, filters: dict[str, Any] | None = None) -> pd.DataFrame:
         """Pages of one state from ``offset``; one row beyond ``limit`` says if more exist."""
         want = None if limit is None else limit + 1
-        rows: list[dict[str, Any]] = []
-        size, more, total = MAX_PAGE, True, None
-        while more and (want is None or len(rows) < want):
-            page = size if want is None else min(size, want - len(rows))
-            try:
-                reply = await self.ask("jobs", state=state, where=where,
-                                       offset=offset + len(rows), limit=page,
-                                       **(filters or {}))
-            except ReplyTooLarge:
-                if page == 1:  # cannot happen: one body (<= 1 MiB) fits in one message
-                    raise
-                size = max(1, page // 2)  # big bodies: smaller pages
-                continue
-            got = reply["jobs"]
-            rows.extend(got)
-            total = reply.get("total", total)
-            more = bool(reply.get("more", len(got) >= page))
+        rows, more, total = await jobs_pages(self.clients(self.queue), state, where, want,
+                                             offset, filters)
         truncated = limit is not None and len(rows) > limit
         rows = rows if limit is None else rows[:limit]
         if total is None and not truncated and not more and (rows or not offset):
@@ -107,21 +80,7 @@ class OwnerRequests:
         return df
 
     async def dead(self, limit: int | None) -> pd.DataFrame:
-        dead: list[dict[str, Any]] = []
-        page_size = 1000
-        while limit is None or len(dead) < limit:
-            want = page_size if limit is None else min(page_size, limit - len(dead))
-            try:
-                reply = await self.ask("dead", offset=len(dead), limit=want)
-            except ReplyTooLarge:
-                if page_size == 1:
-                    raise
-                page_size = max(1, page_size // 4)  # big histories: smaller pages
-                continue
-            dead.extend(reply["dead"])
-            if not reply["dead"] or len(dead) >= reply.get("total", len(dead)):
-                break
-        return lf.dead_table(dead)
+        return lf.dead_table(await dead_pages(self.clients(self.queue), limit))
 
     async def leases(self) -> pd.DataFrame:
         return lf.table(lf.LEASE_COLUMNS, (await self.ask("leases"))["leases"])
@@ -141,10 +100,7 @@ class OwnerRequests:
 
     async def ask_queue(self, queue: str, op: str, **fields: Any) -> dict[str, Any]:
         """One request to another queue's owner under the same prefix (workflow steps)."""
-        if queue == self.queue:
-            return await self.ask(op, **fields)
-        return await OwnerRequests(self.transport, check_queue_name(queue), self.prefix,
-                                   self.timeout_s).ask(op, **fields)
+        return await self.clients(queue).call(op, **fields)
 
     async def job(self, job_id: str) -> dict[str, Any]:
         raw = await self.raw_why(job_id)
@@ -180,12 +136,7 @@ class OwnerRequests:
         return await self.ask(op, **fields)
 
     async def workers(self) -> pd.DataFrame:
-        rows: list[dict[str, Any]] = []
-        while True:
-            reply = await self.ask("workers", offset=len(rows))
-            rows.extend(reply["workers"])
-            if not reply.get("more") or not reply["workers"]:
-                return lf.workers_table(rows)
+        return lf.workers_table(await workers_pages(self.clients(self.queue)))
 
     async def bulk(self, op: str, count_key: str, **fields: Any) -> int:
         """One bulk admin op repeated until the owner says none is left; the total."""

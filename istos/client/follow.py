@@ -1,4 +1,6 @@
-"""``istos follow``: an owner's live events that never go silent about what happened.
+"""Following a queue: an owner's live events that never go silent about what happened.
+
+The one follower of ``istos follow``, ``istos record`` and ``istos_nb``'s ``LiveQueue.record``.
 
 The follower subscribes to the owner's event key and keeps asking it to publish (the ``follow``
 op) every :func:`renew_interval`; that renewal doubles as the owner's pulse. Besides events
@@ -20,47 +22,47 @@ before the events that follow them, and no event is passed on twice.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
-from .. import codec
-from ..errors import OwnerUnavailable
-from ..node import Node
+from .. import codec, keys
+from ..errors import IstosError, OwnerUnavailable, ProtocolError
 from ..protocol import MAX_FOLLOW_TTL_S as FOLLOW_TTL_S
-from ..transport.zenoh import ZenohTransport
-
-
-class Operator(Protocol):
-    """What the follower uses of :class:`istos.ops.operator.Operator` (which builds on this
-    module for its own ``follow``: a protocol, not an import, keeps them free of a circle)."""
-
-    node: Node
-
-    @property
-    def transport(self) -> ZenohTransport: ...
-
-    def now(self) -> float: ...
-
-    async def call(self, queue: str, op: str, *, timeout_s: float | None = None,
-                   **fields: Any) -> dict[str, Any]: ...
+from ..transport.base import Transport
+from .call import OwnerClient
+from .timing import wait_at_most
 
 Item = dict[str, Any]
 MARKERS = frozenset({"owner_lost", "owner_back", "gap"})
 MAX_RESUME_PAGES = 100
 
 
-def renew_interval(timeout_s: float) -> float:
+def renew_interval(timeout_s: float, ttl_s: float = FOLLOW_TTL_S) -> float:
     """How often the follower renews (and so checks the owner): a quarter of the timeout,
-    at most a third of the owner's follow window."""
-    return max(0.05, min(FOLLOW_TTL_S / 3, timeout_s / 4))
+    at most a third of the follow's window ``ttl_s``."""
+    return max(0.05, min(ttl_s / 3, timeout_s / 4))
 
 
 class Follower:
-    """One queue's event stream with markers; iterate :meth:`items`."""
+    """One queue's event stream with markers, through ``client`` (requests) and ``transport``
+    (the event subscription); iterate :meth:`items`. ``on_following()`` is called once the
+    owner publishes to this follower (its first ``follow`` answered). ``ttl_s``: the follow
+    window asked for (the owner's cap by default; every follower asking for the cap can never
+    shorten another's window, as the owner keeps only the latest deadline).
 
-    def __init__(self, op: Operator, queue: str) -> None:
-        self.op, self.queue = op, queue
-        self.timeout_s = op.node.request_timeout_s
+    ``counts``: ``batches`` of events received live, ``bad`` undecodable ones, ``renewals``
+    and ``renew_errors`` of the follow; ``granted_ttl_s`` the window the owner last granted,
+    ``last_error`` what went wrong last."""
+
+    def __init__(self, transport: Transport, client: OwnerClient,
+                 on_following: Callable[[], None] | None = None,
+                 ttl_s: float = FOLLOW_TTL_S) -> None:
+        self.transport, self.client, self.queue = transport, client, client.queue
+        self.on_following = on_following
+        self.timeout_s = client.node.request_timeout_s
+        self.ttl_s = self.granted_ttl_s = ttl_s
+        self.counts = dict.fromkeys(("batches", "bad", "renewals", "renew_errors"), 0)
+        self.last_error: str | None = None
         self.epoch: str | None = None
         self.last = 0
         self.up = False
@@ -70,17 +72,20 @@ class Follower:
         self._resume_wanted = asyncio.Event()
 
     def _marker(self, kind: str, message: str, **fields: Any) -> None:
-        self._out.put_nowait({"kind": kind, "queue": self.queue, "t": self.op.now(),
+        self._out.put_nowait({"kind": kind, "queue": self.queue, "t": self.client.node.clock.now(),
                               "message": message, **fields})
 
     def _on_batch(self, _key: str, payload: bytes) -> None:
         try:
             msg = codec.decode_message(payload)
             events = msg.get("events")
-        except Exception:  # a malformed batch is skipped, not fatal to the stream
+            if not isinstance(events, list):
+                raise ProtocolError("events is not a list")
+        except Exception as exc:  # noqa: BLE001 - a malformed batch is skipped, not fatal
+            self.counts["bad"] += 1
+            self.last_error = f"undecodable event batch: {exc}"
             return
-        if not isinstance(events, list):
-            return
+        self.counts["batches"] += 1
         batch = (msg.get("epoch"), msg.get("seqs"), events)
         if self._resuming:
             self._held.append(batch)
@@ -113,7 +118,7 @@ class Follower:
 
     async def _position(self) -> None:
         """Where the owner's sequence is now: the stream starts after it."""
-        reply = await self.op.call(self.queue, "events_since", epoch=None, after=0, limit=1)
+        reply = await self.client.call("events_since", epoch=None, after=0, limit=1)
         self.epoch, self.last = str(reply["epoch"]), int(reply["last"])
 
     async def _resume(self) -> None:
@@ -122,7 +127,7 @@ class Follower:
         fields: dict[str, Any] = {"epoch": self.epoch, "after": self.last}
         first = True
         for _ in range(MAX_RESUME_PAGES):
-            reply = await self.op.call(self.queue, "events_since", **fields)
+            reply = await self.client.call("events_since", **fields)
             epoch = str(reply["epoch"])
             if first:
                 first = False
@@ -155,10 +160,19 @@ class Follower:
                          "missed (no longer in the owner's ring)", missed=missed,
                          lost_with_owner=False, epoch=new, after=[old, self.last])
 
+    async def _follow(self) -> None:
+        """Ask the owner to publish for ``ttl_s`` more; note the window it granted."""
+        reply = await self.client.call("follow", ttl_s=self.ttl_s)
+        self.granted_ttl_s = float(reply.get("ttl_s") or self.ttl_s)
+
     async def _renew_once(self) -> bool:
         try:
-            await self.op.call(self.queue, "follow", ttl_s=FOLLOW_TTL_S)
-        except OwnerUnavailable:
+            await self._follow()
+        except IstosError as exc:
+            self.counts["renew_errors"] += 1
+            self.last_error = f"follow renewal failed: {exc}"
+            if not isinstance(exc, OwnerUnavailable):
+                return False  # an answer, though not a grant: the owner is there
             if self.up:
                 self.up = False
                 self._marker("owner_lost", f"no answer from the owner of {self.queue!r} within "
@@ -166,6 +180,7 @@ class Follower:
                              f"event #{self.last} of epoch {self.epoch})",
                              epoch=self.epoch, last_seq=self.last)
             return False
+        self.counts["renewals"] += 1
         if not self.up:
             self.up = True
             self._marker("owner_back", f"the owner of {self.queue!r} answers again")
@@ -173,10 +188,10 @@ class Follower:
         return True
 
     async def _watch(self) -> None:
-        interval = renew_interval(self.timeout_s)
-        loop = asyncio.get_running_loop()
+        interval = renew_interval(self.timeout_s, self.ttl_s)
+        clock = self.client.node.clock
         while True:
-            started = loop.time()
+            started = clock.monotonic()
             await self._renew_once()
             if self.up and self._resume_wanted.is_set():
                 self._resume_wanted.clear()
@@ -184,22 +199,21 @@ class Follower:
                     await self._resume()
                 except OwnerUnavailable:
                     self._resume_wanted.set()  # the next renewal says what happened
-            delay = interval - (loop.time() - started)
-            try:
-                await asyncio.wait_for(self._resume_wanted.wait(), max(0.0, delay))
-            except asyncio.TimeoutError:
-                pass
+            delay = interval - (clock.monotonic() - started)
+            await wait_at_most(clock, max(0.0, delay), self._resume_wanted.wait())
 
     async def items(self) -> AsyncIterator[Item]:
         """Events and markers until the caller stops iterating. Raises OwnerUnavailable if
         no owner answers at the start (nothing to follow yet)."""
-        handle = await self.op.transport.declare_subscriber(
-            self.op.node.key(self.queue, "events"), self._on_batch)
+        handle = await self.transport.declare_subscriber(
+            keys.events_key(self.client.node.prefix, self.queue), self._on_batch)
         watcher: asyncio.Task[None] | None = None
         try:
             await self._position()
-            await self.op.call(self.queue, "follow", ttl_s=FOLLOW_TTL_S)
+            await self._follow()
             self.up = True
+            if self.on_following is not None:
+                self.on_following()
             watcher = asyncio.get_running_loop().create_task(self._watch())
             while True:
                 yield await self._out.get()

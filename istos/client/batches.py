@@ -17,7 +17,7 @@ from ..errors import IstosError
 
 
 class Caller(Protocol):
-    """What sending a batch needs of the client (:class:`~istos.worker.client.OwnerClient`)."""
+    """What sending a batch needs of the client (:class:`~istos.client.OwnerClient`)."""
 
     async def call(self, op: str, timeout_s: float | None = None,
                    **fields: Any) -> dict[str, Any]: ...

@@ -33,7 +33,7 @@ The tree::
     ├── JobTimeout                            a run exceeded its worker's timeout_s
     ├── JobCancelled                          the job was cancelled (ctx.check_cancelled())
     ├── Retry                                 raised by a worker: retry after after_s (a nack)
-    ├── Suspended                             istos.client.blocking: internal, a blocking call met a wait
+    ├── Suspended                             istos.client.blocking: internal, met a wait
     ├── TransportError                        istos.transport.base: the mesh failed a call
     │   ├── TransportTimeout                  no reply in time (callers see OwnerUnavailable)
     │   └── NoResponder                       nobody serves the key (retried, then OwnerUnavailable)

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._common import free_port  # noqa: E402
-from bench._netns import Veth, gaps, veth_namespace  # noqa: E402
+from bench._netns import Veth, gaps, second_link, veth_namespace  # noqa: E402
 from bench.zenoh_session_churn import merge  # noqa: E402
 
 NODE = ROOT / "tests" / "procs" / "ledger_node.py"
@@ -105,8 +105,10 @@ class Nodes:
             proc.wait(10)
 
 
-async def start_nodes(nodes: Nodes, args: argparse.Namespace, veth: Veth, url: str,
-                      prefix: str, ledger: str) -> None:
+async def start_nodes(nodes: Nodes, args: argparse.Namespace, veth: Veth,
+                      urls: tuple[str, str], prefix: str, ledger: str) -> None:
+    """A (in the namespace) reaches the store at ``urls[0]``, everyone else at ``urls[1]``."""
+    a_url, url = urls
     extra = json.loads(args.zenoh)
     a_end, b_end, w_end, p_end = (f"tcp/{ip}:{free_port()}"
                                   for ip in (veth.ns_ip, *[veth.host_ip] * 3))
@@ -114,7 +116,7 @@ async def start_nodes(nodes: Nodes, args: argparse.Namespace, veth: Veth, url: s
     probe = [sys.executable, str(PROBE)]
     rate = [str(args.rate)] if args.load else []
     await nodes.start("A", [*veth.exec, *node, "replica", json.dumps(config(a_end, [], extra)),
-                            prefix, url, "hagap"], "LEADING")
+                            prefix, a_url, "hagap"], "LEADING")
     await nodes.start("B", [*node, "replica", json.dumps(config(b_end, [a_end], extra)),
                             prefix, url, "hagap"], "STANDBY")
     if args.load:
@@ -131,19 +133,21 @@ async def start_nodes(nodes: Nodes, args: argparse.Namespace, veth: Veth, url: s
             config(fp_end, [a_end, b_end], extra)), prefix, "q", *rate], "READY")
 
 
-async def run(args: argparse.Namespace, veth: Veth) -> dict[str, Any]:
+async def run(args: argparse.Namespace, veth: Veth, store: Veth | None) -> dict[str, Any]:
+    """``store``: the second link A reaches its store by (``--mesh-only``), else None."""
     port = free_port()
+    binds = [veth.host_ip] + ([store.host_ip] if store else [])
     redis = subprocess.Popen([shutil.which("redis-server") or "redis-server", "--port",
-                              str(port), "--bind", veth.host_ip, "--save", "", "--appendonly",
+                              str(port), "--bind", *binds, "--save", "", "--appendonly",
                               "no", "--protected-mode", "no"],  # a private server, private link
                              stdout=subprocess.DEVNULL)
-    url, prefix, ledger = f"redis://{veth.host_ip}:{port}/0", f"hagap-{os.getpid()}", \
-        f"/tmp/hagap-{os.getpid()}.ledger"
+    urls = (f"redis://{binds[-1]}:{port}/0", f"redis://{veth.host_ip}:{port}/0")
+    prefix, ledger = f"hagap-{os.getpid()}", f"/tmp/hagap-{os.getpid()}.ledger"
     nodes = Nodes(dict(os.environ, PYTHONPATH=str(ROOT), ISTOS_HA_LEASE_S=str(args.ha_lease),
                        ISTOS_JOB_S=str(args.job_s)), args.log_dir)
     try:
         await asyncio.sleep(0.3)  # redis-server binding its port
-        await start_nodes(nodes, args, veth, url, prefix, ledger)
+        await start_nodes(nodes, args, veth, urls, prefix, ledger)
         t0 = time.monotonic()
         cut_at = t0 + args.cut_at
         await asyncio.sleep(max(0.0, cut_at - time.monotonic()))
@@ -246,6 +250,9 @@ def main() -> None:
     parser.add_argument("--zenoh", default="{}", metavar="JSON")
     parser.add_argument("--load", action="store_true",
                         help="a worker process on the host; the probes enqueue --rate jobs/s")
+    parser.add_argument("--mesh-only", action="store_true",
+                        help="A reaches the store by a second link that stays up: the cut "
+                             "takes only the mesh from it (it keeps leading)")
     parser.add_argument("--far-side", action="store_true",
                         help="a probe (and with --load a worker) inside the namespace, by A")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON last")
@@ -257,7 +264,11 @@ def main() -> None:
                              "DIR/<name>.out (with RUST_LOG set, Zenoh's log goes there)")
     args = parser.parse_args()
     with veth_namespace("hagap") as veth:
-        out = asyncio.run(run(args, veth))
+        if args.mesh_only:
+            with second_link(veth) as store:
+                out = asyncio.run(run(args, veth, store))
+        else:
+            out = asyncio.run(run(args, veth, None))
     if args.json:
         print(json.dumps(out))
 

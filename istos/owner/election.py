@@ -8,7 +8,9 @@ lease at its epoch:
 
 - The leader renews the lease every ``renew_every`` (a quarter of ``ha_lease_s``, at most 0.25 s).
   If a renewal is refused (another epoch began), or it has not renewed for ``ha_lease_s``
-  (storage unreachable), it stops serving at once.
+  (storage unreachable), it stops serving at once. A leader whose renewals fail times its next
+  attempt to the moment its lease lapses, so it stands down then (plus the storage call in
+  flight), not up to an interval later.
 - Every write the leader makes carries its epoch as a fence, checked atomically with the write;
   a refused write stops it at once too. Its memory may be stale, so it never serves again from
   it: the next time it wins, a fresh owner reloads the queue from storage.
@@ -124,7 +126,16 @@ class Election:
             except Exception:
                 log.exception("queue %s: election step failed", self.config.name)
             self._wake.clear()
-            await self._wake.wait(clock.to_loop_seconds(self.renew_every))
+            await self._wake.wait(clock.to_loop_seconds(self._next_step()))
+
+    def _next_step(self) -> float:
+        """Seconds to the next step: one renewal interval, or less for a leader whose lease
+        runs out sooner (its renewals failed), so that it stands down as the lease lapses
+        rather than up to an interval later."""
+        if not self.leading:
+            return self.renew_every
+        left = self._renewed_at + self.lease_s - self.node.clock.now()
+        return min(self.renew_every, left) if left > 0 else self.renew_every
 
     async def _renew(self) -> None:
         assert self.epoch is not None

@@ -75,6 +75,7 @@ class Election:
         self.lease_s = config.ha_lease_s
         self.renew_every = min(self.lease_s / 4, 0.25)
         self._renewed_at = float("-inf")
+        self._renew_failed = False  # the last renewal attempt raised StorageUnavailable
         self._unrenewed: dict[str, tuple[float, float]] = {}  # holder -> (expiry, first seen)
         self._token: Any = None
         self._watch: Any = None
@@ -116,11 +117,12 @@ class Election:
         while True:
             try:
                 if self.leading:
-                    await self._renew()
+                    await self._renew_in_time()
                 else:
                     await self._try_to_lead()
             except StorageUnavailable as exc:
                 log.debug("queue %s: election step failed: %s", self.config.name, exc)
+                self._renew_failed = self.leading
                 if self.leading and clock.now() - self._renewed_at >= self.lease_s:
                     await self._step_down("could not renew its leader lease")
             except Exception:
@@ -137,6 +139,22 @@ class Election:
         left = self._renewed_at + self.lease_s - self.node.clock.now()
         return min(self.renew_every, left) if left > 0 else self.renew_every
 
+    async def _renew_in_time(self) -> None:
+        """Renew. After a failed renewal, the attempt gets only what is left of the lease, so
+        a store that does not answer cannot keep a lapsed leader from standing down; raises
+        StorageUnavailable when that runs out. (A leader that was frozen, not failing, tries
+        whatever is left: its renewal may still be accepted.)"""
+        if not self._renew_failed:
+            await self._renew()
+            return
+        clock = self.node.clock
+        left = self._renewed_at + self.lease_s - clock.now()
+        try:
+            await asyncio.wait_for(self._renew(), clock.to_loop_seconds(max(left, 0.0)))
+        except asyncio.TimeoutError:
+            raise StorageUnavailable("the leader lease ran out while it was being renewed") \
+                from None
+
     async def _renew(self) -> None:
         assert self.epoch is not None
         clock, storage = self.node.clock, self.node.storage
@@ -146,7 +164,7 @@ class Election:
         if not ok:
             await self._step_down(f"epoch {self.epoch} ended")
             return
-        self._renewed_at = asked_at
+        self._renewed_at, self._renew_failed = asked_at, False
         owner = self._current_owner()
         if owner is not None:
             owner.lease_until = asked_at + self.lease_s
@@ -176,6 +194,7 @@ class Election:
         owner.lease_until = now + self.lease_s
         owner.wake_election = self._wake.set  # fenced or lapsed: renew (or step down) now
         self.epoch, self._renewed_at, self.leading = epoch, now, True
+        self._renew_failed = False
         self.transitions += 1
         log.info("queue %s: %s leads at epoch %d", self.config.name, self.candidate, epoch)
 
@@ -201,7 +220,7 @@ class Election:
         owner = self._current_owner()
         if owner is not None:
             owner.fenced()  # stop serving at once, before any await
-        self.leading, self.epoch = False, None
+        self.leading, self.epoch, self._renew_failed = False, None, False
         self.transitions += 1
         log.warning("queue %s: %s stands down: %s", self.config.name, self.candidate, why)
         await self._stop_owner()

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-FIRST_SUBNET, LAST_SUBNET = 16, 254  # 10.224.<n>.0/24 for n in this range
+FIRST_SUBNET, LAST_SUBNET = 100, 254  # 10.224.<n>.0/24 for n in this range (below: older harnesses)
 
 
 class NetnsError(RuntimeError):
@@ -92,7 +92,7 @@ def _claim_subnet() -> int:
             continue  # some route in this subnet already (ours from another process, or not)
         if ip("route", "add", "unreachable", f"10.224.{n}.0/24", "metric", "1000").returncode == 0:
             return n
-    raise NetnsError("no free subnet in 10.224.16-254.0/24")
+    raise NetnsError("no free subnet in 10.224.100-254.0/24")
 
 
 def _check_ns_routes(veth: Veth) -> None:

@@ -1,26 +1,31 @@
-"""Istos HA under a full partition of the leader: the longest stretch with no owner answering.
+"""Istos HA under a partition of the leader: the longest stretch with no owner answering.
 
     sudo .venv/bin/python -m bench.ha_partition_gap [--seconds 30] [--cut-at 3] [--heal-at S]
                                                     [--ha-lease 5] [--load] [--far-side]
-                                                    [--job-s 0.05] [--rate 70] [--zenoh JSON]
+                                                    [--mesh-only] [--job-s 0.05] [--rate 70]
+                                                    [--zenoh JSON] [--json]
+                                                    [--log-dir DIR] [--dump-at S]
 
 Replica A (``tests/procs/ledger_node.py replica``) runs in a network namespace of its own joined
 to the host by a veth pair (``bench/_netns.py``: every packet stays on this machine); replica
 B, a private redis-server (bound to the host's end of the veth) and a probe process
 (``bench/_partition_probe.py``: ``stats`` every 100 ms, 1 s timeout) run on the host. A leads.
 At ``--cut-at`` the veth goes down: A loses the mesh and the store at once, with no FIN and no
-RST; at ``--heal-at`` (if given) it comes back up.
+RST; at ``--heal-at`` (if given) it comes back up. With ``--mesh-only`` A reaches the store by
+a second veth that stays up, so the cut takes only the mesh from it (it keeps leading).
 
 ``--load`` adds a worker process on the host (concurrency 8, ``--job-s`` per job) and has the
-probe enqueue ``--rate`` jobs a second. ``--far-side`` adds a worker and a probe inside the
+probes enqueue ``--rate`` jobs a second. ``--far-side`` adds a worker and a probe inside the
 namespace, next to A: the side that is cut off. ``--zenoh`` is merged into every node's config.
 
-Printed: when B took over and when A printed STANDBY (from the cut); for each probe, every
-stretch over 0.5 s with no ok answer and what the failed requests got, and the longest one from
-just before the cut to the end; with a heal, how long the far side took to reach an owner
-again; with ``--load``, enqueues refused and jobs lost (an enqueue answered ok whose job no
-worker finished within 30 s after the run). Needs root; it creates the namespace
-``istos-hagap-<pid>-<n>`` and deletes only that.
+Printed: when B took over and when A printed STANDBY (from the cut); the host probe's every
+stretch over 0.5 s with no ok answer, what the failed requests got, and the longest one from
+the last answer before the cut to the end of the run; with a heal, how long each probe took to
+reach an owner again; with ``--load``, enqueues refused and jobs lost (an enqueue answered ok
+whose job no worker finished within 30 s after the run); with ``--json``, all of it as one JSON
+line last. ``--log-dir`` keeps every node's output (Zenoh's log too, with ``RUST_LOG`` set) and
+``--dump-at S`` B's and W's native thread stacks (gdb) S seconds after the cut. Needs root; it
+creates the namespace ``istos-hagap-<pid>-<n>`` and deletes only that.
 """
 
 from __future__ import annotations

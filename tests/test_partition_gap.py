@@ -1,7 +1,7 @@
-"""Partitions of the HA leader, on real processes in a network namespace. A full partition: the
-host side keeps an owner answering (no stretch longer than ``ha_lease_s`` + 1 s, through the takeover,
-the expiry of the cut peers' Zenoh link leases and 15 s after), loses no job, and once the
-partition heals the cut-off side reaches an owner within 2 s. A cut of the mesh only: the
+"""Partitions of the HA leader, on real processes in a network namespace. A full partition:
+the host side keeps an owner answering (no stretch longer than ``ha_lease_s`` + 1 s, through
+the takeover, the expiry of the cut peers' Zenoh link leases and 15 s after), loses no job, and
+once the partition heals the cut-off side reaches an owner within 2 s. A cut of the mesh only: the
 leader keeps leading and is reached within 2 s of the heal.
 
 Runs ``bench/ha_partition_gap.py --load --far-side --heal-at``: replica A, a worker and a probe

@@ -3,6 +3,8 @@
 ``veth_namespace(tag)`` yields a :class:`Veth`: a namespace ``istos-<tag>-<pid>-<n>`` with the
 veth's far end inside it, on a subnet ``10.224.<n>.0/24`` that no other process holds. Its
 ``cut()`` is a full partition (the host end goes down: no FIN, no RST) and ``heal()`` undoes it.
+``second_link(veth)`` adds another veth pair into the same namespace on a subnet of its own,
+so a process there can lose one path (the mesh) and keep the other (its store).
 
 Every packet stays on this machine. Setting the host end down removes the host's connected
 route to the subnet, and without more the host would send what it addresses to the namespace
@@ -23,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-FIRST_SUBNET, LAST_SUBNET = 16, 254  # 10.224.<n>.0/24 for n in this range
+FIRST_SUBNET, LAST_SUBNET = 100, 254  # 10.224.<n>.0/24 for n in this range (below: older harnesses)
 
 
 class NetnsError(RuntimeError):
@@ -90,39 +92,64 @@ def _claim_subnet() -> int:
             continue  # some route in this subnet already (ours from another process, or not)
         if ip("route", "add", "unreachable", f"10.224.{n}.0/24", "metric", "1000").returncode == 0:
             return n
-    raise NetnsError("no free subnet in 10.224.16-254.0/24")
+    raise NetnsError("no free subnet in 10.224.100-254.0/24")
 
 
 def _check_ns_routes(veth: Veth) -> None:
     routes = ip("-n", veth.ns, "route", "show").stdout.strip().splitlines()
-    if any(not r.startswith(veth.subnet) for r in routes):
+    if any(not r.startswith("10.224.") or r.startswith("default") for r in routes):
         raise NetnsError(f"namespace {veth.ns} routes beyond its subnet: {routes}")
 
 
 @contextmanager
 def veth_namespace(tag: str) -> Iterator[Veth]:
-    """Create the namespace, the veth pair and the subnet's unreachable route; remove them
-    on exit. Raises NetnsError (or CalledProcessError) when setup fails; needs root."""
+    """Create the namespace, a veth pair into it and the subnet's unreachable route; remove
+    them on exit. Raises NetnsError (or CalledProcessError) when setup fails; needs root."""
+    n = _claim_subnet()
+    ns = f"istos-{tag}-{os.getpid()}-{n}"
+    try:
+        sh("ip", "netns", "add", ns)
+        try:
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            with _link(ns, n) as veth:
+                yield veth
+        finally:
+            ip("netns", "del", ns)
+    finally:
+        _release_subnet(n)
+
+
+@contextmanager
+def second_link(first: Veth) -> Iterator[Veth]:
+    """Another veth pair into ``first``'s namespace, on a subnet of its own (so one of the
+    two can be cut while the other stays up); removed on exit."""
     n = _claim_subnet()
     try:
-        veth = Veth(ns=f"istos-{tag}-{os.getpid()}-{n}", host_if=f"istv{n}h", ns_if=f"istv{n}n",
-                    host_ip=f"10.224.{n}.1", ns_ip=f"10.224.{n}.2", subnet=f"10.224.{n}.0/24")
-        sh("ip", "netns", "add", veth.ns)
-        try:
-            sh("ip", "link", "add", veth.host_if, "type", "veth", "peer", "name", veth.ns_if,
-               "netns", veth.ns)
-            sh("ip", "addr", "add", f"{veth.host_ip}/24", "dev", veth.host_if)
-            sh("ip", "link", "set", veth.host_if, "up")
-            sh("ip", "-n", veth.ns, "addr", "add", f"{veth.ns_ip}/24", "dev", veth.ns_if)
-            sh("ip", "-n", veth.ns, "link", "set", veth.ns_if, "up")
-            sh("ip", "-n", veth.ns, "link", "set", "lo", "up")
-            _check_ns_routes(veth)
+        with _link(first.ns, n) as veth:
             yield veth
-        finally:
-            ip("link", "del", veth.host_if)  # takes its peer with it
-            ip("netns", "del", veth.ns)
     finally:
-        ip("route", "del", "unreachable", f"10.224.{n}.0/24", "metric", "1000")
+        _release_subnet(n)
+
+
+@contextmanager
+def _link(ns: str, n: int) -> Iterator[Veth]:
+    veth = Veth(ns=ns, host_if=f"istv{n}h", ns_if=f"istv{n}n", host_ip=f"10.224.{n}.1",
+                ns_ip=f"10.224.{n}.2", subnet=f"10.224.{n}.0/24")
+    try:
+        sh("ip", "link", "add", veth.host_if, "type", "veth", "peer", "name", veth.ns_if,
+           "netns", ns)
+        sh("ip", "addr", "add", f"{veth.host_ip}/24", "dev", veth.host_if)
+        sh("ip", "link", "set", veth.host_if, "up")
+        sh("ip", "-n", ns, "addr", "add", f"{veth.ns_ip}/24", "dev", veth.ns_if)
+        sh("ip", "-n", ns, "link", "set", veth.ns_if, "up")
+        _check_ns_routes(veth)
+        yield veth
+    finally:
+        ip("link", "del", veth.host_if)  # takes its peer with it
+
+
+def _release_subnet(n: int) -> None:
+    ip("route", "del", "unreachable", f"10.224.{n}.0/24", "metric", "1000")
 
 
 def gaps(ok: list[float], got: list[tuple[float, str]], over_s: float = 0.5

@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python -m bench.zenoh_partition_gap [--seconds 30] [--cut-at 3]
                                                       [--drop] [--lease-ms 10000]
+                                                      [--far-peers N] [--no-linger]
 
 No Istos at all. Three peers: A (a queryable answering "A") runs inside a network namespace of
 its own, joined to the host by a veth pair; B (a queryable answering "B") and the client C run
@@ -11,7 +12,11 @@ gets no FIN and no RST, exactly like a pulled cable. The output lists every stre
 than 0.5 s in which C got no reply at all although B was up the whole time, and what each
 timed-out query got (Zenoh's "Timeout" error reply, or nothing). ``--drop`` sends the queries
 with congestion control DROP (the default is BLOCK); ``--lease-ms`` sets every peer's link
-lease (transport.link.tx.lease, 10 s by default).
+lease (transport.link.tx.lease, 10 s by default). ``--far-peers N`` adds N peers inside the
+namespace that publish to B: when their link leases expire B drops N + 1 links at once, and
+Zenoh closes each on a receive thread with ``SO_LINGER`` 10 s, so ``close`` blocks that thread
+until the timeout (the peer never acknowledges): C gets no reply from B meanwhile.
+``--no-linger`` turns the option off in every process, as Istos's transport does.
 Needs root (ip netns); it creates the namespace ``istos-gap-<pid>-<n>`` (``bench/_netns.py``:
 every packet stays on this machine) and deletes only that.
 """
@@ -52,11 +57,25 @@ def peer_config(listen: str, connect: list[str], lease_ms: int) -> dict[str, Any
                           "shared_memory": {"enabled": False}}}
 
 
-def serve(config: dict[str, Any], name: str, extras: bool) -> None:
+def relax_linger_forever() -> None:
+    """What Istos's transport does (istos/transport/_linger.py), on a thread of its own."""
+    from istos.transport._linger import SWEEP_S, relax_zenoh_linger
+
+    def loop() -> None:
+        while True:
+            relax_zenoh_linger()
+            time.sleep(SWEEP_S)
+
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def serve(config: dict[str, Any], name: str, extras: bool, no_linger: bool) -> None:
     """A queryable; with ``extras`` also what an Istos owner has: a liveliness token, a
     subscriber, and a publisher putting 100 small messages a second (events)."""
     import zenoh
 
+    if no_linger:
+        relax_linger_forever()
     session = zenoh.open(zenoh.Config.from_json5(json.dumps(config)))
     session.declare_queryable(KEY, lambda q: q.reply(KEY, name.encode()))
     if extras:
@@ -75,10 +94,15 @@ def start_servers(args: argparse.Namespace, veth: Veth, a_end: str, b_end: str
                   ) -> list[subprocess.Popen[str]]:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     procs = []
+    far = [(veth.exec, peer_config(f"tcp/{veth.ns_ip}:{free_port()}", [a_end, b_end],
+                                   args.lease_ms), f"F{i}") for i in range(args.far_peers)]
     for where, cfg, name in ((veth.exec, peer_config(a_end, [], args.lease_ms),
-                              "A"), ([], peer_config(b_end, [a_end], args.lease_ms), "B")):
+                              "A"), ([], peer_config(b_end, [a_end], args.lease_ms), "B"),
+                             *far):
+        extras = args.extras or name.startswith("F")  # far peers publish toward B
         proc = subprocess.Popen([*where, sys.executable, __file__, "--serve", json.dumps(cfg),
-                                 name, "1" if args.extras else "0"], stdout=subprocess.PIPE,
+                                 name, "1" if extras else "0",
+                                 "1" if args.no_linger else "0"], stdout=subprocess.PIPE,
                                 text=True, env=env)
         procs.append(proc)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
@@ -180,11 +204,19 @@ def main() -> None:
     parser.add_argument("--wait-before-close-ms", type=int, default=None,
                         help="transport.link.tx.queue.congestion_control.block."
                              "wait_before_close for every peer (Zenoh's default: 5000)")
-    parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--far-peers", type=int, default=0, metavar="N",
+                        help="N more peers inside the namespace, connected to A and B and "
+                             "publishing to B: links B loses together when their leases expire")
+    parser.add_argument("--no-linger", action="store_true",
+                        help="every process turns SO_LINGER off on Zenoh's links, as Istos does")
+    parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(json.loads(args.serve[0]), args.serve[1], args.serve[2] == "1")
+        serve(json.loads(args.serve[0]), args.serve[1], args.serve[2] == "1",
+              args.serve[3] == "1")
         return
+    if args.no_linger:
+        relax_linger_forever()
     WAIT_BEFORE_CLOSE_MS = args.wait_before_close_ms
     with veth_namespace("gap") as veth:
         run(args, veth)

@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._netns import NetnsError, Veth, veth_namespace  # noqa: E402
+from bench._netns import NetnsError, Veth, second_link, veth_namespace  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
                                 reason="needs root and iproute2 for a network namespace")
@@ -66,6 +66,17 @@ def test_two_namespaces_at_once_get_distinct_subnets_and_names():
         assert one.subnet != two.subnet and one.ns != two.ns and one.host_if != two.host_if
         one.cut()  # cutting one leaves the other reachable
         assert f"dev {two.host_if}" in ip("route", "get", two.ns_ip)
+
+
+def test_a_second_link_stays_up_while_the_first_is_cut_and_both_are_removed():
+    with veth_namespace("harness") as first, second_link(first) as second:
+        assert second.ns == first.ns and second.subnet != first.subnet
+        assert "default" not in ip("-n", first.ns, "route", "show")
+        first.cut()
+        assert f"dev {second.host_if}" in ip("route", "get", second.ns_ip)
+        assert udp_send_error(first.ns_ip) in UNREACHABLE
+    assert ip("route", "show", "root", second.subnet).strip() == ""
+    assert second.host_if not in ip("link", "show")
 
 
 def test_cut_raises_when_the_host_would_route_the_namespace_elsewhere():

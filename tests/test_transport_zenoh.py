@@ -493,3 +493,17 @@ def test_block_messages_wait_one_second_for_a_silent_peer_unless_configured():
     mine = {"transport": {"link": {"tx": {"queue": {"congestion_control": {
         "block": {"wait_before_close": 250_000}}}}}}}
     assert wait_us(mine) == 250_000
+
+
+def test_lost_links_are_dialled_again_at_least_every_second_unless_configured():
+    """Zenoh's reconnect back-off grows to 4 s, so a healed partition stayed silent that long:
+    Istos retries at least every second, and a config that names ``retry`` wins."""
+    from istos.transport._zenoh_config import to_zenoh_config
+
+    def retry(config) -> dict:
+        return json.loads(to_zenoh_config(config).get_json("connect/retry"))
+
+    assert retry(None)["period_max_ms"] == retry({"mode": "peer"})["period_max_ms"] == 1000
+    assert retry({"mode": "peer"})["period_init_ms"] == 250
+    mine = {"connect": {"endpoints": [], "retry": {"period_max_ms": 8000}}}
+    assert retry(mine)["period_max_ms"] == 8000

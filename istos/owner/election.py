@@ -8,7 +8,9 @@ lease at its epoch:
 
 - The leader renews the lease every ``renew_every`` (a quarter of ``ha_lease_s``, at most 0.25 s).
   If a renewal is refused (another epoch began), or it has not renewed for ``ha_lease_s``
-  (storage unreachable), it stops serving at once.
+  (storage unreachable), it stops serving at once. A leader whose renewals fail times its next
+  attempt to the moment its lease lapses, so it stands down then (plus the storage call in
+  flight), not up to an interval later.
 - Every write the leader makes carries its epoch as a fence, checked atomically with the write;
   a refused write stops it at once too. Its memory may be stale, so it never serves again from
   it: the next time it wins, a fresh owner reloads the queue from storage.
@@ -73,6 +75,7 @@ class Election:
         self.lease_s = config.ha_lease_s
         self.renew_every = min(self.lease_s / 4, 0.25)
         self._renewed_at = float("-inf")
+        self._renew_failed = False  # the last renewal attempt raised StorageUnavailable
         self._unrenewed: dict[str, tuple[float, float]] = {}  # holder -> (expiry, first seen)
         self._token: Any = None
         self._watch: Any = None
@@ -114,17 +117,43 @@ class Election:
         while True:
             try:
                 if self.leading:
-                    await self._renew()
+                    await self._renew_in_time()
                 else:
                     await self._try_to_lead()
             except StorageUnavailable as exc:
                 log.debug("queue %s: election step failed: %s", self.config.name, exc)
+                self._renew_failed = self.leading
                 if self.leading and clock.now() - self._renewed_at >= self.lease_s:
                     await self._step_down("could not renew its leader lease")
             except Exception:
                 log.exception("queue %s: election step failed", self.config.name)
             self._wake.clear()
-            await self._wake.wait(clock.to_loop_seconds(self.renew_every))
+            await self._wake.wait(clock.to_loop_seconds(self._next_step()))
+
+    def _next_step(self) -> float:
+        """Seconds to the next step: one renewal interval, or less for a leader whose lease
+        runs out sooner (its renewals failed), so that it stands down as the lease lapses
+        rather than up to an interval later."""
+        if not self.leading:
+            return self.renew_every
+        left = self._renewed_at + self.lease_s - self.node.clock.now()
+        return min(self.renew_every, left) if left > 0 else self.renew_every
+
+    async def _renew_in_time(self) -> None:
+        """Renew. After a failed renewal, the attempt gets only what is left of the lease, so
+        a store that does not answer cannot keep a lapsed leader from standing down; raises
+        StorageUnavailable when that runs out. (A leader that was frozen, not failing, tries
+        whatever is left: its renewal may still be accepted.)"""
+        if not self._renew_failed:
+            await self._renew()
+            return
+        clock = self.node.clock
+        left = self._renewed_at + self.lease_s - clock.now()
+        try:
+            await asyncio.wait_for(self._renew(), clock.to_loop_seconds(max(left, 0.0)))
+        except asyncio.TimeoutError:
+            raise StorageUnavailable("the leader lease ran out while it was being renewed") \
+                from None
 
     async def _renew(self) -> None:
         assert self.epoch is not None
@@ -135,7 +164,7 @@ class Election:
         if not ok:
             await self._step_down(f"epoch {self.epoch} ended")
             return
-        self._renewed_at = asked_at
+        self._renewed_at, self._renew_failed = asked_at, False
         owner = self._current_owner()
         if owner is not None:
             owner.lease_until = asked_at + self.lease_s
@@ -165,6 +194,7 @@ class Election:
         owner.lease_until = now + self.lease_s
         owner.wake_election = self._wake.set  # fenced or lapsed: renew (or step down) now
         self.epoch, self._renewed_at, self.leading = epoch, now, True
+        self._renew_failed = False
         self.transitions += 1
         log.info("queue %s: %s leads at epoch %d", self.config.name, self.candidate, epoch)
 
@@ -190,7 +220,7 @@ class Election:
         owner = self._current_owner()
         if owner is not None:
             owner.fenced()  # stop serving at once, before any await
-        self.leading, self.epoch = False, None
+        self.leading, self.epoch, self._renew_failed = False, None, False
         self.transitions += 1
         log.warning("queue %s: %s stands down: %s", self.config.name, self.candidate, why)
         await self._stop_owner()

@@ -27,6 +27,7 @@ from zenoh.handlers import Callback
 
 from ..codec import MAX_MESSAGE_BYTES
 from ..errors import ConfigError, MeshUnreachable
+from ._linger import SWEEP_S, relax_zenoh_linger
 from ._zenoh_config import RX_KEY, RX_MAX_MESSAGE_BYTES, rx_limit, to_zenoh_config
 from .base import (
     LivelinessHandler,
@@ -230,13 +231,17 @@ class ZenohTransport:
         self._publishers = _Publishers()
         self._inbox: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._drain_scheduled = False
+        self._linger_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Open the session (in a thread: the first peer on a host takes ~0.5 s).
 
-        Raises ConfigError when Zenoh cannot open a session with the config, TransportError
-        when called after :meth:`close`. A second call while open does nothing.
+        From then on, until :meth:`close`, the TCP links Zenoh opens are made not to linger
+        on close (see :mod:`._linger`: a vanished peer otherwise stalls the session's receive
+        threads for 10 s). Raises ConfigError when Zenoh cannot open a session with the
+        config, TransportError when called after :meth:`close`. A second call while open
+        does nothing.
         """
         if self._closed:
             raise TransportError(f"transport of node {self.node_id!r} is closed")
@@ -253,12 +258,20 @@ class ZenohTransport:
                     "this node's certificate (connect_certificate / connect_private_key, "
                     "signed by the router's root CA)?") from exc
             raise ConfigError(f"zenoh could not open a session with this config: {exc}") from exc
+        self._linger_task = self._loop.create_task(self._relax_linger())
+
+    async def _relax_linger(self) -> None:
+        while True:
+            relax_zenoh_linger()
+            await asyncio.sleep(SWEEP_S)
 
     async def close(self) -> None:
         """Undeclare everything, fail in-flight queries, close the session. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        if self._linger_task is not None:
+            self._linger_task.cancel()
         for handle in list(self._handles):
             handle.close()
         # Serving tasks reply_err and drop their queries when cancelled (see _answer).

@@ -78,6 +78,10 @@ def report_fence_refusals() -> None:
 async def main() -> None:
     role, config, prefix, url, ns = sys.argv[1], json.loads(sys.argv[2]), *sys.argv[3:6]
     ledger = sys.argv[6] if len(sys.argv) > 6 else None
+    if os.environ.get("RUST_LOG"):
+        import zenoh
+
+        zenoh.try_init_log_from_env()  # Zenoh's own log on stderr, for diagnosis
     if os.environ.get("ISTOS_TEST_REPORT_FENCE"):
         report_fence_refusals()
     if os.environ.get("ISTOS_TEST_LEASE_PAUSE"):

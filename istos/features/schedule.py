@@ -62,7 +62,7 @@ from ..core import cron as cronlib
 from ..core.config import check_queue_name
 from ..core.slots import RecentSlots, hold_s
 from ..errors import ConfigError, ProtocolError
-from ..owner.extension import Hooks
+from ..owner.extension import Hooks, OwnerExtension
 from ..owner.slot_marks import SlotMarks
 
 if TYPE_CHECKING:
@@ -193,9 +193,9 @@ class Schedules:
         beat.add(Schedule(name, queue, data, every_s, spec, zone, delay, offset))
         return name
 
-    def setup_owner(self, owner: QueueOwner) -> None:
+    def owner_extension(self, owner: QueueOwner) -> OwnerExtension:
         """Every owner answers ``enqueue_slot``, so a schedule declared on any node reaches it."""
-        owner.extend(Hooks(ops={"enqueue_slot": SlotEnqueuer(owner).op}))
+        return Hooks(name="schedules", ops={"enqueue_slot": SlotEnqueuer(owner).op})
 
     def beat(self) -> Beat:
         """The beat running this app's schedules (made, and added as a plugin, on first use)."""

@@ -71,7 +71,7 @@ from ..core.config import check_priority, check_queue_name
 from ..core.state import JobRecord
 from ..core.workflow_meta import check_workflow_meta
 from ..errors import ConfigError, InvalidJob, IstosError, JobNotFound, ProtocolError
-from ..owner.extension import Hooks
+from ..owner.extension import Hooks, OwnerExtension
 from .chord_callbacks import CallbackReservations, ExpectsAsker
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ class Workflows:
     """``chain``, ``group``, ``chord`` and ``requeue_dead`` of one app (``app.workflows``).
 
     Built on the app's ``enqueue``, its per-queue ``client`` and its ``require_serving``
-    check; :meth:`setup_owner` installs the owner side (chord barriers, ``requeue_dead``) on
+    check; :meth:`owner_extension` is the owner side (chord barriers, ``requeue_dead``) on
     each owner the app starts, and :meth:`continue_after` is the worker's continuation hook.
     """
 
@@ -217,18 +217,20 @@ class Workflows:
         return str(reply["job_id"])
 
     # -- hooks --
-    def setup_owner(self, owner: QueueOwner) -> None:
-        """Serve chords (barriers, ``chord_open``) and ``requeue_dead`` on ``owner``."""
+    def owner_extension(self, owner: QueueOwner) -> OwnerExtension:
+        """Serve chords (barriers, ``chord_open``) and ``requeue_dead`` on ``owner``; its
+        enqueues with workflow meta are checked by the chord barriers."""
         barriers = ChordBarriers(owner, self)
-        owner.meta_check = barriers.check_meta
+        owner.check_meta_with(barriers.check_meta)
 
         async def requeue(msg: dict[str, Any]) -> dict[str, Any]:
             return await requeue_dead_op(owner, msg["job_id"])  # admin-gated by dispatch
 
-        owner.extend(Hooks(ops={"chord_open": barriers.op_open, "requeue_dead": requeue,
-                                "chord_reserve": barriers.callbacks.op_reserve,
-                                "chord_expects": barriers.callbacks.op_expects},
-                           before_ack=barriers.on_ack, before_ack_meta_only=True))
+        return Hooks(name="workflows",
+                     ops={"chord_open": barriers.op_open, "requeue_dead": requeue,
+                          "chord_reserve": barriers.callbacks.op_reserve,
+                          "chord_expects": barriers.callbacks.op_expects},
+                     before_ack=barriers.on_ack, before_ack_meta_only=True)
 
     async def continue_after(self, meta: dict[str, Any], result: Any) -> None:
         """Run by a worker after its function returned and before it acks: the next step of

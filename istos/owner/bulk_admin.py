@@ -29,6 +29,9 @@ MAX_BULK = protocol.MAX_BULK
 class BulkAdmin(OwnerExtension):
     """The bulk admin ops of one owner."""
 
+    name = "bulk_admin"
+    serves = ("requeue_all_dead", "promote", "purge_dead_older")
+
     def __init__(self, owner: QueueOwner) -> None:
         self.owner = owner
 

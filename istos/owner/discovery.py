@@ -29,6 +29,8 @@ def directory_key(prefix: str, queue: str, node_id: str) -> str:
 class Announce(OwnerExtension):
     """Holds the owner's directory token from its setup until it stops."""
 
+    name = "announce"
+
     def __init__(self, owner: QueueOwner) -> None:
         self.owner = owner
         self._handle: Any = None

@@ -42,6 +42,10 @@ SCAN_SLICE_S = 0.004  # ...and after this long, so claims and stats keep flowing
 class Inspector(OwnerExtension):
     """Counters, rates and the follower-gated event stream of one owner."""
 
+    name = "inspect"
+    serves = ("stats", "jobs", "leases", "why", "events", "follow", "requeue", "purge_dead",
+              "pause", "resume", "events_since")
+
     def __init__(self, owner: QueueOwner) -> None:
         self.owner = owner
         self.totals = {ev.ENQUEUED: 0, ev.ACKED: 0, ev.NACKED: 0, ev.DEAD_LETTERED: 0,
@@ -243,13 +247,12 @@ class Inspector(OwnerExtension):
 
     async def op_pause(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.owner.require_admin("pause")
-        self.owner.state.paused = True
+        self.owner.set_paused(True)
         return {"paused": True}
 
     async def op_resume(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.owner.require_admin("resume")
-        self.owner.state.paused = False
-        self.owner.nudge(max(1, self.owner.state.counts[READY]))
+        self.owner.set_paused(False)
         return {"paused": False}
 
 

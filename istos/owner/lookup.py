@@ -25,6 +25,9 @@ SLICE = 4096  # ids compared between two yields to the loop
 class IdLookup(OwnerExtension):
     """Serves ``resolve`` (read role) on one owner."""
 
+    name = "lookup"
+    serves = ("resolve",)
+
     def __init__(self, owner: QueueOwner) -> None:
         self.owner = owner
 

@@ -26,6 +26,9 @@ MAX_ROWS = 3600  # rows in one reply (and never more bytes than a page holds)
 class SeriesKeeper(OwnerExtension):
     """Keeps :class:`~istos.core.series.Series` for one owner and serves ``series``."""
 
+    name = "series"
+    serves = ("series",)
+
     def __init__(self, owner: QueueOwner) -> None:
         self.owner = owner
         self.series = S.Series(self._ready_at, owner.state.counts)

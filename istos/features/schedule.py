@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from ..client import OwnerClient
     from ..core.config import QueueConfig
     from ..node import Node
-    from ..owner.owner import QueueOwner
+    from ..owner.handle import OwnerHandle
 
 log = logging.getLogger("istos.schedule")
 
@@ -193,7 +193,7 @@ class Schedules:
         beat.add(Schedule(name, queue, data, every_s, spec, zone, delay, offset))
         return name
 
-    def owner_extension(self, owner: QueueOwner) -> OwnerExtension:
+    def owner_extension(self, owner: OwnerHandle) -> OwnerExtension:
         """Every owner answers ``enqueue_slot``, so a schedule declared on any node reaches it."""
         return Hooks(name="schedules", ops={"enqueue_slot": SlotEnqueuer(owner).op})
 
@@ -297,7 +297,7 @@ class SlotEnqueuer:
     so a storage outage leaves the slot free for a retry from another node.
     """
 
-    def __init__(self, owner: QueueOwner) -> None:
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self.recent = RecentSlots()
         # Durable storage also keeps the slots across an owner restart or failover.

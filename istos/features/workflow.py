@@ -77,7 +77,7 @@ from .chord_callbacks import CallbackReservations, ExpectsAsker
 if TYPE_CHECKING:
     from ..client import OwnerClient
     from ..node import Node
-    from ..owner.owner import QueueOwner
+    from ..owner.handle import OwnerHandle
 
 log = logging.getLogger("istos.workflow")
 
@@ -217,7 +217,7 @@ class Workflows:
         return str(reply["job_id"])
 
     # -- hooks --
-    def owner_extension(self, owner: QueueOwner) -> OwnerExtension:
+    def owner_extension(self, owner: OwnerHandle) -> OwnerExtension:
         """Serve chords (barriers, ``chord_open``) and ``requeue_dead`` on ``owner``; its
         enqueues with workflow meta are checked by the chord barriers."""
         barriers = ChordBarriers(owner, self)
@@ -255,7 +255,7 @@ def callback_meta(chord_id: str, queue: str, size: int, key: str) -> dict[str, A
     return {"callback": {"id": chord_id, "queue": queue, "size": size, "key": key}}
 
 
-async def requeue_dead_op(owner: QueueOwner, job_id: str) -> dict[str, Any]:
+async def requeue_dead_op(owner: OwnerHandle, job_id: str) -> dict[str, Any]:
     """The owner side of :meth:`Workflows.requeue_dead` (the ``requeue_dead`` op)."""
     state = owner.state
     rec = state.dead.get(job_id)
@@ -297,7 +297,7 @@ class Barrier:
 class ChordBarriers:
     """The chord barriers of one queue owner (installed as its ack hook)."""
 
-    def __init__(self, owner: QueueOwner, app: Workflows) -> None:
+    def __init__(self, owner: OwnerHandle, app: Workflows) -> None:
         self.owner = owner
         self.app = app
         self.ns = f"wf:{owner.name}"

@@ -21,7 +21,7 @@ from typing import Any
 from .. import protocol
 from ..core.state import DELAYED
 from .extension import Handler, OwnerExtension
-from .owner import QueueOwner
+from .handle import OwnerHandle
 
 MAX_BULK = protocol.MAX_BULK
 
@@ -32,7 +32,7 @@ class BulkAdmin(OwnerExtension):
     name = "bulk_admin"
     serves = ("requeue_all_dead", "promote", "purge_dead_older")
 
-    def __init__(self, owner: QueueOwner) -> None:
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
 
     def ops(self) -> Mapping[str, Handler]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..transport.base import TransportError
 from .extension import OwnerExtension
-from .owner import QueueOwner
+from .handle import OwnerHandle
 
 log = logging.getLogger("istos.owner")
 
@@ -31,7 +31,7 @@ class Announce(OwnerExtension):
 
     name = "announce"
 
-    def __init__(self, owner: QueueOwner) -> None:
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self._handle: Any = None
         self._stopped = False

@@ -18,6 +18,7 @@ from ..core.config import QueueConfig
 from ..core.hungry import HungryNodes
 from ..core.state import QueueState
 from ..node import Node
+from ..storage.base import Fence, Storage
 from .extension import Handler, OwnerExtension
 from .nudges import Absorber
 from .write_path import WritePath
@@ -35,6 +36,21 @@ class OwnerHandle(Protocol):
     writes: WritePath
     hungry: HungryNodes
     running: bool  # serving now (a timer set before a stop must not nudge after it)
+    fence: Fence | None  # an HA leader's (leader lease and epoch); None otherwise
+    storage: Storage  # the node's storage, fenced for an HA leader
+
+    def require_admin(self, action: str) -> None:
+        """Raise :class:`~istos.errors.AdminDisabled` unless the queue was declared admin."""
+
+    async def enqueue(self, body: bytes, *, job_id: str, delay_s: float = 0.0,
+                      priority: int = 0, meta: dict[str, Any] | None = None,
+                      dedup_s: float | None = None, group: str | None = None) -> bool:
+        """Accept a job on this owner's node (False: it held ``job_id`` already)."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """The queue's counts and age of its oldest ready job."""
+        ...
 
     def nudge(self, count: int) -> None:
         """Tell idle workers that ``count`` jobs became claimable."""

@@ -26,8 +26,8 @@ from ..core.state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord, Que
 from ..events import JobEvent
 from .extension import Handler, OwnerExtension
 from .fit import fit_why
+from .handle import OwnerHandle
 from .job_ops import dead_letter_fields
-from .owner import QueueOwner
 from .sequence import EventSequence
 from .slicing import count_sliced, page_sliced, pause
 
@@ -46,7 +46,7 @@ class Inspector(OwnerExtension):
     serves = ("stats", "jobs", "leases", "why", "events", "follow", "requeue", "purge_dead",
               "pause", "resume", "events_since")
 
-    def __init__(self, owner: QueueOwner) -> None:
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self.totals = {ev.ENQUEUED: 0, ev.ACKED: 0, ev.NACKED: 0, ev.DEAD_LETTERED: 0,
                        ev.LEASE_EXPIRED: 0}
@@ -291,7 +291,7 @@ def job_summary(rec: JobRecord) -> dict[str, Any]:
             **({"group": rec.group} if rec.group is not None else {})}
 
 
-def explain(owner: QueueOwner, job_id: str, ahead: int | None = None) -> dict[str, Any]:
+def explain(owner: OwnerHandle, job_id: str, ahead: int | None = None) -> dict[str, Any]:
     """Why a job is (not) running, in words and fields (``ahead``: the ready jobs claimed
     before it, if counted already)."""
     rec = owner.state.jobs.get(job_id)

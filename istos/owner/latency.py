@@ -24,7 +24,7 @@ from typing import Any
 from .. import events as ev
 from ..events import JobEvent
 from .extension import Handler, OwnerExtension, not_wrapped
-from .owner import QueueOwner
+from .handle import OwnerHandle
 
 BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
              900.0, 3600.0)
@@ -79,7 +79,7 @@ class Latency(OwnerExtension):
     name = "latency"
     wraps = ("stats",)
 
-    def __init__(self, owner: QueueOwner, workers_seen: Callable[[], int] | None = None
+    def __init__(self, owner: OwnerHandle, workers_seen: Callable[[], int] | None = None
                  ) -> None:
         self.owner = owner
         self.wait, self.run = Distribution(), Distribution()

@@ -21,7 +21,7 @@ from ..core import leasing
 from ..core.state import LEASED
 from ..errors import InvalidProgress, ProtocolError
 from .extension import Handler, OwnerExtension, not_wrapped
-from .owner import QueueOwner
+from .handle import OwnerHandle
 
 log = logging.getLogger("istos.owner")
 
@@ -33,7 +33,7 @@ class LeaseOps(OwnerExtension):
     serves = ("extend", "cancel")
     wraps = ("claim", "settle")
 
-    def __init__(self, owner: QueueOwner, *, on_cancel: CancelListener | None = None) -> None:
+    def __init__(self, owner: OwnerHandle, *, on_cancel: CancelListener | None = None) -> None:
         self.owner = owner
         # Leased jobs marked for cancellation, by the node holding them (for claim replies).
         self.marked: dict[str, str] = {}

@@ -63,7 +63,7 @@ from ..transport.base import TransportError
 from .extension import Handler, OwnerExtension, not_wrapped
 
 if TYPE_CHECKING:  # (only the type: the owner does not import this module)
-    from .owner import QueueOwner
+    from .handle import OwnerHandle
 
 log = logging.getLogger("istos.owner")
 
@@ -96,7 +96,7 @@ class ParkedClaims(OwnerExtension):
     serves = ("unpark",)
     wraps = ("claim",)
 
-    def __init__(self, owner: QueueOwner) -> None:
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self._claim: Handler = not_wrapped
         self.parked: dict[str, _Parked] = {}  # by the claim's first slot id

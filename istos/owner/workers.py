@@ -26,7 +26,7 @@ from .. import protocol
 from ..core.state import LEASED
 from ..events import JobEvent
 from .extension import Handler, OwnerExtension, not_wrapped
-from .owner import QueueOwner
+from .handle import OwnerHandle
 from .slicing import Slicer
 
 SEEN_LEASES = 3
@@ -69,7 +69,7 @@ class WorkerTracker(OwnerExtension):
     serves = ("workers",)
     wraps = ("claim", "extend", "release")
 
-    def __init__(self, owner: QueueOwner) -> None:
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self.rows: dict[str, WorkerRow] = {}
         self._claim: Handler = not_wrapped

@@ -17,7 +17,7 @@ from .. import protocol
 from ..errors import IstosError
 from .extension import Handler, OwnerExtension, not_wrapped
 from .fit import fit_why
-from .owner import QueueOwner
+from .handle import OwnerHandle
 
 MAX_MEMBERS_SHOWN = 100  # chord members a workflow entry lists (``size`` says how many)
 
@@ -29,7 +29,7 @@ class WorkflowView(OwnerExtension):
     serves = ("states",)
     wraps = ("why",)
 
-    def __init__(self, owner: QueueOwner) -> None:
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self._why: Handler = not_wrapped
 

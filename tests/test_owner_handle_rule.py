@@ -76,3 +76,26 @@ def test_the_scan_sees_each_kind_of_reach_in() -> None:
                          "calls self.owner.hungry.add"]
     # Reading the owner, or assigning a local, is fine.
     assert reach_ins(ast.parse("x = owner.state.paused\nself.owner = owner\n")) == []
+
+
+def private_state_uses(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every ``_``-member of a queue state (``state._x``, ``owner.state._x``) used in ``tree``."""
+    return [(node.lineno, ast.unparse(node)) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and ((isinstance(node.value, ast.Name) and node.value.id == "state")
+                 or (isinstance(node.value, ast.Attribute) and node.value.attr == "state"))]
+
+
+def test_no_feature_or_extension_uses_the_queue_states_private_members() -> None:
+    """The queue state's transitions are its public methods (``core/state.py``); a copy of one
+    that calls ``state._forget`` drifts from the original the day it changes."""
+    offences = []
+    for folder in SCANNED:
+        for path in sorted((ROOT / folder).glob("*.py")):
+            tree = ast.parse(path.read_text(), filename=str(path))
+            offences += [f"{path.relative_to(ROOT.parent)}:{line}: {what}"
+                         for line, what in private_state_uses(tree)]
+    assert offences == []
+    assert private_state_uses(ast.parse("state._forget(rec)\nowner.state._save(r)\n")) == [
+        (1, "state._forget"), (2, "owner.state._save")]

@@ -258,15 +258,9 @@ def callback_meta(chord_id: str, queue: str, size: int, key: str) -> dict[str, A
 async def requeue_dead_op(owner: OwnerHandle, job_id: str) -> dict[str, Any]:
     """The owner side of :meth:`Workflows.requeue_dead` (the ``requeue_dead`` op)."""
     state = owner.state
-    rec = state.dead.get(job_id)
-    if rec is None:
+    if state.revive_dead(job_id, owner.node.clock.now()) is None:
         held = state.jobs.get(job_id)
         return {"status": "not_dead", "state": held.state if held is not None else "unknown"}
-    now = owner.node.clock.now()
-    state._forget(rec)  # counts, dead list; queues the delete, which the write below overrides
-    fresh = state.new_record(job_id, rec.body, now, priority=rec.priority, meta=rec.meta)
-    state.insert(fresh, now)  # emits "enqueued" and makes it claimable
-    state.dirty.append(fresh)
     await owner.writes.commit()
     return {"status": "requeued", "job_id": job_id}
 

@@ -46,6 +46,7 @@ from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
 from . import bulk, registry
+from .accept import NewJob, accept_new
 from .extension import Handler, OwnerExtension, overrides
 from .handle import MetaCheck
 from .job_ops import JobOps
@@ -318,28 +319,12 @@ class QueueOwner:
                       priority: int = 0, meta: dict[str, Any] | None = None,
                       dedup_s: float | None = None, group: str | None = None) -> bool:
         """Accept a job; returns False when the queue already holds ``job_id`` (idempotent),
-        or holds it reserved (a dedup window, ``core/dedup.py``)."""
-        state, now = self.state, self.node.clock.now()
-        if not self.durable:
-            created = state.enqueue(job_id, body, now, delay_s=delay_s, priority=priority,
-                                    meta=meta, dedup_s=dedup_s, group=group)
-            state.dirty.clear()
-            self.writes.after_change()
-            return created
-        if state.holds(job_id, now):
-            state.enqueue(job_id, body, now)  # records the duplicate_enqueue event only
-            self.writes.after_change()
-            return False
-        pending = self.writes.pending(job_id)
-        if pending is not None:
-            await pending  # its failure is this duplicate's failure too
-            return False
-        # Durable: the record is stored before the queue accepts it, so a storage outage makes
-        # the producer's enqueue fail and nothing half-accepted remains in memory.
-        rec = state.new_record(job_id, body, now, delay_s=delay_s, priority=priority, meta=meta,
-                               dedup_s=dedup_s, group=group)
-        await self.writes.store_new({job_id: rec}, self.node.clock.now)
-        return True
+        or holds it reserved (a dedup window, ``core/dedup.py``). The one path of new jobs
+        (``accept.py``): with durable storage the record is stored before the queue accepts
+        it, so a storage outage makes the enqueue fail (StorageUnavailable) and nothing
+        half-accepted remains in memory; a twin of ``job_id`` in flight decides this one."""
+        job = NewJob(job_id, body, delay_s, priority, meta, dedup_s, group)
+        return (await accept_new(self, [job], share_twin_fate=True))[0]
 
     # -- admin helpers shared with inspection --
     def require_admin(self, action: str) -> None:

@@ -14,7 +14,7 @@ from .workflow_view import WorkflowView
 
 
 def operator_extensions(owner: OwnerHandle) -> list[OwnerExtension]:
-    """New extensions for ``owner``, in the order to add them (after ``LeaseOps``)."""
+    """New extensions for ``owner`` (``pipeline.compose`` installs them in the declared order)."""
     tracker = WorkerTracker(owner)
     return [tracker, BulkAdmin(owner), Latency(owner, tracker.seen_count), WorkflowView(owner),
             Announce(owner)]

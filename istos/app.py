@@ -39,6 +39,7 @@ from .owner.lookup import IdLookup
 from .owner.operator_ext import operator_extensions
 from .owner.owner import QueueOwner
 from .owner.parking import ParkedClaims
+from .owner.pipeline import compose
 from .owner.series import SeriesKeeper
 from .producer import Producer
 from .storage.base import Fence, Storage
@@ -338,21 +339,20 @@ class Istos:
             await owner.stop()
 
     def _setup_owner(self, owner: QueueOwner) -> None:
-        """Install the extensions every owner of this app serves (before it binds its queue)."""
-        self.schedules.setup_owner(owner)
-        self.workflows.setup_owner(owner)
-        owner.extend(Inspector(owner))
-        owner.extend(IdLookup(owner))
-        owner.extend(SeriesKeeper(owner))
-        leases = LeaseOps(owner)
-        leases.cancel_listeners.append(
-            lambda node, jobs: self._cancel_local(owner.name, node, jobs))
-        owner.extend(leases)
-        for ext in operator_extensions(owner):  # after LeaseOps: the tracker wraps its claim
-            owner.extend(ext)
-        # In-process workers are nudged directly; remote ones over the mesh.
-        owner.extend(Hooks(on_nudge=lambda n, to: self._nudge_local(owner.name, to)))
-        owner.extend(ParkedClaims(owner))  # last: it wraps every other claim wrapper
+        """Install the extensions every owner of this app serves (before it binds its queue),
+        in the declared order of the owner pipeline (``owner/pipeline.py``)."""
+        compose(owner, [
+            self.schedules.owner_extension(owner),
+            self.workflows.owner_extension(owner),
+            Inspector(owner), IdLookup(owner), SeriesKeeper(owner),
+            LeaseOps(owner, on_cancel=lambda node, jobs: self._cancel_local(
+                owner.name, node, jobs)),
+            *operator_extensions(owner),
+            # In-process workers are nudged directly; remote ones over the mesh.
+            Hooks(name="local_nudge",
+                  on_nudge=lambda n, to: self._nudge_local(owner.name, to)),
+            ParkedClaims(owner),
+        ])
 
     async def _continue_hook(self, meta: dict[str, Any], result: Any) -> None:
         """Run by a worker after its function returned, before it acks (workflows)."""

@@ -35,7 +35,7 @@ from ..core.config import check_queue_name
 from ..errors import CapacityExceeded, ConfigError, InvalidJob, OwnerUnavailable
 
 if TYPE_CHECKING:
-    from ..owner.owner import QueueOwner
+    from ..owner.handle import OwnerHandle
 
 TOMBSTONE_TTL_S = 86_400.0
 RESERVE_TTL_S = 7 * 86_400.0  # an unused reservation's life
@@ -46,7 +46,7 @@ EXPIRE_PER_CALL = 256  # expired reservations deleted per chord_reserve (bounded
 class CallbackReservations:
     """The chord callbacks one owner's queue expects (served as ``chord_reserve``)."""
 
-    def __init__(self, owner: QueueOwner) -> None:
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self.ns = f"wf:{owner.name}"
         self._used: deque[tuple[float, str]] = deque()

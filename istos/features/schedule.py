@@ -62,14 +62,14 @@ from ..core import cron as cronlib
 from ..core.config import check_queue_name
 from ..core.slots import RecentSlots, hold_s
 from ..errors import ConfigError, ProtocolError
-from ..owner.extension import Hooks
+from ..owner.extension import Hooks, OwnerExtension
 from ..owner.slot_marks import SlotMarks
 
 if TYPE_CHECKING:
     from ..client import OwnerClient
     from ..core.config import QueueConfig
     from ..node import Node
-    from ..owner.owner import QueueOwner
+    from ..owner.handle import OwnerHandle
 
 log = logging.getLogger("istos.schedule")
 
@@ -193,9 +193,9 @@ class Schedules:
         beat.add(Schedule(name, queue, data, every_s, spec, zone, delay, offset))
         return name
 
-    def setup_owner(self, owner: QueueOwner) -> None:
+    def owner_extension(self, owner: OwnerHandle) -> OwnerExtension:
         """Every owner answers ``enqueue_slot``, so a schedule declared on any node reaches it."""
-        owner.extend(Hooks(ops={"enqueue_slot": SlotEnqueuer(owner).op}))
+        return Hooks(name="schedules", ops={"enqueue_slot": SlotEnqueuer(owner).op})
 
     def beat(self) -> Beat:
         """The beat running this app's schedules (made, and added as a plugin, on first use)."""
@@ -297,7 +297,7 @@ class SlotEnqueuer:
     so a storage outage leaves the slot free for a retry from another node.
     """
 
-    def __init__(self, owner: QueueOwner) -> None:
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self.recent = RecentSlots()
         # Durable storage also keeps the slots across an owner restart or failover.

@@ -71,13 +71,13 @@ from ..core.config import check_priority, check_queue_name
 from ..core.state import JobRecord
 from ..core.workflow_meta import check_workflow_meta
 from ..errors import ConfigError, InvalidJob, IstosError, JobNotFound, ProtocolError
-from ..owner.extension import Hooks
+from ..owner.extension import Hooks, OwnerExtension
 from .chord_callbacks import CallbackReservations, ExpectsAsker
 
 if TYPE_CHECKING:
     from ..client import OwnerClient
     from ..node import Node
-    from ..owner.owner import QueueOwner
+    from ..owner.handle import OwnerHandle
 
 log = logging.getLogger("istos.workflow")
 
@@ -99,7 +99,7 @@ class Workflows:
     """``chain``, ``group``, ``chord`` and ``requeue_dead`` of one app (``app.workflows``).
 
     Built on the app's ``enqueue``, its per-queue ``client`` and its ``require_serving``
-    check; :meth:`setup_owner` installs the owner side (chord barriers, ``requeue_dead``) on
+    check; :meth:`owner_extension` is the owner side (chord barriers, ``requeue_dead``) on
     each owner the app starts, and :meth:`continue_after` is the worker's continuation hook.
     """
 
@@ -217,18 +217,20 @@ class Workflows:
         return str(reply["job_id"])
 
     # -- hooks --
-    def setup_owner(self, owner: QueueOwner) -> None:
-        """Serve chords (barriers, ``chord_open``) and ``requeue_dead`` on ``owner``."""
+    def owner_extension(self, owner: OwnerHandle) -> OwnerExtension:
+        """Serve chords (barriers, ``chord_open``) and ``requeue_dead`` on ``owner``; its
+        enqueues with workflow meta are checked by the chord barriers."""
         barriers = ChordBarriers(owner, self)
-        owner.meta_check = barriers.check_meta
+        owner.check_meta_with(barriers.check_meta)
 
         async def requeue(msg: dict[str, Any]) -> dict[str, Any]:
             return await requeue_dead_op(owner, msg["job_id"])  # admin-gated by dispatch
 
-        owner.extend(Hooks(ops={"chord_open": barriers.op_open, "requeue_dead": requeue,
-                                "chord_reserve": barriers.callbacks.op_reserve,
-                                "chord_expects": barriers.callbacks.op_expects},
-                           before_ack=barriers.on_ack, before_ack_meta_only=True))
+        return Hooks(name="workflows",
+                     ops={"chord_open": barriers.op_open, "requeue_dead": requeue,
+                          "chord_reserve": barriers.callbacks.op_reserve,
+                          "chord_expects": barriers.callbacks.op_expects},
+                     before_ack=barriers.on_ack, before_ack_meta_only=True)
 
     async def continue_after(self, meta: dict[str, Any], result: Any) -> None:
         """Run by a worker after its function returned and before it acks: the next step of
@@ -253,18 +255,12 @@ def callback_meta(chord_id: str, queue: str, size: int, key: str) -> dict[str, A
     return {"callback": {"id": chord_id, "queue": queue, "size": size, "key": key}}
 
 
-async def requeue_dead_op(owner: QueueOwner, job_id: str) -> dict[str, Any]:
+async def requeue_dead_op(owner: OwnerHandle, job_id: str) -> dict[str, Any]:
     """The owner side of :meth:`Workflows.requeue_dead` (the ``requeue_dead`` op)."""
     state = owner.state
-    rec = state.dead.get(job_id)
-    if rec is None:
+    if state.revive_dead(job_id, owner.node.clock.now()) is None:
         held = state.jobs.get(job_id)
         return {"status": "not_dead", "state": held.state if held is not None else "unknown"}
-    now = owner.node.clock.now()
-    state._forget(rec)  # counts, dead list; queues the delete, which the write below overrides
-    fresh = state.new_record(job_id, rec.body, now, priority=rec.priority, meta=rec.meta)
-    state.insert(fresh, now)  # emits "enqueued" and makes it claimable
-    state.dirty.append(fresh)
     await owner.writes.commit()
     return {"status": "requeued", "job_id": job_id}
 
@@ -295,7 +291,7 @@ class Barrier:
 class ChordBarriers:
     """The chord barriers of one queue owner (installed as its ack hook)."""
 
-    def __init__(self, owner: QueueOwner, app: Workflows) -> None:
+    def __init__(self, owner: OwnerHandle, app: Workflows) -> None:
         self.owner = owner
         self.app = app
         self.ns = f"wf:{owner.name}"

@@ -21,7 +21,7 @@ from typing import Any
 from .. import protocol
 from ..core.state import DELAYED
 from .extension import Handler, OwnerExtension
-from .owner import QueueOwner
+from .handle import OwnerHandle
 
 MAX_BULK = protocol.MAX_BULK
 
@@ -29,7 +29,10 @@ MAX_BULK = protocol.MAX_BULK
 class BulkAdmin(OwnerExtension):
     """The bulk admin ops of one owner."""
 
-    def __init__(self, owner: QueueOwner) -> None:
+    name = "bulk_admin"
+    serves = ("requeue_all_dead", "promote", "purge_dead_older")
+
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
 
     def ops(self) -> Mapping[str, Handler]:

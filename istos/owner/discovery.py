@@ -15,7 +15,7 @@ from typing import Any
 
 from ..transport.base import TransportError
 from .extension import OwnerExtension
-from .owner import QueueOwner
+from .handle import OwnerHandle
 
 log = logging.getLogger("istos.owner")
 
@@ -29,7 +29,9 @@ def directory_key(prefix: str, queue: str, node_id: str) -> str:
 class Announce(OwnerExtension):
     """Holds the owner's directory token from its setup until it stops."""
 
-    def __init__(self, owner: QueueOwner) -> None:
+    name = "announce"
+
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self._handle: Any = None
         self._stopped = False

@@ -167,7 +167,7 @@ class Election:
         self._renewed_at, self._renew_failed = asked_at, False
         owner = self._current_owner()
         if owner is not None:
-            owner.lease_until = asked_at + self.lease_s
+            owner.lead_until(asked_at + self.lease_s)
 
     async def _try_to_lead(self) -> None:
         clock, storage = self.node.clock, self.node.storage
@@ -191,8 +191,8 @@ class Election:
             log.exception("queue %s: taking over failed; retrying", self.config.name)
             await self._stop_owner()
             return
-        owner.lease_until = now + self.lease_s
-        owner.wake_election = self._wake.set  # fenced or lapsed: renew (or step down) now
+        owner.lead_until(now + self.lease_s)
+        owner.wake_election_with(self._wake.set)  # fenced or lapsed: renew (or step down) now
         self.epoch, self._renewed_at, self.leading = epoch, now, True
         self._renew_failed = False
         self.transitions += 1

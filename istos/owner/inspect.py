@@ -26,8 +26,8 @@ from ..core.state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord, Que
 from ..events import JobEvent
 from .extension import Handler, OwnerExtension
 from .fit import fit_why
+from .handle import OwnerHandle
 from .job_ops import dead_letter_fields
-from .owner import QueueOwner
 from .sequence import EventSequence
 from .slicing import count_sliced, page_sliced, pause
 
@@ -42,7 +42,11 @@ SCAN_SLICE_S = 0.004  # ...and after this long, so claims and stats keep flowing
 class Inspector(OwnerExtension):
     """Counters, rates and the follower-gated event stream of one owner."""
 
-    def __init__(self, owner: QueueOwner) -> None:
+    name = "inspect"
+    serves = ("stats", "jobs", "leases", "why", "events", "follow", "requeue", "purge_dead",
+              "pause", "resume", "events_since")
+
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self.totals = {ev.ENQUEUED: 0, ev.ACKED: 0, ev.NACKED: 0, ev.DEAD_LETTERED: 0,
                        ev.LEASE_EXPIRED: 0}
@@ -243,13 +247,12 @@ class Inspector(OwnerExtension):
 
     async def op_pause(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.owner.require_admin("pause")
-        self.owner.state.paused = True
+        self.owner.set_paused(True)
         return {"paused": True}
 
     async def op_resume(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.owner.require_admin("resume")
-        self.owner.state.paused = False
-        self.owner.nudge(max(1, self.owner.state.counts[READY]))
+        self.owner.set_paused(False)
         return {"paused": False}
 
 
@@ -288,7 +291,7 @@ def job_summary(rec: JobRecord) -> dict[str, Any]:
             **({"group": rec.group} if rec.group is not None else {})}
 
 
-def explain(owner: QueueOwner, job_id: str, ahead: int | None = None) -> dict[str, Any]:
+def explain(owner: OwnerHandle, job_id: str, ahead: int | None = None) -> dict[str, Any]:
     """Why a job is (not) running, in words and fields (``ahead``: the ready jobs claimed
     before it, if counted already)."""
     rec = owner.state.jobs.get(job_id)

@@ -18,13 +18,13 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from .. import events as ev
 from ..events import JobEvent
-from .extension import Handler, OwnerExtension
-from .owner import QueueOwner
+from .extension import Handler, OwnerExtension, not_wrapped
+from .handle import OwnerHandle
 
 BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
              900.0, 3600.0)
@@ -74,21 +74,23 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 class Latency(OwnerExtension):
-    """Wait and run distributions of one owner, served in its ``stats``."""
+    """Wait and run distributions of one owner, served in its ``stats`` (which it wraps)."""
 
-    def __init__(self, owner: QueueOwner, workers_seen: Callable[[], int] | None = None
+    name = "latency"
+    wraps = ("stats",)
+
+    def __init__(self, owner: OwnerHandle, workers_seen: Callable[[], int] | None = None
                  ) -> None:
         self.owner = owner
         self.wait, self.run = Distribution(), Distribution()
         self._claimed: dict[str, float] = {}
         self._workers_seen = workers_seen
-        stats = owner.handler("stats")
-        assert stats is not None, "add Latency after the Inspector"
-        self._stats = stats
+        self._stats: Handler = not_wrapped
         self._unsubscribe = owner.node.events.subscribe(self._on_event)
 
-    def ops(self) -> Mapping[str, Handler]:
-        return {"stats": self._op_stats}
+    def wrap(self, op: str, inner: Handler) -> Handler:
+        self._stats = inner
+        return self._op_stats
 
     def on_stop(self) -> None:
         self._unsubscribe()

@@ -20,8 +20,8 @@ from ..context import check_progress
 from ..core import leasing
 from ..core.state import LEASED
 from ..errors import InvalidProgress, ProtocolError
-from .extension import Handler, OwnerExtension
-from .owner import QueueOwner
+from .extension import Handler, OwnerExtension, not_wrapped
+from .handle import OwnerHandle
 
 log = logging.getLogger("istos.owner")
 
@@ -29,18 +29,27 @@ CancelListener = Callable[[str, list[str]], None]  # (worker node, job ids)
 
 
 class LeaseOps(OwnerExtension):
-    def __init__(self, owner: QueueOwner) -> None:
+    name = "leases"
+    serves = ("extend", "cancel")
+    wraps = ("claim", "settle")
+
+    def __init__(self, owner: OwnerHandle, *, on_cancel: CancelListener | None = None) -> None:
         self.owner = owner
         # Leased jobs marked for cancellation, by the node holding them (for claim replies).
         self.marked: dict[str, str] = {}
-        self.cancel_listeners: list[CancelListener] = []
-        claim, settle = owner.handler("claim"), owner.handler("settle")
-        assert claim is not None and settle is not None  # the owner's own ops
-        self._claim, self._settle = claim, settle
+        self.cancel_listeners: list[CancelListener] = [] if on_cancel is None else [on_cancel]
+        self._claim: Handler = not_wrapped
+        self._settle: Handler = not_wrapped
 
     def ops(self) -> Mapping[str, Handler]:
-        return {"extend": self.op_extend, "cancel": self.op_cancel,
-                "claim": self._op_claim, "settle": self._op_settle}
+        return {"extend": self.op_extend, "cancel": self.op_cancel}
+
+    def wrap(self, op: str, inner: Handler) -> Handler:
+        if op == "claim":
+            self._claim = inner
+            return self._op_claim
+        self._settle = inner
+        return self._op_settle
 
     async def op_extend(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Renew a batch of leases; one status per item (``ok``, ``stale``, ``cancel``)."""

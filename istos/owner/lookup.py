@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import protocol
 from .extension import Handler, OwnerExtension
-from .owner import QueueOwner
+from .handle import OwnerHandle
 from .slicing import pause
 
 SLICE = 4096  # ids compared between two yields to the loop
@@ -25,7 +25,10 @@ SLICE = 4096  # ids compared between two yields to the loop
 class IdLookup(OwnerExtension):
     """Serves ``resolve`` (read role) on one owner."""
 
-    def __init__(self, owner: QueueOwner) -> None:
+    name = "lookup"
+    serves = ("resolve",)
+
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
 
     def ops(self) -> Mapping[str, Handler]:

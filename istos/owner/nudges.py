@@ -27,11 +27,15 @@ class Nudges:
         self.node, self.queue, self.hungry = node, queue, hungry
         self.listeners = listeners  # the owner's list of on_nudge extensions (shared)
         self._running = running
-        self.absorbers: list[Absorber] = []
+        self._absorbers: list[Absorber] = []
         self._count = 0
         self._targets: set[str] = set()  # chosen already this turn (with absorbers)
         self._absorbed: set[str] = set()  # ...and woken by an absorber: no message for them
         self._scheduled = False
+
+    def add_absorber(self, absorber: Absorber) -> None:
+        """From now on, hand the nodes chosen for each nudge to ``absorber`` too."""
+        self._absorbers.append(absorber)
 
     def nudge(self, count: int) -> None:
         """Tell idle workers that ``count`` jobs became claimable; coalesced per loop turn.
@@ -39,10 +43,10 @@ class Nudges:
         With absorbers (parked claims), the nodes to wake are chosen at once and the
         absorbers wake theirs now, so a parked claim is answered in the next loop step rather
         than after the turn's end; the hooks and the message still go out once per turn."""
-        if count > 0 and self.absorbers and self._running():
+        if count > 0 and self._absorbers and self._running():
             targets = self.hungry.take(count)
             remote = targets - {self.node.node_id}
-            for absorb in self.absorbers:
+            for absorb in self._absorbers:
                 if remote:
                     woken = absorb(remote)
                     self._absorbed |= woken
@@ -67,7 +71,7 @@ class Nudges:
             ext.on_nudge(len(targets), targets)
         node = self.node
         remote = targets - {node.node_id} - absorbed
-        for absorb in self.absorbers:  # (nodes chosen at the turn's end: pokes)
+        for absorb in self._absorbers:  # (nodes chosen at the turn's end: pokes)
             if remote:
                 remote -= absorb(remote)
         if remote and node.transport is not None:

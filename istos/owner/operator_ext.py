@@ -7,14 +7,14 @@ from __future__ import annotations
 from .bulk_admin import BulkAdmin
 from .discovery import Announce
 from .extension import OwnerExtension
+from .handle import OwnerHandle
 from .latency import Latency
-from .owner import QueueOwner
 from .workers import WorkerTracker
 from .workflow_view import WorkflowView
 
 
-def operator_extensions(owner: QueueOwner) -> list[OwnerExtension]:
-    """New extensions for ``owner``, in the order to add them (after ``LeaseOps``)."""
+def operator_extensions(owner: OwnerHandle) -> list[OwnerExtension]:
+    """New extensions for ``owner`` (``pipeline.compose`` installs them in the declared order)."""
     tracker = WorkerTracker(owner)
     return [tracker, BulkAdmin(owner), Latency(owner, tracker.seen_count), WorkflowView(owner),
             Announce(owner)]

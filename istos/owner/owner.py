@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from .. import codec, keys, protocol
@@ -35,6 +35,7 @@ from ..core.hungry import HungryNodes
 from ..core.state import READY, QueueState
 from ..errors import (
     AdminDisabled,
+    ConfigError,
     FencedOut,
     InvalidJob,
     IstosError,
@@ -45,16 +46,16 @@ from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
 from . import bulk, registry
+from .accept import NewJob, accept_new
 from .extension import Handler, OwnerExtension, overrides
+from .handle import MetaCheck
 from .job_ops import JobOps
-from .nudges import Nudges
+from .nudges import Absorber, Nudges
 from .persist import Persister
 from .sole import SoleOwner
 from .write_path import OwnerSignals, WritePath
 
 log = logging.getLogger("istos.owner")
-
-MetaCheck = Callable[[str, "dict[str, Any] | None"], Awaitable[None]]
 
 
 class QueueOwner:
@@ -77,8 +78,8 @@ class QueueOwner:
         self.failed_at: float | None = None  # clock time of the last failed write
         # An HA leader's view of its lease: it serves only until then unless renewed, and
         # wakes the election when it finds it lapsed or its epoch gone.
-        self.lease_until = float("inf")
-        self.wake_election: Callable[[], None] | None = None
+        self._lease_until = float("inf")
+        self._wake_election: Callable[[], None] | None = None
         self.storage: Storage = node.storage if fence is None else FencedStorage(
             node.storage, fence, self._storage_fenced)
         self._handle: Any = None
@@ -90,7 +91,7 @@ class QueueOwner:
         # Worker nodes whose last claim left slots empty, and how many: a nudge wakes only
         # as many of them as there are new jobs (the reference woke every idle loop per job).
         self.hungry = HungryNodes()
-        self.meta_check: MetaCheck | None = None  # installed by the workflow code
+        self._meta_check: MetaCheck | None = None  # check_meta_with (the workflow code)
         self.rejects = protocol.RejectLog(log.warning)
         self.extensions: list[OwnerExtension] = []  # see extend()
         self._before_ack: list[OwnerExtension] = []
@@ -111,9 +112,27 @@ class QueueOwner:
         return self._before_ack if with_meta else self._before_every_ack
 
     def extend(self, ext: OwnerExtension, *, first: bool = False) -> None:
-        """Add an extension (:mod:`istos.owner.extension`): its ops are served from now on,
-        and its hooks run after those of the extensions added before it (``first``: before)."""
-        self._ops.update(ext.ops())
+        """Install one extension (:mod:`istos.owner.extension`): each op it ``wraps`` is
+        served by its wrapper around the handler serving it so far, each op it ``serves`` by
+        its handler (replacing one of that name: a test's stand-in); its hooks run after those
+        of the extensions installed before it (``first``: before). An app installs its
+        extensions once, in the declared order (:func:`istos.owner.pipeline.compose`).
+
+        Raises:
+            ConfigError: the extension wraps an op nobody serves yet, or its ``ops()`` are
+                not the ops it declares it ``serves``.
+        """
+        served = ext.ops()
+        if set(served) != set(ext.serves):
+            raise ConfigError(f"owner extension {ext.name or type(ext).__name__!r} declares it "
+                              f"serves {sorted(ext.serves)} but its ops() are {sorted(served)}")
+        for op in ext.wraps:
+            inner = self._ops.get(op)
+            if inner is None:
+                raise ConfigError(f"owner extension {ext.name or type(ext).__name__!r} wraps "
+                                  f"{op!r}, which nothing installed before it serves")
+            self._ops[op] = ext.wrap(op, inner)
+        self._ops.update(served)
         for hook, hooked in (("before_ack", self._before_ack), ("on_stop", self._on_stop),
                              ("on_nudge", self._on_nudge)):
             if overrides(ext, hook):
@@ -124,6 +143,31 @@ class QueueOwner:
     def handler(self, op: str) -> Handler | None:
         """The handler serving ``op`` now (None: the owner does not serve it)."""
         return self._ops.get(op)
+
+    # -- the handle's named registrations (what extensions may change of the owner) --
+    def check_meta_with(self, check: MetaCheck) -> None:
+        """Accept enqueues with job meta or a reserved id only once ``check`` passed them
+        (the workflow code installs it; without one such enqueues are refused)."""
+        self._meta_check = check
+
+    def absorb_nudges(self, absorber: Absorber) -> None:
+        """Hand the nodes chosen for each nudge to ``absorber`` too (parked claims)."""
+        self.nudges.add_absorber(absorber)
+
+    def lead_until(self, deadline: float) -> None:
+        """An HA leader serves until ``deadline`` (its leader lease, by its clock) unless
+        renewed before; past it every request is refused and the election woken."""
+        self._lease_until = deadline
+
+    def wake_election_with(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` when this leader finds its lease lapsed or its epoch gone."""
+        self._wake_election = wake
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause (no claim gets a job) or resume the queue; resuming nudges idle workers."""
+        self.state.paused = paused
+        if not paused:
+            self.nudge(max(1, self.state.counts[READY]))
 
     # -- lifecycle --
     async def start(self) -> None:
@@ -206,9 +250,9 @@ class QueueOwner:
             return
         if not self.running:
             raise FencedOut(f"queue {self.name!r}: this replica no longer leads")
-        if self.node.clock.now() >= self.lease_until:
-            if self.wake_election is not None:
-                self.wake_election()  # renew now
+        if self.node.clock.now() >= self._lease_until:
+            if self._wake_election is not None:
+                self._wake_election()  # renew now
             raise FencedOut(f"queue {self.name!r}: this replica's leader lease lapsed")
 
     async def dispatch(self, msg: dict[str, Any], *, trusted: bool = False,
@@ -262,9 +306,9 @@ class QueueOwner:
             # Workflow metadata makes the owner (or a worker) enqueue follow-up jobs, so only
             # shapes the workflow code writes are accepted, checked before anything is stored;
             # workflow and schedule ids (wf:, sched:) only with their proof.
-            if self.meta_check is None:
+            if self._meta_check is None:
                 raise InvalidJob(f"queue {self.name!r} accepts no job meta")
-            await self.meta_check(job_id, meta)
+            await self._meta_check(job_id, meta)
         created = await self.enqueue(
             msg["body"], job_id=job_id, delay_s=float(msg.get("delay_s", 0.0)),
             priority=msg.get("priority", 0), meta=meta, dedup_s=msg.get("dedup_s"),
@@ -275,28 +319,12 @@ class QueueOwner:
                       priority: int = 0, meta: dict[str, Any] | None = None,
                       dedup_s: float | None = None, group: str | None = None) -> bool:
         """Accept a job; returns False when the queue already holds ``job_id`` (idempotent),
-        or holds it reserved (a dedup window, ``core/dedup.py``)."""
-        state, now = self.state, self.node.clock.now()
-        if not self.durable:
-            created = state.enqueue(job_id, body, now, delay_s=delay_s, priority=priority,
-                                    meta=meta, dedup_s=dedup_s, group=group)
-            state.dirty.clear()
-            self.writes.after_change()
-            return created
-        if state.holds(job_id, now):
-            state.enqueue(job_id, body, now)  # records the duplicate_enqueue event only
-            self.writes.after_change()
-            return False
-        pending = self.writes.pending(job_id)
-        if pending is not None:
-            await pending  # its failure is this duplicate's failure too
-            return False
-        # Durable: the record is stored before the queue accepts it, so a storage outage makes
-        # the producer's enqueue fail and nothing half-accepted remains in memory.
-        rec = state.new_record(job_id, body, now, delay_s=delay_s, priority=priority, meta=meta,
-                               dedup_s=dedup_s, group=group)
-        await self.writes.store_new({job_id: rec}, self.node.clock.now)
-        return True
+        or holds it reserved (a dedup window, ``core/dedup.py``). The one path of new jobs
+        (``accept.py``): with durable storage the record is stored before the queue accepts
+        it, so a storage outage makes the enqueue fail (StorageUnavailable) and nothing
+        half-accepted remains in memory; a twin of ``job_id`` in flight decides this one."""
+        job = NewJob(job_id, body, delay_s, priority, meta, dedup_s, group)
+        return (await accept_new(self, [job], share_twin_fate=True))[0]
 
     # -- admin helpers shared with inspection --
     def require_admin(self, action: str) -> None:
@@ -327,8 +355,8 @@ class QueueOwner:
             return
         log.warning("queue %s: lost the leadership epoch; stopping at once", self.name)
         self._unbind()
-        if self.wake_election is not None:
-            self.wake_election()
+        if self._wake_election is not None:
+            self._wake_election()
 
     def _publish(self, events: list[JobEvent]) -> None:
         emit = self.node.events.emit

@@ -60,10 +60,10 @@ from typing import TYPE_CHECKING, Any
 
 from .. import protocol
 from ..transport.base import TransportError
-from .extension import Handler, OwnerExtension
+from .extension import Handler, OwnerExtension, not_wrapped
 
 if TYPE_CHECKING:  # (only the type: the owner does not import this module)
-    from .owner import QueueOwner
+    from .handle import OwnerHandle
 
 log = logging.getLogger("istos.owner")
 
@@ -88,19 +88,22 @@ class _Parked:
 
 
 class ParkedClaims(OwnerExtension):
-    """Wraps the owner's ``claim`` op (install it after every other claim wrapper) and serves
-    ``unpark``; hooks into the owner's nudges to answer parked claims of nudged nodes."""
+    """Wraps the owner's ``claim`` op (outermost: a parked claim, when woken, runs again
+    through every other claim wrapper) and serves ``unpark``; hooks into the owner's nudges
+    to answer parked claims of nudged nodes."""
 
-    def __init__(self, owner: QueueOwner) -> None:
+    name = "parking"
+    serves = ("unpark",)
+    wraps = ("claim",)
+
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
-        claim = owner.handler("claim")
-        assert claim is not None  # the owner's own op
-        self._claim = claim
+        self._claim: Handler = not_wrapped
         self.parked: dict[str, _Parked] = {}  # by the claim's first slot id
         self.stats = {"parked": 0, "answered_by_job": 0, "expired": 0, "dropped": 0,
                       "worker_gone": 0}
         self.gone: dict[str, None] = {}  # nodes whose worker token went away (ordered: oldest)
-        owner.nudges.absorbers.append(self.wake_nodes)
+        owner.absorb_nudges(self.wake_nodes)
         self._watch: Any = None
         self._stopped = False
         self._watching = asyncio.get_running_loop().create_task(self._watch_tokens())
@@ -137,7 +140,11 @@ class ParkedClaims(OwnerExtension):
                 entry.wake("gone")
 
     def ops(self) -> Mapping[str, Handler]:
-        return {"claim": self.op_claim, "unpark": self.op_unpark}
+        return {"unpark": self.op_unpark}
+
+    def wrap(self, op: str, inner: Handler) -> Handler:
+        self._claim = inner
+        return self.op_claim
 
     async def op_claim(self, msg: dict[str, Any]) -> dict[str, Any]:
         reply = await self._claim(msg)

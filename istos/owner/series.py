@@ -17,7 +17,7 @@ from .. import protocol
 from ..core import series as S
 from ..events import JobEvent
 from .extension import Handler, OwnerExtension
-from .owner import QueueOwner
+from .handle import OwnerHandle
 
 RESOLUTIONS = {"1s": S.FINE_S, "1min": S.COARSE_S}
 MAX_ROWS = 3600  # rows in one reply (and never more bytes than a page holds)
@@ -26,7 +26,10 @@ MAX_ROWS = 3600  # rows in one reply (and never more bytes than a page holds)
 class SeriesKeeper(OwnerExtension):
     """Keeps :class:`~istos.core.series.Series` for one owner and serves ``series``."""
 
-    def __init__(self, owner: QueueOwner) -> None:
+    name = "series"
+    serves = ("series",)
+
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self.series = S.Series(self._ready_at, owner.state.counts)
         self._mark_scheduled = False

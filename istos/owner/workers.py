@@ -25,8 +25,8 @@ from .. import events as ev
 from .. import protocol
 from ..core.state import LEASED
 from ..events import JobEvent
-from .extension import Handler, OwnerExtension
-from .owner import QueueOwner
+from .extension import Handler, OwnerExtension, not_wrapped
+from .handle import OwnerHandle
 from .slicing import Slicer
 
 SEEN_LEASES = 3
@@ -62,22 +62,33 @@ def worker_of(slot_id: str) -> str:
 
 
 class WorkerTracker(OwnerExtension):
-    """Tracks the workers of one owner; add it after the extensions that wrap ``claim``."""
+    """Tracks the workers of one owner from the requests it wraps (``claim``, ``extend``:
+    installed after the lease ops, ``release``)."""
 
-    def __init__(self, owner: QueueOwner) -> None:
+    name = "workers"
+    serves = ("workers",)
+    wraps = ("claim", "extend", "release")
+
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self.rows: dict[str, WorkerRow] = {}
-        claim, extend, release = (owner.handler(op) for op in ("claim", "extend", "release"))
-        assert claim is not None and release is not None  # the owner's own ops
-        self._claim, self._extend, self._release = claim, extend, release
+        self._claim: Handler = not_wrapped
+        self._extend: Handler = not_wrapped
+        self._release: Handler = not_wrapped
         self._unsubscribe = owner.node.events.subscribe(self._on_event)
 
     def ops(self) -> Mapping[str, Handler]:
-        ops: dict[str, Handler] = {"workers": self.op_workers, "claim": self._op_claim,
-                                   "release": self._op_release}
-        if self._extend is not None:
-            ops["extend"] = self._op_extend
-        return ops
+        return {"workers": self.op_workers}
+
+    def wrap(self, op: str, inner: Handler) -> Handler:
+        if op == "claim":
+            self._claim = inner
+            return self._op_claim
+        if op == "extend":
+            self._extend = inner
+            return self._op_extend
+        self._release = inner
+        return self._op_release
 
     def on_stop(self) -> None:
         self._unsubscribe()
@@ -126,7 +137,6 @@ class WorkerTracker(OwnerExtension):
         return await self._claim(msg)
 
     async def _op_extend(self, msg: dict[str, Any]) -> dict[str, Any]:
-        assert self._extend is not None
         self._note_holders(msg.get("items"))
         return await self._extend(msg)
 

@@ -15,22 +15,30 @@ from typing import Any
 
 from .. import protocol
 from ..errors import IstosError
-from .extension import Handler, OwnerExtension
+from .extension import Handler, OwnerExtension, not_wrapped
 from .fit import fit_why
-from .owner import QueueOwner
+from .handle import OwnerHandle
 
 MAX_MEMBERS_SHOWN = 100  # chord members a workflow entry lists (``size`` says how many)
 
 
 class WorkflowView(OwnerExtension):
-    def __init__(self, owner: QueueOwner) -> None:
+    """Serves ``states`` and adds a job's workflow to its ``why`` (which it wraps)."""
+
+    name = "workflow_view"
+    serves = ("states",)
+    wraps = ("why",)
+
+    def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
-        why = owner.handler("why")
-        assert why is not None, "add WorkflowView after the Inspector"
-        self._why = why
+        self._why: Handler = not_wrapped
 
     def ops(self) -> Mapping[str, Handler]:
-        return {"why": self._op_why, "states": self.op_states}
+        return {"states": self.op_states}
+
+    def wrap(self, op: str, inner: Handler) -> Handler:
+        self._why = inner
+        return self._op_why
 
     async def _op_why(self, msg: dict[str, Any]) -> dict[str, Any]:
         reply = await self._why(msg)

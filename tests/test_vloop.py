@@ -26,6 +26,8 @@ from istos_nb.sim.vloop import (
     virtual_now,
 )
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -227,6 +229,7 @@ def test_same_program_gives_the_same_trace_twice():
     assert first == second
 
 
+@pytest.mark.fast(False)  # starts a process
 @pytest.mark.timeout(60)
 def test_same_trace_in_a_subprocess_with_another_hash_seed():
     script = TRACE_PROGRAM + "\nimport json\nprint(json.dumps(trace()))\n"

@@ -21,6 +21,7 @@ LINK_LEASE_S = 10.0  # Zenoh's default transport.link.tx.lease
 
 
 @pytest.mark.slow
+@pytest.mark.resource("netns-10.224")  # the bench's veth pair is on a fixed 10.224.x subnet
 @pytest.mark.timeout(180)
 def test_full_partition_of_the_leader_leaves_no_gap_beyond_one_ha_and_one_link_lease():
     if os.geteuid() != 0 or shutil.which("ip") is None:

@@ -153,16 +153,25 @@ def is_fast(item: pytest.Item) -> bool:
     return mark is not None and mark.args[:1] != (False,)
 
 
-@pytest.hookimpl(trylast=True)
+# Tests that use one of these fixtures share an xdist group (one worker, one after another).
+GROUPED_FIXTURES = {"browser": "browser"}  # Chromium and Voila: one at a time is plenty
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, group in GROUPED_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(group))
     # `-m fast` selects by the marker's presence; a test marked `fast(False)` inside a fast
-    # module or class (it starts a process, say) is left out here, after that selection.
+    # module or class (it starts a process, say) is left out here.
     if (config.option.markexpr or "").strip() != "fast":
         return
-    out = [item for item in items if not is_fast(item)]
+    out = [item for item in items if item.get_closest_marker("fast") and not is_fast(item)]
     if out:
         config.hook.pytest_deselected(items=out)
-        items[:] = [item for item in items if is_fast(item)]
+        dropped = set(out)
+        items[:] = [item for item in items if item not in dropped]
 
 
 class FastTestLeak(AssertionError):

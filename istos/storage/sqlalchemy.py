@@ -24,7 +24,9 @@ skewed replicas' clocks apply. Like the in-memory adapter, an expired row stays 
 Writes are upserts (``INSERT .. ON CONFLICT (ns, key) DO UPDATE``), so each call is one statement
 in one transaction. ``put_if_absent`` is the same statement with ``WHERE expires_at IS NOT NULL
 AND expires_at <= :now`` on the update branch and ``RETURNING``: a returned row means this call
-wrote. The database serialises racing inserts on the primary key, so exactly one of N racers wins.
+wrote. The database serialises racing inserts on the primary key, so exactly one of N racers wins;
+on PostgreSQL it runs in autocommit, so the racers wait for the winner's statement, never for its
+client's COMMIT.
 
 No session can hold leadership hostage (PostgreSQL): the lease statements (acquire, renew,
 release, read) run in autocommit, one statement each, so a leader frozen or cut off between two
@@ -401,7 +403,9 @@ class SQLAlchemyStoragePlugin:
             result = await conn.execute(stmt)
             return result.first() is not None
 
-        return await self._call("put_if_absent", run)
+        # Autocommit on PostgreSQL: the winner's row lock ends with the statement, not one
+        # COMMIT round trip later, so racers never wait on a client (lock_timeout) for it.
+        return await self._call("put_if_absent", run, autocommit=self._pg)
 
     # -- leader leases ------------------------------------------------------------------------
 

@@ -6,7 +6,6 @@ import asyncio
 import hashlib
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -36,10 +35,8 @@ def contract_sim() -> Simulation:
 
 
 def test_the_contract_example_runs_fast_and_checks_clean():
-    start = time.perf_counter()
+    # 600 virtual seconds, not 600 real ones: a real-time run fails the suite's timeout (120 s)
     result = contract_sim().run(until=600.0)
-    # 600 virtual seconds, not 600 real ones (a loaded machine takes seconds, never minutes)
-    assert time.perf_counter() - start < 120.0
     ev = result.events
     for column in ("t", "node", "queue", "job_id", "kind", "attempt", "worker"):
         assert column in ev.columns

@@ -2,7 +2,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench venv lab
+.PHONY: demo test check lint bench venv lab
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -24,12 +24,30 @@ lab: $(BIN)/python
 	$(BIN)/pip install -q -e '.[lab]'
 	JUPYTER_PATH=$(abspath $(VENV))/share/jupyter $(BIN)/python tools/lab.py $(LAB_ARGS)
 
-test: $(BIN)/python
+# The whole suite, in parallel (pytest-xdist): most tests wait on sockets, processes and
+# servers, so more workers than cores pays. Tests that need a resource to themselves say so
+# (tests/conftest.py); `make test PYTEST_WORKERS=0` runs it serially.
+PYTEST_WORKERS ?= 4
+PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --dist loadgroup)
+
+# The dev extra, installed again only when pyproject.toml changed.
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+test: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
+
+# The inner loop (< 90 s on 2 cores): the linters and the tests marked `fast` (no process,
+# browser, kernel, server or Zenoh session; see docs/contributing.md).
+check: $(VENV)/.dev-installed
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q -m fast -n 2
 
 lint: $(BIN)/python
 	$(BIN)/ruff check .

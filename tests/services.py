@@ -59,11 +59,25 @@ def postgres_url() -> str:
     return POSTGRES_URL
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it), and that this
+    process has not handed out before.
+
+    The OS may give a port it just gave (``isolated_configs(n)`` asks n times before anything
+    binds): remembering them makes the n ports distinct. Other processes (xdist workers,
+    other runs) get theirs from the OS too, which never hands out a port that is bound.
+    """
+    for _ in range(100):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no fresh TCP port on 127.0.0.1 in 100 tries")
 
 
 def redis_server_binary() -> str:

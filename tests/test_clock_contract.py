@@ -17,6 +17,8 @@ from virtual import on_virtual_loop
 from istos.clock import Clock, ManualClock, SystemClock
 from istos_nb.sim.clock import SIM_EPOCH, SimClock
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 
 class TestSystemClock(ClockContract):
     @pytest.fixture

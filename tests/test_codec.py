@@ -10,6 +10,8 @@ import pytest
 from istos import codec
 from istos.errors import InvalidJob
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 
 def test_encodings_match_packb_and_survive_an_unencodable_body():
     msg = {"v": 1, "op": "claim", "workers": ["w#0", "w#1"], "body": b"\x00\x01", "x": 1.5}

@@ -12,6 +12,8 @@ import pytest
 from istos.core.cron import CronSpec, describe, next_fire, parse
 from istos.errors import ConfigError, CronError
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")

@@ -114,6 +114,7 @@ def wait_until(pred, timeout_s: float, what: str) -> None:  # type: ignore[no-un
 
 
 @pytest.mark.slow
+@pytest.mark.solo  # it measures CPU: nothing else of the run beside it
 @pytest.mark.timeout(600)
 def test_closed_pages_leave_no_kernel_an_idle_page_costs_little_and_sigterm_stops_at_once(
         browser, tmp_path):  # noqa: F811

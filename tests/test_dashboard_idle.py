@@ -5,10 +5,13 @@ and a full one comes every so often."""
 
 from __future__ import annotations
 
+import pytest
 from test_widgets import RecordedQueue, recorded, wait_for  # noqa: F401 - recorded: fixture
 
 from istos_nb.views.idle import IdleCheck
 from istos_nb.views.widgets import LiveDashboard
+
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
 
 
 def test_a_timer_refresh_fetches_only_the_stats_while_nothing_moved(recorded):  # noqa: F811

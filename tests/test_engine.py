@@ -19,6 +19,8 @@ from istos import (
 )
 from istos.transport.local import LocalMesh
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 
 @pytest.fixture
 def mesh() -> LocalMesh:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 import istos
+
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
 
 EXPECTED = {
     "Istos", "SyncProducer", "JobContext", "Depends",

@@ -18,6 +18,8 @@ from istos.core.state import JobRecord
 from istos.storage.base import Fence
 from istos.transport.local import LocalMesh
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 LEASE = "ha:q"
 
 

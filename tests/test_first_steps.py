@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -102,12 +101,6 @@ def test_make_lab_installs_the_lab_extra():
     names = {re.split(r"[<>=\[]", r.strip(' "'))[0] for r in lab_extra.group(1).split(",")}
     assert names >= {"jupyterlab", "ipykernel"}
     assert any("pip install" in line and ".[lab]" in line for line in _make_n("lab"))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_make_lab_runs_tools_lab_with_the_venv_kernel_path():

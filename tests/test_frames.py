@@ -32,6 +32,8 @@ from istos_nb.data.frames import (
     worker_node,
 )
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 W0, W1, W2 = "n1:work#0", "n1:work#1", "n2:work#0"
 NAN = math.nan
 

@@ -13,6 +13,10 @@ import json
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

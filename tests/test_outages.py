@@ -96,18 +96,29 @@ async def test_claims_during_an_outage_lease_nothing_and_burn_no_attempt(owner, 
     assert (await stored(redis_server, ids[0]))["state"] == "leased"
 
 
-async def test_writes_queued_behind_a_failing_one_fail_with_it(owner, redis_server):
+async def test_writes_queued_behind_a_failing_one_fail_with_it(owner, redis_server,
+                                                               monkeypatch):
     """Group commit: a claim whose write waits behind a write that then times out (the store
     is frozen) fails too, and memory forgets both: they were applied on top of each other."""
     import signal
 
     ids = [await owner.enqueue("q", {"i": i}) for i in range(4)]
     state = owner.owners["q"].state
+    # The second claim is sent once the first one's write has reached the store (an event,
+    # not a sleep: on a loaded machine the first claim can take any time to get there).
+    store, in_flight = owner.node.storage, asyncio.Event()
+    apply = store.apply
+
+    async def apply_and_tell(*args, **kwargs):
+        in_flight.set()
+        return await apply(*args, **kwargs)
+
+    monkeypatch.setattr(store, "apply", apply_and_tell)
     assert redis_server.proc is not None
     redis_server.proc.send_signal(signal.SIGSTOP)
     try:
         first = asyncio.create_task(claim(owner, 2))
-        await asyncio.sleep(0.05)  # the first claim's write is in flight
+        await asyncio.wait_for(in_flight.wait(), 10)  # the first claim's write is in flight
         second = asyncio.create_task(claim(owner, 2))
         results = await asyncio.gather(first, second, return_exceptions=True)
     finally:

@@ -38,6 +38,7 @@ HEAL_AT = CUT_AT + LINK_LEASE_S + 15.0
 
 
 @pytest.mark.slow
+@pytest.mark.solo  # timing bounds on real processes: nothing else of the run beside it
 @pytest.mark.timeout(240)
 def test_full_partition_of_the_leader_keeps_an_owner_answering_and_heals_within_2_s():
     if os.geteuid() != 0 or shutil.which("ip") is None:
@@ -59,6 +60,7 @@ def test_full_partition_of_the_leader_keeps_an_owner_answering_and_heals_within_
 
 
 @pytest.mark.slow
+@pytest.mark.solo  # timing bounds on real processes: nothing else of the run beside it
 @pytest.mark.timeout(240)
 def test_leader_cut_from_the_mesh_only_keeps_leading_and_is_reached_within_2_s_of_the_heal():
     """A keeps its store by a second link: it keeps leading (no takeover, no split brain), the

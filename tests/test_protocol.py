@@ -20,6 +20,8 @@ from istos.core.hungry import MAX_HUNGRY
 from istos.owner.extension import Hooks
 from istos.transport.local import LocalMesh
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 
 @pytest.fixture
 def mesh() -> LocalMesh:

@@ -14,6 +14,10 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 ROOT = Path(__file__).resolve().parent.parent
 PNG = ROOT / "docs" / "img" / "crash-redelivery.png"
 

@@ -24,6 +24,8 @@ from istos_nb.sim import ScenarioError, Simulation
 from istos_nb.sim.replay import replay
 from istos_nb.views.compare import PREDICTED, compare, compare_chart, predict, run_metrics
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 REPO = Path(__file__).resolve().parents[1]
 POLICY = {"lease_s": 5.0, "max_attempts": 3, "retry_backoff_s": 0.2, "retry_jitter": 0.0}
 
@@ -326,6 +328,7 @@ def test_the_overlay_charts_draw_both_runs_on_one_axis(trace):
 
 
 # -- istos record ---------------------------------------------------------------------------------
+@pytest.mark.fast(False)  # starts a process
 def test_the_trace_writer_does_not_import_the_notebook_side():
     code = ("import sys, istos.ops.record, istos.tracefile\n"
             "bad = [m for m in sys.modules if m.startswith(('istos_nb', 'pandas'))]\n"
@@ -334,6 +337,7 @@ def test_the_trace_writer_does_not_import_the_notebook_side():
                    env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
+@pytest.mark.fast(False)  # starts a process
 @pytest.mark.timeout(120)
 def test_istos_record_writes_a_trace_replay_reads(tmp_path):
     mesh = Mesh()
@@ -386,6 +390,7 @@ def test_istos_record_writes_a_trace_replay_reads(tmp_path):
         mesh.close()
 
 
+@pytest.mark.fast(False)  # starts a process
 def test_istos_record_bad_usage(tmp_path):
     assert cli("record", "q", "-o", str(tmp_path / "x")).returncode == 2  # no --seconds
     bad = cli("record", "q", "--seconds", "0", "-o", str(tmp_path / "x"), "--timeout", "0.5")

@@ -8,7 +8,27 @@ nack per attempt, carried in each job's body so the two live runs do the same wo
 process is SIGKILLed mid-run in each and started again under its own node id some seconds later
 (the trace must see the crash and the return although the slot ids are the same). Arrival
 pacing and the restart's delay use sleeps (they *are* the workload); every wait for an outcome
-is an event with a generous bound. About 40 s on 2 cores.
+is an event with a generous bound. About 40 s on 2 cores; ``solo`` under xdist (the live run's
+timing is what replay is compared with, so no other test of the run loads the machine meanwhile).
+
+How the bounds were computed (each fails a correct engine less than once in 1,000 runs). The
+prediction is compared with one live run, whose own timing varies from run to run, so the
+bounds come from the spread of the ratio prediction / live over repeated runs of this test
+(workload seed 27, PREDICT_SEEDS replay seeds): 15 runs on the 2-core machine under a 1-min
+load of 6-12, plus one earlier CI failure (19.0 predicted with 3 seeds, 26 live):
+
+* duplicated runs, predicted / live: mean 0.905, sd 0.078 over n = 16 (live counts 12-26;
+  replay reads low by about 10%). A new run's ratio lies in mean +- t * sd * sqrt(1 + 1/n)
+  with probability 0.999 for t = 4.073 (Student's t, 15 degrees of freedom, two-sided 0.001):
+  [0.576, 1.233], taken as DUPS_RATIO = (0.57, 1.24).
+* wait p50, predicted / recorded: mean 1.011, sd 0.052 over n = 15 (a p50 of 0.2-1.6 s is a
+  few claim round trips, so one run's schedule moves it by several per cent): t = 4.140 (14
+  degrees of freedom) gives [0.788, 1.234], taken as P50_RATIO = (0.78, 1.24).
+* wait p95, predicted / recorded: mean 1.010, sd 0.009 over n = 15: the same computation gives
+  [0.972, 1.049]; the test keeps 15% (P95_REL), more than 10 sd away.
+
+The normal model behind t is an assumption: a heavier tail than the runs measured shows up as
+failures of this test, and those runs are the sample to extend when it does.
 """
 
 from __future__ import annotations
@@ -45,6 +65,10 @@ RUN_MEDIAN_S, RUN_SIGMA = 0.3, 0.6
 LEASE_S, SHORT_LEASE_S = 4.0, 0.25
 POLICY = {"lease_s": LEASE_S, "max_attempts": 3, "retry_backoff_s": 0.05, "retry_jitter": 0.0}
 RECORD_S = 30.0  # covers the arrivals (~17 s) and the drain, also on a loaded machine
+PREDICT_SEEDS = 5  # predict(): the mean of replays over seeds 0-4
+DUPS_RATIO = (0.57, 1.24)  # predicted / live duplicated runs (module docstring: how)
+P50_RATIO = (0.78, 1.24)  # predicted / recorded wait p50
+P95_REL = 0.15  # predicted wait p95 against the recorded one
 
 
 def workload(seed: int) -> list[tuple[float, dict[str, Any]]]:
@@ -135,6 +159,7 @@ def duplicated_runs(done: list[str], ids: list[str]) -> int:
     return sum(n - 1 for n in counts.values() if n > 1)
 
 
+@pytest.mark.solo
 @pytest.mark.timeout(240)
 async def test_a_recorded_live_run_replays_faithfully_and_predicts_duplicates():
     configs, prefix = isolated_configs(6), unique_prefix()
@@ -184,12 +209,13 @@ async def test_a_recorded_live_run_replays_faithfully_and_predicts_duplicates():
     (again,) = Trace.from_events(same.job_events()).crashes
     assert again["node"] == "wb1"
     assert again["t"] + again["restart_after"] == pytest.approx(back - trace.t0, abs=1e-6)
-    # Waits as predicted: the mean over replay seeds (predict), as docs/explanation/replay.md
-    # defines it. One seed's wait p50 strays: a p50 of ~0.15 s is a few claim round trips, and
-    # one draw of the schedule's races moved it by 15.1% once in CI.
-    waits = predict(trace, seeds=3).loc[["wait_p50", "wait_p95"], "mean"]
-    for q in ("wait_p50", "wait_p95"):
-        assert waits[q] == pytest.approx(recorded[q], rel=0.15), (q, recorded, waits, replayed)
+    # Waits as predicted: the mean over replay seeds (predict), as docs/explanation/replay.md defines it.
+    waits = predict(trace, seeds=PREDICT_SEEDS).loc[["wait_p50", "wait_p95"], "mean"]
+    p50_ratio = waits["wait_p50"] / recorded["wait_p50"]
+    print(f"wait p50: recorded {recorded['wait_p50']:.3f} s, predicted {waits['wait_p50']:.3f} s")
+    assert P50_RATIO[0] <= p50_ratio <= P50_RATIO[1], (p50_ratio, recorded, waits, replayed)
+    assert waits["wait_p95"] == pytest.approx(recorded["wait_p95"], rel=P95_REL), (
+        recorded, waits, replayed)
     assert (replayed["done"], replayed["dead"]) == (recorded["done"], recorded["dead"])
     assert replayed["attempts_hist"] == recorded["attempts_hist"], (recorded, replayed)
     assert abs(replayed["redeliveries"] - recorded["redeliveries"]) <= 1, (recorded, replayed)
@@ -198,8 +224,10 @@ async def test_a_recorded_live_run_replays_faithfully_and_predicts_duplicates():
     live_dups = duplicated_runs([d for name in ("wa2", "wb2", "wb2-old")
                                  for d in workers[name].done], ids2)
     # The prediction is the replays' mean over a few seeds (predict): what the short lease
-    # costs on average, not one draw of the races between a late ack and a new claim (one
-    # seed strays from the mean by up to ~20%: docs/explanation/replay.md).
-    predicted = predict(trace, seeds=3, lease_s=SHORT_LEASE_S).loc["duplicated_runs", "mean"]
+    # costs on average, not one draw of the races between a late ack and a new claim.
+    predicted = predict(trace, seeds=PREDICT_SEEDS,
+                        lease_s=SHORT_LEASE_S).loc["duplicated_runs", "mean"]
+    print(f"duplicated runs: live {live_dups}, predicted {predicted:.2f}")
     assert live_dups >= 5, live_dups  # the lease really is below the slow runs
-    assert predicted == pytest.approx(live_dups, rel=0.20), (predicted, live_dups)
+    ratio = predicted / live_dups
+    assert DUPS_RATIO[0] <= ratio <= DUPS_RATIO[1], (predicted, live_dups)

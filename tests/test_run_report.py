@@ -10,6 +10,8 @@ import pytest
 from istos_nb.sim import Simulation
 from istos_nb.views.run_report import INVARIANT_MEANING, report_lines
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 
 @pytest.fixture(scope="module")
 def result() -> Any:

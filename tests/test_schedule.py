@@ -16,6 +16,8 @@ from istos import ConfigError, CronError, Istos, JobEvent, MemoryStorage, codec
 from istos.features import schedule as schedmod
 from istos.transport.local import LocalMesh
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 
 @pytest.fixture
 def mesh() -> LocalMesh:

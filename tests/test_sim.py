@@ -6,7 +6,6 @@ import asyncio
 import hashlib
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -36,10 +35,8 @@ def contract_sim() -> Simulation:
 
 
 def test_the_contract_example_runs_fast_and_checks_clean():
-    start = time.perf_counter()
+    # 600 virtual seconds, not 600 real ones: a real-time run fails the suite's timeout (120 s)
     result = contract_sim().run(until=600.0)
-    # 600 virtual seconds, not 600 real ones (a loaded machine takes seconds, never minutes)
-    assert time.perf_counter() - start < 120.0
     ev = result.events
     for column in ("t", "node", "queue", "job_id", "kind", "attempt", "worker"):
         assert column in ev.columns
@@ -170,10 +167,11 @@ def test_determinism_across_processes():
 
 
 @pytest.mark.slow
-def test_200_random_seeds_with_faults_keep_every_invariant():
+@pytest.mark.parametrize("first", range(0, 200, 50))  # 200 seeds, in four parallel quarters
+def test_200_random_seeds_with_faults_keep_every_invariant(first: int):
     failures = []
     totals = {"ok": 0, "duplicated": 0, "recovered": 0}
-    for seed in range(200):
+    for seed in range(first, first + 50):
         result = faulty_scenario(seed, jobs=16).run(until=250.0)
         report = result.check()
         if not report["ok"].all():
@@ -181,7 +179,7 @@ def test_200_random_seeds_with_faults_keep_every_invariant():
         for k in totals:
             totals[k] += result.counts[k]
     assert not failures, failures[:3]
-    assert totals["ok"] > 200 * 10  # the runs did real work
+    assert totals["ok"] > 50 * 10  # the runs did real work
     assert totals["duplicated"] > 0  # lost acks and crashes really happened
 
 

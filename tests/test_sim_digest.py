@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 from sim_digests import SCENARIOS, compute, pinned
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_seeded_run_matches_its_pinned_digest(name: str) -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from istos_nb.sim import Simulation
+
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
 
 
 def test_an_event_is_lost_on_a_crash_while_a_job_is_redelivered():

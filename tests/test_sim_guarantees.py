@@ -7,8 +7,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import pytest
+
 from istos.errors import FencedOut
 from istos_nb.sim import Simulation
+
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
 
 HA_LEASE_S = 3.0
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from istos import JobContext
 from istos_nb.sim import Simulation
 from istos_nb.sim.checker import RunRecord
 from istos_nb.sim.checker_leases import lease_findings
+
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
 
 
 def findings(result) -> dict[str, tuple[bool, str]]:

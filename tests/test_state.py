@@ -9,6 +9,8 @@ import pytest
 from istos.core.backoff import BackoffPolicy, backoff, delay_bounds, nominal_delay
 from istos.core.state import CANCELLED, DEAD, DELAYED, DONE, LEASED, READY, QueuePolicy, QueueState
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 RNG = random.Random(1)
 
 

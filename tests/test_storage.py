@@ -52,6 +52,7 @@ class _Opened:
 # -- the contract on each backend -------------------------------------------------------------
 
 
+@pytest.mark.fast
 class TestMemoryContract(StorageContract):
     @pytest.fixture
     async def make_storage(self) -> AsyncIterator[MakeStorage]:
@@ -99,6 +100,7 @@ class TestPostgresContract(StorageContract):
         await opened.close_all()
 
 
+@pytest.mark.fast
 class TestSQLiteFileContract(StorageContract):
     @pytest.fixture
     async def make_storage(self, tmp_path: Path) -> AsyncIterator[MakeStorage]:
@@ -108,6 +110,7 @@ class TestSQLiteFileContract(StorageContract):
         await opened.close_all()
 
 
+@pytest.mark.fast
 class TestSQLiteMemoryContract(StorageContract):
     @pytest.fixture
     async def make_storage(self) -> AsyncIterator[MakeStorage]:

@@ -7,6 +7,8 @@ import pytest
 
 from istos_nb.views.tables import times_of_day
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 
 def test_times_of_day_shows_epoch_columns_as_clock_times() -> None:
     df = pd.DataFrame({"job_id": ["a", "b"], "enqueued_at": [1_767_225_600.25, 1_767_229_200.0],

@@ -66,6 +66,7 @@ class LocalFactory:
                 await node.close()
 
 
+@pytest.mark.fast
 class TestLocalMeshContract(TransportContract):
     @pytest.fixture
     def make_mesh(self) -> LocalFactory:
@@ -73,6 +74,7 @@ class TestLocalMeshContract(TransportContract):
 
 
 @on_virtual_loop
+@pytest.mark.fast
 class TestSimulatedMeshContract(TransportContract):
     @pytest.fixture
     def make_mesh(self) -> LocalFactory:

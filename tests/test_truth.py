@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from helpers import app_on, wait_events
 
 from istos import Istos, JobContext
 from istos.transport.local import LocalMesh
+
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
 
 
 async def _dead_job(mesh: LocalMesh) -> tuple[Istos, Istos, str]:

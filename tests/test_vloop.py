@@ -25,6 +25,8 @@ from istos_nb.sim.vloop import (
 )
 from istos_nb.sim.vrun import run_in_thread, run_virtual
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -41,10 +43,8 @@ def loop():
 
 @pytest.mark.timeout(120)
 def test_an_hour_of_sleep_costs_no_wall_time(loop):
-    t0 = time.perf_counter()
+    # A loop that really slept would take the hour: the timeout mark (120 s) fails it.
     loop.run_until_complete(asyncio.sleep(3600))
-    # A loop that really slept would take the hour; a loaded machine never takes a minute.
-    assert time.perf_counter() - t0 < 60
     assert loop.time() == 3600.0
 
 
@@ -227,6 +227,7 @@ def test_same_program_gives_the_same_trace_twice():
     assert first == second
 
 
+@pytest.mark.fast(False)  # starts a process
 @pytest.mark.timeout(60)
 def test_same_trace_in_a_subprocess_with_another_hash_seed():
     script = TRACE_PROGRAM + "\nimport json\nprint(json.dumps(trace()))\n"
@@ -387,10 +388,8 @@ def test_quiescence_raises_instead_of_hanging():
         waiters = [asyncio.create_task(never.wait(), name=f"waiter-{i}") for i in range(3)]
         await asyncio.gather(*waiters)
 
-    t0 = time.perf_counter()
-    with pytest.raises(VirtualDeadlock, match="waiter-0"):
+    with pytest.raises(VirtualDeadlock, match="waiter-0"):  # a hang fails the timeout mark
         run_virtual(main())
-    assert time.perf_counter() - t0 < 2
 
 
 @pytest.mark.timeout(10)
@@ -516,11 +515,8 @@ def test_stop_event_interrupts_an_endless_run_and_leaves_state_resumable():
     lp = VirtualEventLoop(stop_event=stop)
     lp.create_task(_ticker(ticks, period=0.001))
     threading.Timer(0.2, stop.set).start()
-    t0 = time.perf_counter()
-    with pytest.raises(VirtualLoopInterrupted):
+    with pytest.raises(VirtualLoopInterrupted):  # an endless run fails the timeout mark
         lp.run_forever()
-    # ~0.2 s; the slack is for a loaded CI box, where the setter thread can wait seconds for CPU
-    assert time.perf_counter() - t0 < 8
     assert ticks and lp.time() == pytest.approx(ticks[-1])
     count, now = len(ticks), lp.time()
     stop.clear()
@@ -570,13 +566,11 @@ def test_keyboard_interrupt_in_the_caller_stops_the_simulation_thread(monkeypatc
 
     timer = threading.Timer(0.3, _thread.interrupt_main)
     timer.start()
-    t0 = time.perf_counter()
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):  # an endless run fails the timeout mark
             run_in_thread(run_virtual, forever())
     finally:
         timer.cancel()
-    assert time.perf_counter() - t0 < 20
     assert len(progress) > 1 and progress[-1] == "cleaned up"
 
 
@@ -671,11 +665,10 @@ def test_call_soon_ping_pong_is_fast(loop):
             loop.stop()
 
     loop.call_soon(ping)
-    t0 = time.perf_counter()
+    # ~0.5 s on a loaded 2-core box; a regression to a real wait per turn (>= 1 ms: 200 s)
+    # fails the timeout mark. The figure itself is bench/sim.py's.
     loop.run_forever()
-    elapsed = time.perf_counter() - t0
     assert count == n
-    assert elapsed < 10  # ~0.5 s on a loaded 2-core box; a regression to blocking waits fails
 
 
 # -- garbage collection during a run -------------------------------------------------------

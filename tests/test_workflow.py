@@ -12,6 +12,8 @@ from istos.features.workflow import Barrier
 from istos.owner.extension import Hooks
 from istos.transport.local import LocalMesh
 
+pytestmark = pytest.mark.fast  # `make check`: no process, server or session
+
 
 async def wait_for(event: asyncio.Event, timeout_s: float = 5.0) -> None:
     await asyncio.wait_for(event.wait(), timeout_s)

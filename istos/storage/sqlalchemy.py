@@ -24,7 +24,10 @@ skewed replicas' clocks apply. Like the in-memory adapter, an expired row stays 
 Writes are upserts (``INSERT .. ON CONFLICT (ns, key) DO UPDATE``), so each call is one statement
 in one transaction. ``put_if_absent`` is the same statement with ``WHERE expires_at IS NOT NULL
 AND expires_at <= :now`` on the update branch and ``RETURNING``: a returned row means this call
-wrote. The database serialises racing inserts on the primary key, so exactly one of N racers wins.
+wrote. The database serialises racing inserts on the primary key, so exactly one of N racers wins;
+on PostgreSQL it runs in autocommit, so the racers wait for the winner's statement, never for its
+client's COMMIT. The other one-statement calls (``get``, ``scan``, ``put``, ``delete``) run in
+autocommit there too: no transaction stays open while the client reads rows or sends COMMIT.
 
 No session can hold leadership hostage (PostgreSQL): the lease statements (acquire, renew,
 release, read) run in autocommit, one statement each, so a leader frozen or cut off between two
@@ -265,7 +268,8 @@ class SQLAlchemyStoragePlugin:
     async def put(self, ns: str, key: str, value: bytes) -> None:
         """Upsert ``value``; clears any expiry set by ``put_if_absent``."""
         row = {"ns": ns, "key": key, "value": value, "expires_at": None}
-        await self._call("put", lambda conn: conn.execute(self._upsert([row])))
+        await self._call("put", lambda conn: conn.execute(self._upsert([row])),
+                         autocommit=self._pg)
 
     async def put_many(self, ns: str, items: list[tuple[str, bytes]]) -> None:
         """Upsert all items in one transaction, as multi-row statements of up to 1000 rows.
@@ -363,15 +367,15 @@ class SQLAlchemyStoragePlugin:
             value = result.scalar_one_or_none()
             return None if value is None else bytes(value)
 
-        return await self._call("get", run)
+        return await self._call("get", run, autocommit=self._pg)
 
     async def delete(self, ns: str, key: str) -> None:
         from sqlalchemy import delete
 
         t = self._table
         await self._call(
-            "delete", lambda conn: conn.execute(delete(t).where(t.c.ns == ns, t.c.key == key))
-        )
+            "delete", lambda conn: conn.execute(delete(t).where(t.c.ns == ns, t.c.key == key)),
+            autocommit=self._pg)
 
     async def scan(self, ns: str) -> list[tuple[str, bytes]]:
         from sqlalchemy import select
@@ -382,7 +386,9 @@ class SQLAlchemyStoragePlugin:
             result = await conn.execute(select(t.c.key, t.c.value).where(t.c.ns == ns))
             return [(key, bytes(value)) for key, value in result.all()]
 
-        return await self._call("scan", run)
+        # Autocommit on PostgreSQL: reading the rows out is client work, and inside a
+        # transaction a loaded client could overstay idle_in_transaction_session_timeout.
+        return await self._call("scan", run, autocommit=self._pg)
 
     async def put_if_absent(
         self, ns: str, key: str, value: bytes, *, now: float, expires_at: float | None = None
@@ -404,7 +410,9 @@ class SQLAlchemyStoragePlugin:
             result = await conn.execute(stmt)
             return result.first() is not None
 
-        return await self._call("put_if_absent", run)
+        # Autocommit on PostgreSQL: the winner's row lock ends with the statement, not one
+        # COMMIT round trip later, so racers never wait on a client (lock_timeout) for it.
+        return await self._call("put_if_absent", run, autocommit=self._pg)
 
     # -- leader leases ------------------------------------------------------------------------
 

@@ -367,7 +367,7 @@ class WorkerRunner:
     async def _run_job(self, job: ClaimedJob, held: Held, started: float) -> dict[str, Any]:
         """Run the function; return the ack or nack to send (raise on crash or shutdown)."""
         try:
-            data = codec.decode_body(job.body)
+            data = self.node.payload.decode_body(job.body)
             kwargs: dict[str, Any] = {}
             if self._wants_ctx:
                 kwargs["ctx"] = JobContext(job.job_id, self.config.queue, job.attempt,
@@ -386,7 +386,7 @@ class WorkerRunner:
                 await self.continue_hook(job.meta, result)
             # Chord members report their result to the barrier even without keep_results.
             wants_result = job.keep_results or bool(job.meta and "chord" in job.meta)
-            encoded = codec.encode_body(result, queue=self.config.queue) \
+            encoded = self.node.payload.encode_body(result, queue=self.config.queue) \
                 if wants_result else None
         except asyncio.CancelledError:
             raise  # crash or shutdown: no ack, no nack; the lease brings the job back

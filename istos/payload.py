@@ -161,7 +161,7 @@ class CodecChain:
     def decode_body(self, raw: bytes) -> Any:
         """The body's data; :class:`PayloadCodecError` when this chain cannot decode it."""
         names, payload = envelope(raw)
-        if names != self.names:
+        if (names or []) != self.names:
             have = ", ".join(self.names) or "no codecs"
             need = ", ".join(names) if names is not None else "no codecs (a plain body)"
             raise PayloadCodecError(f"body encoded with {need}; this reader has {have}")

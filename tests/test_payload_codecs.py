@@ -37,7 +37,8 @@ def test_a_chain_round_trips_and_its_envelope_names_the_codecs():
     assert envelope(body)[0] == ["zlib", "aes-gcm"]
     assert describe(body) == f"encoded: zlib, aes-gcm ({len(body)} bytes)"
     assert c.decode_body(body) == {"to": MARKER, "n": [1, 2, 3]}
-    assert describe(CodecChain().encode_body({"a": 1})) is None
+    plain = CodecChain().encode_body({"a": 1})  # no codecs: plain msgpack, as ever
+    assert describe(plain) is None and CodecChain().decode_body(plain) == {"a": 1}
     # The CLI's views (which hold no codecs) show what the body is, not bytes or a guess.
     from istos.ops.operator import decode_body as shown
     assert shown(body) == f"<encoded: zlib, aes-gcm ({len(body)} bytes)>"

@@ -7,15 +7,16 @@ loopback mesh with the owner on the shared Redis (its own key prefix)."""
 from __future__ import annotations
 
 import os
+import uuid
 import zlib
 from typing import Any
 
 import pytest
 from helpers import count, wait_events
-from services import redis_url
+from services import drop_postgres_table, postgres_url, redis_url
 from zenoh_util import isolated_configs, unique_prefix
 
-from istos import ConfigError, InvalidJob, Istos, RedisStoragePlugin
+from istos import ConfigError, InvalidJob, Istos, RedisStoragePlugin, SQLAlchemyStoragePlugin
 from istos.errors import PayloadCodecError
 from istos.payload import AesGcmCodec, CodecChain, ZlibCodec, describe, envelope, seal
 
@@ -91,14 +92,12 @@ def test_bad_codec_configuration_is_refused():
         chain(AesGcmCodec({"k1": K1}, "k1")).encode_body(os.urandom((1 << 20) - 8))
 
 
-async def test_an_encrypted_queue_stores_no_plaintext_on_redis_over_zenoh():
-    import redis.asyncio as aioredis
-
-    url, ns = redis_url(), unique_prefix().replace("/", ":")
+@pytest.mark.parametrize("kind", ["redis", "postgres"])
+async def test_an_encrypted_queue_stores_no_plaintext_over_zenoh(kind):
     configs, prefix = isolated_configs(3), unique_prefix()
+    storage, dump, drop = _store(kind)
     codecs = [ZlibCodec(), AesGcmCodec({"k1": K1}, "k1")]
-    owner = Istos(RedisStoragePlugin(url, key_prefix=ns), zenoh=configs[0], prefix=prefix,
-                  node_id="owner")
+    owner = Istos(storage, zenoh=configs[0], prefix=prefix, node_id="owner")
     owner.queue("secret", keep_results=True, max_attempts=1)
     owner.queue("plain", max_attempts=1)
     producer = Istos(zenoh=configs[1], prefix=prefix, node_id="prod", codecs=codecs)
@@ -110,27 +109,67 @@ async def test_an_encrypted_queue_stores_no_plaintext_on_redis_over_zenoh():
         seen.append(job)
         return {"echo": job["to"]}
 
-    async with owner.serving(), producer.serving():
-        # A job that waits (delayed) and one that ran and kept its result, both stored.
-        waiting = await producer.enqueue("secret", {"to": MARKER}, delay_s=3600)
-        done = await producer.enqueue("secret", {"to": MARKER})
-        plain = await owner.enqueue("plain", {"to": MARKER}, delay_s=3600)
-        async with worker.serving():
-            await wait_events(owner, lambda es: count(es, "acked", done) == 1, WAIT_S)
-        assert seen == [{"to": MARKER}]
-        assert (await producer.result("secret", done))["result"] == {"echo": MARKER}
-        with pytest.raises(PayloadCodecError):  # the owner's app holds no codecs
-            await owner.result("secret", done)
-        client = aioredis.from_url(url)
-        try:
-            stored = {k: await _dump(client, k) async for k in client.scan_iter(f"{ns}*")}
-        finally:
-            await client.aclose()
-    secret = b"".join(v for k, v in stored.items() if b"plain" not in k)
+    try:
+        async with owner.serving(), producer.serving():
+            # A job that waits (delayed) and one that ran and kept its result, both stored.
+            waiting = await producer.enqueue("secret", {"to": MARKER}, delay_s=3600)
+            done = await producer.enqueue("secret", {"to": MARKER})
+            plain = await owner.enqueue("plain", {"to": MARKER}, delay_s=3600)
+            async with worker.serving():
+                await wait_events(owner, lambda es: count(es, "acked", done) == 1, WAIT_S)
+            assert seen == [{"to": MARKER}]
+            assert (await producer.result("secret", done))["result"] == {"echo": MARKER}
+            with pytest.raises(PayloadCodecError):  # the owner's app holds no codecs
+                await owner.result("secret", done)
+            stored = await dump()
+    finally:
+        await drop()
+    secret = b"".join(k + v for k, v in stored.items() if b"plain" not in k)
     assert waiting.encode() in secret and done.encode() in secret  # the jobs are there...
     assert MARKER.encode() not in secret  # ...their bodies and results not in clear
-    # The search is real: the plain queue's body is found in its own keys.
+    # The search is real: the plain queue's body is found in its own rows.
     assert MARKER.encode() in b"".join(v for k, v in stored.items() if b"plain" in k), plain
+
+
+def _store(kind: str) -> tuple[Any, Any, Any]:
+    """(storage, an async dump of every key and value it wrote, an async cleanup)."""
+    if kind == "redis":
+        import redis.asyncio as aioredis
+
+        url, ns = redis_url(), unique_prefix().replace("/", ":")
+
+        async def dump_redis() -> dict[bytes, bytes]:
+            client = aioredis.from_url(url)
+            try:
+                return {k: await _dump(client, k) async for k in client.scan_iter(f"{ns}*")}
+            finally:
+                await client.aclose()
+
+        async def wipe_redis() -> None:
+            client = aioredis.from_url(url)
+            try:
+                keys = [k async for k in client.scan_iter(f"{ns}*")]
+                if keys:
+                    await client.delete(*keys)
+            finally:
+                await client.aclose()
+        return RedisStoragePlugin(url, key_prefix=ns), dump_redis, wipe_redis
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    url, table = postgres_url(), f"t_{uuid.uuid4().hex[:10]}"
+
+    async def dump_pg() -> dict[bytes, bytes]:
+        engine = create_async_engine(url)
+        try:
+            async with engine.connect() as conn:
+                rows = (await conn.execute(text(f"SELECT ns, key, value FROM {table}"))).all()
+        finally:
+            await engine.dispose()
+        return {f"{ns}/{key}".encode(): bytes(value) for ns, key, value in rows}
+
+    return SQLAlchemyStoragePlugin(url, table=table), dump_pg, \
+        lambda: drop_postgres_table(url, table)
 
 
 async def _dump(client: Any, key: bytes) -> bytes:

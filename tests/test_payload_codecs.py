@@ -212,3 +212,35 @@ async def test_a_worker_with_a_wrong_key_fails_each_attempt_and_the_job_dead_let
     assert "aes-gcm" in dead[0]["last_error"]
     assert MARKER not in str(blind[0]) and blind[0]["data"] is None
     assert blind[0]["encoded"].startswith("encoded: aes-gcm (")
+
+
+async def test_a_sync_producer_with_codecs_enqueues_encoded_and_reads_results_over_zenoh():
+    import asyncio
+
+    from istos import SyncProducer
+
+    configs, prefix = isolated_configs(3), unique_prefix()
+    codecs = [ZlibCodec(), AesGcmCodec({"k1": K1}, "k1")]
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q", keep_results=True)
+    worker = Istos(zenoh=configs[1], prefix=prefix, node_id="wk", codecs=codecs)
+
+    @worker.worker("q")
+    async def double(x: int) -> int:
+        return 2 * x
+
+    def produce() -> list[str]:
+        with SyncProducer(configs[2], prefix=prefix, request_timeout_s=20,
+                          codecs=codecs) as sp:
+            return [sp.enqueue("q", 21, job_id="one"), *sp.enqueue_many("q", [1, 2])]
+
+    def ask(job_ids: list[str]) -> list[Any]:
+        with SyncProducer(configs[2], prefix=prefix, request_timeout_s=20,
+                          codecs=codecs) as sp:
+            return [sp.result("q", j)["result"] for j in job_ids]
+
+    async with owner.serving(), worker.serving():
+        ids = await asyncio.to_thread(produce)
+        await wait_events(owner, lambda es: count(es, "acked") == 3, WAIT_S)
+        assert all(describe(owner.owners["q"].state.jobs[j].body) for j in ids)
+        assert await asyncio.to_thread(ask, ids) == [42, 2, 4]

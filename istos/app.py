@@ -41,6 +41,7 @@ from .owner.owner import QueueOwner
 from .owner.parking import ParkedClaims
 from .owner.pipeline import compose
 from .owner.series import SeriesKeeper
+from .payload import CodecChain, PayloadCodec
 from .producer import Producer
 from .storage.base import Fence, Storage
 from .storage.memory import MemoryStorage
@@ -65,9 +66,12 @@ class Istos:
     ``prefix``: the key prefix every queue of this node lives under; nodes meet only under the
     same prefix. ``request_timeout_s`` bounds each request to an owner (then
     :class:`OwnerUnavailable`); ``shutdown_grace_s`` is how long :meth:`stop` lets running
-    jobs finish. The keyword-only arguments inject the other ports (the simulator and tests
-    use them). Raises :class:`ConfigError` for ``request_timeout_s <= 0`` or a ``node_id`` the
-    wire refuses; a Zenoh config is checked when the node starts.
+    jobs finish. ``codecs``: payload codecs (``istos.payload``: compression, encryption) this
+    app's producers apply to the bodies they enqueue and its workers undo before running, and
+    to results; producers and workers of a queue need the same list, its owner none. The other
+    keyword-only arguments inject the other ports (the simulator and tests use them). Raises
+    :class:`ConfigError` for ``request_timeout_s <= 0``, a ``node_id`` the wire refuses or a
+    codec that is not one; a Zenoh config is checked when the node starts.
 
     Workflows, schedules, pub/sub and the idempotency ledger are components the app owns
     (``app.workflows``, ``app.schedules``, ``app.pubsub``, ``app.ledger``); the methods below
@@ -97,6 +101,7 @@ class Istos:
         rng: random.Random | None = None, node_id: str | None = None, prefix: str = "istos",
         request_timeout_s: float = 5.0, shutdown_grace_s: float = 10.0,
         run_sync: RunSync | None = None, event_buffer: int = 10_000,
+        codecs: Iterable[PayloadCodec] = (),
     ) -> None:
         if request_timeout_s <= 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {request_timeout_s!r}")
@@ -118,7 +123,7 @@ class Istos:
                          storage=storage if storage is not None else MemoryStorage(),
                          transport=transport, prefix=prefix,
                          request_timeout_s=request_timeout_s, run_sync=run_sync,
-                         events=EventLog(event_buffer))
+                         events=EventLog(event_buffer), payload=CodecChain(codecs))
         self._zenoh_config = zenoh
         self._own_transport = transport is None
         self.shutdown_grace_s = shutdown_grace_s
@@ -134,7 +139,8 @@ class Istos:
         self.elections: dict[str, Election] = {}
         # The components call back into the app through late-bound callables where the app's
         # method may be replaced on the instance (tests gate schedules by is_active_owner).
-        self.producer = Producer(self.node, self.client, self._require_serving)
+        self.producer = Producer(self.node, self.client, self._require_serving,
+                                 payload=self.node.payload)
         self.ledger = Ledger(self.node)
         self.pubsub = PubSub(self.node, add_plugin=self.add_plugin,
                              serving=lambda: self._serving,

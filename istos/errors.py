@@ -33,6 +33,7 @@ The tree::
     ├── JobTimeout                            a run exceeded its worker's timeout_s
     ├── JobCancelled                          the job was cancelled (ctx.check_cancelled())
     ├── Retry                                 raised by a worker: retry after after_s (a nack)
+    ├── PayloadCodecError                     istos.payload: a body its codecs cannot decode
     ├── Suspended                             istos.client.blocking: internal, met a wait
     ├── TransportError                        istos.transport.base: the mesh failed a call
     │   ├── TransportTimeout                  no reply in time (callers see OwnerUnavailable)
@@ -133,6 +134,11 @@ class JobTimeout(IstosError):
 
 class JobCancelled(IstosError):
     """The job was cancelled (``app.cancel``); raised by ``ctx.check_cancelled()``."""
+
+
+class PayloadCodecError(IstosError):
+    """A job body or result that the reader's payload codecs cannot decode: other codecs
+    than its own, an unknown or wrong key, or tampered bytes (``istos.payload``)."""
 
 
 class Retry(IstosError):

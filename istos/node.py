@@ -11,6 +11,7 @@ from . import keys
 from .clock import Clock
 from .events import EventLog
 from .ids import IdSource
+from .payload import CodecChain
 from .storage.base import Storage
 from .transport.base import Transport
 
@@ -55,6 +56,8 @@ class Node:
     # concurrency; subscribers on the loop's default executor).
     run_sync: RunSync | None = None
     events: EventLog = field(default_factory=EventLog)
+    # Payload codecs this node's producers and workers apply to bodies and results.
+    payload: CodecChain = field(default_factory=CodecChain)
     # The owner of ``queue`` serving in this process, if any (the app installs its lookup).
     local_owner: Callable[[str], LocalOwner | None] = no_local_owner
 

@@ -18,8 +18,9 @@ from .core.config import (
     check_priority,
     check_queue_name,
 )
-from .errors import ConfigError, InvalidJob, ProtocolError
+from .errors import ConfigError, InvalidJob, PayloadCodecError, ProtocolError
 from .ids import IdSource
+from .payload import CodecChain, describe
 from .protocol import MAX_PRIORITY
 
 
@@ -35,8 +36,10 @@ class Producer:
     the :class:`~istos.SyncProducer` runs the same code."""
 
     def __init__(self, node: HasIds, client: Callable[[str], OwnerClient],
-                 require_serving: Callable[[], None]) -> None:
+                 require_serving: Callable[[], None], *,
+                 payload: CodecChain | None = None) -> None:
         self.node = node
+        self.payload = payload or CodecChain()  # bodies out, results and dead letters in
         self.client = client
         self.require_serving = require_serving
         self._valid_names: set[str] = set()  # queue names enqueue already checked
@@ -74,6 +77,8 @@ class Producer:
             group=group, name_checked=checked)
         if not checked:
             self._valid_names.add(name)
+        if self.payload.codecs:
+            body = self.payload.wrap(body, queue=name)
         self.require_serving()
         # The id is chosen here, not by the owner, so a retried request cannot create a twin.
         jid = job_id or self.node.ids.new()
@@ -122,6 +127,8 @@ class Producer:
                 check_group(g)
             except ConfigError as exc:
                 raise ConfigError(f"queue {name!r}: item {i}: {exc}") from None
+        if self.payload.codecs:
+            bodies = [self.payload.wrap(b, queue=name) for b in bodies]
         self.require_serving()
         if ids is None:
             ids = [self.node.ids.new() for _ in bodies]
@@ -141,7 +148,7 @@ class Producer:
             page.extend(reply["dead"])
             if not reply["dead"] or not reply.get("more", len(page) < reply.get("total", 0)):
                 break
-        return decode_dead(page)
+        return decode_dead(page, self.payload)
 
     async def job_logs(self, name: str, job_id: str) -> list[dict[str, Any]]:
         """Every ``ctx.log()`` line job ``job_id`` of queue ``name`` wrote, per kept attempt:
@@ -171,7 +178,7 @@ class Producer:
         """
         self.require_serving()
         reply = await self.client(name).call("result", job_id=job_id)
-        return decode_result(reply)
+        return decode_result(reply, self.payload)
 
     async def cancel(self, name: str, job_id: str) -> str:
         """Cancel job ``job_id`` of queue ``name`` (the queue needs ``admin=True``).
@@ -251,24 +258,35 @@ def check_batch(name: str, items: Iterable[Any], delay_s: float, priority: int,
     return bodies, ids, delay, prio
 
 
-def decode_dead(page: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Dead letters as the producer returns them (bodies decoded)."""
+def decode_dead(page: list[dict[str, Any]], payload: CodecChain | None = None
+                ) -> list[dict[str, Any]]:
+    """Dead letters as the producer returns them (bodies decoded by ``payload``; a body it
+    cannot decode has ``data`` None and ``encoded``, what it is encoded with)."""
+    payload = payload or CodecChain()
     out = []
     for d in page:
-        item = {"job_id": d["job_id"], "data": codec.decode_body(d["body"]),
+        try:
+            data, encoded = payload.decode_body(d["body"]), None
+        except PayloadCodecError:
+            data, encoded = None, describe(d["body"]) or "undecodable body"
+        item = {"job_id": d["job_id"], "data": data,
                 "attempts": d["attempts"], "last_error": d["last_error"],
                 "history": d["history"],
                 "traceback": protocol.latest_traceback(d["history"])}
         if d.get("meta"):
             item["workflow"] = d["meta"]
+        if encoded is not None:
+            item["encoded"] = encoded
         out.append(item)
     return out
 
 
-def decode_result(reply: dict[str, Any]) -> dict[str, Any]:
-    """A ``result`` reply as the producer returns it (the result decoded)."""
+def decode_result(reply: dict[str, Any], payload: CodecChain | None = None) -> dict[str, Any]:
+    """A ``result`` reply as the producer returns it (the result decoded by ``payload``;
+    :class:`PayloadCodecError` when it cannot)."""
     raw = reply.get("result")
-    out = {"state": reply["state"], "result": None if raw is None else codec.decode_body(raw)}
+    decoded = None if raw is None else (payload or CodecChain()).decode_body(raw)
+    out = {"state": reply["state"], "result": decoded}
     if reply.get("error") is not None:
         out["error"] = reply["error"]
     return out

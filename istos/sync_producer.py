@@ -38,6 +38,7 @@ from .client.blocking import BlockingClock, run_to_end
 from .core.config import check_queue_name
 from .errors import ConfigError, OwnerUnavailable
 from .owner import registry
+from .payload import CodecChain, PayloadCodec
 from .producer import Producer, check_job_id
 from .transport._zenoh_config import to_zenoh_config
 from .transport.zenoh_blocking import BlockingQuerier, open_session
@@ -49,12 +50,14 @@ class SyncProducer:
     """Put jobs on queues and ask about them, blocking, with no event loop.
 
     ``zenoh``: a ``zenoh.Config``, a dict, a JSON5 string or file path, or None (Zenoh's
-    defaults), as for :class:`~istos.Istos`. ``prefix`` must match the owners'. Requests wait
+    defaults), as for :class:`~istos.Istos`. ``prefix`` must match the owners'. ``codecs``:
+    payload codecs for the bodies it enqueues and the results it reads, the same list as the
+    queue's workers (``istos.payload``). Requests wait
     up to ``request_timeout_s`` for an owner (retrying while none serves the queue), then
     raise :class:`~istos.errors.OwnerUnavailable`. Use as a context manager, or call
     :meth:`close`.
 
-    Raises :class:`~istos.errors.ConfigError` for a bad ``prefix`` or ``request_timeout_s``
+    Raises :class:`~istos.errors.ConfigError` for a bad ``prefix``, ``request_timeout_s`` or codec,
     or a Zenoh config Zenoh rejects, and :class:`~istos.errors.MeshUnreachable` when a
     client-mode session reaches no router. Every method raises
     :class:`~istos.errors.IstosError` once the producer is closed, and
@@ -63,7 +66,7 @@ class SyncProducer:
     """
 
     def __init__(self, zenoh: Any = None, *, prefix: str = "istos",
-                 request_timeout_s: float = 5.0) -> None:
+                 request_timeout_s: float = 5.0, codecs: Iterable[PayloadCodec] = ()) -> None:
         if isinstance(request_timeout_s, bool) or not isinstance(request_timeout_s, int | float) \
                 or not request_timeout_s > 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {request_timeout_s!r}")
@@ -71,13 +74,15 @@ class SyncProducer:
             raise ConfigError(f"prefix must be a non-empty string, got {prefix!r}")
         self.prefix = prefix
         self.request_timeout_s = float(request_timeout_s)
+        self._payload = CodecChain(codecs)  # checked before a session is opened
         self._session = open_session(to_zenoh_config(zenoh), "SyncProducer")
         self._closed = False
         self._closing = threading.Event()  # cuts a retry pause short when close() is called
         # The Clock port's live adapter, its sleeps blocking this thread (never time.* here).
         self._remote = Remote(BlockingQuerier(self._session), prefix, self.request_timeout_s,
                               BlockingClock(self._closing))
-        self._producer = Producer(self._remote, Clients(self._remote), self._require_open)
+        self._producer = Producer(self._remote, Clients(self._remote), self._require_open,
+                                  payload=self._payload)
 
     # -- the calls ------------------------------------------------------------------------------
     def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
@@ -161,7 +166,7 @@ class SyncProducer:
         an app's call to its own owner)."""
         remote = dataclasses.replace(self._remote,
                                      local_owner=lambda q: owner if q == queue else None)
-        return Producer(remote, Clients(remote), self._require_open)
+        return Producer(remote, Clients(remote), self._require_open, payload=self._payload)
 
 
 def _run_inline(coro: Coroutine[Any, Any, T], owner: registry.RunningOwner, queue: str) -> T:

@@ -209,7 +209,8 @@ async def test_a_recorded_live_run_replays_faithfully_and_predicts_duplicates():
     (again,) = Trace.from_events(same.job_events()).crashes
     assert again["node"] == "wb1"
     assert again["t"] + again["restart_after"] == pytest.approx(back - trace.t0, abs=1e-6)
-    # Waits as predicted: the mean over replay seeds (predict), as docs/explanation/replay.md defines it.
+    # Waits as predicted: the mean over replay seeds (predict), as docs/explanation/replay.md
+    # defines it.
     waits = predict(trace, seeds=PREDICT_SEEDS).loc[["wait_p50", "wait_p95"], "mean"]
     p50_ratio = waits["wait_p50"] / recorded["wait_p50"]
     print(f"wait p50: recorded {recorded['wait_p50']:.3f} s, predicted {waits['wait_p50']:.3f} s")

@@ -21,6 +21,7 @@ from ..core.state import STATES
 from ..errors import ConfigError, OwnerUnavailable
 from ..ids import IdSource, node_rng
 from ..node import Node
+from ..payload import describe
 from ..storage.memory import MemoryStorage
 from ..transport.zenoh import ZenohTransport
 
@@ -149,9 +150,13 @@ class Operator:
 
 
 def decode_body(raw: Any) -> Any:
-    """A job body for display: decoded msgpack, else the raw value."""
+    """A job body for display: decoded msgpack; for a body encoded by payload codecs, what
+    it is encoded with and its size (the CLI holds no codecs); else the raw value."""
     if not isinstance(raw, bytes):
         return raw
+    encoded = describe(raw)
+    if encoded is not None:
+        return f"<{encoded}>"
     try:
         return codec.decode_body(raw)
     except Exception:  # msgpack raises several unrelated types

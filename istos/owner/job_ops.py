@@ -17,6 +17,7 @@ from .. import protocol
 from ..core.records import DEAD, DELAYED, DONE, READY, JobRecord
 from ..core.workflow_meta import public_meta
 from ..errors import IstosError, ProtocolError
+from .eventlog import fields_of
 from .extension import Handler
 from .fit import fit_item, log_pages
 from .handle import OwnerHandle
@@ -99,7 +100,8 @@ class JobOps:
                 else:
                     statuses.append(await self.ack_one(job_id, token, item.get("result"), now))
             except IstosError as exc:  # e.g. a chord callback that could not be enqueued
-                log.warning("queue %s: ack of %s refused: %s", self.owner.name, job_id, exc)
+                log.warning("queue %s: ack of %s refused: %s", self.owner.name, job_id, exc,
+                            extra=fields_of(self.owner.name, job_id, self.state.jobs.get(job_id)))
                 statuses.append("error")  # left to its lease: it comes back and retries
         if self.state.heaps.groups is not None and self.state.counts[READY]:
             # A settled grouped job may free its group's slot (group_concurrency): wake the

@@ -20,6 +20,7 @@ from ..context import check_progress
 from ..core import leasing
 from ..core.state import LEASED
 from ..errors import InvalidProgress, ProtocolError
+from .eventlog import fields_of
 from .extension import Handler, OwnerExtension, not_wrapped
 from .handle import OwnerHandle
 
@@ -107,7 +108,7 @@ class LeaseOps(OwnerExtension):
                 leasing.record_progress(state, rec, now, item.get("progress"), item.get("note"))
             except InvalidProgress as exc:
                 log.warning("queue %s: progress of %s dropped: %s", self.owner.name, rec.job_id,
-                            exc)
+                            exc, extra=fields_of(self.owner.name, rec.job_id, rec))
 
     async def _op_settle(self, msg: dict[str, Any]) -> dict[str, Any]:
         self._progress_of(msg.get("items"))

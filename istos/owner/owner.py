@@ -45,7 +45,7 @@ from ..events import EventKind, JobEvent
 from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
-from . import bulk, registry
+from . import bulk, eventlog, registry
 from .accept import NewJob, accept_new
 from .extension import Handler, OwnerExtension, overrides
 from .handle import MetaCheck
@@ -363,6 +363,8 @@ class QueueOwner:
         claimable = 0
         for event in events:
             emit(event)
+            if event.kind in eventlog.LOGGED:
+                eventlog.log_event(self.name, event, self.state.jobs.get(event.job_id))
             if event.kind == ev.ENQUEUED and event.detail.get("delay_s", 0) <= 0:
                 claimable += 1
             elif event.kind == ev.RETRY_SCHEDULED and event.detail.get("delay_s", 0) <= 0:

@@ -40,6 +40,7 @@ from ..core.config import WorkerConfig
 from ..errors import InvalidJob, IstosError, OwnerUnavailable, Retry, StorageUnavailable
 from ..node import Node
 from ..wakeup import Wakeup
+from . import joblog
 from .heartbeat import Held, HeldLeases
 from .parking import ClaimParking
 from .waiting import WaitingJobs
@@ -341,6 +342,7 @@ class WorkerRunner:
                     outcome = await self._run_job(job, held, now)
                 else:  # never start a job whose lease ended (or that was cancelled) meanwhile
                     self.stats.not_started += 1
+                    joblog.not_started(self.config.queue, job, verdict)
                     if verdict == "cancelled":
                         outcome = {"job_id": job.job_id, "token": job.token, "op": "nack",
                                    "error": "JobCancelled: cancelled before it started"}
@@ -365,7 +367,7 @@ class WorkerRunner:
     async def _run_job(self, job: ClaimedJob, held: Held, started: float) -> dict[str, Any]:
         """Run the function; return the ack or nack to send (raise on crash or shutdown)."""
         try:
-            data = codec.decode_body(job.body)
+            data = self.node.payload.decode_body(job.body)
             kwargs: dict[str, Any] = {}
             if self._wants_ctx:
                 kwargs["ctx"] = JobContext(job.job_id, self.config.queue, job.attempt,
@@ -384,20 +386,26 @@ class WorkerRunner:
                 await self.continue_hook(job.meta, result)
             # Chord members report their result to the barrier even without keep_results.
             wants_result = job.keep_results or bool(job.meta and "chord" in job.meta)
-            encoded = codec.encode_body(result, queue=self.config.queue) \
+            encoded = self.node.payload.encode_body(result, queue=self.config.queue) \
                 if wants_result else None
         except asyncio.CancelledError:
             raise  # crash or shutdown: no ack, no nack; the lease brings the job back
         except InvalidJob as exc:
-            return {"job_id": job.job_id, "token": job.token, "op": "nack",
-                    "error": f"result not storable: {exc}"}
+            error = f"result not storable: {exc}"
+            joblog.failed(self.config.queue, job, error, exc)
+            return {"job_id": job.job_id, "token": job.token, "op": "nack", "error": error}
         except Retry as exc:  # the worker chose the wait (a 429's Retry-After), not the curve
-            return {"job_id": job.job_id, "token": job.token, "op": "nack",
-                    "error": f"Retry: {exc.reason or 'retry requested'}",
-                    "retry_after": min(exc.after_s, protocol.MAX_DELAY_S)}
+            after = min(exc.after_s, protocol.MAX_DELAY_S)
+            error = f"Retry: {exc.reason or 'retry requested'}"
+            joblog.retry_asked(self.config.queue, job, after, error)
+            return {"job_id": job.job_id, "token": job.token, "op": "nack", "error": error,
+                    "retry_after": after}
         except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            joblog.failed(self.config.queue, job, error, exc)
             return {"job_id": job.job_id, "token": job.token, "op": "nack",
-                    "error": f"{type(exc).__name__}: {exc}", "traceback": _traceback(exc)}
+                    "error": error, "traceback": _traceback(exc)}
+        joblog.done(self.config.queue, job)
         if encoded is not None:
             return {"job_id": job.job_id, "token": job.token, "op": "ack", "result": encoded}
         return {"job_id": job.job_id, "token": job.token, "op": "ack"}

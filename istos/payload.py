@@ -1,0 +1,212 @@
+"""Payload codecs: a chain of encode/decode steps that producers and workers apply to job
+bodies and results (``Istos(codecs=[ZlibCodec(), AesGcmCodec(keys, "k2")])``).
+
+The producer encodes a body with msgpack, then runs it through each codec in order; the worker
+undoes them in reverse before calling the function, and encodes its result the same way. The
+owner, storage, dead letters, events and replays only ever hold the encoded bytes: an
+*envelope*, a msgpack extension value (type :data:`ENVELOPE_EXT`) holding the codec names in
+the order applied and the encoded payload. Anything that decodes a body without the chain sees
+an extension value, never plaintext, and never mistakes it for a job's data.
+
+A body whose envelope names other codecs than the reader's chain (or a plain body read by a
+chain, or an envelope read without one), a wrong or unknown key and a tampered body each raise
+:class:`PayloadCodecError` naming the codec: on a worker that fails the attempt, so the job is
+retried and dead-lettered after its attempts, and the function never runs with garbage.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import msgpack
+
+from . import codec
+from .errors import ConfigError, InvalidJob, PayloadCodecError
+
+ENVELOPE_EXT = 73  # msgpack extension type of an encoded body ("I")
+MAX_ENVELOPE_CODECS = 8
+
+
+@runtime_checkable
+class PayloadCodec(Protocol):
+    """One step of a chain. ``name`` goes into every envelope (so a reader can tell which
+    codecs a body needs); ``decode`` raises :class:`PayloadCodecError` for bytes it cannot
+    undo."""
+
+    name: str
+
+    def encode(self, data: bytes) -> bytes: ...
+
+    def decode(self, data: bytes) -> bytes: ...
+
+
+class ZlibCodec:
+    """zlib compression (``level`` 0-9); decoding refuses output over the body limit."""
+
+    name = "zlib"
+
+    def __init__(self, level: int = 6) -> None:
+        if not isinstance(level, int) or not 0 <= level <= 9:
+            raise ConfigError(f"ZlibCodec level must be 0..9, got {level!r}")
+        self.level = level
+
+    def encode(self, data: bytes) -> bytes:
+        return zlib.compress(data, self.level)
+
+    def decode(self, data: bytes) -> bytes:
+        inflater = zlib.decompressobj()
+        try:  # bounded: a small hostile body must not inflate to gigabytes
+            out = inflater.decompress(data, codec.MAX_BODY_BYTES + 1)
+        except zlib.error as exc:
+            raise PayloadCodecError(f"zlib: not a zlib stream: {exc}") from None
+        if len(out) > codec.MAX_BODY_BYTES or inflater.unconsumed_tail:
+            raise PayloadCodecError(f"zlib: inflates past {codec.MAX_BODY_BYTES} bytes")
+        if not inflater.eof:
+            raise PayloadCodecError("zlib: truncated stream")
+        return out
+
+
+class AesGcmCodec:
+    """Authenticated encryption with AES-GCM (``cryptography``: the ``crypto`` extra).
+
+    ``keys`` maps key ids to 16-, 24- or 32-byte keys; new bodies are encrypted with
+    ``current``, and each carries its key id, so a reader holding old and new keys decodes
+    both while keys rotate. Each body has a fresh 96-bit random nonce. Raises
+    :class:`ConfigError` for a bad key, id or a ``current`` not in ``keys``, or when
+    ``cryptography`` is missing; decoding raises :class:`PayloadCodecError` for an unknown key
+    id or a body that does not authenticate (a wrong key, or tampered bytes).
+    """
+
+    name = "aes-gcm"
+    AAD = b"istos payload v1"
+
+    def __init__(self, keys: Mapping[str, bytes], current: str) -> None:
+        try:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        except ImportError as exc:
+            raise ConfigError("AesGcmCodec needs cryptography: "
+                              "pip install 'istos-nb[crypto]'") from exc
+        if current not in keys:
+            raise ConfigError(f"AesGcmCodec: current key id {current!r} is not in keys")
+        self._aead: dict[bytes, Any] = {}
+        for kid, key in keys.items():
+            raw_id = kid.encode() if isinstance(kid, str) else b""
+            if not 0 < len(raw_id) < 256:
+                raise ConfigError(f"AesGcmCodec: key id {kid!r} must be a str of 1..255 bytes")
+            if not isinstance(key, bytes) or len(key) not in (16, 24, 32):
+                raise ConfigError(f"AesGcmCodec: key {kid!r} must be 16, 24 or 32 bytes")
+            self._aead[raw_id] = AESGCM(key)
+        self._current = current.encode()
+
+    def encode(self, data: bytes) -> bytes:
+        nonce = os.urandom(12)  # random per body: 2^-32 collision risk only after 2^32 bodies
+        sealed = self._aead[self._current].encrypt(nonce, data, self.AAD)
+        return bytes([len(self._current)]) + self._current + nonce + sealed
+
+    def decode(self, data: bytes) -> bytes:
+        from cryptography.exceptions import InvalidTag
+
+        if not data or len(data) < 1 + data[0] + 12 + 16:
+            raise PayloadCodecError("aes-gcm: body too short to be encrypted")
+        end = 1 + data[0]
+        kid = data[1:end]
+        aead = self._aead.get(kid)
+        if aead is None:
+            raise PayloadCodecError(
+                f"aes-gcm: no key with id {kid.decode(errors='replace')!r} (keys held: "
+                f"{', '.join(sorted(k.decode() for k in self._aead))})")
+        try:
+            return bytes(aead.decrypt(data[end:end + 12], data[end + 12:], self.AAD))
+        except InvalidTag:
+            raise PayloadCodecError(
+                f"aes-gcm: body does not authenticate with key "
+                f"{kid.decode(errors='replace')!r} (wrong key or tampered bytes)") from None
+
+
+class CodecChain:
+    """The codecs of one app, applied in order on encoding and reversed on decoding. An empty
+    chain encodes plain msgpack bodies and refuses envelopes."""
+
+    def __init__(self, codecs: Iterable[PayloadCodec] = ()) -> None:
+        self.codecs = list(codecs)
+        for c in self.codecs:
+            if not isinstance(c, PayloadCodec) or not isinstance(c.name, str) or not c.name:
+                raise ConfigError(f"codecs: {c!r} is not a payload codec (a name, encode and "
+                                  "decode)")
+        if len(self.codecs) > MAX_ENVELOPE_CODECS:
+            raise ConfigError(f"codecs: at most {MAX_ENVELOPE_CODECS}, got {len(self.codecs)}")
+        self.names = [c.name for c in self.codecs]
+
+    def encode_body(self, data: Any, *, queue: str = "?") -> bytes:
+        """msgpack, then every codec; :class:`InvalidJob` if it cannot be encoded or the
+        encoded body is over the limit."""
+        raw = codec.encode_body(data, queue=queue)
+        if not self.codecs:
+            return raw
+        return self.wrap(raw, queue=queue)
+
+    def wrap(self, raw: bytes, *, queue: str = "?") -> bytes:
+        """An already msgpack-encoded body through every codec, in an envelope."""
+        for c in self.codecs:
+            raw = c.encode(raw)
+        body = seal(self.names, raw)
+        if len(body) > codec.MAX_BODY_BYTES:
+            raise InvalidJob(f"job body for queue {queue!r} is {len(body)} bytes once encoded "
+                             f"({', '.join(self.names)}); the limit is {codec.MAX_BODY_BYTES}")
+        return body
+
+    def decode_body(self, raw: bytes) -> Any:
+        """The body's data; :class:`PayloadCodecError` when this chain cannot decode it."""
+        names, payload = envelope(raw)
+        if (names or []) != self.names:
+            have = ", ".join(self.names) or "no codecs"
+            need = ", ".join(names) if names is not None else "no codecs (a plain body)"
+            raise PayloadCodecError(f"body encoded with {need}; this reader has {have}")
+        if names is None:
+            return codec.decode_body(raw)
+        for c in reversed(self.codecs):
+            payload = c.decode(payload)
+        try:
+            return codec.decode_body(payload)
+        except Exception as exc:  # msgpack raises several unrelated types
+            raise PayloadCodecError(f"body decoded by {', '.join(names)} is not msgpack: "
+                                    f"{exc}") from None
+
+
+def seal(names: list[str], payload: bytes) -> bytes:
+    """The envelope of ``payload`` encoded by the codecs ``names`` (in the order applied)."""
+    return msgpack.packb(msgpack.ExtType(ENVELOPE_EXT, msgpack.packb([names, payload])))
+
+
+def envelope(raw: bytes) -> tuple[list[str] | None, bytes]:
+    """``(codec names, payload)`` of an encoded body; ``(None, raw)`` for a plain one.
+    Raises :class:`PayloadCodecError` for a malformed envelope."""
+    if not raw or raw[0] not in (0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8):
+        return None, raw  # not a msgpack extension value: a plain body
+    try:
+        value = codec.decode_body(raw)
+    except Exception:
+        return None, raw
+    if not isinstance(value, msgpack.ExtType) or value.code != ENVELOPE_EXT:
+        return None, raw
+    try:
+        names, payload = msgpack.unpackb(value.data, raw=False)
+    except Exception as exc:
+        raise PayloadCodecError(f"malformed codec envelope: {exc}") from None
+    if not (isinstance(names, list) and 0 < len(names) <= MAX_ENVELOPE_CODECS
+            and all(isinstance(n, str) for n in names) and isinstance(payload, bytes)):
+        raise PayloadCodecError("malformed codec envelope")
+    return names, payload
+
+
+def describe(raw: bytes) -> str | None:
+    """How an operator view shows an encoded body (``"encoded: zlib, aes-gcm (312 bytes)"``);
+    None for a plain one."""
+    try:
+        names, _ = envelope(raw)
+    except PayloadCodecError:
+        return f"malformed encoded body ({len(raw)} bytes)"
+    return None if names is None else f"encoded: {', '.join(names)} ({len(raw)} bytes)"

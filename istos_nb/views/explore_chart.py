@@ -9,17 +9,31 @@ vertical line (gid ``"violation"``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from istos_nb.views.charts import lease_gantt
 
-if TYPE_CHECKING:
-    from istos_nb.sim.counterexample import Counterexample
-
 __all__ = ["counterexample_chart"]
+
+
+class Counterexample(Protocol):
+    """What the chart reads of ``istos_nb.sim.counterexample.Counterexample`` (named here,
+    not imported: the simulator calls this module, so an import back would be a circle)."""
+
+    @property
+    def prop(self) -> Any: ...
+    @property
+    def result(self) -> Any: ...
+    @property
+    def until(self) -> float: ...
+    @property
+    def schedule(self) -> Sequence[Any]: ...
+    @property
+    def moment(self) -> float | None: ...
 
 FAULT_SHADE = "#7f7f7f"
 VIOLATION_COLOR = "#d62728"

@@ -7,6 +7,7 @@ j1, j2... in the order they first appear, their ids given once.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from typing import Any
 
@@ -51,30 +52,68 @@ def violation_moment(result: SimResult, jobs: list[str]) -> float | None:
     return float(max(times)) if times else None
 
 
+_START_EVENT = {"crash": "crashed", "restart": "crashed", "freeze": "frozen",
+                "partition": "partitioned", "storage_outage": "storage_down"}
+_END_EVENT = {"crash": "restarted", "freeze": "resumed", "partition": "healed",
+              "storage_outage": "storage_up"}
+
+
 def story_lines(result: SimResult, schedule: tuple[Fault, ...], jobs: list[str],
                 failed: list[tuple[str, str]], prop_name: str) -> list[str]:
-    """The numbered story's lines (without numbers), ending with the verdict."""
+    """The numbered story's lines (without numbers), ending with the verdict. Lines are in
+    the order things happened: a fault where the run recorded it, a job's events in stream
+    order, a handler's completion just before the events of its instant."""
     alias = {j: f"j{i}" for i, j in enumerate(jobs, 1)}
+    times = [float(e["t"]) for e in result.events_raw]
     items: list[tuple[float, float, str]] = []
     for fault in schedule:
         start, end = fault.describe()
-        holding = _holding(result, alias, fault)
-        items.append((fault.at, 0, start + holding))
+        seq = _seq(result, times, fault.at, _START_EVENT.get(fault.kind), fault.node)
+        holding = _holding(result, alias, fault, seq)
+        items.append((fault.at, seq, start + holding))
         if end is not None:
-            items.append((fault.end, 0, end))
-    items += _job_items(result, alias)
+            seq = _seq(result, times, fault.end, _END_EVENT.get(fault.kind), fault.node)
+            items.append((fault.end, seq, end))
+    items += _job_items(result, alias, times)
     items.sort(key=lambda item: (item[0], item[1]))
     lines = [f"t={t:.1f} {text}" for t, _, text in items]
     return lines + _verdict(result, alias, failed, prop_name)
 
 
-def _holding(result: SimResult, alias: dict[str, str], fault: Fault) -> str:
-    """", holding j1" when an involved job's lease sits with ``fault.node`` at its start."""
+def _seq(result: SimResult, times: list[float], t: float, kind: str | None,
+         node: str) -> float:
+    """Where in the event stream something at ``t`` belongs: at its recorded event (``kind``
+    on ``node`` at ``t``) if there is one, else just before the events of that instant."""
+    first = bisect_left(times, t)
+    for i in range(first, len(times)):
+        e = result.events_raw[i]
+        if times[i] > t:
+            break
+        if e["kind"] == kind and (not node or node in e["node"].split(",")):
+            return float(i)
+    return first - 0.5
+
+
+def _effect_seq(result: SimResult, times: list[float], fx: dict[str, Any]) -> float:
+    """A completion goes just before its job's ack (or lost ack) of the same instant, else
+    after every event of that instant."""
+    t = float(fx["t"])
+    end = bisect_right(times, t)
+    for i in range(bisect_left(times, t), end):
+        e = result.events_raw[i]
+        if e["job_id"] == fx["job_id"] and e["kind"] in ("acked", "nacked", "ack_lost"):
+            return i - 0.5
+    return end - 0.5
+
+
+def _holding(result: SimResult, alias: dict[str, str], fault: Fault, seq: float) -> str:
+    """", holding j1" when an involved job's lease sits with ``fault.node`` at its start
+    (the events before position ``seq`` of the stream)."""
     if fault.kind not in ("crash", "restart", "freeze", "partition", "lost_acks"):
         return ""
     open_leases: dict[str, str] = {}
-    for e in result.events_raw:
-        if e["t"] > fault.at:
+    for i, e in enumerate(result.events_raw):
+        if i >= seq:
             break
         if e["job_id"] not in alias:
             continue
@@ -86,17 +125,26 @@ def _holding(result: SimResult, alias: dict[str, str], fault: Fault) -> str:
     return f", holding job {', '.join(held)}" if held else ""
 
 
-def _job_items(result: SimResult, alias: dict[str, str]) -> list[tuple[float, float, str]]:
+def _job_items(result: SimResult, alias: dict[str, str],
+               times: list[float]) -> list[tuple[float, float, str]]:
     items: list[tuple[float, float, str]] = []
     named: set[str] = set()
-    for e in result.events_raw:
-        job = e["job_id"]
+    down: set[str] = set()  # nodes crashed and not yet back
+    for i, e in enumerate(result.events_raw):
+        job, kind = e["job_id"], e["kind"]
+        if kind == "crashed":
+            down.add(e["node"])
+        elif kind == "restarted":
+            down.discard(e["node"])
         if job not in alias:
             continue
         text = _event_text(e, alias[job], job not in named)
+        if kind == "claimed" and _node_of(e["worker"]) in down:
+            text = (f"{text}: a claim {_node_of(e['worker'])} sent before it crashed, "
+                    "so nobody runs it")
         named.add(job)
         if text:
-            items.append((float(e["t"]), 1, text))
+            items.append((float(e["t"]), float(i), text))
     count: Counter[str] = Counter()
     for fx in result.effects:
         job = fx["job_id"]
@@ -104,7 +152,7 @@ def _job_items(result: SimResult, alias: dict[str, str]) -> list[tuple[float, fl
             count[job] += 1
             nth = "" if count[job] == 1 else \
                 f" (its side effect runs a {_ordinal(count[job])} time)"
-            items.append((float(fx["t"]), 0.5,
+            items.append((float(fx["t"]), _effect_seq(result, times, fx),
                           f"the handler on {fx['node']} completes {alias[job]} "
                           f"(attempt {fx['attempt']}){nth}"))
     return items
@@ -123,7 +171,7 @@ def _event_text(e: dict[str, Any], name: str, first: bool) -> str | None:
     texts = {
         "acked": f"the owner takes {name}'s ack: done",
         "nacked": f"{name} fails on {who} (nack)",
-        "lease_expired": f"{name}'s lease runs out; it goes back to the queue",
+        "lease_expired": f"{name}'s lease runs out",
         "dead_lettered": f"{name} is dead-lettered",
         "cancelled": f"{name} is cancelled",
         "ack_lost": f"{name}'s ack from {e['node']} is lost",

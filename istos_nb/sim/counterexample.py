@@ -154,6 +154,10 @@ class Counterexample:
     def __str__(self) -> str:
         return self.story()
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython shows the story, not the dataclass fields."""
+        printer.text(self.story())
+
     def chart(self, ax: Axes | None = None) -> Figure:
         """The lease Gantt of the run, faults shaded and the violating moment marked (drawn
         by ``istos_nb.views.explore_chart``: needs matplotlib)."""
@@ -220,6 +224,10 @@ class NoCounterexample:
 
     def __bool__(self) -> bool:
         return False
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython shows the sentence, not the dataclass fields."""
+        printer.text(str(self))
 
     def __str__(self) -> str:
         return (f"'{self.prop_name}': no counterexample in {self.schedules} schedules "

@@ -113,3 +113,33 @@ def test_bad_arguments_raise_scenario_errors():
         explore(small_scenario, LOST, nodes=["nobody"])
     with pytest.raises(ScenarioError, match="no invariant named"):
         explore(small_scenario, "no such invariant", budget=1, until=30.0)
+
+
+SEARCH = """
+import sys
+sys.path.insert(0, {tests!r})
+{extra}
+from test_explore import small_scenario
+from istos_nb.sim import explore
+found = explore(small_scenario, "no accepted job lost", budget=8, until=30.0, nodes=["wa"])
+print(found.coverage.schedules, sorted(found.coverage.faults.items()), str(found))
+"""
+
+
+def test_the_same_search_draws_the_same_schedules_whatever_was_imported(tmp_path):
+    """Hypothesis mixes constants from the loaded modules' source into integer draws; the
+    search does not draw integers, so a module full of other constants changes nothing."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = str(Path(__file__).parent)
+    noise = tmp_path / "noise_constants.py"
+    noise.write_text("VALUES = [" + ", ".join(str(i * 7) for i in range(200)) + "]\n")
+    outputs = []
+    for extra in ("", f"sys.path.insert(0, {str(tmp_path)!r}); import noise_constants"):
+        run = subprocess.run([sys.executable, "-c", SEARCH.format(tests=tests, extra=extra)],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        outputs.append(run.stdout)
+    assert outputs[0] == outputs[1] and outputs[0].startswith("9 ")

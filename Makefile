@@ -62,8 +62,9 @@ bench: $(BIN)/python
 
 .PHONY: docs
 # The docs site into docs/_build/html: offline (nothing is fetched, the notebooks are shown
-# as committed, never executed), every warning an error.
+# as committed, never executed), every warning an error; -E rereads every page, so a page
+# added beside docs/index.md joins its section (%optional-pages%) in an incremental build too.
 docs: $(BIN)/python
 	$(BIN)/pip install -q -e '.[docs]'
-	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	$(BIN)/python -m sphinx -E -W --keep-going -q -b html docs docs/_build/html
 	@echo "Built docs/_build/html/index.html"

@@ -72,7 +72,8 @@ def test_engine_dependencies_are_only_zenoh_msgpack_tzdata(pyproject: dict) -> N
     project = pyproject["project"]
     assert _names(project["dependencies"]) == {"eclipse-zenoh", "msgpack", "tzdata"}
     extras = project["optional-dependencies"]
-    assert _names(extras["notebook"]) == {"pandas", "matplotlib", "ipywidgets"}
+    # hypothesis: the simulator's explore() generates and shrinks fault schedules with it
+    assert _names(extras["notebook"]) == {"pandas", "matplotlib", "ipywidgets", "hypothesis"}
     assert any(d.startswith("istos-nb[") and "notebook" in d for d in extras["dev"])
 
 

@@ -17,14 +17,43 @@ from ..errors import IstosError
 from ..owner.discovery import DIR
 from ..transport.base import Transport
 
+SETTLE_S = 3.0
+"""How long after its session opened an empty answer is asked again (bounded by the caller's
+timeout): a session that has just opened may not have its links up, or the owners' tokens
+routed to it, yet; a liveliness query then ends at once with nothing, which is not the owners'
+truth. A session older than this is answered at once."""
 
-async def discover(transport: Transport, prefix: str, timeout_s: float
-                   ) -> dict[str, dict[str, Any]]:
-    """``{queue: {"owners": [node ids], "replicas": [node ids]}}``, sorted by queue name."""
+
+async def _alive(transport: Transport, key_expr: str, timeout_s: float,
+                 settle_s: float) -> list[str]:
+    """The live tokens under ``key_expr``, asked again while the answer is empty, for at most
+    ``min(timeout_s, settle_s)`` seconds (a young session on a mesh with no owner costs that
+    wait)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(timeout_s, settle_s)
+    pause = 0.05
+    while True:
+        keys = await transport.liveliness_alive(key_expr, timeout_s)
+        if keys or loop.time() + pause > deadline:
+            return keys
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
+async def discover(transport: Transport, prefix: str, timeout_s: float, *,
+                   settle_s: float = 0.0) -> dict[str, dict[str, Any]]:
+    """``{queue: {"owners": [node ids], "replicas": [node ids]}}``, sorted by queue name.
+
+    An empty answer is asked again for up to ``min(timeout_s, settle_s)`` seconds (give the
+    time left of :data:`SETTLE_S` since the session opened), so a session opened just before
+    the call still sees the owners. Raises :class:`TransportError` when the mesh refuses the
+    query."""
     found: dict[str, dict[str, Any]] = {}
     for kind, leaf in (("owners", DIR), ("replicas", "ha")):
         base = f"{prefix}/{leaf}/"
-        for key in await transport.liveliness_alive(f"{base}**", timeout_s):
+        keys = await (_alive(transport, f"{base}**", timeout_s, settle_s) if kind == "owners" else
+                      transport.liveliness_alive(f"{base}**", timeout_s))
+        for key in keys:
             queue, _, last = key[len(base):].rpartition("/")
             if not queue:
                 continue

@@ -44,6 +44,7 @@ class Operator:
                          request_timeout_s=float(timeout_s))
         self._transport = ZenohTransport(zenoh, node_id=self.node.node_id)
         self._clients = Clients(self.node)
+        self._opened = 0.0  # when the session opened (monotonic): discovery's settle window
 
     async def __aenter__(self) -> Operator:
         """Open the session. The config was parsed already (a bad one raised ConfigError), so
@@ -54,6 +55,7 @@ class Operator:
             reason = str(exc).split(" at /", 1)[0]  # zenoh appends its Rust source location
             raise OwnerUnavailable(f"cannot reach the Zenoh mesh: {reason}") from exc
         self.node.transport = self._transport
+        self._opened = self.node.clock.monotonic()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -78,9 +80,11 @@ class Operator:
     async def discover(self) -> dict[str, dict[str, Any]]:
         """Every queue under this prefix whose owner or HA replica is on the mesh
         (:mod:`istos.ops.discovery`): ``{queue: {"owners": [...], "replicas": [...]}}``."""
-        from .discovery import discover
+        from .discovery import SETTLE_S, discover
 
-        return await discover(self._transport, self.node.prefix, self.node.request_timeout_s)
+        young = SETTLE_S - (self.node.clock.monotonic() - self._opened)
+        return await discover(self._transport, self.node.prefix, self.node.request_timeout_s,
+                              settle_s=max(0.0, young))
 
     async def queue_names(self, given: list[str] | None = None) -> list[str]:
         """``given`` if any, else every queue discovered (none found: OwnerUnavailable)."""

@@ -10,6 +10,10 @@ slices (``istos/owner/slicing.py``), so the p99 should stay within a few slices 
 
     .venv/bin/python -m bench.read_ops [--jobs 100000] [--seconds 5]
 
+Beside the latency, the owner reports the CPU time of its loop steps (p99 and longest) and of
+its full cyclic-GC passes during each case (``bench/_loopmeter.py``): those say how long the owner
+itself held the loop, whatever else shared the cores.
+
 Measure on an idle machine (1-min load < 1): two busy processes share the cores with the owner.
 """
 
@@ -25,6 +29,7 @@ import time
 from typing import Any
 
 from bench._common import percentile, unique_prefix, zenoh_configs
+from bench._loopmeter import LoopMeter
 from istos import Istos, codec
 from istos.transport.zenoh import ZenohTransport
 
@@ -54,8 +59,21 @@ async def owner(config: dict[str, Any], prefix: str, jobs: int) -> None:
             n = min(4000, jobs - start)
             await app.enqueue_many("q", [{"i": i} for i in range(start, start + n)],
                                    job_ids=[f"job-{i:07d}" for i in range(start, start + n)])
+        meter = LoopMeter()
+        meter.install()
         print("READY", flush=True)
-        await asyncio.to_thread(sys.stdin.readline)
+        # "take" answers the loop's figures since the last take; anything else ends it
+        while (await asyncio.to_thread(sys.stdin.readline)).strip() == "take":
+            print(json.dumps(meter.take()), flush=True)
+
+
+def take(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    """The owner's loop figures since the last take (see bench/_loopmeter.py)."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("take\n")
+    proc.stdin.flush()
+    figures: dict[str, Any] = json.loads(proc.stdout.readline())
+    return figures
 
 
 async def readers(config: dict[str, Any], prefix: str, op: str, fields: dict[str, Any]) -> None:
@@ -117,19 +135,25 @@ async def main(args: argparse.Namespace) -> None:
     await t.start()
     try:
         last = f"job-{args.jobs - 1:07d}"
-        print(f"{'op':<14} {'fields':<42} {'claim+ack p50':>14} {'p99':>10} {'n':>7}")
+        print(f"(1-min load at the start: {os.getloadavg()[0]:.2f})")
+        print(f"{'op':<14} {'fields':<42} {'claim+ack p50':>14} {'p99':>10} {'n':>7} "
+              f"{'step p99':>9} {'step max':>9} {'full GCs':>8} {'GC max':>8}")
         for op, fields in CASES:
             fields = {k: (last if v == "LAST" else v) for k, v in fields.items()}
             reader = None if op == "(none)" else spawn(
                 "--role", "readers", json.dumps(configs[2]), prefix, op, json.dumps(fields))
+            take(own)
             try:
                 samples = await claim_ack(t, prefix, args.seconds)
             finally:
+                loop = take(own)
                 if reader is not None:
                     stop(reader)
             ms = [s * 1000 for s in samples]
             print(f"{op:<14} {json.dumps(fields)[:42]:<42} {percentile(ms, 50):>11.2f} ms "
-                  f"{percentile(ms, 99):>7.2f} ms {len(ms):>7}", flush=True)
+                  f"{percentile(ms, 99):>7.2f} ms {len(ms):>7} {loop['step_p99_ms']:>6.2f} ms "
+                  f"{loop['step_max_ms']:>6.2f} ms {loop['full_gcs']:>8} "
+                  f"{loop['full_gc_max_ms']:>5.1f} ms", flush=True)
     finally:
         await t.close()
         stop(own)

@@ -8,7 +8,7 @@ The transitions between them live in ``state.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import msgpack
@@ -89,7 +89,9 @@ class JobRecord:
     result: bytes | None = None
     finished_at: float | None = None
     expires_at: float | None = None
-    history: list[Attempt] = field(default_factory=list)
+    # A tuple until the first attempt: an empty list per waiting job would double the objects
+    # the cyclic garbage collector walks (its full pass over 100k held jobs stalls the loop).
+    history: list[Attempt] | tuple[()] = ()
     meta: dict[str, Any] | None = None
     cancel_requested: bool | None = None  # app.cancel reached it while leased (persisted)
     dedup_s: float | None = None  # its id stays reserved this long after it finished (dedup.py)

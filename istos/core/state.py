@@ -250,10 +250,14 @@ class QueueState:
         rec.lease_worker = worker
         rec.lease_deadline = now + self.policy.lease_s
         self.heaps.push_lease(rec, rec.lease_deadline)
-        rec.history.append(Attempt(rec.attempts, worker, now))
-        if len(rec.history) > self.policy.history_limit:
-            # keep the first attempt: it says how the job's story started
-            del rec.history[1]
+        attempt = Attempt(rec.attempts, worker, now)
+        if isinstance(rec.history, tuple):  # the first attempt (records.py: why a tuple)
+            rec.history = [attempt]
+        else:
+            rec.history.append(attempt)
+            if len(rec.history) > self.policy.history_limit:
+                # keep the first attempt: it says how the job's story started
+                del rec.history[1]
         self.dirty.append(rec)
         self._emit(now, rec, ev.CLAIMED, worker=worker,
                    deadline=rec.lease_deadline, lease_s=self.policy.lease_s)

@@ -196,9 +196,15 @@ class WorkerTracker(OwnerExtension):
         offset = msg.get("offset", 0)
         limit = min(protocol.MAX_PAGE, msg.get("limit", protocol.MAX_PAGE))
         held: dict[str, list[str]] = {}
-        slicer = Slicer(self.owner.node.clock)  # a snapshot walked in slices: O(jobs)
-        for rec in list(self.owner.state.jobs.values()):
-            if rec.state == LEASED and rec.lease_worker:
+        # The leased records come from whichever is shorter: the lease heap (a few leases
+        # out of a deep queue of waiting jobs cost a few entries, not a walk of 100k records)
+        # or every record; a snapshot, walked in slices, each record checked as it is reached.
+        state, slicer = self.owner.state, Slicer(self.owner.node.clock)
+        heap = list(state.heaps.leases) if len(state.heaps.leases) < len(state.jobs) else None
+        for item in heap if heap is not None else list(state.jobs.values()):
+            rec = state.heaps.live_lease(item[1], item[2], item[0]) \
+                if isinstance(item, tuple) else item
+            if rec is not None and rec.state == LEASED and rec.lease_worker:
                 held.setdefault(worker_of(rec.lease_worker), []).append(rec.job_id)
             await slicer.tick()
         now = self.owner.node.clock.now()

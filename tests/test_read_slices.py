@@ -97,3 +97,50 @@ async def test_workers_reads_the_leases_not_every_waiting_job():
         rows = {row["worker"]: row for row in reply["workers"]}
         assert sum(row["held_count"] for row in rows.values()) == 3, rows
         assert (clock.t - readings) / 0.0005 < 100, "workers walked the waiting jobs"
+
+
+async def test_jobs_without_a_filter_skips_to_its_offset_without_a_walk():
+    """Without a filter a page is a slice of the records' snapshot: a bounded number of Python
+    calls (counted by a profile hook) whatever the offset, not one per record skipped."""
+    app = Istos(node_id="owner")
+    app.queue("q")
+    async with app.serving():
+        await app.enqueue_many("q", [{"i": i} for i in range(N_JOBS)],
+                               job_ids=[f"j{i}" for i in range(N_JOBS)])
+        client = app.client("q")
+        calls = 0
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            nonlocal calls
+            calls += event == "call"
+
+        sys.setprofile(profile)
+        try:
+            reply = await client.call("jobs", offset=N_JOBS - 10, limit=5)
+        finally:
+            sys.setprofile(None)
+    assert [j["job_id"] for j in reply["jobs"]] == [f"j{i}" for i in
+                                                    range(N_JOBS - 10, N_JOBS - 5)]
+    assert calls < 500, calls
+
+
+def test_a_claim_looks_at_a_bounded_number_of_groups_at_their_cap():
+    state = QueueState("q", QueuePolicy(group_concurrency=1))
+    n = 4 * groups_mod.MAX_SCAN
+    for g in range(n):
+        for k in range(2):
+            state.enqueue(f"g{g}-{k}", b"x", 0.0, group=f"g{g}")
+    leased = state.claim([f"w#{i}" for i in range(n)], 1.0)
+    assert len(leased) == n  # one per group: every group now at its cap
+    ring = state.heaps.groups.ring  # type: ignore[union-attr]
+    before = list(ring)
+    assert state.claim(["w#x"], 2.0) == []  # all at their cap
+    moved = next(i for i, name in enumerate(before) if name == ring[0])
+    assert moved == groups_mod.MAX_SCAN  # looked at MAX_SCAN groups, not all of them
+    # The lease of a group deep in the rotation ends: its next job is the next claim's.
+    deep = before[(moved + n // 2) % n]
+    rec = next(r for r in leased if r.group == deep)
+    assert rec.lease_token is not None
+    assert state.ack(rec.job_id, rec.lease_token, 3.0) == "ok"
+    (again,) = state.claim(["w#y"], 4.0)
+    assert again.group == deep

@@ -19,6 +19,13 @@ takes them again and re-sends them, which adds nothing. So every committed row b
 one job, as long as ``dedup_s`` outlasts the time from a send to its delete (``claim_s`` plus a
 relay's restart). While no owner answers, rows simply wait in the table.
 
+**Same database, one step.** When a queue's owner serves in the relay's own app and stores its
+jobs in the very database that holds the outbox (``SQLAlchemyStorage`` on the same URL), steps 2
+and 3 are one transaction: the owner's write of the new jobs' records also deletes their rows
+(still claimed by this round), so no crash can leave a row and its job both behind, and the
+dedup window is no longer what keeps a row from becoming two jobs. ``stats()['atomic']``
+counts the rows moved that way.
+
 The relay wakes on PostgreSQL's ``LISTEN`` (the writer's ``pg_notify`` is delivered when its
 transaction commits), and polls every ``poll_s`` besides (lapsed claims send no notification);
 on SQLite it polls.
@@ -36,6 +43,7 @@ from .. import protocol
 from ..client import batches
 from ..core.config import check_queue_name
 from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
+from ..owner import bulk
 from .store import OutboxRow, OutboxStore
 from .table import DEFAULT_TABLE
 
@@ -85,6 +93,7 @@ class OutboxRelay:
         self.sent = 0  # rows accepted by an owner and deleted, since start
         self.failures = 0  # rounds that ended in an error, since start
         self.refused = 0  # rows an owner refused by themselves (left in the table)
+        self.atomic = 0  # rows whose job was stored in the same transaction as their delete
         self._refusing: set[int] = set()  # the current round's refused rows (left claimed)
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
@@ -144,7 +153,8 @@ class OutboxRelay:
         by_queue: dict[str, list[OutboxRow]] = {}
         for row in rows:
             by_queue.setdefault(row.queue, []).append(row)
-        results = await asyncio.gather(*(self._send(q, rs) for q, rs in by_queue.items()))
+        results = await asyncio.gather(*(self._send(q, rs, token)
+                                         for q, rs in by_queue.items()))
         done = [i for ids, _ in results for i in ids]
         accepted = set(done)
         if done:
@@ -160,16 +170,23 @@ class OutboxRelay:
             raise errors[0]
         return len(rows)
 
-    async def _send(self, queue: str, rows: list[OutboxRow]
+    async def _send(self, queue: str, rows: list[OutboxRow], token: str
                     ) -> tuple[list[int], Exception | None]:
         """Send ``rows`` (one queue's, in id order); the ids accepted, and the error that
         stopped the rest (later rows are not sent past a failure, to keep their order)."""
         client = self.app.client(queue)
+        owner = self._same_database_owner(queue)
         rows, items = self._checked(queue, rows)
         done: list[int] = []
         for start, end in batches.cut([batches.item_size(i) for i in items]):
             try:
-                await client.call("enqueue_many", items=items[start:end])
+                if owner is not None:  # one transaction: the jobs' write deletes their rows
+                    ids = [r.id for r in rows[start:end]]
+                    step = self.store.delete_step(ids, token)
+                    created = await bulk.enqueue_many(owner, items[start:end], also=[step])
+                    self.atomic += len(ids) if any(created) else 0
+                else:
+                    await client.call("enqueue_many", items=items[start:end])
             except (InvalidJob, ProtocolError):
                 ids, exc = await self._one_by_one(client, queue, rows[start:end],
                                                   items[start:end])
@@ -181,6 +198,17 @@ class OutboxRelay:
                 return done, exc
             done.extend(r.id for r in rows[start:end])
         return done, None
+
+    def _same_database_owner(self, queue: str) -> Any:
+        """The owner of ``queue`` if it serves in this app and stores its jobs in the outbox's
+        own database (see the module doc: one transaction); else None."""
+        owner = getattr(self.app, "owners", {}).get(queue)
+        same = getattr(self.store, "same_database", None)
+        if owner is None or same is None or not owner.running or not owner.durable:
+            return None
+        storage = owner.node.storage
+        url = getattr(getattr(storage, "inner", storage), "url", None)
+        return owner if isinstance(url, str) and same(url) else None
 
     def _checked(self, queue: str, rows: list[OutboxRow]
                  ) -> tuple[list[OutboxRow], list[dict[str, Any]]]:
@@ -239,7 +267,9 @@ class OutboxRelay:
     # -- observability --------------------------------------------------------------------------
     async def stats(self) -> dict[str, Any]:
         """``depth`` (rows waiting, claimed ones included), ``claimed``, ``oldest_age_s``
-        (None when empty), and this relay's ``sent``, ``failures`` and ``refused`` counts; raises
+        (None when empty), and this relay's ``sent``, ``failures``, ``refused`` and ``atomic``
+        (moved in the owner's own transaction: see the module doc) counts; raises
         StorageUnavailable if the database cannot answer."""
         out = await self.store.stats(self.app.node.clock.now())
-        return {**out, "sent": self.sent, "failures": self.failures, "refused": self.refused}
+        return {**out, "sent": self.sent, "failures": self.failures, "refused": self.refused,
+                "atomic": self.atomic}

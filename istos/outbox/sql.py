@@ -114,6 +114,35 @@ class SQLOutboxStore:
         return sorted((OutboxRow(**{**r._asdict(), "body": bytes(r.body)}) for r in rows),
                       key=lambda r: r.id)
 
+    def same_database(self, url: str) -> bool:
+        """Whether SQLAlchemy URL ``url`` names this outbox's database (same dialect, host,
+        port, database and user; driver and password aside; an SQLite file by its path)."""
+        import os
+
+        from sqlalchemy.engine import make_url
+
+        a, b = make_url(self.url), make_url(url)
+        if a.get_backend_name() != b.get_backend_name():
+            return False
+        if a.get_backend_name() == "sqlite":
+            return bool(a.database) and a.database not in ("", ":memory:") \
+                and os.path.abspath(a.database or "") == os.path.abspath(b.database or "")
+        return (a.host or "localhost", a.port or 5432, a.database, a.username) == \
+            (b.host or "localhost", b.port or 5432, b.database, b.username)
+
+    def delete_step(self, ids: list[int], token: str) -> Any:
+        """A :data:`~istos.storage.base.TxStep` deleting rows ``ids`` still claimed by
+        ``token``, for the queue's own SQL storage to run in its write's transaction."""
+        from sqlalchemy import delete as sql_delete
+
+        stmt = sql_delete(self.table).where(self.table.c.id.in_(ids),
+                                            self.table.c.claim_token == token)
+
+        async def step(conn: Any) -> None:
+            await conn.execute(stmt)
+
+        return step
+
     async def finish(self, ids: list[int], token: str, *, delete: bool) -> None:
         from sqlalchemy import delete as sql_delete
         from sqlalchemy import update

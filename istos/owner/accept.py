@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.state import JobRecord
+from ..storage.base import TxStep
 from .handle import OwnerHandle
 
 
@@ -41,8 +42,12 @@ class NewJob:
 
 
 async def accept_new(owner: OwnerHandle, jobs: Sequence[NewJob], *,
-                     share_twin_fate: bool) -> list[bool]:
+                     share_twin_fate: bool, also: Sequence[TxStep] = ()) -> list[bool]:
     """Accept ``jobs`` (see the module doc); per job, whether it was new.
+
+    ``also``: SQL statements that commit in the same transaction as the new jobs' records
+    (the outbox relay's delete of their rows); they run only when at least one job is new and
+    the storage is durable.
 
     Raises:
         StorageUnavailable: the write failed (nothing of this call was stored or queued), or,
@@ -82,7 +87,7 @@ async def accept_new(owner: OwnerHandle, jobs: Sequence[NewJob], *,
                                         dedup_s=job.dedup_s, group=job.group)
             created.append(True)
     if new:
-        await writes.store_new(new, clock.now)
+        await writes.store_new(new, clock.now, also=also)
     elif len(twins) < len(jobs):
         writes.after_change()  # publish the duplicate_enqueue events
     return created

@@ -14,8 +14,10 @@ checked again once that write ended (its failure does not fail the batch).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from ..storage.base import TxStep
 from .accept import NewJob, accept_new
 from .handle import OwnerHandle
 
@@ -25,8 +27,11 @@ async def op_enqueue_many(owner: OwnerHandle, msg: dict[str, Any]) -> dict[str, 
     return {"created": await enqueue_many(owner, msg["items"])}
 
 
-async def enqueue_many(owner: OwnerHandle, items: list[dict[str, Any]]) -> list[bool]:
-    """Accept the jobs of one request; per item, whether it was new (see the module doc)."""
+async def enqueue_many(owner: OwnerHandle, items: list[dict[str, Any]], *,
+                       also: Sequence[TxStep] = ()) -> list[bool]:
+    """Accept the jobs of one request; per item, whether it was new (see the module doc).
+    ``also``: see :func:`~istos.owner.accept.accept_new`. Raises StorageUnavailable when the
+    write failed (nothing stored)."""
     jobs = [NewJob(i["job_id"], i["body"], float(i.get("delay_s", 0.0)), i.get("priority", 0),
                    None, i.get("dedup_s"), i.get("group")) for i in items]
-    return await accept_new(owner, jobs, share_twin_fate=False)
+    return await accept_new(owner, jobs, share_twin_fate=False, also=also)

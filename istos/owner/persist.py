@@ -17,7 +17,8 @@ a write refused by the fence raises :class:`~istos.errors.FencedOut`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import msgpack
 
@@ -25,7 +26,7 @@ from ..core.dedup import DedupMark, is_mark, mark_from_dict
 from ..core.records import JobRecord, encode_record
 from ..core.state import Snapshot
 from ..errors import StorageUnavailable
-from ..storage.base import Fence, Storage
+from ..storage.base import Fence, Storage, TxStep
 
 FailureHook = Callable[[dict[str, Snapshot], StorageUnavailable], None]
 
@@ -40,16 +41,21 @@ class Persister:
         self.fence = fence
         self._pending: dict[str, bytes | None] = {}
         self._pending_undo: dict[str, Snapshot] = {}
+        self._pending_also: list[TxStep] = []
         self._waiters: list[asyncio.Future[None]] = []
         self._flushing = False
 
     async def write(self, changes: Iterable[JobRecord | str | DedupMark],
-                    undo: dict[str, Snapshot] | None = None) -> None:
+                    undo: dict[str, Snapshot] | None = None, *,
+                    also: Sequence[TxStep] = ()) -> None:
         """Store ``changes`` (records, or ids to delete); raise StorageUnavailable on failure.
 
         With no changes, still waits for the writes already queued or in flight (a caller whose
         changes another caller's batch took along must not reply before they are stored).
+        ``also``: SQL statements to run in the same transaction as the batch that carries these
+        changes (an SQL storage only: :data:`~istos.storage.base.TxStep`).
         """
+        self._pending_also.extend(also)
         any_change = False
         for change in changes:
             any_change = True
@@ -81,15 +87,19 @@ class Persister:
     async def _flush(self) -> None:
         while self._waiters:
             batch, waiters, undo = self._pending, self._waiters, self._pending_undo
+            also = self._pending_also
             self._pending, self._waiters, self._pending_undo = {}, [], {}
+            self._pending_also = []
             try:
                 puts = [(k, v) for k, v in batch.items() if v is not None]
                 deletes = [k for k, v in batch.items() if v is None]
-                if puts or deletes:
-                    if self.fence is None:
-                        await self._storage.apply(self._ns, puts, deletes)
-                    else:
-                        await self._storage.apply(self._ns, puts, deletes, fence=self.fence)
+                if puts or deletes or also:
+                    # Keyword arguments only where set: a storage without an SQL transaction
+                    # (memory, Redis) is never handed ``also`` (nobody gives it one there).
+                    extra: dict[str, Any] = {"also": also} if also else {}
+                    if self.fence is not None:
+                        extra["fence"] = self.fence
+                    await self._storage.apply(self._ns, puts, deletes, **extra)
             except Exception as exc:  # adapters raise StorageUnavailable; be safe with others
                 err = exc if isinstance(exc, StorageUnavailable) else StorageUnavailable(
                     f"storage write for {self._ns!r} failed: {exc!r}")
@@ -107,6 +117,7 @@ class Persister:
         for job_id, snap in self._pending_undo.items():
             undo.setdefault(job_id, snap)
         self._pending, self._waiters, self._pending_undo = {}, [], {}
+        self._pending_also = []
         if self.on_failure is not None:
             self.on_failure(undo, err)
         for fut in waiters:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..core.state import Change, JobRecord, QueueState, Snapshot
 from ..errors import FencedOut, StorageUnavailable
 from ..events import JobEvent
+from ..storage.base import TxStep
 from .persist import Persister
 
 log = logging.getLogger("istos.owner")
@@ -121,14 +122,16 @@ class WritePath:
                 return
             await asyncio.gather(*waits, return_exceptions=True)
 
-    async def store_new(self, new: dict[str, JobRecord], now: Callable[[], float]) -> None:
+    async def store_new(self, new: dict[str, JobRecord], now: Callable[[], float], *,
+                        also: Sequence[TxStep] = ()) -> None:
         """Store new jobs' records, then insert them into the queue (``now()`` read after the
-        write); on failure raise StorageUnavailable with nothing inserted."""
+        write); on failure raise StorageUnavailable with nothing inserted. ``also``: SQL
+        statements that commit in the same transaction (see ``Persister.write``)."""
         loop = asyncio.get_running_loop()
         futs: dict[str, asyncio.Future[str]] = {jid: loop.create_future() for jid in new}
         self._pending.update(futs)
         try:
-            await self.persister.write(list(new.values()))
+            await self.persister.write(list(new.values()), also=also)
         except StorageUnavailable as exc:
             for fut in futs.values():
                 fut.set_exception(exc)

@@ -11,12 +11,17 @@ Namespaces the engine uses (``{q}`` is the queue name):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 LEADER_NS = "#leader"
 """The namespace that leader leases live in (adapters may store them elsewhere)."""
+
+TxStep = Callable[[Any], Awaitable[None]]
+"""A statement that rides in the same database transaction as an ``apply`` (given the
+SQLAlchemy connection): only an SQL storage takes them (``SQLAlchemyStorage.apply(also=)``);
+the outbox relay deletes the rows it moved into the queue this way (``istos/outbox``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +124,14 @@ class FencedStorage:
         return getattr(self.inner, name)  # reads, leases and the rest pass through
 
     async def apply(self, ns: str, puts: list[tuple[str, bytes]], deletes: list[str], *,
-                    fence: Fence | None = None) -> None:
+                    fence: Fence | None = None, also: Sequence[TxStep] = ()) -> None:
+        """The inner storage's ``apply`` under this view's fence (``also``: see
+        :data:`TxStep`); raises FencedOut (after ``on_fenced``) when the fence refused it."""
         from ..errors import FencedOut
 
+        extra: dict[str, Any] = {"also": also} if also else {}
         try:
-            await self.inner.apply(ns, puts, deletes, fence=fence or self.fence)
+            await self.inner.apply(ns, puts, deletes, fence=fence or self.fence, **extra)
         except FencedOut:
             self._on_fenced()
             raise

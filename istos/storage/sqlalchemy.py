@@ -48,12 +48,12 @@ back succeeds.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from istos.errors import ConfigError, FencedOut, StorageUnavailable
 
-from .base import LEADER_NS, Fence, LeaderLease
+from .base import LEADER_NS, Fence, LeaderLease, TxStep
 
 T = TypeVar("T")
 
@@ -291,16 +291,19 @@ class SQLAlchemyStoragePlugin:
         await self._call("put_many", run)
 
     async def apply(self, ns: str, puts: list[tuple[str, bytes]], deletes: list[str], *,
-                    fence: Fence | None = None) -> None:
+                    fence: Fence | None = None, also: Sequence[TxStep] = ()) -> None:
         """Upsert ``puts`` and delete ``deletes`` in one transaction (one round trip each);
-        with ``fence``, the transaction first checks and locks the lease row (FencedOut)."""
+        with ``fence``, the transaction first checks and locks the lease row (FencedOut).
+        ``also``: statements of the caller's that commit or fail with this write, run after
+        it in the same transaction (:data:`~istos.storage.base.TxStep`). Raises
+        StorageUnavailable when the database fails or refuses any of it (nothing is kept)."""
         from sqlalchemy import delete
 
         t = self._table
         rows = [{"ns": ns, "key": key, "value": value, "expires_at": None}
                 for key, value in dict(puts).items()]
         gone = list(dict.fromkeys(deletes))
-        if self._backend == "postgresql" and (rows or gone):
+        if self._backend == "postgresql" and (rows or gone) and not also:
             await self._pg_apply(ns, rows, gone, fence)
             return
 
@@ -312,8 +315,10 @@ class SQLAlchemyStoragePlugin:
             for start in range(0, len(gone), _CHUNK_ROWS):
                 chunk = gone[start : start + _CHUNK_ROWS]
                 await conn.execute(delete(t).where(t.c.ns == ns, t.c.key.in_(chunk)))
+            for step in also:
+                await step(conn)
 
-        if rows or gone:
+        if rows or gone or also:
             await self._call("apply", run)
 
     async def _pg_apply(self, ns: str, rows: list[dict[str, Any]], gone: list[str],

@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import protocol
 from ..client import batches
@@ -45,6 +45,9 @@ from ..core.config import check_queue_name
 from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
 from ..owner import bulk
 from .store import OutboxRow, OutboxStore
+
+if TYPE_CHECKING:
+    from .sql import SQLOutboxStore
 from .table import DEFAULT_TABLE
 
 log = logging.getLogger("istos.outbox")
@@ -175,15 +178,16 @@ class OutboxRelay:
         """Send ``rows`` (one queue's, in id order); the ids accepted, and the error that
         stopped the rest (later rows are not sent past a failure, to keep their order)."""
         client = self.app.client(queue)
-        owner = self._same_database_owner(queue)
+        same_db = self._same_database_owner(queue)
         rows, items = self._checked(queue, rows)
         done: list[int] = []
         for start, end in batches.cut([batches.item_size(i) for i in items]):
             try:
-                if owner is not None:  # one transaction: the jobs' write deletes their rows
+                if same_db is not None:  # one transaction: the jobs' write deletes their rows
+                    owner, sql = same_db
                     ids = [r.id for r in rows[start:end]]
-                    step = self.store.delete_step(ids, token)
-                    created = await bulk.enqueue_many(owner, items[start:end], also=[step])
+                    created = await bulk.enqueue_many(owner, items[start:end],
+                                                      also=[sql.delete_step(ids, token)])
                     self.atomic += len(ids) if any(created) else 0
                 else:
                     await client.call("enqueue_many", items=items[start:end])
@@ -199,16 +203,19 @@ class OutboxRelay:
             done.extend(r.id for r in rows[start:end])
         return done, None
 
-    def _same_database_owner(self, queue: str) -> Any:
-        """The owner of ``queue`` if it serves in this app and stores its jobs in the outbox's
-        own database (see the module doc: one transaction); else None."""
+    def _same_database_owner(self, queue: str) -> tuple[Any, SQLOutboxStore] | None:
+        """The owner of ``queue`` and the outbox, if the owner serves in this app and stores
+        its jobs in the outbox's own database (see the module doc: one transaction)."""
+        from .sql import SQLOutboxStore
+
         owner = getattr(self.app, "owners", {}).get(queue)
-        same = getattr(self.store, "same_database", None)
-        if owner is None or same is None or not owner.running or not owner.durable:
+        store = self.store
+        if owner is None or not isinstance(store, SQLOutboxStore) or not owner.running \
+                or not owner.durable:
             return None
         storage = owner.node.storage
         url = getattr(getattr(storage, "inner", storage), "url", None)
-        return owner if isinstance(url, str) and same(url) else None
+        return (owner, store) if isinstance(url, str) and store.same_database(url) else None
 
     def _checked(self, queue: str, rows: list[OutboxRow]
                  ) -> tuple[list[OutboxRow], list[dict[str, Any]]]:

@@ -18,10 +18,12 @@ from .core.config import (
     check_priority,
     check_queue_name,
 )
+from .core.trace_meta import without_trace
 from .errors import ConfigError, InvalidJob, PayloadCodecError, ProtocolError
 from .ids import IdSource
 from .payload import CodecChain, describe
 from .protocol import MAX_PRIORITY
+from .tracing import Tracing
 
 
 class HasIds(Protocol):
@@ -37,9 +39,10 @@ class Producer:
 
     def __init__(self, node: HasIds, client: Callable[[str], OwnerClient],
                  require_serving: Callable[[], None], *,
-                 payload: CodecChain | None = None) -> None:
+                 payload: CodecChain | None = None, tracing: Tracing | None = None) -> None:
         self.node = node
         self.payload = payload or CodecChain()  # bodies out, results and dead letters in
+        self.tracing = tracing  # None: no spans, no trace context in the jobs
         self.client = client
         self.require_serving = require_serving
         self._valid_names: set[str] = set()  # queue names enqueue already checked
@@ -90,7 +93,16 @@ class Producer:
             fields["group"] = grp
         if _meta:
             fields["meta"] = _meta
-        if timeout_s is None and not _meta:  # concurrent calls share one request
+        coalesce = timeout_s is None and not _meta  # concurrent calls share one request
+        if self.tracing is not None:
+            return await self.tracing.enqueue(name, jid, 1, lambda trace: self._send(
+                name, {**fields, "meta": {**(_meta or {}), "trace": trace}} if trace
+                else fields, timeout_s, coalesce))
+        return await self._send(name, fields, timeout_s, coalesce)
+
+    async def _send(self, name: str, fields: dict[str, Any], timeout_s: float | None,
+                    coalesce: bool) -> str:
+        if coalesce:
             reply = await self.client(name).enqueue(fields)
         else:
             reply = await self.client(name).call("enqueue", timeout_s, **fields)
@@ -132,6 +144,11 @@ class Producer:
         self.require_serving()
         if ids is None:
             ids = [self.node.ids.new() for _ in bodies]
+        if self.tracing is not None:
+            ids_ = ids
+            return await self.tracing.enqueue(name, None, len(ids), lambda trace: (
+                batches.send_many(self.client(name), ids_, bodies, delay, prio, timeout_s,
+                                  window, grps, meta={"trace": trace} if trace else None)))
         return await batches.send_many(self.client(name), ids, bodies, delay, prio, timeout_s,
                                        window, grps)
 
@@ -273,8 +290,9 @@ def decode_dead(page: list[dict[str, Any]], payload: CodecChain | None = None
                 "attempts": d["attempts"], "last_error": d["last_error"],
                 "history": d["history"],
                 "traceback": protocol.latest_traceback(d["history"])}
-        if d.get("meta"):
-            item["workflow"] = d["meta"]
+        flow = without_trace(d.get("meta"))  # (a trace context is not a workflow)
+        if flow:
+            item["workflow"] = flow
         if encoded is not None:
             item["encoded"] = encoded
         out.append(item)

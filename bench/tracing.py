@@ -7,7 +7,8 @@ by ``asyncio.gather`` in chunks and acked by a no-op async function. Three setti
 - ``off``: ``Istos(tracing=False)``, the engine without the extra;
 - ``api-only``: tracing on through the API's no-op provider (the extra installed, no SDK);
 - ``sdk``: an SDK ``TracerProvider`` whose processor drops every ended span, so the figure is
-  the engine's cost of making the spans and carrying the context, not an exporter's.
+  the engine's cost of making the spans and carrying the context, not an exporter's;
+- ``sdk-unsampled``: the same with a sampler that records nothing.
 
 Prints microseconds per job (enqueue to ack, best round) and the ratio to ``off``.
 Asserts nothing.
@@ -44,9 +45,14 @@ def settings() -> dict[str, Any]:
     class Drop(SpanProcessor):
         pass  # on_start / on_end do nothing: spans are made, then dropped
 
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
     provider = TracerProvider()
     provider.add_span_processor(Drop())
     out["sdk"] = provider
+    unsampled = TracerProvider(sampler=ALWAYS_OFF)
+    unsampled.add_span_processor(Drop())
+    out["sdk-unsampled"] = unsampled
     return out
 
 

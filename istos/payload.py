@@ -27,7 +27,14 @@ from . import codec
 from .errors import ConfigError, InvalidJob, PayloadCodecError
 
 ENVELOPE_EXT = 73  # msgpack extension type of an encoded body ("I")
+COMPOSED_EXT = 74  # a chord callback's body the owner composed from encoded parts ("J")
 MAX_ENVELOPE_CODECS = 8
+MAX_COMPOSED_PARTS = 1 << 16  # (the parts' bytes are bounded by the body limit already)
+
+
+class Encoded(bytes):
+    """A body already encoded (msgpack, and the codecs if any), enqueued as it is: what a
+    chord's owner, holding no codecs, composes for the callback (:func:`compose`)."""
 
 
 @runtime_checkable
@@ -159,7 +166,13 @@ class CodecChain:
         return body
 
     def decode_body(self, raw: bytes) -> Any:
-        """The body's data; :class:`PayloadCodecError` when this chain cannot decode it."""
+        """The body's data; :class:`PayloadCodecError` when this chain cannot decode it (or,
+        for a composed chord callback, one of its parts)."""
+        parts = composed_parts(raw)
+        if parts is not None:
+            results, extra = parts
+            return {"results": [self.decode_body(r) for r in results],
+                    "input": self.decode_body(extra)}
         names, payload = envelope(raw)
         if (names or []) != self.names:
             have = ", ".join(self.names) or "no codecs"
@@ -206,7 +219,68 @@ def describe(raw: bytes) -> str | None:
     """How an operator view shows an encoded body (``"encoded: zlib, aes-gcm (312 bytes)"``);
     None for a plain one."""
     try:
+        parts = composed_parts(raw)
+        if parts is not None:
+            inner = sorted({describe_names(p) for p in [*parts[0], parts[1]]})
+            return f"encoded: chord callback of {len(parts[0])} results ({'; '.join(inner)}) " \
+                   f"({len(raw)} bytes)"
         names, _ = envelope(raw)
     except PayloadCodecError:
         return f"malformed encoded body ({len(raw)} bytes)"
     return None if names is None else f"encoded: {', '.join(names)} ({len(raw)} bytes)"
+
+
+def describe_names(raw: bytes) -> str:
+    """The codecs one body is encoded with (``"zlib, aes-gcm"``, or ``"plain"``)."""
+    names, _ = envelope(raw)
+    return ", ".join(names) if names is not None else "plain"
+
+
+def is_encoded(raw: bytes) -> bool:
+    """Whether ``raw`` is a body encoded by codecs (an envelope or a composed callback);
+    never raises."""
+    try:
+        return composed_parts(raw) is not None or envelope(raw)[0] is not None
+    except PayloadCodecError:
+        return True  # malformed, but meant as encoded: not a plain body either
+
+
+# -- chord callbacks ----------------------------------------------------------------------------
+def compose(results: list[bytes], extra: Any) -> Encoded | None:
+    """A chord callback's body ``{"results": [...], "input": extra}`` built from its members'
+    results as the workers sent them, without decoding any (the owner holds no codecs): a
+    composed body when a result or ``extra`` (bytes from :meth:`CodecChain.encode_body`) is
+    encoded, which a worker's chain decodes part by part; None when all are plain (the caller
+    builds an ordinary body). Raises :class:`InvalidJob` past the body limit."""
+    extra_raw = bytes(extra) if isinstance(extra, bytes) and is_encoded(extra) else None
+    if extra_raw is None and not any(is_encoded(r) for r in results):
+        return None
+    if extra_raw is None:
+        extra_raw = codec.encode_body(extra)
+    body = msgpack.packb(msgpack.ExtType(COMPOSED_EXT, msgpack.packb(
+        [list(results), extra_raw], use_bin_type=True)), use_bin_type=True)
+    if len(body) > codec.MAX_BODY_BYTES:
+        raise InvalidJob(f"chord callback body is {len(body)} bytes; the limit is "
+                         f"{codec.MAX_BODY_BYTES}")
+    return Encoded(body)
+
+
+def composed_parts(raw: bytes) -> tuple[list[bytes], bytes] | None:
+    """``(results, input)`` of a composed chord callback body, each an encoded body; None for
+    any other body. Raises :class:`PayloadCodecError` for a malformed one."""
+    if not raw or raw[0] not in (0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8):
+        return None
+    try:
+        value = codec.decode_body(raw)
+    except Exception:
+        return None
+    if not isinstance(value, msgpack.ExtType) or value.code != COMPOSED_EXT:
+        return None
+    try:
+        results, extra = msgpack.unpackb(value.data, raw=False)
+    except Exception as exc:
+        raise PayloadCodecError(f"malformed chord callback body: {exc}") from None
+    if not (isinstance(results, list) and len(results) <= MAX_COMPOSED_PARTS
+            and all(isinstance(r, bytes) for r in results) and isinstance(extra, bytes)):
+        raise PayloadCodecError("malformed chord callback body")
+    return results, extra

@@ -21,7 +21,7 @@ from .core.config import (
 from .core.trace_meta import without_trace
 from .errors import ConfigError, InvalidJob, PayloadCodecError, ProtocolError
 from .ids import IdSource
-from .payload import CodecChain, describe
+from .payload import CodecChain, Encoded, describe
 from .protocol import MAX_PRIORITY
 from .tracing import Tracing
 
@@ -75,12 +75,15 @@ class Producer:
         call) goes out at once. Each call still returns its own id or raises its own error.
         """
         checked = name in self._valid_names  # a name is checked once, then remembered
+        encoded = type(data) is Encoded  # composed by a chord's owner: sent as it is
         body, delay, prio, window, grp = check_enqueue(
-            name, data, delay_s=delay_s, priority=priority, job_id=job_id, dedup_s=dedup_s,
-            group=group, name_checked=checked)
+            name, None if encoded else data, delay_s=delay_s, priority=priority,
+            job_id=job_id, dedup_s=dedup_s, group=group, name_checked=checked)
         if not checked:
             self._valid_names.add(name)
-        if self.payload.codecs:
+        if encoded:
+            body = bytes(data)
+        elif self.payload.codecs:
             body = self.payload.wrap(body, queue=name)
         self.require_serving()
         # The id is chosen here, not by the owner, so a retried request cannot create a twin.

@@ -360,7 +360,7 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("chord_reserve", "reserved", ""),
         ("chord_expects", "reserved", ""),
         ("stats", "stats", ""),
-        ("jobs", "jobs offset limit more next_offset", ""),
+        ("jobs", "jobs offset limit more next_offset", "unsearched"),
         ("leases", "leases more next_offset", ""),
         ("why", "why", ""),
         ("logs", "state attempts more next_after", ""),

@@ -72,6 +72,7 @@ from ..core.state import JobRecord
 from ..core.workflow_meta import check_workflow_meta
 from ..errors import ConfigError, InvalidJob, IstosError, JobNotFound, ProtocolError
 from ..owner.extension import Hooks, OwnerExtension
+from ..payload import compose
 from .chord_callbacks import CallbackReservations, ExpectsAsker
 
 if TYPE_CHECKING:
@@ -162,6 +163,8 @@ class Workflows:
         cb_queue, extra = check_queue_name(callback[0]), callback[1]
         items = list(items)
         codec.encode_body(extra, queue=cb_queue)
+        if self.node.payload.codecs:  # members carry it in meta, which storage holds: encode
+            extra = self.node.payload.encode_body(extra, queue=cb_queue)
         for item in items:
             codec.encode_body(item, queue=queue)
         key = self.node.ids.token()
@@ -178,7 +181,7 @@ class Workflows:
         await self.client(cb_queue).call("chord_reserve", chord_id=chord_id,
                                          member_queue=queue, size=len(items), key=key)
         if not items:
-            await self.enqueue(cb_queue, {"results": [], "input": extra}, priority=prio,
+            await self.enqueue(cb_queue, {"results": [], "input": callback[1]}, priority=prio,
                                job_id=f"{chord_id}.callback", _meta=callback_meta(
                                    chord_id, queue, 0, key))
             return chord_id
@@ -330,8 +333,11 @@ class ChordBarriers:
 
     async def _fire(self, chord_id: str, barrier: Barrier, meta: dict[str, Any],
                     priority: int) -> None:
-        body = {"results": [codec.decode_body(barrier.results[i]) for i in range(barrier.size)],
-                "input": meta.get("input")}
+        results = [barrier.results[i] for i in range(barrier.size)]
+        # Results (and the input) encoded by payload codecs are composed as they are: this
+        # owner may hold no codecs, the callback's worker decodes each part (payload.py).
+        body: Any = compose(results, meta.get("input")) or {
+            "results": [codec.decode_body(r) for r in results], "input": meta.get("input")}
         try:
             await self.app.enqueue(str(meta["callback"]), body, priority=priority,
                                    job_id=f"{chord_id}.callback", _meta=callback_meta(

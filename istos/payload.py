@@ -55,22 +55,28 @@ class ZlibCodec:
 
     name = "zlib"
 
-    def __init__(self, level: int = 6) -> None:
+    def __init__(self, level: int = 6, *, max_output_bytes: int = codec.MAX_BODY_BYTES) -> None:
         if not isinstance(level, int) or not 0 <= level <= 9:
             raise ConfigError(f"ZlibCodec level must be 0..9, got {level!r}")
+        if isinstance(max_output_bytes, bool) or not isinstance(max_output_bytes, int) \
+                or max_output_bytes < 1:
+            raise ConfigError(f"ZlibCodec max_output_bytes must be an integer >= 1, got "
+                              f"{max_output_bytes!r}")
         self.level = level
+        self.max_output_bytes = max_output_bytes  # larger only before an OffloadCodec
 
     def encode(self, data: bytes) -> bytes:
         return zlib.compress(data, self.level)
 
     def decode(self, data: bytes) -> bytes:
         inflater = zlib.decompressobj()
+        limit = self.max_output_bytes
         try:  # bounded: a small hostile body must not inflate to gigabytes
-            out = inflater.decompress(data, codec.MAX_BODY_BYTES + 1)
+            out = inflater.decompress(data, limit + 1)
         except zlib.error as exc:
             raise PayloadCodecError(f"zlib: not a zlib stream: {exc}") from None
-        if len(out) > codec.MAX_BODY_BYTES or inflater.unconsumed_tail:
-            raise PayloadCodecError(f"zlib: inflates past {codec.MAX_BODY_BYTES} bytes")
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise PayloadCodecError(f"zlib: inflates past {limit} bytes")
         if not inflater.eof:
             raise PayloadCodecError("zlib: truncated stream")
         return out
@@ -146,13 +152,41 @@ class CodecChain:
         if len(self.codecs) > MAX_ENVELOPE_CODECS:
             raise ConfigError(f"codecs: at most {MAX_ENVELOPE_CODECS}, got {len(self.codecs)}")
         self.names = [c.name for c in self.codecs]
+        self.max_body_bytes = self._check_offload()
+
+    def _check_offload(self) -> int:
+        """The largest body (msgpack) this chain encodes: the wire's limit, or an offload
+        codec's (which must come last, after codecs that can inflate that much)."""
+        limits = [getattr(c, "max_body_bytes", None) for c in self.codecs
+                  if c.name == "offload"]
+        if not limits:
+            return codec.MAX_BODY_BYTES
+        if self.names.index("offload") != len(self.names) - 1:
+            raise ConfigError("codecs: the offload codec must be the last one (the store "
+                              "holds what the codecs before it made)")
+        limit = int(limits[0] or codec.MAX_BODY_BYTES)
+        for c in self.codecs:
+            bound = getattr(c, "max_output_bytes", None)
+            if isinstance(bound, int) and bound < limit:
+                raise ConfigError(f"codecs: {c.name} decodes at most {bound} bytes, below the "
+                                  f"offload codec's max_body_bytes={limit}: give it "
+                                  f"max_output_bytes={limit}")
+        return limit
+
+    @property
+    def offloads(self) -> bool:
+        """Whether bodies larger than the wire's limit may be encoded (an offload codec)."""
+        return self.max_body_bytes > codec.MAX_BODY_BYTES
 
     def encode_body(self, data: Any, *, queue: str = "?") -> bytes:
         """msgpack, then every codec; :class:`InvalidJob` if it cannot be encoded or the
-        encoded body is over the limit."""
-        raw = codec.encode_body(data, queue=queue)
-        if not self.codecs:
-            return raw
+        encoded body is over the limit (with an offload codec: the msgpack body over its
+        ``max_body_bytes``, or :class:`~istos.errors.OffloadUnavailable` if the store
+        fails)."""
+        if not self.offloads:
+            raw = codec.encode_body(data, queue=queue)
+            return self.wrap(raw, queue=queue) if self.codecs else raw
+        raw = codec.encode_body(data, queue=queue, limit=self.max_body_bytes)
         return self.wrap(raw, queue=queue)
 
     def wrap(self, raw: bytes, *, queue: str = "?") -> bytes:

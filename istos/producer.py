@@ -76,13 +76,16 @@ class Producer:
         """
         checked = name in self._valid_names  # a name is checked once, then remembered
         encoded = type(data) is Encoded  # composed by a chord's owner: sent as it is
+        whole = encoded or self.payload.offloads  # (an offload codec takes larger bodies)
         body, delay, prio, window, grp = check_enqueue(
-            name, None if encoded else data, delay_s=delay_s, priority=priority,
+            name, None if whole else data, delay_s=delay_s, priority=priority,
             job_id=job_id, dedup_s=dedup_s, group=group, name_checked=checked)
         if not checked:
             self._valid_names.add(name)
         if encoded:
             body = bytes(data)
+        elif whole:  # stores a large body now: a store failure raises, nothing sent
+            body = self.payload.encode_body(data, queue=name)
         elif self.payload.codecs:
             body = self.payload.wrap(body, queue=name)
         self.require_serving()
@@ -132,7 +135,10 @@ class Producer:
         serving, and :class:`OwnerUnavailable` or the owner's typed error for a request that
         failed: requests before it stay stored, and the message says how many jobs were.
         """
-        bodies, ids, delay, prio = check_batch(name, items, delay_s, priority, job_ids)
+        datas = list(items)
+        bodies, ids, delay, prio = check_batch(
+            name, [None] * len(datas) if self.payload.offloads else datas, delay_s, priority,
+            job_ids)
         window = check_dedup(dedup_s, job_ids is not None)
         grps = None if groups is None else list(groups)
         if grps is not None and len(grps) != len(bodies):
@@ -142,7 +148,9 @@ class Producer:
                 check_group(g)
             except ConfigError as exc:
                 raise ConfigError(f"queue {name!r}: item {i}: {exc}") from None
-        if self.payload.codecs:
+        if self.payload.offloads:  # large bodies go to the store now, before any is sent
+            bodies = [self.payload.encode_body(d, queue=name) for d in datas]
+        elif self.payload.codecs:
             bodies = [self.payload.wrap(b, queue=name) for b in bodies]
         self.require_serving()
         if ids is None:

@@ -139,3 +139,32 @@ async def test_a_live_queue_with_codecs_decodes_and_a_search_says_what_it_skippe
             notes: dict[str, int] = {}
             rows, _, _ = await op.jobs("q", where={"user.id": 7}, notes=notes)
             assert rows == [] and notes == {"unsearched": 1}
+
+
+@pytest.mark.parametrize("worker_codecs", ["fewer", "none", "offload"])
+async def test_a_codec_list_that_differs_fails_the_attempt_naming_the_codecs(
+        worker_codecs, tmp_path):
+    from istos.offload import DirectoryStore, OffloadCodec
+
+    configs, prefix = isolated_configs(3), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q", max_attempts=2, retry_backoff_s=0.01, retry_backoff_max_s=0.01)
+    producer = Istos(zenoh=configs[1], prefix=prefix, node_id="prod", codecs=codecs())
+    theirs = {"fewer": [ZlibCodec()], "none": [],
+              "offload": [codecs()[1], OffloadCodec(DirectoryStore(tmp_path))]}[worker_codecs]
+    worker = Istos(zenoh=configs[2], prefix=prefix, node_id="wk", codecs=theirs)
+    ran: list[Any] = []
+
+    @worker.worker("q", poll_interval_s=0.05)
+    async def work(data: Any) -> None:
+        ran.append(data)
+
+    async with owner.serving(), producer.serving(), worker.serving():
+        job_id = await producer.enqueue("q", {"secret": MARKER})
+        await wait_events(owner, lambda es: count(es, "dead_lettered", job_id) == 1, WAIT_S)
+        (dead,) = await producer.dead_letters("q")
+    assert ran == []  # never run with garbage
+    have = {"fewer": "zlib", "none": "no codecs", "offload": "aes-gcm, offload"}
+    assert dead["last_error"] == ("PayloadCodecError: body encoded with zlib, aes-gcm; this "
+                                  f"reader has {have[worker_codecs]}")
+    assert dead["data"] == {"secret": MARKER}

@@ -235,3 +235,31 @@ def test_the_engine_imports_no_opentelemetry_when_tracing_is_off():
     code = ("import sys; from istos import Istos; Istos(tracing=False); "
             "assert not [m for m in sys.modules if m.startswith('opentelemetry')]")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+async def test_a_sync_producer_puts_its_callers_trace_into_the_job():
+    from istos import SyncProducer
+
+    tp, exporter = provider()
+    tracer = tp.get_tracer("test")
+    configs, prefix = isolated_configs(3), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner", tracing=False)
+    owner.queue("jobs")
+    worker = Istos(zenoh=configs[1], prefix=prefix, node_id="wk", tracing=tp)
+
+    @worker.worker("jobs", poll_interval_s=0.05)
+    async def work(data: Any) -> None:
+        return None
+
+    def produce() -> tuple[str, int]:
+        with SyncProducer(configs[2], prefix=prefix, request_timeout_s=20, tracing=tp) as sp, \
+                tracer.start_as_current_span("script") as script:
+            return sp.enqueue("jobs", 1), script.get_span_context().trace_id
+
+    async with owner.serving(), worker.serving():
+        job_id, trace_id = await asyncio.to_thread(produce)
+        await wait_events(owner, lambda es: count(es, "acked", job_id) == 1, WAIT_S)
+    (create,) = spans(exporter, "create jobs")
+    (process,) = spans(exporter, "process jobs")
+    assert create.context.trace_id == process.context.trace_id == trace_id
+    assert process.parent is not None and process.parent.span_id == create.context.span_id

@@ -125,6 +125,8 @@ class Tracing:
 
     # -- worker ----------------------------------------------------------------------------------
     def _parent(self, meta: dict[str, Any] | None) -> Any:
+        """The producer's context a job carries; None when it carries none, so its spans
+        start a trace of their own (never one the worker happens to be in)."""
         entry = (meta or {}).get(TRACE_KEY)
         if not isinstance(entry, dict):
             return None
@@ -132,13 +134,17 @@ class Tracing:
                                          if isinstance(v, str)})
 
     def received(self, queue: str, jobs: list[Any], round_trip_s: float) -> None:
-        """One ended ``receive`` span per claimed job, over the claim's round trip."""
+        """One ended ``receive`` span per claimed job that carries a trace context, over the
+        claim's round trip."""
         try:
             end = time.time_ns()
             start = end - int(max(0.0, round_trip_s) * 1e9)
             for job in jobs:
+                parent = self._parent(job.meta)
+                if not parent:
+                    continue  # an untraced producer's job: its process span starts a trace
                 span = self.tracer.start_span(
-                    f"receive {queue}", context=self._parent(job.meta),
+                    f"receive {queue}", context=parent,
                     kind=self._kinds.CONSUMER, start_time=start,
                     attributes=_job_attrs(queue, "receive", "claim", job))
                 _SINK.end(span, end)
@@ -154,7 +160,8 @@ class Tracing:
         span = token = None
         try:
             span = self.tracer.start_span(
-                f"process {queue}", context=self._parent(job.meta), kind=self._kinds.CONSUMER,
+                f"process {queue}", context=self._parent(job.meta) or self._context.Context(),
+                kind=self._kinds.CONSUMER,
                 attributes=_job_attrs(queue, "process", "process", job))
             token = self._context.attach(self._trace.set_span_in_context(span))
         except Exception:  # noqa: BLE001

@@ -263,3 +263,23 @@ async def test_a_sync_producer_puts_its_callers_trace_into_the_job():
     (process,) = spans(exporter, "process jobs")
     assert create.context.trace_id == process.context.trace_id == trace_id
     assert process.parent is not None and process.parent.span_id == create.context.span_id
+
+
+async def test_a_job_from_an_untraced_producer_starts_its_own_trace_at_process():
+    tp, exporter = provider()
+    owner, producer, worker = trio(tp)
+    producer.node.tracing = producer.producer.tracing = None  # as an app built without it
+
+    @worker.worker("jobs", poll_interval_s=0.05)
+    async def work(data: Any) -> None:
+        return None
+
+    with tp.get_tracer("test").start_as_current_span("serving"):
+        async with owner.serving(), producer.serving(), worker.serving():
+            job_id = await producer.enqueue("jobs", 1)
+            await wait_events(owner, lambda es: count(es, "acked", job_id) == 1, WAIT_S)
+    assert spans(exporter, "receive jobs") == [] and spans(exporter, "create jobs") == []
+    (process,) = spans(exporter, "process jobs")
+    assert process.parent is None  # a root, not a child of whatever the worker ran in
+    (settle,) = spans(exporter, "settle jobs")
+    assert settle.parent is not None and settle.parent.span_id == process.context.span_id

@@ -46,7 +46,8 @@ T = TypeVar("T")
 MAX_PENDING_SPANS = 10_000
 """Spans waiting to be ended on the background thread; more are dropped (and counted)."""
 MAX_OPEN_SETTLES = 4096
-"""``settle`` spans a worker keeps open waiting for the owner's answer; the oldest end early."""
+"""``settle`` spans a worker keeps open waiting for the owner's answer (the oldest end early),
+and claimed jobs' contexts kept for their ``process`` span (the oldest are read again)."""
 SYSTEM = "istos"
 
 
@@ -89,6 +90,8 @@ class Tracing:
         version = getattr(sys.modules.get("istos"), "__version__", None)
         self.tracer = (provider or trace).get_tracer("istos", version)
         self._settles: OrderedDict[str, Any] = OrderedDict()  # lease token -> settle span
+        # lease token -> the producer's context, read once at the claim for its process span
+        self._parents: OrderedDict[str, Any] = OrderedDict()
 
     # -- producer --------------------------------------------------------------------------------
     async def enqueue(self, queue: str, job_id: str | None, count: int,
@@ -143,6 +146,9 @@ class Tracing:
                 parent = self._parent(job.meta)
                 if not parent:
                     continue  # an untraced producer's job: its process span starts a trace
+                self._parents[job.token] = parent
+                if len(self._parents) > MAX_OPEN_SETTLES:  # (jobs handed back unrun)
+                    self._parents.popitem(last=False)
                 span = self.tracer.start_span(
                     f"receive {queue}", context=parent,
                     kind=self._kinds.CONSUMER, start_time=start,
@@ -160,7 +166,8 @@ class Tracing:
         span = token = None
         try:
             span = self.tracer.start_span(
-                f"process {queue}", context=self._parent(job.meta) or self._context.Context(),
+                f"process {queue}", context=self._parents.pop(job.token, None)
+                or self._parent(job.meta) or self._context.Context(),
                 kind=self._kinds.CONSUMER,
                 attributes=_job_attrs(queue, "process", "process", job))
             token = self._context.attach(self._trace.set_span_in_context(span))

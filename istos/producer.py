@@ -103,7 +103,7 @@ class Producer:
         if self.tracing is not None:
             return await self.tracing.enqueue(name, jid, 1, lambda trace: self._send(
                 name, {**fields, "meta": {**(_meta or {}), "trace": trace}} if trace
-                else fields, timeout_s, coalesce))
+                else fields, timeout_s, coalesce), parent=(_meta or {}).get("trace"))
         return await self._send(name, fields, timeout_s, coalesce)
 
     async def _send(self, name: str, fields: dict[str, Any], timeout_s: float | None,

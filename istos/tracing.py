@@ -95,10 +95,13 @@ class Tracing:
 
     # -- producer --------------------------------------------------------------------------------
     async def enqueue(self, queue: str, job_id: str | None, count: int,
-                      send: Callable[[dict[str, str] | None], Awaitable[T]]) -> T:
+                      send: Callable[[dict[str, str] | None], Awaitable[T]], *,
+                      parent: dict[str, str] | None = None) -> T:
         """Run ``send(trace_entry)`` (the request to the owner) inside a ``create`` span;
         ``trace_entry`` is the W3C context the jobs carry (None if there is none to carry).
-        Raises what ``send`` raises (the span records it)."""
+        ``parent``: a trace entry to continue instead of the current span (a chord's
+        callback, enqueued by its owner, continues its last member's). Raises what ``send``
+        raises (the span records it)."""
         span, entry = None, None
         try:
             attrs = _attrs(queue, "create", "enqueue")
@@ -106,8 +109,9 @@ class Tracing:
                 attrs["messaging.message.id"] = job_id
             if count != 1:
                 attrs["messaging.batch.message_count"] = count
-            span = self.tracer.start_span(f"create {queue}", kind=self._kinds.PRODUCER,
-                                          attributes=attrs)
+            span = self.tracer.start_span(
+                f"create {queue}", kind=self._kinds.PRODUCER, attributes=attrs,
+                context=self._parent({TRACE_KEY: parent}) if parent else None)
             entry = self._inject(span)
         except Exception:  # noqa: BLE001 - tracing never fails an enqueue
             log.debug("tracing: create span failed", exc_info=True)

@@ -283,3 +283,31 @@ async def test_a_job_from_an_untraced_producer_starts_its_own_trace_at_process()
     assert process.parent is None  # a root, not a child of whatever the worker ran in
     (settle,) = spans(exporter, "settle jobs")
     assert settle.parent is not None and settle.parent.span_id == process.context.span_id
+
+
+async def test_a_chords_callback_continues_the_trace_of_its_members():
+    tp, exporter = provider()
+    owner, producer, worker = trio(tp)
+    tracer = tp.get_tracer("test")
+
+    @worker.worker("jobs", poll_interval_s=0.05, concurrency=2)
+    async def member(data: Any) -> Any:
+        return data * 2
+
+    @worker.worker("next", poll_interval_s=0.05)
+    async def callback(data: Any) -> Any:
+        return sum(data["results"])
+
+    async with owner.serving(), producer.serving(), worker.serving():
+        with tracer.start_as_current_span("request") as request:
+            chord_id = await producer.chord("jobs", [1, 2], callback=("next", None))
+        await wait_events(owner, lambda es: count(es, "acked", f"{chord_id}.callback") == 1,
+                          WAIT_S)
+    trace_id = request.get_span_context().trace_id
+    (cb,) = spans(exporter, "process next")
+    members = spans(exporter, "process jobs")
+    assert len(members) == 2
+    assert {s.context.trace_id for s in [cb, *members]} == {trace_id}
+    # The owner (which does not trace here) passed on the last member's context.
+    creates = {s.context.span_id for s in spans(exporter, "create jobs")}
+    assert cb.parent is not None and cb.parent.span_id in creates

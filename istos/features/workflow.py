@@ -329,19 +329,24 @@ class ChordBarriers:
                     del barrier.results[index]  # memory must not run ahead of storage
                     raise
             if len(barrier.results) >= barrier.size:
-                await self._fire(chord_id, barrier, meta, rec.priority)
+                await self._fire(chord_id, barrier, meta, rec.priority,
+                                 (rec.meta or {}).get("trace"))
 
     async def _fire(self, chord_id: str, barrier: Barrier, meta: dict[str, Any],
-                    priority: int) -> None:
+                    priority: int, trace: dict[str, str] | None = None) -> None:
+        """Enqueue the callback; ``trace``: the last member's trace context, which the
+        callback continues (``istos.tracing``)."""
         results = [barrier.results[i] for i in range(barrier.size)]
         # Results (and the input) encoded by payload codecs are composed as they are: this
         # owner may hold no codecs, the callback's worker decodes each part (payload.py).
         body: Any = compose(results, meta.get("input")) or {
             "results": [codec.decode_body(r) for r in results], "input": meta.get("input")}
         try:
+            cb_meta = callback_meta(chord_id, self.owner.name, barrier.size, meta["key"])
+            if trace:
+                cb_meta["trace"] = trace
             await self.app.enqueue(str(meta["callback"]), body, priority=priority,
-                                   job_id=f"{chord_id}.callback", _meta=callback_meta(
-                                       chord_id, self.owner.name, barrier.size, meta["key"]))
+                                   job_id=f"{chord_id}.callback", _meta=cb_meta)
         except IstosError as exc:
             # The member's ack fails with this error; its redelivery retries the firing.
             log.error("chord %s on queue %s: callback enqueue on %s failed: %s",

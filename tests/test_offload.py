@@ -164,3 +164,51 @@ async def test_a_store_that_fails_at_enqueue_raises_before_anything_is_enqueued(
             await producer.enqueue_many("big", ["small", "x" * 4096])
         assert await producer.enqueue("big", "small") is not None  # inline: no store needed
         assert len(owner.owners["big"].state.jobs) == 1
+
+
+@pytest.mark.redis
+async def test_the_janitor_of_a_restarted_owner_deletes_what_its_recovered_jobs_refer_to(
+        tmp_path):
+    from test_payload_codecs import _store
+
+    path = tmp_path / "blobs"
+    store = DirectoryStore(path)
+    configs, prefix = isolated_configs(4), unique_prefix()
+    storage, _, drop = _store("redis")
+
+    def owner_app(node: str, zenoh: Any) -> Istos:
+        app = Istos(storage, zenoh=zenoh, prefix=prefix, node_id=node)
+        app.queue("big", max_attempts=1, admin=True)
+        return app
+
+    first = owner_app("owner1", configs[0])
+    OffloadJanitor(store).install(first)
+    producer = Istos(zenoh=configs[1], prefix=prefix, node_id="prod",
+                     codecs=chain_codecs(store))
+    worker = Istos(zenoh=configs[2], prefix=prefix, node_id="wk", codecs=chain_codecs(store))
+
+    @worker.worker("big", poll_interval_s=0.05)
+    async def work(data: Any) -> None:
+        if data["fail"]:
+            raise RuntimeError("dead on purpose")
+
+    try:
+        async with producer.serving():
+            async with first.serving():
+                done = await producer.enqueue("big", {"blob": os.urandom(1 << 20),
+                                                      "fail": False})
+                dead = await producer.enqueue("big", {"blob": os.urandom(1 << 20),
+                                                      "fail": True})
+            assert len(objects(path)) == 2
+            second = owner_app("owner2", configs[3])  # recovers both jobs from Redis
+            janitor = OffloadJanitor(store).install(second)
+            async with second.serving(), worker.serving():
+                await wait_events(second, lambda es: count(es, "acked", done) == 1
+                                  and count(es, "dead_lettered", dead) == 1, WAIT_S)
+                await janitor.drain()
+                assert len(objects(path)) == 1  # the dead letter still needs its body
+                assert (await second.client("big").call("purge_dead"))["purged"] == 1
+                await janitor.drain()
+                assert objects(path) == [] and janitor.deleted == 2
+    finally:
+        await drop()

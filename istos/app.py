@@ -45,6 +45,7 @@ from .payload import CodecChain, PayloadCodec
 from .producer import Producer
 from .storage.base import Fence, Storage
 from .storage.memory import MemoryStorage
+from .tracing import make_tracing
 from .transport.base import Handle, Transport
 from .worker.parking import declare_worker_tokens
 from .worker.worker import WorkerRunner
@@ -68,10 +69,14 @@ class Istos:
     :class:`OwnerUnavailable`); ``shutdown_grace_s`` is how long :meth:`stop` lets running
     jobs finish. ``codecs``: payload codecs (``istos.payload``: compression, encryption) this
     app's producers apply to the bodies they enqueue and its workers undo before running, and
-    to results; producers and workers of a queue need the same list, its owner none. The other
+    to results; producers and workers of a queue need the same list, its owner none.
+    ``tracing``: OpenTelemetry spans from enqueue to ack (``istos.tracing``): None traces
+    when ``opentelemetry`` is installed, False never, True always, or a ``TracerProvider``
+    to trace with instead of the global one. The other
     keyword-only arguments inject the other ports (the simulator and tests use them). Raises
-    :class:`ConfigError` for ``request_timeout_s <= 0``, a ``node_id`` the wire refuses or a
-    codec that is not one; a Zenoh config is checked when the node starts.
+    :class:`ConfigError` for ``request_timeout_s <= 0``, a ``node_id`` the wire refuses, a
+    codec that is not one, or ``tracing`` it cannot honour (True without ``opentelemetry``);
+    a Zenoh config is checked when the node starts.
 
     Workflows, schedules, pub/sub and the idempotency ledger are components the app owns
     (``app.workflows``, ``app.schedules``, ``app.pubsub``, ``app.ledger``); the methods below
@@ -101,7 +106,7 @@ class Istos:
         rng: random.Random | None = None, node_id: str | None = None, prefix: str = "istos",
         request_timeout_s: float = 5.0, shutdown_grace_s: float = 10.0,
         run_sync: RunSync | None = None, event_buffer: int = 10_000,
-        codecs: Iterable[PayloadCodec] = (),
+        codecs: Iterable[PayloadCodec] = (), tracing: Any = None,
     ) -> None:
         if request_timeout_s <= 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {request_timeout_s!r}")
@@ -123,7 +128,8 @@ class Istos:
                          storage=storage if storage is not None else MemoryStorage(),
                          transport=transport, prefix=prefix,
                          request_timeout_s=request_timeout_s, run_sync=run_sync,
-                         events=EventLog(event_buffer), payload=CodecChain(codecs))
+                         events=EventLog(event_buffer), payload=CodecChain(codecs),
+                         tracing=make_tracing(tracing))
         self._zenoh_config = zenoh
         self._own_transport = transport is None
         self.shutdown_grace_s = shutdown_grace_s
@@ -140,7 +146,7 @@ class Istos:
         # The components call back into the app through late-bound callables where the app's
         # method may be replaced on the instance (tests gate schedules by is_active_owner).
         self.producer = Producer(self.node, self.client, self._require_serving,
-                                 payload=self.node.payload)
+                                 payload=self.node.payload, tracing=self.node.tracing)
         self.ledger = Ledger(self.node)
         self.pubsub = PubSub(self.node, add_plugin=self.add_plugin,
                              serving=lambda: self._serving,

@@ -33,8 +33,9 @@ def _pack(obj: Any) -> bytes:
     return packer.pack(obj)  # type: ignore[no-any-return]
 
 
-def encode_body(data: Any, *, queue: str = "?") -> bytes:
-    """Encode a job body; raise :class:`InvalidJob` before anything is sent if it cannot be."""
+def encode_body(data: Any, *, queue: str = "?", limit: int = MAX_BODY_BYTES) -> bytes:
+    """Encode a job body; raise :class:`InvalidJob` before anything is sent if it cannot be
+    or is over ``limit`` bytes (larger than the wire's only for an offload codec to store)."""
     try:
         raw = _pack(data)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -42,9 +43,9 @@ def encode_body(data: Any, *, queue: str = "?") -> bytes:
             f"job body for queue {queue!r} cannot be encoded with msgpack: {exc}; "
             "use dicts, lists, str, bytes, numbers, bools and None"
         ) from exc
-    if len(raw) > MAX_BODY_BYTES:
+    if len(raw) > limit:
         raise InvalidJob(
-            f"job body for queue {queue!r} is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}"
+            f"job body for queue {queue!r} is {len(raw)} bytes; the limit is {limit}"
         )
     return raw
 

@@ -34,6 +34,7 @@ The tree::
     ├── JobCancelled                          the job was cancelled (ctx.check_cancelled())
     ├── Retry                                 raised by a worker: retry after after_s (a nack)
     ├── PayloadCodecError                     istos.payload: a body its codecs cannot decode
+    ├── OffloadUnavailable                    istos.offload: the object store of large bodies failed
     ├── Suspended                             istos.client.blocking: internal, met a wait
     ├── TransportError                        istos.transport.base: the mesh failed a call
     │   ├── TransportTimeout                  no reply in time (callers see OwnerUnavailable)
@@ -139,6 +140,12 @@ class JobCancelled(IstosError):
 class PayloadCodecError(IstosError):
     """A job body or result that the reader's payload codecs cannot decode: other codecs
     than its own, an unknown or wrong key, or tampered bytes (``istos.payload``)."""
+
+
+class OffloadUnavailable(IstosError):
+    """The object store that holds large bodies failed to store or read one
+    (``istos.offload``): at enqueue, nothing was sent; on a worker, the attempt fails and the
+    job is retried."""
 
 
 class Retry(IstosError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import keys
 from .clock import Clock
@@ -14,6 +14,9 @@ from .ids import IdSource
 from .payload import CodecChain
 from .storage.base import Storage
 from .transport.base import Transport
+
+if TYPE_CHECKING:  # (a type only: istos.tracing imports opentelemetry on use)
+    from .tracing import Tracing
 
 RunSync = Callable[[Callable[[], Any]], Awaitable[Any]]
 """The executor port: how the engine runs a plain (sync) worker or subscriber function.
@@ -58,6 +61,8 @@ class Node:
     events: EventLog = field(default_factory=EventLog)
     # Payload codecs this node's producers and workers apply to bodies and results.
     payload: CodecChain = field(default_factory=CodecChain)
+    # OpenTelemetry spans of this node's producers and workers (istos.tracing); None: off.
+    tracing: Tracing | None = None
     # The owner of ``queue`` serving in this process, if any (the app installs its lookup).
     local_owner: Callable[[str], LocalOwner | None] = no_local_owner
 

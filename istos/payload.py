@@ -27,7 +27,14 @@ from . import codec
 from .errors import ConfigError, InvalidJob, PayloadCodecError
 
 ENVELOPE_EXT = 73  # msgpack extension type of an encoded body ("I")
+COMPOSED_EXT = 74  # a chord callback's body the owner composed from encoded parts ("J")
 MAX_ENVELOPE_CODECS = 8
+MAX_COMPOSED_PARTS = 1 << 16  # (the parts' bytes are bounded by the body limit already)
+
+
+class Encoded(bytes):
+    """A body already encoded (msgpack, and the codecs if any), enqueued as it is: what a
+    chord's owner, holding no codecs, composes for the callback (:func:`compose`)."""
 
 
 @runtime_checkable
@@ -48,22 +55,28 @@ class ZlibCodec:
 
     name = "zlib"
 
-    def __init__(self, level: int = 6) -> None:
+    def __init__(self, level: int = 6, *, max_output_bytes: int = codec.MAX_BODY_BYTES) -> None:
         if not isinstance(level, int) or not 0 <= level <= 9:
             raise ConfigError(f"ZlibCodec level must be 0..9, got {level!r}")
+        if isinstance(max_output_bytes, bool) or not isinstance(max_output_bytes, int) \
+                or max_output_bytes < 1:
+            raise ConfigError(f"ZlibCodec max_output_bytes must be an integer >= 1, got "
+                              f"{max_output_bytes!r}")
         self.level = level
+        self.max_output_bytes = max_output_bytes  # larger only before an OffloadCodec
 
     def encode(self, data: bytes) -> bytes:
         return zlib.compress(data, self.level)
 
     def decode(self, data: bytes) -> bytes:
         inflater = zlib.decompressobj()
+        limit = self.max_output_bytes
         try:  # bounded: a small hostile body must not inflate to gigabytes
-            out = inflater.decompress(data, codec.MAX_BODY_BYTES + 1)
+            out = inflater.decompress(data, limit + 1)
         except zlib.error as exc:
             raise PayloadCodecError(f"zlib: not a zlib stream: {exc}") from None
-        if len(out) > codec.MAX_BODY_BYTES or inflater.unconsumed_tail:
-            raise PayloadCodecError(f"zlib: inflates past {codec.MAX_BODY_BYTES} bytes")
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise PayloadCodecError(f"zlib: inflates past {limit} bytes")
         if not inflater.eof:
             raise PayloadCodecError("zlib: truncated stream")
         return out
@@ -139,13 +152,41 @@ class CodecChain:
         if len(self.codecs) > MAX_ENVELOPE_CODECS:
             raise ConfigError(f"codecs: at most {MAX_ENVELOPE_CODECS}, got {len(self.codecs)}")
         self.names = [c.name for c in self.codecs]
+        self.max_body_bytes = self._check_offload()
+
+    def _check_offload(self) -> int:
+        """The largest body (msgpack) this chain encodes: the wire's limit, or an offload
+        codec's (which must come last, after codecs that can inflate that much)."""
+        limits = [getattr(c, "max_body_bytes", None) for c in self.codecs
+                  if c.name == "offload"]
+        if not limits:
+            return codec.MAX_BODY_BYTES
+        if self.names.index("offload") != len(self.names) - 1:
+            raise ConfigError("codecs: the offload codec must be the last one (the store "
+                              "holds what the codecs before it made)")
+        limit = int(limits[0] or codec.MAX_BODY_BYTES)
+        for c in self.codecs:
+            bound = getattr(c, "max_output_bytes", None)
+            if isinstance(bound, int) and bound < limit:
+                raise ConfigError(f"codecs: {c.name} decodes at most {bound} bytes, below the "
+                                  f"offload codec's max_body_bytes={limit}: give it "
+                                  f"max_output_bytes={limit}")
+        return limit
+
+    @property
+    def offloads(self) -> bool:
+        """Whether bodies larger than the wire's limit may be encoded (an offload codec)."""
+        return self.max_body_bytes > codec.MAX_BODY_BYTES
 
     def encode_body(self, data: Any, *, queue: str = "?") -> bytes:
         """msgpack, then every codec; :class:`InvalidJob` if it cannot be encoded or the
-        encoded body is over the limit."""
-        raw = codec.encode_body(data, queue=queue)
-        if not self.codecs:
-            return raw
+        encoded body is over the limit (with an offload codec: the msgpack body over its
+        ``max_body_bytes``, or :class:`~istos.errors.OffloadUnavailable` if the store
+        fails)."""
+        if not self.offloads:
+            raw = codec.encode_body(data, queue=queue)
+            return self.wrap(raw, queue=queue) if self.codecs else raw
+        raw = codec.encode_body(data, queue=queue, limit=self.max_body_bytes)
         return self.wrap(raw, queue=queue)
 
     def wrap(self, raw: bytes, *, queue: str = "?") -> bytes:
@@ -159,7 +200,13 @@ class CodecChain:
         return body
 
     def decode_body(self, raw: bytes) -> Any:
-        """The body's data; :class:`PayloadCodecError` when this chain cannot decode it."""
+        """The body's data; :class:`PayloadCodecError` when this chain cannot decode it (or,
+        for a composed chord callback, one of its parts)."""
+        parts = composed_parts(raw)
+        if parts is not None:
+            results, extra = parts
+            return {"results": [self.decode_body(r) for r in results],
+                    "input": self.decode_body(extra)}
         names, payload = envelope(raw)
         if (names or []) != self.names:
             have = ", ".join(self.names) or "no codecs"
@@ -206,7 +253,68 @@ def describe(raw: bytes) -> str | None:
     """How an operator view shows an encoded body (``"encoded: zlib, aes-gcm (312 bytes)"``);
     None for a plain one."""
     try:
+        parts = composed_parts(raw)
+        if parts is not None:
+            inner = sorted({describe_names(p) for p in [*parts[0], parts[1]]})
+            return f"encoded: chord callback of {len(parts[0])} results ({'; '.join(inner)}) " \
+                   f"({len(raw)} bytes)"
         names, _ = envelope(raw)
     except PayloadCodecError:
         return f"malformed encoded body ({len(raw)} bytes)"
     return None if names is None else f"encoded: {', '.join(names)} ({len(raw)} bytes)"
+
+
+def describe_names(raw: bytes) -> str:
+    """The codecs one body is encoded with (``"zlib, aes-gcm"``, or ``"plain"``)."""
+    names, _ = envelope(raw)
+    return ", ".join(names) if names is not None else "plain"
+
+
+def is_encoded(raw: bytes) -> bool:
+    """Whether ``raw`` is a body encoded by codecs (an envelope or a composed callback);
+    never raises."""
+    try:
+        return composed_parts(raw) is not None or envelope(raw)[0] is not None
+    except PayloadCodecError:
+        return True  # malformed, but meant as encoded: not a plain body either
+
+
+# -- chord callbacks ----------------------------------------------------------------------------
+def compose(results: list[bytes], extra: Any) -> Encoded | None:
+    """A chord callback's body ``{"results": [...], "input": extra}`` built from its members'
+    results as the workers sent them, without decoding any (the owner holds no codecs): a
+    composed body when a result or ``extra`` (bytes from :meth:`CodecChain.encode_body`) is
+    encoded, which a worker's chain decodes part by part; None when all are plain (the caller
+    builds an ordinary body). Raises :class:`InvalidJob` past the body limit."""
+    extra_raw = bytes(extra) if isinstance(extra, bytes) and is_encoded(extra) else None
+    if extra_raw is None and not any(is_encoded(r) for r in results):
+        return None
+    if extra_raw is None:
+        extra_raw = codec.encode_body(extra)
+    body = msgpack.packb(msgpack.ExtType(COMPOSED_EXT, msgpack.packb(
+        [list(results), extra_raw], use_bin_type=True)), use_bin_type=True)
+    if len(body) > codec.MAX_BODY_BYTES:
+        raise InvalidJob(f"chord callback body is {len(body)} bytes; the limit is "
+                         f"{codec.MAX_BODY_BYTES}")
+    return Encoded(body)
+
+
+def composed_parts(raw: bytes) -> tuple[list[bytes], bytes] | None:
+    """``(results, input)`` of a composed chord callback body, each an encoded body; None for
+    any other body. Raises :class:`PayloadCodecError` for a malformed one."""
+    if not raw or raw[0] not in (0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8):
+        return None
+    try:
+        value = codec.decode_body(raw)
+    except Exception:
+        return None
+    if not isinstance(value, msgpack.ExtType) or value.code != COMPOSED_EXT:
+        return None
+    try:
+        results, extra = msgpack.unpackb(value.data, raw=False)
+    except Exception as exc:
+        raise PayloadCodecError(f"malformed chord callback body: {exc}") from None
+    if not (isinstance(results, list) and len(results) <= MAX_COMPOSED_PARTS
+            and all(isinstance(r, bytes) for r in results) and isinstance(extra, bytes)):
+        raise PayloadCodecError("malformed chord callback body")
+    return results, extra

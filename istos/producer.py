@@ -18,10 +18,12 @@ from .core.config import (
     check_priority,
     check_queue_name,
 )
+from .core.trace_meta import without_trace
 from .errors import ConfigError, InvalidJob, PayloadCodecError, ProtocolError
 from .ids import IdSource
-from .payload import CodecChain, describe
+from .payload import CodecChain, Encoded, describe
 from .protocol import MAX_PRIORITY
+from .tracing import Tracing
 
 
 class HasIds(Protocol):
@@ -37,9 +39,10 @@ class Producer:
 
     def __init__(self, node: HasIds, client: Callable[[str], OwnerClient],
                  require_serving: Callable[[], None], *,
-                 payload: CodecChain | None = None) -> None:
+                 payload: CodecChain | None = None, tracing: Tracing | None = None) -> None:
         self.node = node
         self.payload = payload or CodecChain()  # bodies out, results and dead letters in
+        self.tracing = tracing  # None: no spans, no trace context in the jobs
         self.client = client
         self.require_serving = require_serving
         self._valid_names: set[str] = set()  # queue names enqueue already checked
@@ -72,12 +75,18 @@ class Producer:
         call) goes out at once. Each call still returns its own id or raises its own error.
         """
         checked = name in self._valid_names  # a name is checked once, then remembered
+        encoded = type(data) is Encoded  # composed by a chord's owner: sent as it is
+        whole = encoded or self.payload.offloads  # (an offload codec takes larger bodies)
         body, delay, prio, window, grp = check_enqueue(
-            name, data, delay_s=delay_s, priority=priority, job_id=job_id, dedup_s=dedup_s,
-            group=group, name_checked=checked)
+            name, None if whole else data, delay_s=delay_s, priority=priority,
+            job_id=job_id, dedup_s=dedup_s, group=group, name_checked=checked)
         if not checked:
             self._valid_names.add(name)
-        if self.payload.codecs:
+        if encoded:
+            body = bytes(data)
+        elif whole:  # stores a large body now: a store failure raises, nothing sent
+            body = self.payload.encode_body(data, queue=name)
+        elif self.payload.codecs:
             body = self.payload.wrap(body, queue=name)
         self.require_serving()
         # The id is chosen here, not by the owner, so a retried request cannot create a twin.
@@ -90,7 +99,16 @@ class Producer:
             fields["group"] = grp
         if _meta:
             fields["meta"] = _meta
-        if timeout_s is None and not _meta:  # concurrent calls share one request
+        coalesce = timeout_s is None and not _meta  # concurrent calls share one request
+        if self.tracing is not None:
+            return await self.tracing.enqueue(name, jid, 1, lambda trace: self._send(
+                name, {**fields, "meta": {**(_meta or {}), "trace": trace}} if trace
+                else fields, timeout_s, coalesce), parent=(_meta or {}).get("trace"))
+        return await self._send(name, fields, timeout_s, coalesce)
+
+    async def _send(self, name: str, fields: dict[str, Any], timeout_s: float | None,
+                    coalesce: bool) -> str:
+        if coalesce:
             reply = await self.client(name).enqueue(fields)
         else:
             reply = await self.client(name).call("enqueue", timeout_s, **fields)
@@ -117,7 +135,10 @@ class Producer:
         serving, and :class:`OwnerUnavailable` or the owner's typed error for a request that
         failed: requests before it stay stored, and the message says how many jobs were.
         """
-        bodies, ids, delay, prio = check_batch(name, items, delay_s, priority, job_ids)
+        datas = list(items)
+        bodies, ids, delay, prio = check_batch(
+            name, [None] * len(datas) if self.payload.offloads else datas, delay_s, priority,
+            job_ids)
         window = check_dedup(dedup_s, job_ids is not None)
         grps = None if groups is None else list(groups)
         if grps is not None and len(grps) != len(bodies):
@@ -127,11 +148,18 @@ class Producer:
                 check_group(g)
             except ConfigError as exc:
                 raise ConfigError(f"queue {name!r}: item {i}: {exc}") from None
-        if self.payload.codecs:
+        if self.payload.offloads:  # large bodies go to the store now, before any is sent
+            bodies = [self.payload.encode_body(d, queue=name) for d in datas]
+        elif self.payload.codecs:
             bodies = [self.payload.wrap(b, queue=name) for b in bodies]
         self.require_serving()
         if ids is None:
             ids = [self.node.ids.new() for _ in bodies]
+        if self.tracing is not None:
+            ids_ = ids
+            return await self.tracing.enqueue(name, None, len(ids), lambda trace: (
+                batches.send_many(self.client(name), ids_, bodies, delay, prio, timeout_s,
+                                  window, grps, meta={"trace": trace} if trace else None)))
         return await batches.send_many(self.client(name), ids, bodies, delay, prio, timeout_s,
                                        window, grps)
 
@@ -273,8 +301,9 @@ def decode_dead(page: list[dict[str, Any]], payload: CodecChain | None = None
                 "attempts": d["attempts"], "last_error": d["last_error"],
                 "history": d["history"],
                 "traceback": protocol.latest_traceback(d["history"])}
-        if d.get("meta"):
-            item["workflow"] = d["meta"]
+        flow = without_trace(d.get("meta"))  # (a trace context is not a workflow)
+        if flow:
+            item["workflow"] = flow
         if encoded is not None:
             item["encoded"] = encoded
         out.append(item)

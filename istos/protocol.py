@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import msgpack
 
 from . import codec, errors
+from .core.trace_meta import TRACE_KEY, check_trace, trace_only
 from .errors import InvalidJob, IstosError, ProtocolError
 from .schema import (
     Field,
@@ -114,6 +115,8 @@ def meta(name: str, value: Any) -> None:
         nesting(value, MAX_META_DEPTH)
     except ProtocolError as exc:
         raise ProtocolError(f"{name} {exc}") from None
+    if TRACE_KEY in value:  # a traced producer's W3C context (core/trace_meta.py)
+        check_trace(f"{name}.{TRACE_KEY}", value[TRACE_KEY])
 
 
 def where(name: str, value: Any) -> None:
@@ -212,11 +215,15 @@ _ENQUEUE_ITEM = (
 
 
 def enqueue_item(name: str, value: Any) -> None:
-    """One job of an ``enqueue_many``: ``{body, job_id, delay_s?, priority?}`` (no meta)."""
+    """One job of an ``enqueue_many``: ``{body, job_id, delay_s?, priority?, meta?}`` (a
+    ``meta`` holds a trace context only: workflow jobs go one by one)."""
     if type(value) is not dict:
         fail(name, "must be a map {body, job_id, delay_s?, priority?}", value)
     if "meta" in value:  # workflow jobs go one by one (enqueue), where meta is checked
-        raise ProtocolError(f"{name}.meta: enqueue_many carries no job meta")
+        if not trace_only(value["meta"]):
+            raise ProtocolError(f"{name}.meta: enqueue_many carries no job meta but a trace "
+                                "context")
+        meta(f"{name}.meta", value["meta"])
     check_fields(value, _ENQUEUE_ITEM, prefix=f"{name}.")
     if value["job_id"].startswith(RESERVED_ID_PREFIXES):
         raise InvalidJob(f"{name}.job_id {value['job_id'][:60]!r}: ids starting with 'wf:' or "
@@ -353,7 +360,7 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("chord_reserve", "reserved", ""),
         ("chord_expects", "reserved", ""),
         ("stats", "stats", ""),
-        ("jobs", "jobs offset limit more next_offset", ""),
+        ("jobs", "jobs offset limit more next_offset", "unsearched"),
         ("leases", "leases more next_offset", ""),
         ("why", "why", ""),
         ("logs", "state attempts more next_after", ""),

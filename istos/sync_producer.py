@@ -40,6 +40,7 @@ from .errors import ConfigError, OwnerUnavailable
 from .owner import registry
 from .payload import CodecChain, PayloadCodec
 from .producer import Producer, check_job_id
+from .tracing import make_tracing
 from .transport._zenoh_config import to_zenoh_config
 from .transport.zenoh_blocking import BlockingQuerier, open_session
 
@@ -52,12 +53,14 @@ class SyncProducer:
     ``zenoh``: a ``zenoh.Config``, a dict, a JSON5 string or file path, or None (Zenoh's
     defaults), as for :class:`~istos.Istos`. ``prefix`` must match the owners'. ``codecs``:
     payload codecs for the bodies it enqueues and the results it reads, the same list as the
-    queue's workers (``istos.payload``). Requests wait
+    queue's workers (``istos.payload``). ``tracing``: as ``Istos(tracing=...)``, its
+    ``create`` spans children of the calling thread's current span. Requests wait
     up to ``request_timeout_s`` for an owner (retrying while none serves the queue), then
     raise :class:`~istos.errors.OwnerUnavailable`. Use as a context manager, or call
     :meth:`close`.
 
-    Raises :class:`~istos.errors.ConfigError` for a bad ``prefix``, ``request_timeout_s`` or codec,
+    Raises :class:`~istos.errors.ConfigError` for a bad ``prefix``, ``request_timeout_s``,
+    codec or ``tracing``,
     or a Zenoh config Zenoh rejects, and :class:`~istos.errors.MeshUnreachable` when a
     client-mode session reaches no router. Every method raises
     :class:`~istos.errors.IstosError` once the producer is closed, and
@@ -66,7 +69,8 @@ class SyncProducer:
     """
 
     def __init__(self, zenoh: Any = None, *, prefix: str = "istos",
-                 request_timeout_s: float = 5.0, codecs: Iterable[PayloadCodec] = ()) -> None:
+                 request_timeout_s: float = 5.0, codecs: Iterable[PayloadCodec] = (),
+                 tracing: Any = None) -> None:
         if isinstance(request_timeout_s, bool) or not isinstance(request_timeout_s, int | float) \
                 or not request_timeout_s > 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {request_timeout_s!r}")
@@ -75,6 +79,7 @@ class SyncProducer:
         self.prefix = prefix
         self.request_timeout_s = float(request_timeout_s)
         self._payload = CodecChain(codecs)  # checked before a session is opened
+        self._tracing = make_tracing(tracing)  # spans in the calling thread's trace
         self._session = open_session(to_zenoh_config(zenoh), "SyncProducer")
         self._closed = False
         self._closing = threading.Event()  # cuts a retry pause short when close() is called
@@ -82,7 +87,7 @@ class SyncProducer:
         self._remote = Remote(BlockingQuerier(self._session), prefix, self.request_timeout_s,
                               BlockingClock(self._closing))
         self._producer = Producer(self._remote, Clients(self._remote), self._require_open,
-                                  payload=self._payload)
+                                  payload=self._payload, tracing=self._tracing)
 
     # -- the calls ------------------------------------------------------------------------------
     def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
@@ -166,7 +171,8 @@ class SyncProducer:
         an app's call to its own owner)."""
         remote = dataclasses.replace(self._remote,
                                      local_owner=lambda q: owner if q == queue else None)
-        return Producer(remote, Clients(remote), self._require_open, payload=self._payload)
+        return Producer(remote, Clients(remote), self._require_open, payload=self._payload,
+                        tracing=self._tracing)
 
 
 def _run_inline(coro: Coroutine[Any, Any, T], owner: registry.RunningOwner, queue: str) -> T:

@@ -27,8 +27,9 @@ ITEM_OVERHEAD = 96  # msgpack bytes of one item's map besides its body and job i
 
 def item_size(item: dict[str, Any]) -> int:
     """An upper bound of one item's encoded bytes in an ``enqueue_many`` request."""
+    meta = item.get("meta")  # a trace context (istos.tracing), if any
     return len(item["body"]) + 4 * len(item["job_id"]) + ITEM_OVERHEAD \
-        + 4 * len(item.get("group") or "")
+        + 4 * len(item.get("group") or "") + (protocol.encoded_size(meta) if meta else 0)
 
 
 def cut(sizes: Sequence[int]) -> list[tuple[int, int]]:
@@ -49,9 +50,10 @@ def cut(sizes: Sequence[int]) -> list[tuple[int, int]]:
 
 
 def frames(job_ids: Sequence[str], bodies: Sequence[bytes], delay_s: float, priority: int,
-           dedup_s: float | None = None, groups: Sequence[str | None] | None = None
-           ) -> list[list[dict[str, Any]]]:
-    """The ``items`` of each request of a batch, in order (see :func:`cut`)."""
+           dedup_s: float | None = None, groups: Sequence[str | None] | None = None,
+           meta: dict[str, Any] | None = None) -> list[list[dict[str, Any]]]:
+    """The ``items`` of each request of a batch, in order (see :func:`cut`); ``meta``: the
+    trace context every item carries (None: none)."""
     items: list[dict[str, Any]] = []
     for i, (jid, body) in enumerate(zip(job_ids, bodies)):
         item: dict[str, Any] = {"body": body, "job_id": jid}
@@ -63,21 +65,26 @@ def frames(job_ids: Sequence[str], bodies: Sequence[bytes], delay_s: float, prio
             item["dedup_s"] = dedup_s
         if groups is not None and groups[i] is not None:
             item["group"] = groups[i]
+        if meta:
+            item["meta"] = meta
         items.append(item)
     return [items[a:b] for a, b in cut([item_size(i) for i in items])]
 
 
-async def send_many(client: Caller, job_ids: list[str], bodies: list[bytes],
+async def send_many(client: Caller,  # noqa: PLR0913 - enqueue_many's options, passed on
+                    job_ids: list[str], bodies: list[bytes],
                     delay_s: float, priority: int, timeout_s: float | None,
                     dedup_s: float | None = None,
-                    groups: Sequence[str | None] | None = None) -> list[str]:
-    """Send a checked batch, one request per frame, in order; returns ``job_ids``.
+                    groups: Sequence[str | None] | None = None,
+                    meta: dict[str, Any] | None = None) -> list[str]:
+    """Send a checked batch, one request per frame, in order; returns ``job_ids`` (``meta``:
+    the trace context every item carries, or None).
 
     A failure after the first frame leaves the frames before it stored: the error says how
     many jobs, and sending the batch again with the same ids adds only the rest.
     """
     stored = 0
-    for items in frames(job_ids, bodies, delay_s, priority, dedup_s, groups):
+    for items in frames(job_ids, bodies, delay_s, priority, dedup_s, groups, meta):
         try:
             await client.call("enqueue_many", timeout_s, items=items)
         except IstosError as exc:

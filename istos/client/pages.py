@@ -13,12 +13,15 @@ from .call import OwnerClient, ReplyTooLarge
 
 
 async def jobs_pages(client: OwnerClient, state: str | None, where: dict[str, Any],
-                     want: int | None, offset: int, filters: dict[str, Any] | None = None
+                     want: int | None, offset: int, filters: dict[str, Any] | None = None,
+                     notes: dict[str, int] | None = None
                      ) -> tuple[list[dict[str, Any]], bool, int | None]:
     """The ``jobs`` op's rows of ``state`` (None: all) matching ``where`` and ``filters``, from
     ``offset``, until ``want`` rows (None: every page) or none is left: ``(rows, more, total)``,
     ``more`` whether the owner holds more, ``total`` the owner's count if it said one.
-    A page too large for one message is asked again at half the size."""
+    A page too large for one message is asked again at half the size. ``notes`` (if given)
+    gets ``unsearched``: how many bodies encoded by payload codecs the ``where`` search met
+    and could not look into."""
     rows: list[dict[str, Any]] = []
     size, more, total = MAX_PAGE, True, None
     while more and (want is None or len(rows) < want):
@@ -33,6 +36,8 @@ async def jobs_pages(client: OwnerClient, state: str | None, where: dict[str, An
             continue
         got = reply["jobs"]
         rows.extend(got)
+        if notes is not None and reply.get("unsearched"):
+            notes["unsearched"] = notes.get("unsearched", 0) + int(reply["unsearched"])
         total = reply.get("total", total)
         more = bool(reply.get("more", len(got) >= page))
     return rows, more, total

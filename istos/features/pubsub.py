@@ -239,7 +239,7 @@ class _Subscriber:
     async def _call(self, event: _Event) -> None:
         sub = self.sub
         try:
-            data = codec.decode_body(event.body)
+            data = self.node.payload.decode_body(event.body)  # the app's payload codecs
         except Exception as exc:  # msgpack raises several unrelated types
             log.warning("subscriber %s on %r: undecodable event: %s", sub.name, sub.key, exc)
             return
@@ -364,7 +364,7 @@ class PubSub:
         """
         check_event_key(key)
         try:
-            body = codec.encode_body(data, queue=key)
+            body = self.node.payload.encode_body(data, queue=key)  # the app's payload codecs
         except InvalidJob as exc:
             raise InvalidJob(f"event data for {key!r} rejected: {exc}") from exc
         if durable and (isinstance(history_limit, bool) or not isinstance(history_limit, int)

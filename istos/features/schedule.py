@@ -56,7 +56,6 @@ from datetime import datetime, timezone, tzinfo
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .. import codec
 from ..clock import Clock
 from ..core import cron as cronlib
 from ..core.config import check_queue_name
@@ -180,7 +179,7 @@ class Schedules:
                 raise ConfigError(f"offset_s must be below every_s ({every_s:g}), got {offset:g}")
         delay = _finite("initial_delay_s", initial_delay_s, allow_zero=True)
         zone = _zone(tz)
-        codec.encode_body(data, queue=queue)
+        self.node.payload.encode_body(data, queue=queue)  # (encoded again on each tick)
         if name is None:
             name = f"{queue}@{' '.join(cron.split())}" if cron is not None \
                 else f"{queue}@{every_s:g}s" + (f"+{offset:g}" if offset else "")
@@ -252,7 +251,8 @@ class Beat:
                       sched.name, slot, sched.queue)
             return
         try:
-            body = codec.encode_body(sched.data, queue=sched.queue)
+            # The app's payload codecs, as its producers use: a fresh nonce per tick.
+            body = app.node.payload.encode_body(sched.data, queue=sched.queue)
             reply = await app.client(sched.queue).call(
                 "enqueue_slot", None, body=body, job_id=sched.job_id(slot),
                 period_s=sched.period_after(slot))

@@ -72,6 +72,7 @@ from ..core.state import JobRecord
 from ..core.workflow_meta import check_workflow_meta
 from ..errors import ConfigError, InvalidJob, IstosError, JobNotFound, ProtocolError
 from ..owner.extension import Hooks, OwnerExtension
+from ..payload import compose
 from .chord_callbacks import CallbackReservations, ExpectsAsker
 
 if TYPE_CHECKING:
@@ -162,6 +163,8 @@ class Workflows:
         cb_queue, extra = check_queue_name(callback[0]), callback[1]
         items = list(items)
         codec.encode_body(extra, queue=cb_queue)
+        if self.node.payload.codecs:  # members carry it in meta, which storage holds: encode
+            extra = self.node.payload.encode_body(extra, queue=cb_queue)
         for item in items:
             codec.encode_body(item, queue=queue)
         key = self.node.ids.token()
@@ -178,7 +181,7 @@ class Workflows:
         await self.client(cb_queue).call("chord_reserve", chord_id=chord_id,
                                          member_queue=queue, size=len(items), key=key)
         if not items:
-            await self.enqueue(cb_queue, {"results": [], "input": extra}, priority=prio,
+            await self.enqueue(cb_queue, {"results": [], "input": callback[1]}, priority=prio,
                                job_id=f"{chord_id}.callback", _meta=callback_meta(
                                    chord_id, queue, 0, key))
             return chord_id
@@ -326,16 +329,24 @@ class ChordBarriers:
                     del barrier.results[index]  # memory must not run ahead of storage
                     raise
             if len(barrier.results) >= barrier.size:
-                await self._fire(chord_id, barrier, meta, rec.priority)
+                await self._fire(chord_id, barrier, meta, rec.priority,
+                                 (rec.meta or {}).get("trace"))
 
     async def _fire(self, chord_id: str, barrier: Barrier, meta: dict[str, Any],
-                    priority: int) -> None:
-        body = {"results": [codec.decode_body(barrier.results[i]) for i in range(barrier.size)],
-                "input": meta.get("input")}
+                    priority: int, trace: dict[str, str] | None = None) -> None:
+        """Enqueue the callback; ``trace``: the last member's trace context, which the
+        callback continues (``istos.tracing``)."""
+        results = [barrier.results[i] for i in range(barrier.size)]
+        # Results (and the input) encoded by payload codecs are composed as they are: this
+        # owner may hold no codecs, the callback's worker decodes each part (payload.py).
+        body: Any = compose(results, meta.get("input")) or {
+            "results": [codec.decode_body(r) for r in results], "input": meta.get("input")}
         try:
+            cb_meta = callback_meta(chord_id, self.owner.name, barrier.size, meta["key"])
+            if trace:
+                cb_meta["trace"] = trace
             await self.app.enqueue(str(meta["callback"]), body, priority=priority,
-                                   job_id=f"{chord_id}.callback", _meta=callback_meta(
-                                       chord_id, self.owner.name, barrier.size, meta["key"]))
+                                   job_id=f"{chord_id}.callback", _meta=cb_meta)
         except IstosError as exc:
             # The member's ack fails with this error; its redelivery retries the firing.
             log.error("chord %s on queue %s: callback enqueue on %s failed: %s",

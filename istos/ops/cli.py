@@ -223,11 +223,17 @@ async def resolve_id(op: Operator, queue: str, job_id: str) -> str:
 async def _jobs(op: Operator, args: argparse.Namespace, out: Any) -> int:
     if args.limit < 0 or args.offset < 0:
         raise UsageError("--limit and --offset must be >= 0")
+    notes: dict[str, int] = {}
     rows, total, truncated = await op.jobs(args.queue, args.state, parse_where(args.where),
                                            args.limit or None, args.offset,
-                                           OC.search_fields(args, op.now(), UsageError))
+                                           OC.search_fields(args, op.now(), UsageError), notes)
     data = {"jobs": rows, "total": total, "truncated": truncated, "offset": args.offset}
-    return _emit(out, args, data, R.jobs_text(rows, total, args.offset, op.now()))
+    text = R.jobs_text(rows, total, args.offset, op.now())
+    if notes.get("unsearched"):  # payload codecs: the owner cannot read these bodies
+        data["unsearched"] = notes["unsearched"]
+        text += (f"\nnote: {notes['unsearched']} job bodies are encoded by payload codecs; "
+                 "--where cannot look inside them, so none of them matched")
+    return _emit(out, args, data, text)
 
 
 async def _why(op: Operator, args: argparse.Namespace, out: Any) -> int:

@@ -100,9 +100,12 @@ class Operator:
 
     async def jobs(self, queue: str, state: str | None = None,
                    where: dict[str, Any] | None = None, limit: int | None = 100,
-                   offset: int = 0, filters: dict[str, Any] | None = None
+                   offset: int = 0, filters: dict[str, Any] | None = None,
+                   notes: dict[str, int] | None = None
                    ) -> tuple[list[dict[str, Any]], int | None, bool]:
         """``(rows, total, truncated)``: at most ``limit`` jobs (None: all) from ``offset``.
+        ``notes`` (if given) gets ``unsearched``: bodies encoded by payload codecs that a
+        ``where`` search could not look into (they never match).
 
         ``total`` is how many match in all (from the owner's counts without ``where`` or
         ``filters``; None when a search stopped early); ``truncated`` whether rows were left
@@ -112,7 +115,7 @@ class Operator:
             raise ConfigError(f"state must be one of {', '.join(STATES)}, got {state!r}")
         want = None if limit is None else limit + 1  # one more row says whether more exist
         rows, more, _ = await jobs_pages(self._clients(queue), state, dict(where or {}), want,
-                                         offset, filters)
+                                         offset, filters, notes)
         truncated = (limit is not None and len(rows) > limit) or more
         rows = rows if limit is None else rows[:limit]
         total: int | None = None

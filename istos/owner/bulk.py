@@ -29,9 +29,10 @@ async def op_enqueue_many(owner: OwnerHandle, msg: dict[str, Any]) -> dict[str, 
 
 async def enqueue_many(owner: OwnerHandle, items: list[dict[str, Any]], *,
                        also: Sequence[TxStep] = ()) -> list[bool]:
-    """Accept the jobs of one request; per item, whether it was new (see the module doc).
+    """Accept the jobs of one request; per item, whether it was new (see the module doc). An
+    item's ``meta`` is a trace context only (``protocol.enqueue_item`` refuses any other).
     ``also``: see :func:`~istos.owner.accept.accept_new`. Raises StorageUnavailable when the
     write failed (nothing stored)."""
     jobs = [NewJob(i["job_id"], i["body"], float(i.get("delay_s", 0.0)), i.get("priority", 0),
-                   None, i.get("dedup_s"), i.get("group")) for i in items]
+                   i.get("meta"), i.get("dedup_s"), i.get("group")) for i in items]
     return await accept_new(owner, jobs, share_twin_fate=False, also=also)

@@ -24,6 +24,7 @@ from .. import events as ev
 from ..core.config import QueueConfig
 from ..core.state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord, QueueState
 from ..events import JobEvent
+from ..payload import is_encoded
 from .extension import Handler, OwnerExtension
 from .fit import fit_why
 from .handle import OwnerHandle
@@ -135,7 +136,8 @@ class Inspector(OwnerExtension):
         """A page of jobs (by state, by payload fields), bounded by count and bytes."""
         offset = msg.get("offset", 0)
         limit = min(MAX_PAGE, msg.get("limit", 100))
-        test = job_filter(msg)
+        encoded = [0]  # bodies encoded by payload codecs, which a `where` cannot look into
+        test = job_filter(msg, encoded)
         which = msg.get("state")
         if which is not None:  # the cheap test first
             rest = test
@@ -143,8 +145,11 @@ class Inspector(OwnerExtension):
                 else (lambda r: r.state == which and rest(r))
         matched = await self._matching(test, offset, limit + 1)
         jobs, more = protocol.page(matched, job_summary, limit)
-        return {"jobs": jobs, "offset": offset, "limit": limit, "more": more,
-                "next_offset": offset + len(jobs)}
+        reply = {"jobs": jobs, "offset": offset, "limit": limit, "more": more,
+                 "next_offset": offset + len(jobs)}
+        if encoded[0]:
+            reply["unsearched"] = encoded[0]
+        return reply
 
     async def _matching(self, test: Callable[[JobRecord], bool] | None, offset: int,
                         want: int) -> list[JobRecord]:
@@ -349,12 +354,14 @@ def shown_result(result: bytes | None) -> dict[str, Any]:
             "result_size": size}
 
 
-def job_filter(msg: dict[str, Any]) -> Callable[[JobRecord], bool] | None:
+def job_filter(msg: dict[str, Any], encoded: list[int] | None = None
+               ) -> Callable[[JobRecord], bool] | None:
     """The search a ``jobs`` request asks for (None: every job of the state): the last error
     contains ``error``; some attempt's worker contains ``worker``; ``enqueued_at`` and
     ``finished_at`` within ``*_after`` / ``*_before`` (inclusive; a job not finished never
     matches a ``finished_*`` bound); the decoded body has every ``where`` path. The cheap
-    tests run first, the payload decode last."""
+    tests run first, the payload decode last. A body encoded by payload codecs never matches
+    a ``where``; ``encoded[0]`` counts those the search met."""
     tests: list[Callable[[JobRecord], bool]] = []
     error, worker = msg.get("error"), msg.get("worker")
     if error is not None:
@@ -367,7 +374,7 @@ def job_filter(msg: dict[str, Any]) -> Callable[[JobRecord], bool] | None:
             tests.append(_in_range(f"{name}_at", lo, hi))
     paths = [(str(path).split("."), value) for path, value in (msg.get("where") or {}).items()]
     if paths:
-        tests.append(lambda r: _payload_matches(r.body, paths))
+        tests.append(lambda r: _payload_matches(r.body, paths, encoded))
     if not tests:
         return None
     return lambda rec: all(t(rec) for t in tests)
@@ -380,8 +387,14 @@ def _in_range(attr: str, lo: float | None, hi: float | None) -> Callable[[JobRec
     return test
 
 
-def _payload_matches(body: bytes, where: list[tuple[list[str], Any]]) -> bool:
-    """Whether the decoded body has every (already split) path equal to its value."""
+def _payload_matches(body: bytes, where: list[tuple[list[str], Any]],
+                     encoded: list[int] | None = None) -> bool:
+    """Whether the decoded body has every (already split) path equal to its value (never,
+    for a body encoded by payload codecs: counted in ``encoded[0]``)."""
+    if is_encoded(body):
+        if encoded is not None:
+            encoded[0] += 1
+        return False
     try:
         data = codec.decode_body(body)
     except Exception:

@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import protocol
 from ..core.records import DEAD, DELAYED, DONE, READY, JobRecord
+from ..core.trace_meta import without_trace
 from ..core.workflow_meta import public_meta
 from ..errors import IstosError, ProtocolError
 from .eventlog import fields_of
@@ -117,7 +118,7 @@ class JobOps:
         if owner.before_ack_hooks(True):
             # Hooks that only want workflow steps (jobs with meta) skip every other ack.
             rec = state.jobs.get(job_id)
-            hooks = owner.before_ack_hooks(rec is not None and bool(rec.meta))
+            hooks = owner.before_ack_hooks(rec is not None and bool(without_trace(rec.meta)))
             if hooks and state.holder(job_id, token) is not None:
                 assert rec is not None
                 for ext in hooks:  # workflow barriers, before the ack is recorded

@@ -33,6 +33,7 @@ from .. import events as ev
 from ..core.config import QueueConfig
 from ..core.hungry import HungryNodes
 from ..core.state import READY, QueueState
+from ..core.trace_meta import without_trace
 from ..errors import (
     AdminDisabled,
     ConfigError,
@@ -301,14 +302,15 @@ class QueueOwner:
     async def _op_enqueue(self, msg: dict[str, Any]) -> dict[str, Any]:
         job_id = msg.get("job_id") or self.node.ids.new()
         meta = msg.get("meta")
-        if (meta is not None or job_id.startswith(protocol.RESERVED_ID_PREFIXES)) \
+        flow = without_trace(meta)  # a trace context alone is no workflow (core/trace_meta)
+        if (flow is not None or job_id.startswith(protocol.RESERVED_ID_PREFIXES)) \
                 and not self.state.holds(job_id):
             # Workflow metadata makes the owner (or a worker) enqueue follow-up jobs, so only
             # shapes the workflow code writes are accepted, checked before anything is stored;
             # workflow and schedule ids (wf:, sched:) only with their proof.
             if self._meta_check is None:
                 raise InvalidJob(f"queue {self.name!r} accepts no job meta")
-            await self._meta_check(job_id, meta)
+            await self._meta_check(job_id, flow)
         created = await self.enqueue(
             msg["body"], job_id=job_id, delay_s=float(msg.get("delay_s", 0.0)),
             priority=msg.get("priority", 0), meta=meta, dedup_s=msg.get("dedup_s"),

@@ -23,6 +23,7 @@ module tells it when a job is claimed, started and finished.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import math
@@ -306,6 +307,9 @@ class WorkerRunner:
                 for j in reply["jobs"]]
         if not jobs:
             self.stats.empty_claims += 1
+        elif self.node.tracing is not None:
+            self.node.tracing.received(self.config.queue, jobs,
+                                       self.node.clock.monotonic() - sent_at)
         loop = asyncio.get_running_loop()
         for job in jobs:
             held = self.leases.hold(job, sent_at, self._lease_s)
@@ -339,7 +343,10 @@ class WorkerRunner:
                 now = self.node.clock.monotonic()
                 verdict = self.leases.verdict(held, now)
                 if verdict == "run":
-                    outcome = await self._run_job(job, held, now)
+                    run = self._run_job(job, held, now)
+                    tracing = self.node.tracing  # istos.tracing: spans of this attempt
+                    outcome = await (run if tracing is None
+                                     else tracing.process(self.config.queue, job, run))
                 else:  # never start a job whose lease ended (or that was cancelled) meanwhile
                     self.stats.not_started += 1
                     joblog.not_started(self.config.queue, job, verdict)
@@ -418,6 +425,9 @@ class WorkerRunner:
         if self._is_async:
             return await self.fn(data, **kwargs)
         run = self.node.run_sync or self._run_on_pool
+        if self.node.tracing is not None:  # the thread sees the job's span as current
+            context = contextvars.copy_context()
+            return await run(lambda: context.run(self.fn, data, **kwargs))
         return await run(lambda: self.fn(data, **kwargs))
 
     async def _run_on_pool(self, call: Callable[[], Any]) -> Any:
@@ -457,7 +467,7 @@ class WorkerRunner:
                 break
             self._count(items, reply.get("statuses") or [])
             return
-        self.stats.failed_replies += len(items)
+        self._count(items, None)
 
     async def _send_release(self, items: list[dict[str, Any]]) -> None:
         """Hand jobs back unrun (shutdown, or a lease that would end while the job waited):
@@ -475,7 +485,12 @@ class WorkerRunner:
                           self.slot_ids[0], len(items), exc)
                 return
 
-    def _count(self, items: list[dict[str, Any]], statuses: list[str]) -> None:
+    def _count(self, items: list[dict[str, Any]], statuses: list[str] | None) -> None:
+        if self.node.tracing is not None:
+            self.node.tracing.settled(items, statuses)
+        if statuses is None:  # the owner never answered
+            self.stats.failed_replies += len(items)
+            return
         for item, status in zip(items, statuses):
             if status == "ok":
                 if item["op"] == "ack":

@@ -32,6 +32,7 @@ import pandas as pd
 from istos.client.follow import Follower
 from istos.core.config import check_queue_name
 from istos.errors import ConfigError, IstosError, JobNotFound
+from istos.payload import CodecChain, PayloadCodec
 from istos.protocol import MAX_BULK, MAX_PAGE
 from istos.transport.zenoh import ZenohTransport
 
@@ -58,22 +59,25 @@ _ALL_PAGES_S = 3600.0  # the bound of a whole paged fetch (each page has its own
 
 
 def attach(queue: str, zenoh: Any = None, *, prefix: str = "istos",
-           timeout_s: float = 5.0) -> LiveQueue:
+           timeout_s: float = 5.0, codecs: Iterable[PayloadCodec] = ()) -> LiveQueue:
     """Open a Zenoh session of its own and attach to ``queue``'s owner; see :class:`LiveQueue`.
 
     ``zenoh`` takes what ``Istos(zenoh=...)`` takes (None: peer mode with multicast scouting);
-    ``prefix`` must match the owner's. Raises :class:`OwnerUnavailable` if no owner answers
+    ``prefix`` must match the owner's. ``codecs``: the queue's payload codecs
+    (``istos.payload``), to show bodies encoded with them decoded; without them such a body
+    shows as what it is encoded with. Raises :class:`OwnerUnavailable` if no owner answers
     within ``timeout_s`` (nothing is left running then) and ``ConfigError`` for a bad queue
-    name, timeout or Zenoh config.
+    name, timeout, codec or Zenoh config.
     """
-    return LiveQueue(queue, zenoh, prefix=prefix, timeout_s=timeout_s)
+    return LiveQueue(queue, zenoh, prefix=prefix, timeout_s=timeout_s, codecs=codecs)
 
 
 async def aattach(queue: str, zenoh: Any = None, *, prefix: str = "istos",
-                  timeout_s: float = 5.0) -> LiveQueue:
+                  timeout_s: float = 5.0, codecs: Iterable[PayloadCodec] = ()) -> LiveQueue:
     """As :func:`attach`, awaitable: the caller's loop runs freely while the session opens.
     Raises what :func:`attach` raises, with nothing left running."""
-    lq = LiveQueue(queue, zenoh, prefix=prefix, timeout_s=timeout_s, _connect=False)
+    lq = LiveQueue(queue, zenoh, prefix=prefix, timeout_s=timeout_s, codecs=codecs,
+                   _connect=False)
     try:
         await lq._awaiting(lq._connect, "open", max(_OPEN_TIMEOUT_S, lq.timeout_s) + _SLACK_S)
     except BaseException:
@@ -92,12 +96,17 @@ class LiveQueue:
     returned frames and dicts are UTC pandas Timestamps, durations Timedeltas. Use
     :func:`attach` (or :func:`aattach`) to create one. Every method raises
     :class:`IstosError` once the LiveQueue is closed, and ``RuntimeError`` when called from
-    its own loop thread (a callback it runs).
+    its own loop thread (a callback it runs). With the queue's payload ``codecs`` its frames
+    show encoded bodies decoded; without them, as what they are encoded with. A ``where``
+    search cannot look inside encoded bodies: ``jobs(...).attrs["unsearched"]`` counts those
+    it met.
     """
 
     def __init__(self, queue: str, zenoh: Any = None, *, prefix: str = "istos",
-                 timeout_s: float = 5.0, _connect: bool = True) -> None:
+                 timeout_s: float = 5.0, codecs: Iterable[PayloadCodec] = (),
+                 _connect: bool = True) -> None:
         check_queue_name(queue)
+        payload = CodecChain(codecs)  # ConfigError for a codec that is not one
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
                 or not timeout_s > 0:
             raise ConfigError(f"timeout_s must be a number > 0, got {timeout_s!r}")
@@ -110,7 +119,7 @@ class LiveQueue:
         self._last_stream: Stream | None = None
         # Built before the thread so a bad config raises ConfigError with nothing to clean up.
         self._transport = ZenohTransport(zenoh, node_id=self.node_id)
-        self._req = OwnerRequests(self._transport, queue, prefix, self.timeout_s)
+        self._req = OwnerRequests(self._transport, queue, prefix, self.timeout_s, payload)
         self._loop = LoopThread(f"istos-{self.node_id}")
         if _connect:
             try:

@@ -13,7 +13,9 @@ from typing import Any
 import pandas as pd
 
 from istos import codec
+from istos.errors import PayloadCodecError
 from istos.ops.render import duration, history_of, latest_traceback
+from istos.payload import CodecChain, describe
 
 from ..data.frames import events_frame
 
@@ -70,24 +72,32 @@ def table(columns: dict[str, Any], rows: list[dict[str, Any]]) -> pd.DataFrame:
                          for name, dtype in columns.items()}, columns=list(columns))
 
 
-def decode(raw: Any) -> Any:
-    """A job body for display: decoded msgpack, or the raw bytes if it is not msgpack."""
+def decode(raw: Any, payload: CodecChain | None = None) -> Any:
+    """A job body for display: decoded msgpack, or the raw bytes if it is not msgpack. A body
+    encoded by payload codecs is decoded by ``payload`` when it can, else shown as what it is
+    encoded with (``"<encoded: zlib, aes-gcm (312 bytes)>"``), never as bytes or a guess."""
     if not isinstance(raw, bytes):
         return raw
+    encoded = describe(raw)
+    if encoded is not None:
+        try:
+            return (payload or CodecChain()).decode_body(raw)
+        except PayloadCodecError:
+            return f"<{encoded}>"
     try:
         return codec.decode_body(raw)
     except Exception:  # msgpack raises several unrelated types; show the bytes instead
         return raw
 
 
-def jobs_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    return table(JOB_COLUMNS, [{**r, "data": decode(r.get("body"))} for r in rows])
+def jobs_table(rows: list[dict[str, Any]], payload: CodecChain | None = None) -> pd.DataFrame:
+    return table(JOB_COLUMNS, [{**r, "data": decode(r.get("body"), payload)} for r in rows])
 
 
-def dead_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def dead_table(rows: list[dict[str, Any]], payload: CodecChain | None = None) -> pd.DataFrame:
     """Dead letters; ``history`` holds one dict per attempt, its instants as Timestamps (the
     same attempts as a frame: :func:`attempts_table`, or ``LiveQueue.job(id)["attempts"]``)."""
-    return table(DEAD_COLUMNS, [{**d, "data": decode(d.get("body")),
+    return table(DEAD_COLUMNS, [{**d, "data": decode(d.get("body"), payload),
                                  "traceback": latest_traceback(d.get("history") or []),
                                  "history": [_readable_attempt(a) for a in d.get("history") or []]}
                                 for d in rows])
@@ -138,7 +148,7 @@ def _add_details(out: dict[str, Any], why: dict[str, Any]) -> None:
         out["result"] = decode(out.get("result"))
 
 
-def readable_why(why: dict[str, Any]) -> dict[str, Any]:
+def readable_why(why: dict[str, Any], payload: CodecChain | None = None) -> dict[str, Any]:
     """The owner's ``why`` with instants as Timestamps, the dead letter's body decoded, and the
     reason in relative times ("leased by w1 for 2.0 s more", "dead since 3 min")."""
     out = dict(why)
@@ -159,7 +169,8 @@ def readable_why(why: dict[str, Any]) -> dict[str, Any]:
     _add_details(out, why)
     dead = out.get("dead_letter")
     if isinstance(dead, dict):
-        dead = {k: v for k, v in dead.items() if k != "body"} | {"data": decode(dead.get("body"))}
+        dead = {k: v for k, v in dead.items() if k != "body"} \
+            | {"data": decode(dead.get("body"), payload)}
         finished = dead.get("finished_at")
         if now is not None and finished is not None:
             out["reason"] = f"{out.get('reason')} (dead since {ago(float(now) - finished)})"

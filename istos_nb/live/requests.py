@@ -18,6 +18,7 @@ from istos.client.pages import dead_pages, jobs_pages, workers_pages
 from istos.core.state import STATES
 from istos.errors import ConfigError, JobNotFound
 from istos.owner.workflow_view import fill_states
+from istos.payload import CodecChain
 from istos.protocol import MAX_EVENTS
 from istos.transport.base import Transport
 
@@ -28,9 +29,10 @@ class OwnerRequests:
     """Requests to one queue's owner through ``transport``, each bounded by ``timeout_s``."""
 
     def __init__(self, transport: Transport, queue: str, prefix: str,
-                 timeout_s: float) -> None:
+                 timeout_s: float, payload: CodecChain | None = None) -> None:
         self.transport, self.queue, self.prefix, self.timeout_s = (
             transport, queue, prefix, timeout_s)
+        self.payload = payload  # decodes bodies encoded by payload codecs (None: shows them)
         self.clients = Clients(Remote(transport, prefix, timeout_s))
 
     async def ask(self, op: str, timeout_s: float | None = None,
@@ -66,8 +68,9 @@ class OwnerRequests:
                       offset: int, filters: dict[str, Any] | None = None) -> pd.DataFrame:
         """Pages of one state from ``offset``; one row beyond ``limit`` says if more exist."""
         want = None if limit is None else limit + 1
+        notes: dict[str, int] = {}
         rows, more, total = await jobs_pages(self.clients(self.queue), state, where, want,
-                                             offset, filters)
+                                             offset, filters, notes)
         truncated = limit is not None and len(rows) > limit
         rows = rows if limit is None else rows[:limit]
         if total is None and not truncated and not more and (rows or not offset):
@@ -75,18 +78,20 @@ class OwnerRequests:
         elif total is None and not where and not filters:
             counts = (await self.stats())["counts"]
             total = counts.get(state, 0) if state else sum(counts.values())
-        df = lf.jobs_table(rows)
+        df = lf.jobs_table(rows, self.payload)
         df.attrs = {"total": total, "offset": offset, "truncated": truncated or more}
+        if notes.get("unsearched"):  # encoded bodies the owner could not search
+            df.attrs["unsearched"] = notes["unsearched"]
         return df
 
     async def dead(self, limit: int | None) -> pd.DataFrame:
-        return lf.dead_table(await dead_pages(self.clients(self.queue), limit))
+        return lf.dead_table(await dead_pages(self.clients(self.queue), limit), self.payload)
 
     async def leases(self) -> pd.DataFrame:
         return lf.table(lf.LEASE_COLUMNS, (await self.ask("leases"))["leases"])
 
     async def why(self, job_id: str) -> dict[str, Any]:
-        why = lf.readable_why(await self.raw_why(job_id))
+        why = lf.readable_why(await self.raw_why(job_id), self.payload)
         why.pop("_job", None)
         return why
 
@@ -104,7 +109,7 @@ class OwnerRequests:
 
     async def job(self, job_id: str) -> dict[str, Any]:
         raw = await self.raw_why(job_id)
-        why = lf.readable_why(raw)
+        why = lf.readable_why(raw, self.payload)
         rec = why.pop("_job", None)
         if rec is None:
             raise JobNotFound(f"queue {self.queue!r} holds no job {job_id!r}: {why['reason']}")
@@ -112,7 +117,8 @@ class OwnerRequests:
         if isinstance(dead, dict):  # a dead job's body and history come in its dead letter
             history, data = dead.get("history") or [], why["dead_letter"]["data"]
         else:
-            history, data = rec.pop("history", []), lf.decode(rec.pop("body", None))
+            history, data = rec.pop("history", []), lf.decode(rec.pop("body", None),
+                                                                self.payload)
         record = {k: lf.instant(v) if k.endswith("_at") or k == "deadline" else v
                   for k, v in rec.items() if k not in ("body", "history")}
         logs = [{"attempt": a.get("attempt"), "line": line}  # ctx.log(), oldest first

@@ -63,6 +63,9 @@ MAX_WHERE_VALUE_DEPTH = 8
 MAX_PRIORITY = (1 << 31) - 1  # priorities are in [-MAX_PRIORITY, MAX_PRIORITY]
 MAX_DELAY_S = 10 * 365 * 86_400.0
 MAX_GROUP_BYTES = 128  # a job's group name (enqueue ``group``), UTF-8 bytes
+MAX_PAUSE_REASON_BYTES = 500  # why a queue or group is paused (pause ``reason``)
+MAX_PAUSE_BY_BYTES = 200  # who paused it, as the caller names itself (pause ``by``)
+MAX_PAUSED_GROUPS = 1000  # groups of one queue paused at once (CapacityExceeded past it)
 MAX_LOG_LINES = 100  # ctx.log() lines per attempt (core/joblogs.py)
 MAX_LOG_LINE_BYTES = 1024
 MAX_OFFSET = 1 << 31
@@ -316,8 +319,10 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
     "follow": (Field("ttl_s", number(0.0, 1e9)),),
     "requeue": (_JOB_ID,),
     "purge_dead": (Field("job_ids", list_of(check_job_id, MAX_ID_LIST, nil=True)),),
-    "pause": (),
-    "resume": (),
+    "pause": (Field("reason", text(MAX_PAUSE_REASON_BYTES, nil=True)),
+              Field("by", text(MAX_PAUSE_BY_BYTES, nil=True)),
+              Field("group", text(MAX_GROUP_BYTES, empty=False, nil=True))),
+    "resume": (Field("group", text(MAX_GROUP_BYTES, empty=False, nil=True)),),
     "cancel": (_JOB_ID,),
     "resolve": (Field("prefix", id_prefix, required=True),),
     "events_since": (Field("epoch", text(64, nil=True)), Field("after", integer(0, 1 << 62)),
@@ -361,8 +366,8 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("follow", "key ttl_s", ""),
         ("requeue", "job_id", "status"),
         ("purge_dead", "purged", ""),
-        ("pause", "paused", ""),
-        ("resume", "paused", ""),
+        ("pause", "paused", "pause group"),
+        ("resume", "paused", "was group"),
         ("cancel", "status", ""),
         ("resolve", "matches more", ""),
         ("events_since", "epoch events seqs missed more last", ""),

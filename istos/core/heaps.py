@@ -19,7 +19,8 @@ from .records import CANCELLED, DELAYED, DONE, LEASED, READY, JobRecord
 class JobHeaps:
     """The ready, delayed, lease and result-expiry heaps over one queue's ``jobs``."""
 
-    __slots__ = ("jobs", "ready", "delayed", "leases", "expiry", "seq", "groups", "group_limits")
+    __slots__ = ("jobs", "ready", "delayed", "leases", "expiry", "seq", "groups", "group_limits",
+                 "paused_groups")
 
     def __init__(self, jobs: dict[str, JobRecord],
                  group_limits: GroupLimits | None = None) -> None:
@@ -28,6 +29,7 @@ class JobHeaps:
         # a queue that never sees a group pays one test per push.
         self.groups: Groups | None = None
         self.group_limits = group_limits or GroupLimits()
+        self.paused_groups: set[str] = set()  # (pauses.py) the groups' rotation skips these
         self.ready: list[tuple[int, float, int, str]] = []
         self.delayed: list[tuple[float, int, str]] = []
         self.leases: list[tuple[float, str, str]] = []  # (deadline, token, job_id)
@@ -51,7 +53,8 @@ class JobHeaps:
         """The queue's groups (made at the first grouped job)."""
         groups = self.groups
         if groups is None:
-            groups = self.groups = Groups(self.jobs, self.group_limits)
+            groups = self.groups = Groups(self.jobs, self.group_limits,
+                                          self.paused_groups)
             if self.ready:
                 groups.push_rest()  # ungrouped jobs waiting already keep their turn
         return groups

@@ -247,13 +247,17 @@ class Inspector(OwnerExtension):
 
     async def op_pause(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.owner.require_admin("pause")
-        self.owner.set_paused(True)
-        return {"paused": True}
+        group = msg.get("group")
+        pause = await self.owner.pauses.pause(by=msg.get("by"), reason=msg.get("reason"),
+                                              group=group)
+        return {"paused": True, "pause": pause.to_dict(), "group": group}
 
     async def op_resume(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.owner.require_admin("resume")
-        self.owner.set_paused(False)
-        return {"paused": False}
+        group = msg.get("group")
+        was = await self.owner.pauses.resume(group=group)
+        return {"paused": self.owner.pauses.get(group) is not None,
+                "was": None if was is None else was.to_dict(), "group": group}
 
 
 def queue_policy(config: QueueConfig) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from .extension import Handler, OwnerExtension, overrides
 from .handle import MetaCheck
 from .job_ops import JobOps
 from .nudges import Absorber, Nudges
+from .pause_store import PauseHooks, PauseStore
 from .persist import Persister
 from .sole import SoleOwner
 from .write_path import OwnerSignals, WritePath
@@ -100,6 +101,10 @@ class QueueOwner:
         self._on_nudge: list[OwnerExtension] = []
         self.nudges = Nudges(node, self.name, self.hungry, self._on_nudge, lambda: self.running)
         self.running = False
+        # Stored pauses of the queue and its groups (pause_store.py), loaded at start.
+        self.pauses = PauseStore(self.name, node.node_id, self.state, self.storage,
+                                 durable=self.durable, clock=node.clock,
+                                 hooks=PauseHooks(node.events.emit, self.nudge))
         self.job_ops = JobOps(self)
         self._ops: dict[str, Handler] = {
             "enqueue": self._op_enqueue, **self.job_ops.ops(), "ping": self._op_ping,
@@ -163,12 +168,6 @@ class QueueOwner:
         """Call ``wake`` when this leader finds its lease lapsed or its epoch gone."""
         self._wake_election = wake
 
-    def set_paused(self, paused: bool) -> None:
-        """Pause (no claim gets a job) or resume the queue; resuming nudges idle workers."""
-        self.state.paused = paused
-        if not paused:
-            self.nudge(max(1, self.state.counts[READY]))
-
     # -- lifecycle --
     async def start(self) -> None:
         """Recover from durable storage, bind the rpc key, start the sweeper."""
@@ -182,6 +181,7 @@ class QueueOwner:
                 self.state.restore(rec, now)
             for mark in marks:
                 self.state.restore_mark(mark)
+            await self.pauses.load()
         self.running = True
         if self.node.transport is not None:
             # rpc/** (not rpc/*): a request on a malformed rpc key (no role, or chunks past
@@ -417,7 +417,7 @@ class QueueOwner:
         now = self.node.clock.now()
         return {"queue": self.name, "node": self.node.node_id, "counts": counts,
                 "oldest_ready_age_s": None if oldest is None else max(0.0, now - oldest),
-                "paused": self.state.paused}
+                "paused": self.state.paused, **self.pauses.stats()}
 
 
 error_reply = protocol.error_reply

@@ -135,6 +135,8 @@ def field_bad_values(rng: random.Random) -> dict[str, list[Any]]:
         # (nil is "none chosen" for these three: not a bad value)
         "retry_after": [v for v in bad_numbers(0, protocol.MAX_DELAY_S) if v is not None],
         "dedup_s": [v for v in bad_numbers(0, protocol.MAX_DELAY_S) if v is not None],
+        "expires_s": [v for v in bad_numbers(0, protocol.MAX_DELAY_S) if v is not None],
+        "start_by": [v for v in bad_numbers(0, protocol.MAX_TIME) if v is not None],
         "group": bad_texts(protocol.MAX_GROUP_BYTES, nil=True, empty=False),
         "reason": bad_texts(protocol.MAX_PAUSE_REASON_BYTES, nil=True),
         "by": bad_texts(protocol.MAX_PAUSE_BY_BYTES, nil=True),
@@ -174,7 +176,7 @@ def bad_values(rng: random.Random, op: str, field: str) -> list[Any]:
 
 TEMPLATES: dict[str, dict[str, Any]] = {
     "enqueue": {"body": b"x", "job_id": "hostile", "delay_s": 0, "priority": 0, "meta": None,
-                "dedup_s": 1.0, "group": "g"},
+                "dedup_s": 1.0, "group": "g", "expires_s": 1.0, "start_by": None},
     "enqueue_many": {"items": [{"body": b"x", "job_id": "hostile-m"}]},
     "enqueue_slot": {"body": b"x", "job_id": "sched:hostile:1", "period_s": 60.0},
     "chord_open": {"chord_id": "c", "size": 1, "callback": "idle", "key": "ab" * 16},

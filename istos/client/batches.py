@@ -28,7 +28,10 @@ ITEM_OVERHEAD = 96  # msgpack bytes of one item's map besides its body and job i
 def item_size(item: dict[str, Any]) -> int:
     """An upper bound of one item's encoded bytes in an ``enqueue_many`` request."""
     return len(item["body"]) + 4 * len(item["job_id"]) + ITEM_OVERHEAD \
-        + 4 * len(item.get("group") or "")
+        + 4 * len(item.get("group") or "") + 24 * len(item.keys() & _DEADLINES)
+
+
+_DEADLINES = frozenset(("expires_s", "start_by"))
 
 
 def cut(sizes: Sequence[int]) -> list[tuple[int, int]]:
@@ -49,9 +52,10 @@ def cut(sizes: Sequence[int]) -> list[tuple[int, int]]:
 
 
 def frames(job_ids: Sequence[str], bodies: Sequence[bytes], delay_s: float, priority: int,
-           dedup_s: float | None = None, groups: Sequence[str | None] | None = None
-           ) -> list[list[dict[str, Any]]]:
-    """The ``items`` of each request of a batch, in order (see :func:`cut`)."""
+           dedup_s: float | None = None, groups: Sequence[str | None] | None = None,
+           every: dict[str, Any] | None = None) -> list[list[dict[str, Any]]]:
+    """The ``items`` of each request of a batch, in order (see :func:`cut`); ``every``:
+    fields each item carries (a start deadline)."""
     items: list[dict[str, Any]] = []
     for i, (jid, body) in enumerate(zip(job_ids, bodies)):
         item: dict[str, Any] = {"body": body, "job_id": jid}
@@ -63,21 +67,24 @@ def frames(job_ids: Sequence[str], bodies: Sequence[bytes], delay_s: float, prio
             item["dedup_s"] = dedup_s
         if groups is not None and groups[i] is not None:
             item["group"] = groups[i]
+        if every:
+            item.update(every)
         items.append(item)
     return [items[a:b] for a, b in cut([item_size(i) for i in items])]
 
 
-async def send_many(client: Caller, job_ids: list[str], bodies: list[bytes],
+async def send_many(client: Caller, job_ids: list[str], bodies: list[bytes],  # noqa: PLR0913
                     delay_s: float, priority: int, timeout_s: float | None,
                     dedup_s: float | None = None,
-                    groups: Sequence[str | None] | None = None) -> list[str]:
+                    groups: Sequence[str | None] | None = None,
+                    every: dict[str, Any] | None = None) -> list[str]:
     """Send a checked batch, one request per frame, in order; returns ``job_ids``.
 
     A failure after the first frame leaves the frames before it stored: the error says how
     many jobs, and sending the batch again with the same ids adds only the rest.
     """
     stored = 0
-    for items in frames(job_ids, bodies, delay_s, priority, dedup_s, groups):
+    for items in frames(job_ids, bodies, delay_s, priority, dedup_s, groups, every):
         try:
             await client.call("enqueue_many", timeout_s, items=items)
         except IstosError as exc:

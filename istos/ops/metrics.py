@@ -8,7 +8,8 @@ budget and never delays or hides the others, and reports, with a ``queue`` label
   for it);
 - ``istos_jobs{state=...}`` jobs the owner holds per state (every state, cancelled included);
 - ``istos_enqueued_total``, ``istos_acked_total``, ``istos_nacked_total``,
-  ``istos_dead_lettered_total``, ``istos_lease_expired_total``: counts since the owner started
+  ``istos_dead_lettered_total``, ``istos_lease_expired_total``, ``istos_expired_total`` (jobs
+  whose start deadline passed before they started): counts since the owner started
   (a new owner starts again from 0, which Prometheus' ``rate()`` treats as a counter reset);
 - ``istos_oldest_ready_age_seconds`` how long the oldest ready job has waited (0 when none);
 - ``istos_paused`` 1 while claiming is paused; ``istos_pause_info{by,reason}`` 1 while it is,
@@ -34,7 +35,7 @@ from .metrics_ops import WORKERS_KEY, families, with_workers
 from .operator import Operator
 from .pause_view import add_pause_metrics, pause_families
 
-TOTALS = ("enqueued", "acked", "nacked", "dead_lettered", "lease_expired")
+TOTALS = ("enqueued", "acked", "nacked", "dead_lettered", "lease_expired", "expired")
 SCRAPE_BUDGET_S = 0.3  # per queue: a scrape with a dead queue stays well under half a second
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.expiry import start_by_of
 from .accept import NewJob, accept_new
 from .handle import OwnerHandle
 
@@ -27,6 +28,7 @@ async def op_enqueue_many(owner: OwnerHandle, msg: dict[str, Any]) -> dict[str, 
 
 async def enqueue_many(owner: OwnerHandle, items: list[dict[str, Any]]) -> list[bool]:
     """Accept the jobs of one request; per item, whether it was new (see the module doc)."""
+    now = owner.node.clock.now()
     jobs = [NewJob(i["job_id"], i["body"], float(i.get("delay_s", 0.0)), i.get("priority", 0),
-                   None, i.get("dedup_s"), i.get("group")) for i in items]
+                   None, i.get("dedup_s"), i.get("group"), start_by_of(i, now)) for i in items]
     return await accept_new(owner, jobs, share_twin_fate=False)

@@ -46,7 +46,8 @@ class OwnerHandle(Protocol):
 
     async def enqueue(self, body: bytes, *, job_id: str, delay_s: float = 0.0,
                       priority: int = 0, meta: dict[str, Any] | None = None,
-                      dedup_s: float | None = None, group: str | None = None) -> bool:
+                      dedup_s: float | None = None, group: str | None = None,
+                      start_by: float | None = None) -> bool:
         """Accept a job on this owner's node (False: it held ``job_id`` already)."""
         ...
 

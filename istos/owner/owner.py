@@ -31,6 +31,7 @@ from typing import Any
 from .. import codec, keys, protocol
 from .. import events as ev
 from ..core.config import QueueConfig
+from ..core.expiry import start_by_of
 from ..core.hungry import HungryNodes
 from ..core.state import READY, QueueState
 from ..errors import (
@@ -309,21 +310,23 @@ class QueueOwner:
             if self._meta_check is None:
                 raise InvalidJob(f"queue {self.name!r} accepts no job meta")
             await self._meta_check(job_id, meta)
+        protocol.one_deadline(msg)
         created = await self.enqueue(
             msg["body"], job_id=job_id, delay_s=float(msg.get("delay_s", 0.0)),
             priority=msg.get("priority", 0), meta=meta, dedup_s=msg.get("dedup_s"),
-            group=msg.get("group"))
+            group=msg.get("group"), start_by=start_by_of(msg, self.node.clock.now()))
         return {"job_id": job_id, "created": created}
 
     async def enqueue(self, body: bytes, *, job_id: str, delay_s: float = 0.0,
                       priority: int = 0, meta: dict[str, Any] | None = None,
-                      dedup_s: float | None = None, group: str | None = None) -> bool:
+                      dedup_s: float | None = None, group: str | None = None,
+                      start_by: float | None = None) -> bool:
         """Accept a job; returns False when the queue already holds ``job_id`` (idempotent),
         or holds it reserved (a dedup window, ``core/dedup.py``). The one path of new jobs
         (``accept.py``): with durable storage the record is stored before the queue accepts
         it, so a storage outage makes the enqueue fail (StorageUnavailable) and nothing
         half-accepted remains in memory; a twin of ``job_id`` in flight decides this one."""
-        job = NewJob(job_id, body, delay_s, priority, meta, dedup_s, group)
+        job = NewJob(job_id, body, delay_s, priority, meta, dedup_s, group, start_by)
         return (await accept_new(self, [job], share_twin_fate=True))[0]
 
     # -- admin helpers shared with inspection --

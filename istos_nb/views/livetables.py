@@ -114,7 +114,7 @@ def _payload(r: dict[str, Any], _now: pd.Timestamp) -> str:
 
 
 NO_TIME = "–"
-_SETTLED = ("dead", "done", "finished", "cancelled")
+_SETTLED = ("dead", "done", "finished", "cancelled", "expired")
 
 
 def _due(r: dict[str, Any], now: pd.Timestamp) -> str:

@@ -121,3 +121,29 @@ def test_the_checker_catches_a_claim_while_paused(monkeypatch):
     monkeypatch.setattr(QueueState, "claim", claim)
     report = _scenario(1).run(until=60.0).check().set_index("invariant")
     assert not report.loc["no job claimed while its queue or group is paused", "ok"]
+
+
+def test_a_replay_keeps_the_recorded_start_deadlines():
+    """A trace of a run whose jobs had start deadlines, replayed with a slower fleet: the
+    deadlines hold in the replay, so jobs that waited too long expire there too."""
+    from istos_nb.data.trace import Trace
+    from istos_nb.sim import replay
+
+    sim = Simulation(seed=3)
+    sim.node("owner").queue("q", lease_s=5.0)
+    w = sim.node("w")
+
+    @w.worker("q", concurrency=4)
+    async def handle(job: int) -> None:
+        await asyncio.sleep(0.5)
+
+    for i in range(20):
+        sim.at(0.1 * i, sim.nodes["owner"].enqueue, "q", i, job_id=f"j{i}", expires_s=2.0)
+    recorded = sim.run(until=30.0)
+    assert "expired" not in [e["kind"] for e in recorded.events_raw]
+    trace = Trace.from_events(recorded.job_events(), policy={"lease_s": 5.0})
+    assert trace.jobs["expires_s"].round(6).eq(2.0).all()
+    slower = replay(trace, workers=1, concurrency=1, seed=3)
+    kinds = [e["kind"] for e in slower.events_raw]
+    assert kinds.count("expired") > 0
+    assert slower.check()["ok"].all()

@@ -149,7 +149,11 @@ async def test_pause_survives_an_owner_restart_on_every_storage(storage_factory)
         assert stats["paused"] and stats["pause"]["by"] == "ops@host"
         assert stats["paused_groups"]["count"] == 1
         assert await _claim(second) == []  # still paused after the restart
+        why = (await second.client("q").call("why", job_id="grouped"))["why"]
+        assert why["reason"].endswith("(claiming is paused)")
         assert await second.resume("q") is True
+        why = (await second.client("q").call("why", job_id="grouped"))["why"]
+        assert why["reason"].endswith("(its group is paused)")
         assert await second.resume("q") is False  # nothing to lift, nothing written
         assert await _claim(second) == ["plain"]  # the group t7 stays paused
         assert await second.resume("q", group="t7") is True

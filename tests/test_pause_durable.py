@@ -269,3 +269,37 @@ async def test_hostile_pause_requests_get_typed_errors_and_change_nothing():
             assert reply["ok"] is False and reply["error"] == "ProtocolError"
             assert next(iter(bad)) in reply["message"]
         assert not owner.state.paused and await storage.scan("pause:q") == []
+
+
+async def test_a_pause_or_resume_during_a_storage_outage_changes_nothing(tmp_path):
+    """Write, then apply: with the store down, pause and resume raise StorageUnavailable and
+    the queue stays as storage holds it; once it is back, they go through."""
+    from services import free_port, start_throwaway_redis
+
+    from istos import RedisStoragePlugin, StorageUnavailable
+
+    port = free_port()
+    proc = start_throwaway_redis(port, str(tmp_path))
+    try:
+        app = Istos(storage=RedisStoragePlugin(f"redis://127.0.0.1:{port}/0", key_prefix="t",
+                                               connect_timeout_s=0.3, op_timeout_s=0.3),
+                    transport=LocalMesh().transport("o"), shutdown_grace_s=0.0)
+        app.queue("q", admin=True)
+        async with app.serving():
+            owner = app.owners["q"]
+            await app.pause("q", reason="before")
+            proc.kill()
+            proc.wait(5)
+            with pytest.raises(StorageUnavailable):
+                await app.resume("q")
+            assert owner.state.paused and owner.stats()["pause"]["reason"] == "before"
+            with pytest.raises(StorageUnavailable):
+                await app.pause("q", reason="noisy", group="g")
+            assert "paused_groups" not in owner.stats()
+            proc = start_throwaway_redis(port, str(tmp_path))
+            assert await app.resume("q") is True
+            assert not owner.state.paused
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)

@@ -19,6 +19,7 @@ from istos import ConfigError, InvalidJob, Istos, MemoryStorage, SyncProducer
 from istos.core.expiry import EXPIRED_ERROR, check_deadline, claim_start_by, start_deadline
 from istos.core.records import JobRecord
 from istos.core.state import EXPIRED, READY, QueuePolicy, QueueState
+from istos.ops.render import why_text
 from istos.transport.local import LocalMesh
 
 storage_factory = test_durable.storage_factory  # memory (durable), Redis, PostgreSQL, SQLite
@@ -159,6 +160,7 @@ async def test_expiry_on_every_storage_survives_an_owner_restart(storage_factory
         assert stats["counts"][EXPIRED] == 1
         why = await first.client("q").call("why", job_id="soon")
         assert why["why"]["reason"].startswith("expired, never run")
+        assert "start deadline" in why_text("soon", why["why"])  # istos why shows it
     if not first.node.storage.durable:
         return
     second = _owner(mesh, "owner-2", storage_factory())

@@ -153,6 +153,9 @@ def why_text(job_id: str, why: dict[str, Any]) -> str:
     for key in ("attempts", "worker", "ahead", "last_error"):
         if why.get(key) not in (None, ""):
             lines.append(f"  {key.replace('_', ' ')}: {why[key]}")
+    start_by = (why.get("job") or {}).get("start_by")
+    if isinstance(start_by, (int, float)) and now:
+        lines.append(f"  start deadline {when(float(start_by), now)}")
     if why.get("state") == "done":
         size = int(why.get("result_size") or 0)
         shown = why.get("result")

@@ -301,7 +301,8 @@ def job_summary(rec: JobRecord) -> dict[str, Any]:
             "deadline": rec.lease_deadline if rec.state == LEASED else None,
             "last_error": rec.last_error, "body": rec.body,
             "progress": rec.progress, "progress_note": rec.progress_note,
-            **({"group": rec.group} if rec.group is not None else {})}
+            **({"group": rec.group} if rec.group is not None else {}),
+            **({"start_by": rec.start_by} if rec.start_by is not None else {})}
 
 
 def explain(owner: OwnerHandle, job_id: str, ahead: int | None = None) -> dict[str, Any]:

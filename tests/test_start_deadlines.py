@@ -246,3 +246,42 @@ async def test_hostile_deadline_fields_are_refused_before_anything_changes():
                                          role="produce")
             assert reply["ok"] is False, reply
         assert not owner.state.jobs
+
+
+async def test_pause_and_deadlines_over_zenoh_across_an_owner_restart(storage_factory):
+    """Real Zenoh on every storage: a remote producer pauses the queue and enqueues jobs with
+    start deadlines; the owner restarts on the same storage; the pause holds, the deadline
+    is kept and the job expires on the new owner, never run."""
+    configs, prefix = isolated_configs(3), unique_prefix()
+    remote = Istos(zenoh=configs[0], prefix=prefix, node_id="remote")
+    runs: list[int] = []
+
+    @remote.worker("q", poll_interval_s=0.2)
+    async def handle(job: int) -> None:
+        runs.append(job)
+
+    def owner_on(config: dict[str, Any], name: str) -> Istos:
+        app = Istos(zenoh=config, prefix=prefix, node_id=name, storage=storage_factory())
+        app.queue("q", admin=True, sweep_interval_s=0.05)
+        return app
+
+    async with remote.serving():
+        first = owner_on(configs[1], "owner-1")
+        async with first.serving():
+            await remote.pause("q", reason="maintenance")
+            await remote.enqueue("q", 1, job_id="short", expires_s=2.0)
+            await remote.enqueue("q", 2, job_id="long", expires_s=600)
+        if not first.node.storage.durable:
+            return
+        second = owner_on(configs[2], "owner-2")
+        async with second.serving():
+            stats = (await remote.client("q").call("stats"))["stats"]
+            assert stats["paused"] and stats["pause"]["reason"] == "maintenance"
+            assert stats["pause"]["by"] == "remote"
+            if second.owners["q"].state.jobs["short"].state != EXPIRED:  # (a slow machine:
+                # the first owner may have expired it already; then it loaded expired)
+                await wait_events(second, lambda ev: count(ev, "expired", "short") == 1, 20.0)
+            assert (await remote.result("q", "short"))["state"] == "expired"
+            assert await remote.resume("q")
+            await wait_events(second, lambda ev: count(ev, "acked", "long") == 1, 20.0)
+    assert runs == [2]

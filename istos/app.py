@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import protocol
 from .client import OwnerClient
+from .client.pausing import Pausing
 from .clock import Clock, SystemClock
 from .core.config import QueueConfig, WorkerConfig
 from .core.records import JobRecord
@@ -99,6 +100,8 @@ class Istos:
     job_logs = delegate("producer", Producer.job_logs)
     result = delegate("producer", Producer.result)
     cancel = delegate("producer", Producer.cancel)
+    pause = delegate("pausing", Pausing.pause)
+    resume = delegate("pausing", Pausing.resume)
 
     def __init__(
         self, storage: Storage | None = None, zenoh: Any = None, *,
@@ -147,6 +150,7 @@ class Istos:
         # method may be replaced on the instance (tests gate schedules by is_active_owner).
         self.producer = Producer(self.node, self.client, self._require_serving,
                                  payload=self.node.payload, tracing=self.node.tracing)
+        self.pausing = Pausing(self.node.node_id, self.client, self._require_serving)
         self.ledger = Ledger(self.node)
         self.pubsub = PubSub(self.node, add_plugin=self.add_plugin,
                              serving=lambda: self._serving,

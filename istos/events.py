@@ -32,18 +32,23 @@ LEASE_EXTENDED: Final = "lease_extended"
 PROGRESS: Final = "progress"
 CANCEL_REQUESTED: Final = "cancel_requested"
 CANCELLED: Final = "cancelled"
+# Start deadlines and stored pauses (core/expiry.py, core/pauses.py; paused/resumed name no job).
+EXPIRED: Final = "expired"
+PAUSED: Final = "paused"
+RESUMED: Final = "resumed"
 
 EventKind = Literal[
     "enqueued", "duplicate_enqueue", "claimed", "acked", "nacked", "lease_expired",
     "retry_scheduled", "dead_lettered", "result_expired", "purged", "owner_up", "owner_down",
     "crashed", "restarted", "lease_extended", "progress", "cancel_requested", "cancelled",
+    "expired", "paused", "resumed",
 ]
 """The kind of a :class:`JobEvent` (one of :data:`EVENT_KINDS`)."""
 
 EVENT_KINDS: tuple[EventKind, ...] = (
     ENQUEUED, DUPLICATE_ENQUEUE, CLAIMED, ACKED, NACKED, LEASE_EXPIRED, RETRY_SCHEDULED,
     DEAD_LETTERED, RESULT_EXPIRED, PURGED, OWNER_UP, OWNER_DOWN, CRASHED, RESTARTED,
-    LEASE_EXTENDED, PROGRESS, CANCEL_REQUESTED, CANCELLED,
+    LEASE_EXTENDED, PROGRESS, CANCEL_REQUESTED, CANCELLED, EXPIRED, PAUSED, RESUMED,
 )
 
 

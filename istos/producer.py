@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from . import codec, protocol
 from .client import OwnerClient, batches
+from .clock import Clock
 from .core.config import (
     check_dedup,
     check_delay,
@@ -18,6 +19,7 @@ from .core.config import (
     check_priority,
     check_queue_name,
 )
+from .core.expiry import check_deadline
 from .core.trace_meta import without_trace
 from .errors import ConfigError, InvalidJob, PayloadCodecError, ProtocolError
 from .ids import IdSource
@@ -27,10 +29,14 @@ from .tracing import Tracing
 
 
 class HasIds(Protocol):
-    """What the producer needs of its node: the id source of the jobs it enqueues."""
+    """What the producer needs of its node: the id source of the jobs it enqueues, and its
+    clock (a ``start_by`` is checked against its wall time)."""
 
     @property
     def ids(self) -> IdSource: ...
+
+    @property
+    def clock(self) -> Clock: ...
 
 
 class Producer:
@@ -47,9 +53,11 @@ class Producer:
         self.require_serving = require_serving
         self._valid_names: set[str] = set()  # queue names enqueue already checked
 
-    async def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
+    async def enqueue(self, name: str, data: Any, *,  # noqa: PLR0913 (the public options)
+                      delay_s: float = 0, priority: int = 0,
                       job_id: str | None = None, timeout_s: float | None = None,
                       dedup_s: float | None = None, group: str | None = None,
+                      expires_s: float | None = None, start_by: Any = None,
                       _meta: dict[str, Any] | None = None) -> str:
         """Put a job on queue ``name``; returns its id.
 
@@ -58,12 +66,16 @@ class Producer:
         finished (done, dead or cancelled): a resend inside the window returns the id and
         changes nothing, also across an owner restart or failover (``ConfigError`` without a
         ``job_id``). ``group``: the job's group (round-robin between groups, and the queue's
-        ``group_concurrency``/``group_rate_limit`` per group). ``timeout_s`` overrides the
+        ``group_concurrency``/``group_rate_limit`` per group). A start deadline,
+        ``expires_s`` (seconds from when the owner accepts it) or ``start_by`` (a
+        timezone-aware ``datetime``, or epoch seconds): a job no worker started by then ends
+        ``expired``, never run nor dead-lettered (``result()`` says so). ``timeout_s`` overrides the
         app's ``request_timeout_s`` for this call. The returned id is stored by the owner
         (written through its storage) before this returns.
 
         Raises, before sending: :class:`ConfigError` for a bad queue name, ``delay_s``,
-        ``priority``, ``job_id``, ``dedup_s`` or ``group``; :class:`InvalidJob` for a body
+        ``priority``, ``job_id``, ``dedup_s``, ``group``, ``expires_s`` or ``start_by``
+        (both at once, not after ``delay_s``, a naive datetime); :class:`InvalidJob` for a body
         msgpack cannot encode, one over the size limit, or an id the wire refuses; and
         :class:`IstosError` when the app is not serving. After sending:
         :class:`OwnerUnavailable` if no owner answers within the request timeout,
@@ -82,6 +94,8 @@ class Producer:
             job_id=job_id, dedup_s=dedup_s, group=group, name_checked=checked)
         if not checked:
             self._valid_names.add(name)
+        deadline = None if expires_s is None and start_by is None else \
+            deadline_fields(expires_s, start_by, delay, self.node.clock.now())
         if encoded:
             body = bytes(data)
         elif whole:  # stores a large body now: a store failure raises, nothing sent
@@ -97,6 +111,8 @@ class Producer:
             fields["dedup_s"] = window
         if grp is not None:
             fields["group"] = grp
+        if deadline:
+            fields.update(deadline)
         if _meta:
             fields["meta"] = _meta
         coalesce = timeout_s is None and not _meta  # concurrent calls share one request
@@ -114,11 +130,13 @@ class Producer:
             reply = await self.client(name).call("enqueue", timeout_s, **fields)
         return str(reply["job_id"])
 
-    async def enqueue_many(self, name: str, items: Iterable[Any], *, delay_s: float = 0,
+    async def enqueue_many(self, name: str, items: Iterable[Any], *,  # noqa: PLR0913
+                           delay_s: float = 0,
                            priority: int = 0, job_ids: Sequence[str] | None = None,
                            timeout_s: float | None = None,
                            dedup_s: float | None = None,
-                           groups: Sequence[str | None] | None = None) -> list[str]:
+                           groups: Sequence[str | None] | None = None,
+                           expires_s: float | None = None, start_by: Any = None) -> list[str]:
         """Put many jobs on queue ``name``; returns their ids, in order.
 
         Sent as few requests as the frame cap allows (one round trip each), each stored by the
@@ -128,7 +146,8 @@ class Producer:
         is sent: a body msgpack cannot encode or over the size limit, or a bad id, raises
         :class:`InvalidJob` naming the item, and nothing of the batch is sent. ``dedup_s``
         (with ``job_ids``): every item's id stays reserved that long after its job finished,
-        as in :meth:`enqueue`. ``groups``: one group (or None) per item.
+        as in :meth:`enqueue`. ``groups``: one group (or None) per item. ``expires_s`` or
+        ``start_by``: every item's start deadline, as in :meth:`enqueue`.
 
         Raises :class:`ConfigError` (nothing sent) for a bad option or when ``job_ids`` or
         ``groups`` do not have one entry per item, :class:`IstosError` when the app is not
@@ -148,6 +167,7 @@ class Producer:
                 check_group(g)
             except ConfigError as exc:
                 raise ConfigError(f"queue {name!r}: item {i}: {exc}") from None
+        deadline = deadline_fields(expires_s, start_by, delay, self.node.clock.now())
         if self.payload.offloads:  # large bodies go to the store now, before any is sent
             bodies = [self.payload.encode_body(d, queue=name) for d in datas]
         elif self.payload.codecs:
@@ -159,9 +179,10 @@ class Producer:
             ids_ = ids
             return await self.tracing.enqueue(name, None, len(ids), lambda trace: (
                 batches.send_many(self.client(name), ids_, bodies, delay, prio, timeout_s,
-                                  window, grps, meta={"trace": trace} if trace else None)))
+                                  window, grps, meta={"trace": trace} if trace else None,
+                                  every=deadline)))
         return await batches.send_many(self.client(name), ids, bodies, delay, prio, timeout_s,
-                                       window, grps)
+                                       window, grps, every=deadline)
 
     async def dead_letters(self, name: str) -> list[dict[str, Any]]:
         """Every dead job of ``name``, oldest first, fetched page by page: dicts of
@@ -251,6 +272,15 @@ def check_enqueue(name: str, data: Any, *, delay_s: float = 0, priority: int = 0
     window = None if dedup_s is None else check_dedup(dedup_s, job_id is not None)
     grp = None if group is None else check_group(group)
     return body, delay, prio, window, grp
+
+
+def deadline_fields(expires_s: object, start_by: object, delay_s: float,
+                    now: float) -> dict[str, float]:
+    """The ``expires_s`` or ``start_by`` field an enqueue carries (none: {}); ConfigError
+    naming the field for a bad one (:func:`istos.core.expiry.check_deadline`)."""
+    exp, at = check_deadline(expires_s, start_by, delay_s, now)
+    return {"expires_s": exp} if exp is not None else {"start_by": at} if at is not None \
+        else {}
 
 
 def check_job_id(name: str, job_id: object) -> None:

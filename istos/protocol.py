@@ -64,6 +64,9 @@ MAX_WHERE_VALUE_DEPTH = 8
 MAX_PRIORITY = (1 << 31) - 1  # priorities are in [-MAX_PRIORITY, MAX_PRIORITY]
 MAX_DELAY_S = 10 * 365 * 86_400.0
 MAX_GROUP_BYTES = 128  # a job's group name (enqueue ``group``), UTF-8 bytes
+MAX_PAUSE_REASON_BYTES = 500  # why a queue or group is paused (pause ``reason``)
+MAX_PAUSE_BY_BYTES = 200  # who paused it, as the caller names itself (pause ``by``)
+MAX_PAUSED_GROUPS = 1000  # groups of one queue paused at once (CapacityExceeded past it)
 MAX_LOG_LINES = 100  # ctx.log() lines per attempt (core/joblogs.py)
 MAX_LOG_LINE_BYTES = 1024
 MAX_OFFSET = 1 << 31
@@ -77,7 +80,7 @@ MAX_TIME = 1e11  # epoch seconds a time range may name (year 5138)
 MAX_PARK_S = 60.0  # the longest a claim may wait at the owner for a job (parked claims)
 
 SETTLE_OPS = ("ack", "nack")
-JOB_STATES = ("ready", "delayed", "leased", "done", "dead", "cancelled")
+JOB_STATES = ("ready", "delayed", "leased", "done", "dead", "cancelled", "expired")
 MAX_EXTEND_ITEMS = 1024  # leases renewed by one heartbeat request
 MAX_ENQUEUE_ITEMS = 4096  # jobs in one enqueue_many request (and bytes: under PAGE_BUDGET)
 _TOKEN = re.compile(r"[0-9A-Za-z._:-]+")
@@ -211,6 +214,9 @@ _ENQUEUE_ITEM = (
     # group (nil for either: none, as when absent).
     Field("dedup_s", number(0.0, MAX_DELAY_S, nil=True)),
     Field("group", text(MAX_GROUP_BYTES, empty=False, nil=True)),
+    # A start deadline (core/expiry.py): seconds from acceptance, or epoch seconds; not both.
+    Field("expires_s", number(0.0, MAX_DELAY_S, nil=True)),
+    Field("start_by", number(0.0, MAX_TIME, nil=True)),
 )
 
 
@@ -225,9 +231,17 @@ def enqueue_item(name: str, value: Any) -> None:
                                 "context")
         meta(f"{name}.meta", value["meta"])
     check_fields(value, _ENQUEUE_ITEM, prefix=f"{name}.")
+    one_deadline(value, f"{name}.")
     if value["job_id"].startswith(RESERVED_ID_PREFIXES):
         raise InvalidJob(f"{name}.job_id {value['job_id'][:60]!r}: ids starting with 'wf:' or "
                          "'sched:' are made by workflows and schedules only")
+
+
+def one_deadline(msg: dict[str, Any], prefix: str = "") -> None:
+    """Refuse an enqueue (or item) with both ``expires_s`` and ``start_by``: InvalidJob."""
+    if msg.get("expires_s") is not None and msg.get("start_by") is not None:
+        raise InvalidJob(f"{prefix}expires_s and {prefix}start_by: give one start deadline, "
+                         "not both")
 
 
 def slot_job_id(name: str, value: Any) -> None:
@@ -263,6 +277,8 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("meta", meta, error=InvalidJob),
         Field("dedup_s", number(0.0, MAX_DELAY_S, nil=True), error=InvalidJob),
         Field("group", text(MAX_GROUP_BYTES, empty=False, nil=True), error=InvalidJob),
+        Field("expires_s", number(0.0, MAX_DELAY_S, nil=True), error=InvalidJob),
+        Field("start_by", number(0.0, MAX_TIME, nil=True), error=InvalidJob),
     ),
     "enqueue_many": (
         Field("items", list_of(enqueue_item, MAX_ENQUEUE_ITEMS), required=True, error=InvalidJob),
@@ -323,8 +339,10 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
     "follow": (Field("ttl_s", number(0.0, 1e9)),),
     "requeue": (_JOB_ID,),
     "purge_dead": (Field("job_ids", list_of(check_job_id, MAX_ID_LIST, nil=True)),),
-    "pause": (),
-    "resume": (),
+    "pause": (Field("reason", text(MAX_PAUSE_REASON_BYTES, nil=True)),
+              Field("by", text(MAX_PAUSE_BY_BYTES, nil=True)),
+              Field("group", text(MAX_GROUP_BYTES, empty=False, nil=True))),
+    "resume": (Field("group", text(MAX_GROUP_BYTES, empty=False, nil=True)),),
     "cancel": (_JOB_ID,),
     "resolve": (Field("prefix", id_prefix, required=True),),
     "events_since": (Field("epoch", text(64, nil=True)), Field("after", integer(0, 1 << 62)),
@@ -368,8 +386,8 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("follow", "key ttl_s", ""),
         ("requeue", "job_id", "status"),
         ("purge_dead", "purged", ""),
-        ("pause", "paused", ""),
-        ("resume", "paused", ""),
+        ("pause", "paused", "pause group"),
+        ("resume", "paused", "was group"),
         ("cancel", "status", ""),
         ("resolve", "matches more", ""),
         ("events_since", "epoch events seqs missed more last", ""),
@@ -386,6 +404,7 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 }
 """The fields of each op's success reply besides ``v`` and ``ok``: (always, sometimes)."""
 CLAIMED_JOB = ("job_id", "body", "attempt", "token", "worker", "deadline", "last_error", "meta")
+CLAIMED_JOB_SOMETIMES = ("start_by",)  # a job that never started and has a start deadline
 DEAD_LETTER = ("job_id", "body", "attempts", "last_error", "history", "meta", "finished_at")
 HISTORY_ENTRY = ("attempt", "worker", "claimed_at", "finished_at", "outcome", "error",
                  "backoff_s", "traceback")
@@ -528,7 +547,7 @@ def _fast_enqueue(m: dict[str, Any]) -> bool:
         and _id(m.get("job_id", "x"), MAX_JOB_ID_BYTES) \
         and (type(d) is float or type(d) is int) and 0 <= d <= MAX_DELAY_S \
         and type(p) is int and -MAX_PRIORITY <= p <= MAX_PRIORITY and _after(m.get("dedup_s")) \
-        and _group(m.get("group"))
+        and _group(m.get("group")) and "expires_s" not in m and "start_by" not in m
 
 
 def _group(g: Any) -> bool:  # (a non-ASCII name takes the schema's path)

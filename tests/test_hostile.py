@@ -135,7 +135,11 @@ def field_bad_values(rng: random.Random) -> dict[str, list[Any]]:
         # (nil is "none chosen" for these three: not a bad value)
         "retry_after": [v for v in bad_numbers(0, protocol.MAX_DELAY_S) if v is not None],
         "dedup_s": [v for v in bad_numbers(0, protocol.MAX_DELAY_S) if v is not None],
+        "expires_s": [v for v in bad_numbers(0, protocol.MAX_DELAY_S) if v is not None],
+        "start_by": [v for v in bad_numbers(0, protocol.MAX_TIME) if v is not None],
         "group": bad_texts(protocol.MAX_GROUP_BYTES, nil=True, empty=False),
+        "reason": bad_texts(protocol.MAX_PAUSE_REASON_BYTES, nil=True),
+        "by": bad_texts(protocol.MAX_PAUSE_BY_BYTES, nil=True),
         "traceback": [1, [], {}, True, b"t"],
         "park_s": bad_numbers(0, protocol.MAX_PARK_S),
         "worker": bad_texts(protocol.MAX_SEARCH_TEXT, nil=True, empty=False),
@@ -172,7 +176,7 @@ def bad_values(rng: random.Random, op: str, field: str) -> list[Any]:
 
 TEMPLATES: dict[str, dict[str, Any]] = {
     "enqueue": {"body": b"x", "job_id": "hostile", "delay_s": 0, "priority": 0, "meta": None,
-                "dedup_s": 1.0, "group": "g"},
+                "dedup_s": 1.0, "group": "g", "expires_s": 1.0, "start_by": None},
     "enqueue_many": {"items": [{"body": b"x", "job_id": "hostile-m"}]},
     "enqueue_slot": {"body": b"x", "job_id": "sched:hostile:1", "period_s": 60.0},
     "chord_open": {"chord_id": "c", "size": 1, "callback": "idle", "key": "ab" * 16},
@@ -196,7 +200,8 @@ TEMPLATES: dict[str, dict[str, Any]] = {
     "series": {"since": 0, "resolution": "1s", "limit": 5},
     "events_since": {"epoch": None, "after": 0, "limit": 5},
     "requeue_dead": {"job_id": "x"}, "requeue": {"job_id": "x"},
-    "purge_dead": {"job_ids": ["x"]}, "pause": {}, "resume": {}, "cancel": {"job_id": "x"},
+    "purge_dead": {"job_ids": ["x"]}, "pause": {"reason": "r", "by": "b", "group": "g"},
+    "resume": {"group": "g"}, "cancel": {"job_id": "x"},
     "requeue_all_dead": {"error": "e", "limit": 5}, "promote": {"job_ids": ["x"], "limit": 5},
     "purge_dead_older": {"older_than_s": 60.0, "limit": 5},
 }

@@ -7,7 +7,17 @@ import random
 import pytest
 
 from istos.core.backoff import BackoffPolicy, backoff, delay_bounds, nominal_delay
-from istos.core.state import CANCELLED, DEAD, DELAYED, DONE, LEASED, READY, QueuePolicy, QueueState
+from istos.core.state import (
+    CANCELLED,
+    DEAD,
+    DELAYED,
+    DONE,
+    EXPIRED,
+    LEASED,
+    READY,
+    QueuePolicy,
+    QueueState,
+)
 
 pytestmark = pytest.mark.fast  # `make check`: no process, server or session
 
@@ -152,7 +162,8 @@ def test_counts_track_states():
     for i in range(5):
         s.enqueue(f"j{i}", b"x", 0.0, delay_s=1.0 if i == 4 else 0.0)
     s.claim(["a", "b"], 0.0)
-    assert s.counts == {READY: 2, DELAYED: 1, LEASED: 2, DONE: 0, DEAD: 0, CANCELLED: 0}
+    assert s.counts == {READY: 2, DELAYED: 1, LEASED: 2, DONE: 0, DEAD: 0, CANCELLED: 0,
+                        EXPIRED: 0}
 
 
 def test_history_is_bounded_and_keeps_the_first_attempt():

@@ -29,7 +29,11 @@ def item_size(item: dict[str, Any]) -> int:
     """An upper bound of one item's encoded bytes in an ``enqueue_many`` request."""
     meta = item.get("meta")  # a trace context (istos.tracing), if any
     return len(item["body"]) + 4 * len(item["job_id"]) + ITEM_OVERHEAD \
-        + 4 * len(item.get("group") or "") + (protocol.encoded_size(meta) if meta else 0)
+        + 4 * len(item.get("group") or "") + (protocol.encoded_size(meta) if meta else 0) \
+        + 24 * len(item.keys() & _DEADLINES)
+
+
+_DEADLINES = frozenset(("expires_s", "start_by"))
 
 
 def cut(sizes: Sequence[int]) -> list[tuple[int, int]]:
@@ -51,9 +55,11 @@ def cut(sizes: Sequence[int]) -> list[tuple[int, int]]:
 
 def frames(job_ids: Sequence[str], bodies: Sequence[bytes], delay_s: float, priority: int,
            dedup_s: float | None = None, groups: Sequence[str | None] | None = None,
-           meta: dict[str, Any] | None = None) -> list[list[dict[str, Any]]]:
+           meta: dict[str, Any] | None = None,
+           every: dict[str, Any] | None = None) -> list[list[dict[str, Any]]]:
     """The ``items`` of each request of a batch, in order (see :func:`cut`); ``meta``: the
-    trace context every item carries (None: none)."""
+    trace context every item carries (None: none); ``every``: fields each item carries (a
+    start deadline)."""
     items: list[dict[str, Any]] = []
     for i, (jid, body) in enumerate(zip(job_ids, bodies)):
         item: dict[str, Any] = {"body": body, "job_id": jid}
@@ -67,6 +73,8 @@ def frames(job_ids: Sequence[str], bodies: Sequence[bytes], delay_s: float, prio
             item["group"] = groups[i]
         if meta:
             item["meta"] = meta
+        if every:
+            item.update(every)
         items.append(item)
     return [items[a:b] for a, b in cut([item_size(i) for i in items])]
 
@@ -76,15 +84,16 @@ async def send_many(client: Caller,  # noqa: PLR0913 - enqueue_many's options, p
                     delay_s: float, priority: int, timeout_s: float | None,
                     dedup_s: float | None = None,
                     groups: Sequence[str | None] | None = None,
-                    meta: dict[str, Any] | None = None) -> list[str]:
+                    meta: dict[str, Any] | None = None,
+                    every: dict[str, Any] | None = None) -> list[str]:
     """Send a checked batch, one request per frame, in order; returns ``job_ids`` (``meta``:
-    the trace context every item carries, or None).
+    the trace context every item carries, or None; ``every``: fields each item carries).
 
     A failure after the first frame leaves the frames before it stored: the error says how
     many jobs, and sending the batch again with the same ids adds only the rest.
     """
     stored = 0
-    for items in frames(job_ids, bodies, delay_s, priority, dedup_s, groups, meta):
+    for items in frames(job_ids, bodies, delay_s, priority, dedup_s, groups, meta, every):
         try:
             await client.call("enqueue_many", timeout_s, items=items)
         except IstosError as exc:

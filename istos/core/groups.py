@@ -55,9 +55,12 @@ class _Group:
 class Groups:
     """The grouped ready jobs of one queue and the rotation between groups."""
 
-    def __init__(self, jobs: dict[str, JobRecord], limits: GroupLimits) -> None:
+    def __init__(self, jobs: dict[str, JobRecord], limits: GroupLimits,
+                 paused: set[str] | None = None) -> None:
         self.jobs = jobs
         self.limits = limits
+        # Paused groups (pauses.py; the set is shared, not copied): skipped in the rotation.
+        self.paused: set[str] = paused if paused is not None else set()
         self.groups: dict[str, _Group] = {}
         self.ring: deque[str] = deque()  # groups that may have ready jobs, next first
         self.held_back = 0  # claims that found only groups at their limit
@@ -140,6 +143,9 @@ class Groups:
                 if group is not None:
                     group.queued = False
                     self._maybe_drop(group)
+                continue
+            if name in self.paused:
+                ring.rotate(-1)
                 continue
             if self._blocked(group, now):
                 blocked = True

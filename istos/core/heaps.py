@@ -12,14 +12,16 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 
+from .expiry import StartDeadlines
 from .groups import GroupLimits, Groups
-from .records import CANCELLED, DELAYED, DONE, LEASED, READY, JobRecord
+from .records import CANCELLED, DELAYED, DONE, EXPIRED, LEASED, READY, JobRecord
 
 
 class JobHeaps:
     """The ready, delayed, lease and result-expiry heaps over one queue's ``jobs``."""
 
-    __slots__ = ("jobs", "ready", "delayed", "leases", "expiry", "seq", "groups", "group_limits")
+    __slots__ = ("jobs", "ready", "delayed", "leases", "expiry", "seq", "groups", "group_limits",
+                 "paused_groups", "starts")
 
     def __init__(self, jobs: dict[str, JobRecord],
                  group_limits: GroupLimits | None = None) -> None:
@@ -28,10 +30,12 @@ class JobHeaps:
         # a queue that never sees a group pays one test per push.
         self.groups: Groups | None = None
         self.group_limits = group_limits or GroupLimits()
+        self.paused_groups: set[str] = set()  # (pauses.py) the groups' rotation skips these
         self.ready: list[tuple[int, float, int, str]] = []
         self.delayed: list[tuple[float, int, str]] = []
         self.leases: list[tuple[float, str, str]] = []  # (deadline, token, job_id)
         self.expiry: list[tuple[float, str]] = []
+        self.starts = StartDeadlines()  # jobs with a start deadline (expiry.py)
         self.seq = 0
 
     # -- pushes ------------------------------------------------------------------------------
@@ -51,7 +55,8 @@ class JobHeaps:
         """The queue's groups (made at the first grouped job)."""
         groups = self.groups
         if groups is None:
-            groups = self.groups = Groups(self.jobs, self.group_limits)
+            groups = self.groups = Groups(self.jobs, self.group_limits,
+                                          self.paused_groups)
             if self.ready:
                 groups.push_rest()  # ungrouped jobs waiting already keep their turn
         return groups
@@ -73,6 +78,8 @@ class JobHeaps:
         Heap entries left from before are harmless duplicates: each is checked on its way out.
         Dead records are not in any heap (the caller keeps them in its dead list).
         """
+        if rec.start_by is not None and rec.state in (READY, DELAYED):
+            self.starts.push(rec)
         if rec.state == READY:
             entry = (-rec.priority, rec.ready_at, rec.seq, rec.job_id)
             if rec.group is not None:
@@ -88,7 +95,7 @@ class JobHeaps:
             self.push_lease(rec, deadline)
             if rec.group is not None:  # restored or rolled back: it counts for its group
                 self.grouped().note_leased(rec)
-        elif rec.state in (DONE, CANCELLED):
+        elif rec.state in (DONE, CANCELLED, EXPIRED):
             if rec.expires_at is not None:
                 self.push_expiry(rec.expires_at, rec.job_id)
 
@@ -105,7 +112,7 @@ class JobHeaps:
 
     def live_result(self, expires_at: float, job_id: str) -> JobRecord | None:
         rec = self.jobs.get(job_id)
-        return rec if rec is not None and rec.state in (DONE, CANCELLED) \
+        return rec if rec is not None and rec.state in (DONE, CANCELLED, EXPIRED) \
             and rec.expires_at == expires_at else None
 
     def peek_ready(self) -> JobRecord | None:
@@ -157,7 +164,8 @@ class JobHeaps:
     def next_deadline_hint(self) -> float:
         """A lower bound of :meth:`next_deadline` in O(1) (stale heads not dropped)."""
         heads = [h[0][0] for h in (self.leases, self.delayed, self.expiry) if h]
-        return min(heads) if heads else float("inf")
+        hint = min(heads) if heads else float("inf")
+        return min(hint, self.starts.hint()) if self.starts else hint
 
     def next_deadline(self) -> float | None:
         """The earliest lease deadline, delay or result expiry still live (stale heads dropped
@@ -170,6 +178,10 @@ class JobHeaps:
         while expiry and self.live_result(expiry[0][0], expiry[0][1]) is None:
             heapq.heappop(expiry)
         heads = [h[0][0] for h in (leases, delayed, expiry) if h]
+        if self.starts:
+            start = self.starts.next_at(self.jobs)
+            if start is not None:
+                heads.append(start)
         return min(heads) if heads else None
 
 

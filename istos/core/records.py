@@ -2,7 +2,9 @@
 
 States: ``ready`` (claimable), ``delayed`` (claimable from ``ready_at``), ``leased`` (a worker
 holds it until ``lease_deadline``), ``done`` (kept only with results, until ``expires_at``),
-``dead``, and ``cancelled`` (by ``app.cancel``; kept like a done job until ``expires_at``).
+``dead``, ``cancelled`` (by ``app.cancel``; kept like a done job until ``expires_at``) and
+``expired`` (its start deadline ``start_by`` passed before any worker started it: never run,
+kept like a done job until ``expires_at``; ``expiry.py``).
 The transitions between them live in ``state.py``.
 """
 
@@ -15,7 +17,7 @@ import msgpack
 
 from .backoff import BackoffPolicy
 
-JobState = Literal["ready", "delayed", "leased", "done", "dead", "cancelled"]
+JobState = Literal["ready", "delayed", "leased", "done", "dead", "cancelled", "expired"]
 """The state of a job (``JobRecord.state``, the keys of ``QueueState.counts``)."""
 
 READY: Final = "ready"
@@ -24,7 +26,8 @@ LEASED: Final = "leased"
 DONE: Final = "done"
 DEAD: Final = "dead"
 CANCELLED: Final = "cancelled"
-STATES: tuple[JobState, ...] = (READY, DELAYED, LEASED, DONE, DEAD, CANCELLED)
+EXPIRED: Final = "expired"
+STATES: tuple[JobState, ...] = (READY, DELAYED, LEASED, DONE, DEAD, CANCELLED, EXPIRED)
 LEASE_EXPIRED_ERROR = "lease expired"
 SPARED_ERROR = "lease expired during a storage outage (attempt not counted)"
 RELEASED = "released"
@@ -96,6 +99,7 @@ class JobRecord:
     cancel_requested: bool | None = None  # app.cancel reached it while leased (persisted)
     dedup_s: float | None = None  # its id stays reserved this long after it finished (dedup.py)
     group: str | None = None  # its fairness/concurrency group (groups.py)
+    start_by: float | None = None  # expires unless a worker started it by then (expiry.py)
     # The holder's latest ctx.progress() (not persisted: the next heartbeat brings it back).
     progress: float | None = None
     progress_note: str | None = None
@@ -117,7 +121,7 @@ class JobRecord:
 SCALAR_FIELDS = (
     "job_id", "queue", "body", "priority", "enqueued_at", "state", "ready_at", "seq", "attempts",
     "lease_token", "lease_worker", "lease_deadline", "last_error", "result", "finished_at",
-    "expires_at", "meta", "cancel_requested", "dedup_s", "group",
+    "expires_at", "meta", "cancel_requested", "dedup_s", "group", "start_by",
 )
 
 

@@ -27,6 +27,7 @@ from .. import events as ev
 from ..events import EventKind, JobEvent
 from .backoff import backoff
 from .dedup import DedupMark, DedupMarks
+from .expiry import EXPIRED_ERROR
 from .groups import REST, GroupLimits
 from .heaps import JobHeaps
 from .ratelimit import TokenBucket
@@ -35,6 +36,7 @@ from .records import (
     DEAD,
     DELAYED,
     DONE,
+    EXPIRED,
     LEASE_EXPIRED_ERROR,
     LEASED,
     READY,
@@ -52,7 +54,8 @@ Change: TypeAlias = JobRecord | str | DedupMark
 """One entry of ``QueueState.dirty``: a record to write, an id to delete, or a dedup mark."""
 
 __all__ = [
-    "CANCELLED", "DEAD", "DELAYED", "DONE", "LEASED", "LEASE_EXPIRED_ERROR", "READY", "RELEASED",
+    "CANCELLED", "DEAD", "DELAYED", "DONE", "EXPIRED", "LEASED", "LEASE_EXPIRED_ERROR", "READY",
+    "RELEASED",
     "Change", "SPARED_ERROR", "STATES", "Attempt", "JobRecord", "JobState", "QueuePolicy",
     "QueueState", "Snapshot",
 ]
@@ -116,14 +119,15 @@ class QueueState:
         return job_id in self.jobs or (
             now is not None and bool(self.marks) and self.marks.holds(job_id, now))
 
-    def new_record(
+    def new_record(  # noqa: PLR0913 (the enqueue options, each checked by the schema)
         self, job_id: str, body: bytes, now: float, *, delay_s: float = 0.0, priority: int = 0,
         meta: dict[str, Any] | None = None, dedup_s: float | None = None,
-        group: str | None = None,
+        group: str | None = None, start_by: float | None = None,
     ) -> JobRecord:
         """Build (but do not insert) a record, so the owner can persist it before accepting."""
         rec = JobRecord(job_id=job_id, queue=self.queue, body=body, priority=int(priority),
-                        enqueued_at=now, meta=meta, dedup_s=dedup_s or None, group=group)
+                        enqueued_at=now, meta=meta, dedup_s=dedup_s or None, group=group,
+                        start_by=start_by)
         rec.ready_at = now + max(0.0, delay_s)
         rec.state = DELAYED if delay_s > 0 else READY
         return rec
@@ -138,21 +142,27 @@ class QueueState:
             self.heaps.push_ready(rec)
         else:
             self.heaps.push_delayed(rec)
-        if rec.dedup_s or rec.group is not None:  # (only when set: the common event stays)
+        if rec.dedup_s or rec.group is not None or rec.start_by is not None:
+            # (only when set: the common event stays as it is)
             extra: dict[str, Any] = {}
             if rec.dedup_s:
                 extra["dedup_s"] = rec.dedup_s
             if rec.group is not None:
                 extra["group"] = rec.group
+            if rec.start_by is not None:
+                extra["start_by"] = rec.start_by
+                self.heaps.starts.push(rec)
             self._emit(now, rec, ev.ENQUEUED, priority=rec.priority,
                        delay_s=max(0.0, rec.ready_at - now), ready_at=rec.ready_at, **extra)
             return
         self._emit(now, rec, ev.ENQUEUED, priority=rec.priority,
                    delay_s=max(0.0, rec.ready_at - now), ready_at=rec.ready_at)
 
-    def enqueue(self, job_id: str, body: bytes, now: float, *, delay_s: float = 0.0,
+    def enqueue(self, job_id: str, body: bytes, now: float, *,  # noqa: PLR0913 (as new_record)
+                delay_s: float = 0.0,
                 priority: int = 0, meta: dict[str, Any] | None = None,
-                dedup_s: float | None = None, group: str | None = None) -> bool:
+                dedup_s: float | None = None, group: str | None = None,
+                start_by: float | None = None) -> bool:
         """Insert a job; False (and no change) if the queue already holds ``job_id`` or its
         dedup window is open."""
         if job_id in self.jobs:
@@ -162,7 +172,7 @@ class QueueState:
             self.duplicate_of_mark(job_id, now)
             return False
         rec = self.new_record(job_id, body, now, delay_s=delay_s, priority=priority, meta=meta,
-                              dedup_s=dedup_s, group=group)
+                              dedup_s=dedup_s, group=group, start_by=start_by)
         self.insert(rec, now)
         self.dirty.append(rec)
         return True
@@ -182,7 +192,7 @@ class QueueState:
         """
         if self.paused:
             return []
-        self.promote_due(now)
+        self.wake_due(now)
         self.limited = False
         limiter = self.limiter
         if limiter is not None:
@@ -339,6 +349,8 @@ class QueueState:
         if rec.state != READY:
             self._move(rec, READY)
         self.heaps.push_ready(rec)
+        if rec.start_by is not None:  # handed back unrun: its start deadline holds again
+            self.heaps.starts.push(rec)
         self._emit(now, rec, ev.RETRY_SCHEDULED, delay_s=0.0, ready_at=now, error=error,
                    spared=True)
         self.dirty.append(rec)
@@ -421,8 +433,31 @@ class QueueState:
         if self.marks:
             # Ended windows: delete their marks (never a key a live record holds again).
             self.dirty.extend(j for j in self.marks.pop_expired(now) if j not in self.jobs)
-        self.promote_due(now)
+        self.wake_due(now)
         return reclaimed
+
+    def wake_due(self, now: float) -> int:
+        """Expire the waiting jobs past their start deadline (never handed out late), then
+        promote the delayed jobs that are due; returns how many were promoted."""
+        if self.heaps.starts:
+            self.expire_due(now)
+        return self.promote_due(now)
+
+    def expire_due(self, now: float) -> int:
+        """End every waiting job that never started and whose start deadline is at or before
+        ``now`` as ``expired`` (``expiry.py``); returns how many."""
+        ended = 0
+        for rec in self.heaps.starts.pop_due(self.jobs, now):
+            self._save(rec)
+            self._move(rec, EXPIRED)
+            rec.last_error = EXPIRED_ERROR
+            rec.finished_at = now
+            rec.expires_at = now + self.policy.result_ttl_s
+            self.heaps.push_expiry(rec.expires_at, rec.job_id)
+            self.dirty.append(rec)
+            self._emit(now, rec, ev.EXPIRED, start_by=rec.start_by)
+            ended += 1
+        return ended
 
     def promote_due(self, now: float) -> int:
         """Move delayed jobs whose time has come onto the ready heap, in ``ready_at`` order."""
@@ -463,6 +498,8 @@ class QueueState:
             rec.lease_deadline = now + self.policy.lease_s
         self.jobs[rec.job_id] = rec
         self.counts[rec.state] += 1
+        if rec.state in (READY, DELAYED):
+            self.heaps.starts.push(rec)  # (none without a start deadline)
         if rec.state == READY:
             self.heaps.push_ready(rec)
         elif rec.state == DELAYED:

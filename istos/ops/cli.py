@@ -30,6 +30,7 @@ from ..core.state import STATES
 from ..errors import AdminDisabled, ConfigError, IstosError, JobNotFound, OwnerUnavailable
 from ..protocol import MIN_ID_PREFIX
 from . import operator_cmds as OC
+from . import pause_cmd
 from . import render as R
 from .operator import Operator
 from .record import add_command as add_record_command
@@ -117,8 +118,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="delete every dead letter")
     p.add_argument("--older-than", metavar="AGE", help="those that died at least AGE ago "
                    "(90s, 15m, 1h, 2d), in bounded requests")
-    command("pause", "admin: stop claims on a queue")
-    command("resume", "admin: let workers claim again")
+    pause_cmd.add_commands(command)
     p = command("cancel", "admin: cancel a job (a running one is stopped by its worker)")
     p.add_argument("job_id", metavar="JOB_ID")
     p = command("metrics", "serve Prometheus metrics of queues on /metrics (read-only; none "
@@ -311,10 +311,7 @@ async def _purge(op: Operator, args: argparse.Namespace, out: Any) -> int:
 
 
 async def _pause_resume(op: Operator, args: argparse.Namespace, out: Any) -> int:
-    await op.call(args.queue, args.command)
-    paused = args.command == "pause"
-    return _emit(out, args, {"paused": paused},
-                 f"queue {args.queue} {'paused' if paused else 'resumed'}")
+    return await pause_cmd.pause_resume(op, args, out, _emit)
 
 
 async def _cancel(op: Operator, args: argparse.Namespace, out: Any) -> int:

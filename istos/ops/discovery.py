@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import IstosError
 from ..owner.discovery import DIR
 from ..transport.base import Transport
+from .pause_view import pause_phrase
 
 SETTLE_S = 3.0
 """How long after its session opened an empty answer is asked again (bounded by the caller's
@@ -66,7 +67,8 @@ async def discover(transport: Transport, prefix: str, timeout_s: float, *,
 
 async def queue_rows(op: Any) -> list[dict[str, Any]]:
     """One row per discovered queue: queue, owner (the node that answered), role, replicas,
-    up, counts, dead, rates, paused (``op``: an :class:`~istos.ops.operator.Operator`)."""
+    up, counts, dead, rates, paused, pause_reason (``op``: an
+    :class:`~istos.ops.operator.Operator`)."""
     found = await op.discover()
 
     async def one(queue: str, entry: dict[str, Any]) -> dict[str, Any]:
@@ -82,6 +84,7 @@ async def queue_rows(op: Any) -> list[dict[str, Any]]:
         row.update(owner=stats.get("node"), up=True, counts=counts,
                    dead=counts.get("dead", 0), enqueue_rate=stats.get("enqueue_rate"),
                    ack_rate=stats.get("ack_rate"), paused=stats.get("paused"),
+                   pause_reason=pause_phrase(stats.get("pause")) or None,
                    workers=stats.get("workers_seen"))
         return row
 

@@ -8,10 +8,12 @@ budget and never delays or hides the others, and reports, with a ``queue`` label
   for it);
 - ``istos_jobs{state=...}`` jobs the owner holds per state (every state, cancelled included);
 - ``istos_enqueued_total``, ``istos_acked_total``, ``istos_nacked_total``,
-  ``istos_dead_lettered_total``, ``istos_lease_expired_total``: counts since the owner started
+  ``istos_dead_lettered_total``, ``istos_lease_expired_total``, ``istos_expired_total`` (jobs
+  whose start deadline passed before they started): counts since the owner started
   (a new owner starts again from 0, which Prometheus' ``rate()`` treats as a counter reset);
 - ``istos_oldest_ready_age_seconds`` how long the oldest ready job has waited (0 when none);
-- ``istos_paused`` 1 while claiming is paused;
+- ``istos_paused`` 1 while claiming is paused; ``istos_pause_info{by,reason}`` 1 while it is,
+  labelled with who paused it and why; ``istos_paused_groups`` fairness groups paused;
 - ``istos_throttled_total`` claim slots the queue's rate limit refused while jobs were ready
   (0 for a queue without a limit);
 - wait/run histograms, ``istos_workers`` and per-worker counters: see ``metrics_ops.py``.
@@ -31,8 +33,9 @@ from typing import Any
 from ..errors import ConfigError, IstosError
 from .metrics_ops import WORKERS_KEY, families, with_workers
 from .operator import Operator
+from .pause_view import add_pause_metrics, pause_families
 
-TOTALS = ("enqueued", "acked", "nacked", "dead_lettered", "lease_expired")
+TOTALS = ("enqueued", "acked", "nacked", "dead_lettered", "lease_expired", "expired")
 SCRAPE_BUDGET_S = 0.3  # per queue: a scrape with a dead queue stays well under half a second
 
 
@@ -89,6 +92,7 @@ class QueueCollector:
                                    "Seconds the oldest ready job has waited", labels=["queue"])
         paused = GaugeMetricFamily("istos_paused", "1 while claiming is paused",
                                    labels=["queue"])
+        pause_info, paused_groups = pause_families(GaugeMetricFamily)
         throttled = CounterMetricFamily(
             "istos_throttled", "Claim slots the queue's rate limit refused while jobs were "
             "ready, since the owner started", labels=["queue"])
@@ -102,8 +106,10 @@ class QueueCollector:
                 family.add_metric([queue], float((s.get("totals") or {}).get(kind, 0)))
             oldest.add_metric([queue], float(s.get("oldest_ready_age_s") or 0.0))
             paused.add_metric([queue], 1.0 if s.get("paused") else 0.0)
+            add_pause_metrics(queue, s, pause_info, paused_groups)
             throttled.add_metric([queue], float((s.get("rate_limit") or {}).get("throttled", 0)))
-        yield from (up, jobs, *totals.values(), oldest, paused, throttled)
+        yield from (up, jobs, *totals.values(), oldest, paused, pause_info, paused_groups,
+                    throttled)
         yield from families(stats)  # histograms and workers (metrics_ops.py)
 
 

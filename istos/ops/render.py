@@ -13,6 +13,7 @@ from typing import Any
 
 from ..protocol import latest_traceback
 from .operator import decode_body
+from .pause_view import pause_lines
 
 PAYLOAD_CHARS = 60
 
@@ -95,6 +96,7 @@ def stats_text(s: dict[str, Any]) -> str:
              f"{s.get('ack_rate', 0):.1f}/s  oldest ready "
              + ("-" if oldest is None else duration(float(oldest))),
              "  totals  " + "  ".join(f"{k} {v:,}" for k, v in totals.items())]
+    lines.extend(pause_lines(s))
     lines.extend(latency_lines(s))
     if policy:
         lines.append(f"  policy  lease {policy.get('lease_s')} s  attempts "
@@ -151,6 +153,9 @@ def why_text(job_id: str, why: dict[str, Any]) -> str:
     for key in ("attempts", "worker", "ahead", "last_error"):
         if why.get(key) not in (None, ""):
             lines.append(f"  {key.replace('_', ' ')}: {why[key]}")
+    start_by = (why.get("job") or {}).get("start_by")
+    if isinstance(start_by, (int, float)) and now:
+        lines.append(f"  start deadline {when(float(start_by), now)}")
     if why.get("state") == "done":
         size = int(why.get("result_size") or 0)
         shown = why.get("result")

@@ -39,6 +39,7 @@ class NewJob:
     meta: dict[str, Any] | None = None
     dedup_s: float | None = None
     group: str | None = None
+    start_by: float | None = None  # the start deadline, owner's epoch seconds (expiry.py)
 
 
 async def accept_new(owner: OwnerHandle, jobs: Sequence[NewJob], *,
@@ -58,7 +59,7 @@ async def accept_new(owner: OwnerHandle, jobs: Sequence[NewJob], *,
         now = clock.now()
         created = [state.enqueue(j.job_id, j.body, now, delay_s=j.delay_s,
                                  priority=j.priority, meta=j.meta, dedup_s=j.dedup_s,
-                                 group=j.group) for j in jobs]
+                                 group=j.group, start_by=j.start_by) for j in jobs]
         writes.after_change()  # publishes; nothing to write (volatile storage)
         return created
     twins: set[str] = set()
@@ -84,7 +85,8 @@ async def accept_new(owner: OwnerHandle, jobs: Sequence[NewJob], *,
         else:
             new[jid] = state.new_record(jid, job.body, now, delay_s=job.delay_s,
                                         priority=job.priority, meta=job.meta,
-                                        dedup_s=job.dedup_s, group=job.group)
+                                        dedup_s=job.dedup_s, group=job.group,
+                                        start_by=job.start_by)
             created.append(True)
     if new:
         await writes.store_new(new, clock.now, also=also)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.expiry import start_by_of
 from ..storage.base import TxStep
 from .accept import NewJob, accept_new
 from .handle import OwnerHandle
@@ -33,6 +34,8 @@ async def enqueue_many(owner: OwnerHandle, items: list[dict[str, Any]], *,
     item's ``meta`` is a trace context only (``protocol.enqueue_item`` refuses any other).
     ``also``: see :func:`~istos.owner.accept.accept_new`. Raises StorageUnavailable when the
     write failed (nothing stored)."""
+    now = owner.node.clock.now()
     jobs = [NewJob(i["job_id"], i["body"], float(i.get("delay_s", 0.0)), i.get("priority", 0),
-                   i.get("meta"), i.get("dedup_s"), i.get("group")) for i in items]
+                   i.get("meta"), i.get("dedup_s"), i.get("group"), start_by_of(i, now))
+            for i in items]
     return await accept_new(owner, jobs, share_twin_fate=False, also=also)

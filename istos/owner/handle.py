@@ -5,7 +5,7 @@ this protocol rather than :class:`~istos.owner.owner.QueueOwner`: no import circ
 write path (:class:`~istos.owner.write_path.WritePath`) is the only way they make a change count.
 
 An extension changes nothing of the owner's but through the named registrations below (a meta
-check, a nudge absorber, the leader's deadline and wake, pause); it never assigns an owner's
+check, a nudge absorber, the leader's deadline and wake); it never assigns an owner's
 attribute or fills one of its collections (``tests/test_owner_handle_rule.py`` checks).
 """
 
@@ -21,6 +21,7 @@ from ..node import Node
 from ..storage.base import Fence, Storage
 from .extension import Handler, OwnerExtension
 from .nudges import Absorber
+from .pause_store import PauseStore
 from .write_path import WritePath
 
 MetaCheck = Callable[[str, "dict[str, Any] | None"], Awaitable[None]]
@@ -38,13 +39,15 @@ class OwnerHandle(Protocol):
     running: bool  # serving now (a timer set before a stop must not nudge after it)
     fence: Fence | None  # an HA leader's (leader lease and epoch); None otherwise
     storage: Storage  # the node's storage, fenced for an HA leader
+    pauses: PauseStore  # the queue's stored pauses (pause, resume: stored, then applied)
 
     def require_admin(self, action: str) -> None:
         """Raise :class:`~istos.errors.AdminDisabled` unless the queue was declared admin."""
 
     async def enqueue(self, body: bytes, *, job_id: str, delay_s: float = 0.0,
                       priority: int = 0, meta: dict[str, Any] | None = None,
-                      dedup_s: float | None = None, group: str | None = None) -> bool:
+                      dedup_s: float | None = None, group: str | None = None,
+                      start_by: float | None = None) -> bool:
         """Accept a job on this owner's node (False: it held ``job_id`` already)."""
         ...
 
@@ -76,6 +79,3 @@ class OwnerHandle(Protocol):
 
     def wake_election_with(self, wake: Callable[[], None]) -> None:
         """Call ``wake`` when this leader finds its lease lapsed or its epoch gone."""
-
-    def set_paused(self, paused: bool) -> None:
-        """Pause or resume the queue (resuming nudges idle workers)."""

@@ -22,7 +22,16 @@ from typing import Any
 from .. import codec, keys, protocol
 from .. import events as ev
 from ..core.config import QueueConfig
-from ..core.state import CANCELLED, DEAD, DELAYED, LEASED, READY, JobRecord, QueueState
+from ..core.state import (
+    CANCELLED,
+    DEAD,
+    DELAYED,
+    EXPIRED,
+    LEASED,
+    READY,
+    JobRecord,
+    QueueState,
+)
 from ..events import JobEvent
 from ..payload import is_encoded
 from .extension import Handler, OwnerExtension
@@ -50,7 +59,7 @@ class Inspector(OwnerExtension):
     def __init__(self, owner: OwnerHandle) -> None:
         self.owner = owner
         self.totals = {ev.ENQUEUED: 0, ev.ACKED: 0, ev.NACKED: 0, ev.DEAD_LETTERED: 0,
-                       ev.LEASE_EXPIRED: 0}
+                       ev.LEASE_EXPIRED: 0, ev.EXPIRED: 0}
         self._buckets: deque[list[float]] = deque(maxlen=61)  # [second, enqueued, acked]
         self._follow_until = 0.0
         self._outbox: list[dict[str, Any]] = []
@@ -252,13 +261,17 @@ class Inspector(OwnerExtension):
 
     async def op_pause(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.owner.require_admin("pause")
-        self.owner.set_paused(True)
-        return {"paused": True}
+        group = msg.get("group")
+        pause = await self.owner.pauses.pause(by=msg.get("by"), reason=msg.get("reason"),
+                                              group=group)
+        return {"paused": True, "pause": pause.to_dict(), "group": group}
 
     async def op_resume(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.owner.require_admin("resume")
-        self.owner.set_paused(False)
-        return {"paused": False}
+        group = msg.get("group")
+        was = await self.owner.pauses.resume(group=group)
+        return {"paused": self.owner.pauses.get(group) is not None,
+                "was": None if was is None else was.to_dict(), "group": group}
 
 
 def queue_policy(config: QueueConfig) -> dict[str, Any]:
@@ -293,7 +306,8 @@ def job_summary(rec: JobRecord) -> dict[str, Any]:
             "deadline": rec.lease_deadline if rec.state == LEASED else None,
             "last_error": rec.last_error, "body": rec.body,
             "progress": rec.progress, "progress_note": rec.progress_note,
-            **({"group": rec.group} if rec.group is not None else {})}
+            **({"group": rec.group} if rec.group is not None else {}),
+            **({"start_by": rec.start_by} if rec.start_by is not None else {})}
 
 
 def explain(owner: OwnerHandle, job_id: str, ahead: int | None = None) -> dict[str, Any]:
@@ -328,13 +342,17 @@ def explain(owner: OwnerHandle, job_id: str, ahead: int | None = None) -> dict[s
     elif rec.state == READY:
         ahead = ready_ahead_of(owner.state, rec) if ahead is None else ahead
         out["ahead"] = ahead
-        paused = " (claiming is paused)" if owner.state.paused else ""
+        paused = " (claiming is paused)" if owner.state.paused else \
+            " (its group is paused)" if rec.group in owner.state.heaps.paused_groups else ""
         out["reason"] = f"ready, waiting behind {ahead} ready job(s){paused}"
     elif rec.state == DEAD:
         out["reason"] = f"dead-lettered after {rec.attempts} attempts: {rec.last_error}"
         out["dead_letter"] = dead_letter_fields(rec)
     elif rec.state == CANCELLED:
         out["reason"] = "cancelled; kept until " + str(rec.expires_at)
+    elif rec.state == EXPIRED:
+        out["reason"] = (f"expired, never run: no worker started it by its start deadline "
+                         f"{rec.start_by}; kept until {rec.expires_at}")
     else:
         left = "" if rec.expires_at is None else f" for {rec.expires_at - now:.1f} s more"
         out["reason"] = f"done; result kept{left}"

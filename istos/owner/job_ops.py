@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import protocol
-from ..core.records import DEAD, DELAYED, DONE, READY, JobRecord
+from ..core.expiry import claim_start_by
+from ..core.records import DEAD, DELAYED, DONE, EXPIRED, READY, JobRecord
 from ..core.trace_meta import without_trace
 from ..core.workflow_meta import public_meta
 from ..errors import IstosError, ProtocolError
@@ -75,6 +76,9 @@ class JobOps:
              "last_error": r.last_error, "meta": r.meta}
             for r in jobs], "max_attempts": pol.max_attempts, "keep_results": pol.keep_results,
             "lease_s": pol.lease_s}
+        for r, entry in zip(jobs, reply["jobs"]):
+            if r.start_by is not None and (start_by := claim_start_by(r)) is not None:
+                entry["start_by"] = start_by  # a prefetched job past it goes back unrun
         if more:
             reply["more"] = True
         if settled is not None:
@@ -165,7 +169,7 @@ class JobOps:
         out: dict[str, Any] = {"state": rec.state, "result": result}
         if rec.state in (READY, DELAYED):
             out["state"] = READY  # the spec reports in-flight jobs as ready or leased
-        if rec.state == DEAD:
+        if rec.state in (DEAD, EXPIRED):
             out["error"] = rec.last_error
         return out
 
@@ -205,4 +209,5 @@ def dead_letter_fields(rec: JobRecord) -> dict[str, Any]:
 
 
 def _claimed_size(rec: JobRecord, worker: str) -> int:
-    return protocol.claimed_size(rec.job_id, rec.body, worker, rec.last_error, rec.meta)
+    return protocol.claimed_size(rec.job_id, rec.body, worker, rec.last_error, rec.meta) \
+        + (0 if rec.start_by is None else 24)

@@ -31,6 +31,7 @@ from typing import Any
 from .. import codec, keys, protocol
 from .. import events as ev
 from ..core.config import QueueConfig
+from ..core.expiry import start_by_of
 from ..core.hungry import HungryNodes
 from ..core.state import READY, QueueState
 from ..core.trace_meta import without_trace
@@ -52,6 +53,7 @@ from .extension import Handler, OwnerExtension, overrides
 from .handle import MetaCheck
 from .job_ops import JobOps
 from .nudges import Absorber, Nudges
+from .pause_store import PauseHooks, PauseStore
 from .persist import Persister
 from .sole import SoleOwner
 from .write_path import OwnerSignals, WritePath
@@ -101,6 +103,10 @@ class QueueOwner:
         self._on_nudge: list[OwnerExtension] = []
         self.nudges = Nudges(node, self.name, self.hungry, self._on_nudge, lambda: self.running)
         self.running = False
+        # Stored pauses of the queue and its groups (pause_store.py), loaded at start.
+        self.pauses = PauseStore(self.name, node.node_id, self.state, self.storage,
+                                 durable=self.durable, clock=node.clock,
+                                 hooks=PauseHooks(node.events.emit, self.nudge))
         self.job_ops = JobOps(self)
         self._ops: dict[str, Handler] = {
             "enqueue": self._op_enqueue, **self.job_ops.ops(), "ping": self._op_ping,
@@ -164,12 +170,6 @@ class QueueOwner:
         """Call ``wake`` when this leader finds its lease lapsed or its epoch gone."""
         self._wake_election = wake
 
-    def set_paused(self, paused: bool) -> None:
-        """Pause (no claim gets a job) or resume the queue; resuming nudges idle workers."""
-        self.state.paused = paused
-        if not paused:
-            self.nudge(max(1, self.state.counts[READY]))
-
     # -- lifecycle --
     async def start(self) -> None:
         """Recover from durable storage, bind the rpc key, start the sweeper."""
@@ -183,6 +183,7 @@ class QueueOwner:
                 self.state.restore(rec, now)
             for mark in marks:
                 self.state.restore_mark(mark)
+            await self.pauses.load()
         self.running = True
         if self.node.transport is not None:
             # rpc/** (not rpc/*): a request on a malformed rpc key (no role, or chunks past
@@ -311,21 +312,23 @@ class QueueOwner:
             if self._meta_check is None:
                 raise InvalidJob(f"queue {self.name!r} accepts no job meta")
             await self._meta_check(job_id, flow)
+        protocol.one_deadline(msg)
         created = await self.enqueue(
             msg["body"], job_id=job_id, delay_s=float(msg.get("delay_s", 0.0)),
             priority=msg.get("priority", 0), meta=meta, dedup_s=msg.get("dedup_s"),
-            group=msg.get("group"))
+            group=msg.get("group"), start_by=start_by_of(msg, self.node.clock.now()))
         return {"job_id": job_id, "created": created}
 
     async def enqueue(self, body: bytes, *, job_id: str, delay_s: float = 0.0,
                       priority: int = 0, meta: dict[str, Any] | None = None,
-                      dedup_s: float | None = None, group: str | None = None) -> bool:
+                      dedup_s: float | None = None, group: str | None = None,
+                      start_by: float | None = None) -> bool:
         """Accept a job; returns False when the queue already holds ``job_id`` (idempotent),
         or holds it reserved (a dedup window, ``core/dedup.py``). The one path of new jobs
         (``accept.py``): with durable storage the record is stored before the queue accepts
         it, so a storage outage makes the enqueue fail (StorageUnavailable) and nothing
         half-accepted remains in memory; a twin of ``job_id`` in flight decides this one."""
-        job = NewJob(job_id, body, delay_s, priority, meta, dedup_s, group)
+        job = NewJob(job_id, body, delay_s, priority, meta, dedup_s, group, start_by)
         return (await accept_new(self, [job], share_twin_fate=True))[0]
 
     # -- admin helpers shared with inspection --
@@ -419,7 +422,7 @@ class QueueOwner:
         now = self.node.clock.now()
         return {"queue": self.name, "node": self.node.node_id, "counts": counts,
                 "oldest_ready_age_s": None if oldest is None else max(0.0, now - oldest),
-                "paused": self.state.paused}
+                "paused": self.state.paused, **self.pauses.stats()}
 
 
 error_reply = protocol.error_reply

@@ -60,7 +60,9 @@ def retry_asked(queue: str, job: Attempted, after_s: float, error: str) -> None:
 
 
 def not_started(queue: str, job: Attempted, verdict: str) -> None:
-    why = "it was cancelled" if verdict == "cancelled" else "its lease ended while it waited"
+    why = {"cancelled": "it was cancelled",
+           "too_late": "its start deadline passed while it waited (handed back to expire)",
+           }.get(verdict, "its lease ended while it waited")
     log.info("worker %s: job %s attempt %d not started: %s", job.worker, job.job_id,
              job.attempt, why, extra=_fields(queue, job))
 

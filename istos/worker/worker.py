@@ -38,6 +38,7 @@ from .. import codec, di, protocol
 from ..client import OwnerClient
 from ..context import JobContext
 from ..core.config import WorkerConfig
+from ..core.expiry import start_deadline
 from ..errors import InvalidJob, IstosError, OwnerUnavailable, Retry, StorageUnavailable
 from ..node import Node
 from ..wakeup import Wakeup
@@ -68,6 +69,7 @@ class ClaimedJob:
     meta: dict[str, Any] | None
     max_attempts: int
     keep_results: bool
+    start_by: float | None = None  # not started by then (owner's clock): handed back unrun
 
 
 @dataclass
@@ -303,7 +305,8 @@ class WorkerRunner:
             self._count(settle, reply.get("settled") or [])
         jobs = [ClaimedJob(j["job_id"], j["body"], j["attempt"], j["token"], j["worker"],
                            j.get("deadline"), j.get("last_error"), j.get("meta"),
-                           reply["max_attempts"], reply["keep_results"])
+                           reply["max_attempts"], reply["keep_results"],
+                           start_deadline(j.get("start_by")))
                 for j in reply["jobs"]]
         if not jobs:
             self.stats.empty_claims += 1
@@ -341,18 +344,14 @@ class WorkerRunner:
                 return
             try:  # FIFO: prefetched jobs start in claim order
                 now = self.node.clock.monotonic()
-                verdict = self.leases.verdict(held, now)
+                verdict = self._verdict(job, held, now)
                 if verdict == "run":
                     run = self._run_job(job, held, now)
                     tracing = self.node.tracing  # istos.tracing: spans of this attempt
                     outcome = await (run if tracing is None
                                      else tracing.process(self.config.queue, job, run))
                 else:  # never start a job whose lease ended (or that was cancelled) meanwhile
-                    self.stats.not_started += 1
-                    joblog.not_started(self.config.queue, job, verdict)
-                    if verdict == "cancelled":
-                        outcome = {"job_id": job.job_id, "token": job.token, "op": "nack",
-                                   "error": "JobCancelled: cancelled before it started"}
+                    outcome = self._not_started(job, verdict)
             finally:
                 self._running.release()
         except asyncio.CancelledError:
@@ -370,6 +369,27 @@ class WorkerRunner:
                 # the ack along with its claim; otherwise it leaves at the end of this turn.
                 self._outbox.append(outcome)
                 self._schedule_flush()
+
+    def _verdict(self, job: ClaimedJob, held: Held, now: float) -> str:
+        """The lease's verdict (``heartbeat.py``), or ``too_late`` for a job whose start
+        deadline passed while it waited here (by this node's clock)."""
+        verdict = self.leases.verdict(held, now)
+        if verdict == "run" and job.start_by is not None \
+                and self.node.clock.now() >= job.start_by:
+            return "too_late"
+        return verdict
+
+    def _not_started(self, job: ClaimedJob, verdict: str) -> dict[str, Any] | None:
+        """Count and log a job not started; the nack to send for a cancelled one. A job too
+        late for its start deadline is handed back unrun (the owner ends it ``expired``)."""
+        self.stats.not_started += 1
+        joblog.not_started(self.config.queue, job, verdict)
+        if verdict == "too_late":
+            self.waiting.hand_back(job.job_id, job.token)
+        elif verdict == "cancelled":
+            return {"job_id": job.job_id, "token": job.token, "op": "nack",
+                    "error": "JobCancelled: cancelled before it started"}
+        return None
 
     async def _run_job(self, job: ClaimedJob, held: Held, started: float) -> dict[str, Any]:
         """Run the function; return the ack or nack to send (raise on crash or shutdown)."""

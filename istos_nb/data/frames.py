@@ -69,11 +69,12 @@ _EVENT_DTYPE_NAMES = [str(pd.Series([], dtype=d).dtype) for d in _EVENT_SCHEMA.v
 _JOB_KINDS = frozenset({
     ev.ENQUEUED, ev.DUPLICATE_ENQUEUE, ev.CLAIMED, ev.ACKED, ev.NACKED, ev.LEASE_EXPIRED,
     ev.RETRY_SCHEDULED, ev.DEAD_LETTERED, ev.RESULT_EXPIRED, ev.PURGED,
-    ev.CANCELLED, ev.PROGRESS,
+    ev.CANCELLED, ev.PROGRESS, ev.EXPIRED,
 })
 _FIXED_STATE = {
     ev.CLAIMED: "leased", ev.ACKED: "done", ev.DEAD_LETTERED: "dead",
     ev.RESULT_EXPIRED: "expired", ev.PURGED: "purged", ev.CANCELLED: "cancelled",
+    ev.EXPIRED: "expired",  # its start deadline passed before it started
 }
 _LEASE_CLOSE = {ev.ACKED: "acked", ev.NACKED: "nacked", ev.LEASE_EXPIRED: "expired"}
 _DEPTH_STATES = ("ready", "leased", "delayed", "dead", "done")

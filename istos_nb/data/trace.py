@@ -114,7 +114,8 @@ class Trace:
     @cached_property
     def jobs(self) -> pd.DataFrame:
         """One row per job enqueued in the trace: job_id, arrival (s), priority, delay_s, size
-        (body bytes, when the recording kept bodies; else NA). Jobs the stream saw only later
+        (body bytes, when the recording kept bodies; else NA), expires_s (its start deadline
+        after its arrival; NaN: none). Jobs the stream saw only later
         in their life (enqueued before the recording began) are left out: replay cannot know
         when they arrived."""
         rows, seen = [], set()
@@ -125,10 +126,11 @@ class Trace:
                 body = self.bodies.get(e["job_id"])
                 rows.append((e["job_id"], e["t"] - self.t0, int(d.get("priority") or 0),
                              float(d.get("delay_s") or 0.0),
-                             body["size"] if body else None))
-        df = pd.DataFrame(rows, columns=["job_id", "arrival", "priority", "delay_s", "size"])
+                             body["size"] if body else None, _expires_s(d)))
+        df = pd.DataFrame(rows, columns=["job_id", "arrival", "priority", "delay_s", "size",
+                                         "expires_s"])
         return df.astype({"arrival": "float64", "priority": "int64", "delay_s": "float64",
-                          "size": "Int64"})
+                          "size": "Int64", "expires_s": "float64"})
 
     @cached_property
     def attempts(self) -> pd.DataFrame:
@@ -207,3 +209,13 @@ def _policy_from(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
     leases = [e["detail"].get("lease_s") for e in events if e["kind"] == ev.CLAIMED]
     lease = next((x for x in leases if isinstance(x, (int, float))), None)
     return {"lease_s": float(lease)} if lease else {}
+
+
+def _expires_s(detail: dict[str, Any]) -> float:
+    """An ``enqueued`` event's start deadline, in seconds after the owner accepted the job
+    (its ``ready_at`` less its ``delay_s``, both by the owner's clock, as ``start_by`` is);
+    NaN for none."""
+    start_by, ready_at = detail.get("start_by"), detail.get("ready_at")
+    if not isinstance(start_by, (int, float)) or not isinstance(ready_at, (int, float)):
+        return float("nan")
+    return float(start_by) - (float(ready_at) - float(detail.get("delay_s") or 0.0))

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pandas as pd
 
 from istos.client.follow import Follower
+from istos.client.pausing import pause_fields, resume_fields
 from istos.core.config import check_queue_name
 from istos.errors import ConfigError, IstosError, JobNotFound
 from istos.payload import CodecChain, PayloadCodec
@@ -503,23 +504,40 @@ class LiveQueue:
             total += int(reply["promoted"])
         return total
 
-    def pause(self) -> None:
-        """Stop claims: workers get no job until :meth:`resume` (leases in flight carry on).
-        Raises :class:`AdminDisabled` on a queue declared without ``admin=True``."""
-        self._blocking(lambda: self._req.admin("pause"), "pause")
+    def pause(self, reason: str | None = None, *, group: str | None = None,
+              by: str | None = None) -> dict[str, Any]:
+        """Stop claims: workers get no job until :meth:`resume` (leases in flight carry on);
+        with ``group``, only that fairness group's jobs wait. The owner stores the pause, so
+        it outlasts an owner restart or HA failover; ``reason`` (why) and ``by`` (who; default
+        this session's node id) show in ``stats()``. Returns the stored pause ``{at, by,
+        reason, group}``. Raises :class:`ConfigError` (nothing sent) for a ``reason`` over 500
+        bytes, a ``by`` over 200 or a bad ``group``, :class:`AdminDisabled` on a queue declared
+        without ``admin=True``, :class:`StorageUnavailable` when the owner could not store it."""
+        fields = pause_fields(reason=reason, by=by or self.node_id, group=group)
+        reply = self._blocking(lambda: self._req.admin("pause", **fields), "pause")
+        return dict(reply.get("pause") or {})
 
-    async def apause(self) -> None:
+    async def apause(self, reason: str | None = None, *, group: str | None = None,
+                     by: str | None = None) -> dict[str, Any]:
         """As :meth:`pause`, awaitable: the caller's loop runs while it waits."""
-        await self._awaiting(lambda: self._req.admin("pause"), "pause")
+        fields = pause_fields(reason=reason, by=by or self.node_id, group=group)
+        reply = await self._awaiting(lambda: self._req.admin("pause", **fields), "pause")
+        return dict(reply.get("pause") or {})
 
-    def resume(self) -> None:
-        """Let workers claim again after :meth:`pause` (the owner nudges them). Raises
-        :class:`AdminDisabled` on a queue declared without ``admin=True``."""
-        self._blocking(lambda: self._req.admin("resume"), "resume")
+    def resume(self, *, group: str | None = None) -> bool:
+        """Let workers claim again after :meth:`pause` (the owner deletes the stored pause and
+        nudges them); ``group``: lift only that group's pause. True if it was paused. Raises
+        :class:`ConfigError` for a bad ``group``, :class:`AdminDisabled` on a queue declared
+        without ``admin=True``."""
+        fields = resume_fields(group=group)
+        reply = self._blocking(lambda: self._req.admin("resume", **fields), "resume")
+        return reply.get("was") is not None
 
-    async def aresume(self) -> None:
+    async def aresume(self, *, group: str | None = None) -> bool:
         """As :meth:`resume`, awaitable: the caller's loop runs while it waits."""
-        await self._awaiting(lambda: self._req.admin("resume"), "resume")
+        fields = resume_fields(group=group)
+        reply = await self._awaiting(lambda: self._req.admin("resume", **fields), "resume")
+        return reply.get("was") is not None
 
     def cancel(self, job_id: str) -> str:
         """Cancel a job, as ``Istos.cancel``: "cancelled" (it was waiting), "cancelling" (its

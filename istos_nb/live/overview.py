@@ -20,16 +20,16 @@ __all__ = ["queues", "aqueues", "QUEUE_COLUMNS"]
 
 QUEUE_COLUMNS = {"queue": object, "owner": object, "role": object, "replicas": object,
                  "up": "bool", "ready": "Int64", "delayed": "Int64", "leased": "Int64",
-                 "done": "Int64", "dead": "Int64", "cancelled": "Int64",
+                 "done": "Int64", "dead": "Int64", "cancelled": "Int64", "expired": "Int64",
                  "enqueue_rate": "float64", "ack_rate": "float64", "paused": "boolean",
-                 "workers": "Int64"}
+                 "pause_reason": object, "workers": "Int64"}
 
 
 def queues(zenoh: Any = None, *, prefix: str = "istos", timeout_s: float = 5.0) -> pd.DataFrame:
     """One row per queue whose owner (or HA replica) is on the mesh under ``prefix``: queue,
     owner (the node that answered), role (single / ha), replicas, up (the owner answered; else
     the counts are NA), jobs per state, enqueue_rate and ack_rate (per second), paused,
-    workers (seen lately).
+    pause_reason (who paused it and why, as stored), workers (seen lately).
 
     Opens a Zenoh session of its own for the call (``zenoh`` as for ``Istos``) and closes it.
     An owner that does not answer within ``timeout_s`` gives a row with ``up`` False rather

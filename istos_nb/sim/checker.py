@@ -21,6 +21,7 @@ from typing import Any
 
 from istos.core.backoff import delay_bounds
 
+from .checker_expiry import expiry_findings, pause_findings
 from .checker_leases import lease_findings
 from .checker_logs import job_log_finding
 from .checker_outbox import outbox_finding
@@ -35,8 +36,11 @@ def delivery_counts(rec: RunRecord) -> dict[str, int]:
     done = Counter(e["job_id"] for e in rec.effects)
     known = {e["job_id"] for e in rec.events if e["kind"] == "enqueued"}
     tried = [a for a in rec.attempts if a["job_id"] is not None]
+    # A job that expired (its start deadline passed, checker_expiry.py) ended unrun by design.
+    expired = {e["job_id"] for e in rec.events if e["kind"] == "expired"}
     accepted = [a for a in tried if a["status"] == "ok"]
-    unheld = [a for a in accepted if done[a["job_id"]] == 0 and a["job_id"] not in rec.held]
+    unheld = [a for a in accepted if done[a["job_id"]] == 0 and a["job_id"] not in rec.held
+              and a["job_id"] not in expired]
     lost = [a for a in unheld if a["job_id"] not in rec.stored]
     stranded = [a for a in unheld if a["job_id"] in rec.stored]
     expected = [a for a in lost if _lost_to_volatile_restart(rec, a)]
@@ -51,7 +55,7 @@ def delivery_counts(rec: RunRecord) -> dict[str, int]:
         "unexpected": sum(1 for j in done if j not in known),
         "recovered": sum(1 for a in tried if a["status"] != "ok" and done[a["job_id"]] > 0),
         "pending": sum(1 for a in accepted if done[a["job_id"]] == 0
-                       and a["job_id"] in rec.held),
+                       and a["job_id"] in rec.held and a["job_id"] not in expired),
     }
 
 
@@ -72,7 +76,7 @@ def check(rec: RunRecord) -> list[Finding]:
         _single_lease(rec), _attempts_bounded(rec), _backoff_respected(rec),
         _dead_after_max(rec), _fifo_within_priority(rec), _chord_once(rec),
         _dedup_windows(rec), _rate_limits(rec), _group_limits(rec), *lease_findings(rec),
-        job_log_finding(rec),
+        job_log_finding(rec), *expiry_findings(rec), *pause_findings(rec),
     ]
     if rec.outbox:
         ok, detail = outbox_finding(rec.outbox, rec.events, rec.effects, rec.outbox_waiting)
@@ -193,7 +197,7 @@ def _fifo_within_priority(rec: RunRecord) -> Finding:
             if skipped is not None:
                 bad.append(f"{e['job_id']} claimed at {e['t']:.3f} while {skipped} was "
                            "ready earlier at the same or a higher priority")
-        elif kind in ("acked", "dead_lettered", "purged", "result_expired"):
+        elif kind in ("acked", "dead_lettered", "purged", "result_expired", "expired"):
             model.drop(e["job_id"])
     return Finding("priority, then FIFO among ready jobs", not bad, summary(bad))
 

@@ -1,9 +1,9 @@
 """replay: run a recorded trace again on the real engine under virtual time, another policy.
 
 The recorded arrivals enter at their recorded times (through the owner node, with their job
-ids, priorities and delays); attempt ``k`` of a job behaves as the trace's attempt ``k`` did
-(the same run time, then the same ack or nack), and worker nodes that died in the trace die at
-the same moments. What the replay changes is the schedule: the policy (``lease_s``,
+ids, priorities, delays and start deadlines); attempt ``k`` of a job behaves as the trace's
+attempt ``k`` did (the same run time, then the same ack or nack), and worker nodes that died in
+the trace die at the same moments. What the replay changes is the schedule: the policy (``lease_s``,
 ``max_attempts``, backoff, ``heartbeat``, ``timeout_s``, ``prefetch``) and the fleet
 (``workers``, ``concurrency``).
 
@@ -100,8 +100,12 @@ def replay(trace: Trace, *, seed: int = 0, workers: int | None = None,
         nodes[name].worker(queue, concurrency=slots, **worker_opts)(handle)
     owner = sim.nodes[OWNER]
     for job in trace.jobs.itertuples(index=False):
+        # A recorded start deadline holds in the replay too (after the same arrival).
+        deadline = {"expires_s": float(job.expires_s)} \
+            if float(job.expires_s) > float(job.delay_s) else {}
         sim.at(LEAD_S + float(job.arrival), owner.enqueue, queue, {"trace_job": job.job_id},
-               job_id=job.job_id, priority=int(job.priority), delay_s=float(job.delay_s))
+               job_id=job.job_id, priority=int(job.priority), delay_s=float(job.delay_s),
+               **deadline)
     return sim.run(until if until is not None else _until(trace, queue_opts),
                    progress=progress)
 

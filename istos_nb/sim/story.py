@@ -174,6 +174,7 @@ def _event_text(e: dict[str, Any], name: str, first: bool) -> str | None:
         "lease_expired": f"{name}'s lease runs out",
         "dead_lettered": f"{name} is dead-lettered",
         "cancelled": f"{name} is cancelled",
+        "expired": f"{name} expires: nobody started it by its start deadline",
         "ack_lost": f"{name}'s ack from {e['node']} is lost",
         "delivery_crashed": f"{name}'s delivery dies mid-job on {e['node']}",
     }

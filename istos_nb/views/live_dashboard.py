@@ -59,7 +59,7 @@ _NOT_DONE = ("ready", "delayed", "leased", "dead")
 STATE_FILTERS: dict[str, list[str | None]] = {
     "not done": list(_NOT_DONE), "ready": ["ready"], "delayed": ["delayed"],
     "leased": ["leased"], "dead": ["dead"], "done": ["done"], "cancelled": ["cancelled"],
-    "all": [None]}
+    "expired": ["expired"], "all": [None]}
 
 
 def parse_search(text: str) -> dict[str, Any]:

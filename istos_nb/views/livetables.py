@@ -17,6 +17,8 @@ from typing import Any
 
 import pandas as pd
 
+from istos.ops.pause_view import pause_phrase
+
 from ..live.reply_tables import ago
 
 PAYLOAD_CHARS = 80
@@ -112,7 +114,7 @@ def _payload(r: dict[str, Any], _now: pd.Timestamp) -> str:
 
 
 NO_TIME = "–"
-_SETTLED = ("dead", "done", "finished", "cancelled")
+_SETTLED = ("dead", "done", "finished", "cancelled", "expired")
 
 
 def _due(r: dict[str, Any], now: pd.Timestamp) -> str:
@@ -225,7 +227,11 @@ def stats_text(stats: Mapping[str, Any]) -> str:
     if stats.get("oldest_ready_age_s") is not None:
         parts.append(f"oldest ready {ago(float(stats['oldest_ready_age_s']))}")
     if stats.get("paused"):
-        parts.append("PAUSED")
+        phrase = pause_phrase(stats.get("pause"))
+        parts.append("PAUSED" + (f" {phrase}" if phrase else ""))
+    paused_groups = stats.get("paused_groups")
+    if isinstance(paused_groups, dict) and paused_groups.get("count"):
+        parts.append(f"{paused_groups.get('count')} group(s) paused")
     if stats.get("admin"):
         parts.append("admin")
     return " · ".join(parts)

@@ -54,11 +54,22 @@ INVARIANT_MEANING: dict[str, str] = {
     "job logs kept as their attempts wrote them":
         "every kept ctx.log line was written by its attempt, in order, at most 100 lines of "
         "1 KiB; a settled attempt lost none, an expired one at most its last lines",
+    "an expired job never ran":
+        "a job that ended expired was never run, and not before its start deadline",
+    "no job handed out unstarted past its start deadline":
+        "a job with a start deadline was never handed out late for its first start",
+    "no job claimed while its queue or group is paused":
+        "while a pause held (stored: across restarts and failovers), no claim got its jobs",
 }
 
 
 def _has_dedup(result: SimResult) -> bool:
     return any(e["kind"] == "enqueued" and (e.get("detail") or {}).get("dedup_s")
+               for e in result.events_raw)
+
+
+def _has_deadline(result: SimResult) -> bool:
+    return any(e["kind"] == "enqueued" and (e.get("detail") or {}).get("start_by") is not None
                for e in result.events_raw)
 
 
@@ -85,6 +96,11 @@ _APPLIES: dict[str, tuple[Callable[[SimResult, str], bool], str]] = {
                                                         "no job was enqueued with dedup_s"),
     "claims within the rate limit": (lambda r, d: not d.startswith("no rate-limited"), ""),
     "group limits held": (lambda r, d: not d.startswith("no queue with group"), ""),
+    "an expired job never ran": (lambda r, d: "expired" in _kinds(r), "no job expired"),
+    "no job handed out unstarted past its start deadline": (
+        lambda r, d: _has_deadline(r), "no job was enqueued with a start deadline"),
+    "no job claimed while its queue or group is paused": (lambda r, d: "paused" in _kinds(r),
+                                                          "nothing was paused"),
     "job logs kept as their attempts wrote them": (
         lambda r, d: not d.startswith(("no handler logged", "no log kept")), ""),
     "no lease expired while its heart-beating holder was alive and connected": (

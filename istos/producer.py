@@ -20,6 +20,7 @@ from .core.config import (
 )
 from .errors import ConfigError, InvalidJob, PayloadCodecError, ProtocolError
 from .ids import IdSource
+from .lifecycle import Enqueued, check_unique, check_unique_keys
 from .payload import CodecChain, describe
 from .protocol import MAX_PRIORITY
 
@@ -47,8 +48,11 @@ class Producer:
     async def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
                       job_id: str | None = None, timeout_s: float | None = None,
                       dedup_s: float | None = None, group: str | None = None,
-                      _meta: dict[str, Any] | None = None) -> str:
-        """Put a job on queue ``name``; returns its id.
+                      unique_key: str | None = None, unique: str | None = None,
+                      unique_s: float | None = None,
+                      _meta: dict[str, Any] | None = None) -> Enqueued:
+        """Put a job on queue ``name``; returns its id (an :class:`~istos.Enqueued`, a ``str``
+        that also says whether the job is new and, if not, why).
 
         Idempotent by ``job_id``: if the queue still holds that id, nothing is added and the id is
         returned. With ``dedup_s`` the id stays reserved that many seconds after the job
@@ -59,8 +63,15 @@ class Producer:
         app's ``request_timeout_s`` for this call. The returned id is stored by the owner
         (written through its storage) before this returns.
 
+        ``unique_key`` (docs/job-lifecycle.md): while another job of the queue holds that key
+        within its scope, nothing is added and that job's id is returned (``reason``
+        ``"unique_key"``). ``unique``: the scope, ``"queued"`` (until the job is first
+        claimed), ``"active"`` (until it is acked, dead or cancelled; the default) or
+        ``"finished"`` (and for ``unique_s`` seconds after).
+
         Raises, before sending: :class:`ConfigError` for a bad queue name, ``delay_s``,
-        ``priority``, ``job_id``, ``dedup_s`` or ``group``; :class:`InvalidJob` for a body
+        ``priority``, ``job_id``, ``dedup_s``, ``group``, ``unique_key``, ``unique`` or
+        ``unique_s``; :class:`InvalidJob` for a body
         msgpack cannot encode, one over the size limit, or an id the wire refuses; and
         :class:`IstosError` when the app is not serving. After sending:
         :class:`OwnerUnavailable` if no owner answers within the request timeout,
@@ -77,6 +88,8 @@ class Producer:
             group=group, name_checked=checked)
         if not checked:
             self._valid_names.add(name)
+        spec = None if unique_key is None and unique is None and unique_s is None \
+            else check_unique(unique_key, unique, unique_s)
         if self.payload.codecs:
             body = self.payload.wrap(body, queue=name)
         self.require_serving()
@@ -90,17 +103,22 @@ class Producer:
             fields["group"] = grp
         if _meta:
             fields["meta"] = _meta
-        if timeout_s is None and not _meta:  # concurrent calls share one request
+        if spec is not None:  # (alone: the reply names the job the key resolved to)
+            fields["unique"] = spec.to_wire()
+        if timeout_s is None and not _meta and spec is None:  # concurrent calls share one
             reply = await self.client(name).enqueue(fields)
         else:
             reply = await self.client(name).call("enqueue", timeout_s, **fields)
-        return str(reply["job_id"])
+        return Enqueued.from_reply(reply)
 
     async def enqueue_many(self, name: str, items: Iterable[Any], *, delay_s: float = 0,
                            priority: int = 0, job_ids: Sequence[str] | None = None,
                            timeout_s: float | None = None,
                            dedup_s: float | None = None,
-                           groups: Sequence[str | None] | None = None) -> list[str]:
+                           groups: Sequence[str | None] | None = None,
+                           unique_keys: Sequence[str | None] | None = None,
+                           unique: str | None = None,
+                           unique_s: float | None = None) -> list[str]:
         """Put many jobs on queue ``name``; returns their ids, in order.
 
         Sent as few requests as the frame cap allows (one round trip each), each stored by the
@@ -110,12 +128,16 @@ class Producer:
         is sent: a body msgpack cannot encode or over the size limit, or a bad id, raises
         :class:`InvalidJob` naming the item, and nothing of the batch is sent. ``dedup_s``
         (with ``job_ids``): every item's id stays reserved that long after its job finished,
-        as in :meth:`enqueue`. ``groups``: one group (or None) per item.
+        as in :meth:`enqueue`. ``groups``: one group (or None) per item. ``unique_keys``: one
+        unique key (or None) per item, with the batch's ``unique`` scope and ``unique_s``
+        (as in :meth:`enqueue`); an item whose key another job holds (or an earlier item of
+        the batch) adds nothing, and its entry in the returned list is that job's id.
 
-        Raises :class:`ConfigError` (nothing sent) for a bad option or when ``job_ids`` or
-        ``groups`` do not have one entry per item, :class:`IstosError` when the app is not
-        serving, and :class:`OwnerUnavailable` or the owner's typed error for a request that
-        failed: requests before it stay stored, and the message says how many jobs were.
+        Raises :class:`ConfigError` (nothing sent) for a bad option or when ``job_ids``,
+        ``groups`` or ``unique_keys`` do not have one entry per item, :class:`IstosError`
+        when the app is not serving, and :class:`OwnerUnavailable` or the owner's typed
+        error for a request that failed: requests before it stay stored, and the message
+        says how many jobs were.
         """
         bodies, ids, delay, prio = check_batch(name, items, delay_s, priority, job_ids)
         window = check_dedup(dedup_s, job_ids is not None)
@@ -127,13 +149,23 @@ class Producer:
                 check_group(g)
             except ConfigError as exc:
                 raise ConfigError(f"queue {name!r}: item {i}: {exc}") from None
+        specs = check_unique_keys(bodies, unique_keys, unique, unique_s)
         if self.payload.codecs:
             bodies = [self.payload.wrap(b, queue=name) for b in bodies]
         self.require_serving()
         if ids is None:
             ids = [self.node.ids.new() for _ in bodies]
-        return await batches.send_many(self.client(name), ids, bodies, delay, prio, timeout_s,
-                                       window, grps)
+        if specs is None:
+            return await batches.send_many(self.client(name), ids, bodies, delay, prio,
+                                           timeout_s, window, grps)
+        items = [i for frame in batches.frames(ids, bodies, delay, prio, window, grps)
+                 for i in frame]
+        for item, spec in zip(items, specs):
+            if spec is not None:
+                item["unique"] = spec.to_wire()
+        return await batches.send_frames(
+            self.client(name), [items[a:b] for a, b in batches.cut(
+                [batches.item_size(i) for i in items])], timeout_s)
 
     async def dead_letters(self, name: str) -> list[dict[str, Any]]:
         """Every dead job of ``name``, oldest first, fetched page by page: dicts of

@@ -35,6 +35,7 @@ from .schema import (
     one_of,
     text,
 )
+from .wire_lifecycle import unique_field
 
 T = TypeVar("T")
 
@@ -208,6 +209,7 @@ _ENQUEUE_ITEM = (
     # group (nil for either: none, as when absent).
     Field("dedup_s", number(0.0, MAX_DELAY_S, nil=True)),
     Field("group", text(MAX_GROUP_BYTES, empty=False, nil=True)),
+    Field("unique", unique_field),  # its unique key (wire_lifecycle.py)
 )
 
 
@@ -256,6 +258,7 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("meta", meta, error=InvalidJob),
         Field("dedup_s", number(0.0, MAX_DELAY_S, nil=True), error=InvalidJob),
         Field("group", text(MAX_GROUP_BYTES, empty=False, nil=True), error=InvalidJob),
+        Field("unique", unique_field, error=InvalidJob),  # its unique key (wire_lifecycle.py)
     ),
     "enqueue_many": (
         Field("items", list_of(enqueue_item, MAX_ENQUEUE_ITEMS), required=True, error=InvalidJob),
@@ -338,8 +341,8 @@ owner without an entry here get the envelope check only."""
 REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     op: (frozenset(always.split()), frozenset(optional.split())) for op, always, optional in (
         ("ping", "node queue", ""),
-        ("enqueue", "job_id created", ""),
-        ("enqueue_many", "created", ""),
+        ("enqueue", "job_id created", "reason"),
+        ("enqueue_many", "created", "job_ids"),
         ("claim", "jobs max_attempts keep_results lease_s",
          "more settled cancel parked unparked"),
         ("unpark", "unparked", ""),
@@ -521,7 +524,7 @@ def _fast_enqueue(m: dict[str, Any]) -> bool:
         and _id(m.get("job_id", "x"), MAX_JOB_ID_BYTES) \
         and (type(d) is float or type(d) is int) and 0 <= d <= MAX_DELAY_S \
         and type(p) is int and -MAX_PRIORITY <= p <= MAX_PRIORITY and _after(m.get("dedup_s")) \
-        and _group(m.get("group"))
+        and _group(m.get("group")) and m.get("unique") is None
 
 
 def _group(g: Any) -> bool:  # (a non-ASCII name takes the schema's path)

@@ -86,31 +86,42 @@ class SyncProducer:
 
     # -- the calls ------------------------------------------------------------------------------
     def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
-                job_id: str | None = None) -> str:
-        """Put a job on queue ``name``; returns its id once the owner stored it (as
-        :meth:`Istos.enqueue`: idempotent by ``job_id``).
+                job_id: str | None = None, unique_key: str | None = None,
+                unique: str | None = None, unique_s: float | None = None) -> str:
+        """Put a job on queue ``name``; returns its id (an :class:`~istos.Enqueued`) once the
+        owner stored it (as :meth:`Istos.enqueue`: idempotent by ``job_id``, and by
+        ``unique_key`` within its ``unique`` scope).
 
         Raises, before sending: :class:`ConfigError` for a bad name, ``delay_s``,
-        ``priority`` or ``job_id``, :class:`InvalidJob` for a body msgpack cannot encode or
+        ``priority``, ``job_id``, ``unique_key``, ``unique`` or ``unique_s``,
+        :class:`InvalidJob` for a body msgpack cannot encode or
         over the size limit; after: :class:`OwnerUnavailable` when no owner answers within
         ``request_timeout_s``, or the owner's typed error. Blocks the calling thread only.
         """
         # An explicit timeout: one request per call (coalescing needs a loop turn).
         return self._run(name, lambda p: p.enqueue(name, data, delay_s=delay_s,
                                                    priority=priority, job_id=job_id,
-                                                   timeout_s=self.request_timeout_s))
+                                                   timeout_s=self.request_timeout_s,
+                                                   unique_key=unique_key, unique=unique,
+                                                   unique_s=unique_s))
 
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay_s: float = 0,
-                     priority: int = 0, job_ids: Sequence[str] | None = None) -> list[str]:
+                     priority: int = 0, job_ids: Sequence[str] | None = None,
+                     unique_keys: Sequence[str | None] | None = None,
+                     unique: str | None = None, unique_s: float | None = None) -> list[str]:
         """Put many jobs on ``name`` in as few requests as the frame cap allows; returns their
-        ids in order (as :meth:`Istos.enqueue_many`: every item checked before any is sent).
+        ids in order (as :meth:`Istos.enqueue_many`: every item checked before any is sent;
+        ``unique_keys`` one key or None per item, with the batch's ``unique`` scope and
+        ``unique_s``).
 
         Raises :class:`ConfigError` or :class:`InvalidJob` naming a bad item (nothing sent),
         and :class:`OwnerUnavailable` or the owner's typed error for a request that failed:
         requests before it stay stored, and the message says how many jobs were.
         """
         return self._run(name, lambda p: p.enqueue_many(name, items, delay_s=delay_s,
-                                                        priority=priority, job_ids=job_ids))
+                                                        priority=priority, job_ids=job_ids,
+                                                        unique_keys=unique_keys,
+                                                        unique=unique, unique_s=unique_s))
 
     def result(self, name: str, job_id: str) -> dict[str, Any]:
         """Where job ``job_id`` stands: ``{"state": ..., "result": ...}`` as

@@ -94,6 +94,9 @@ class JobRecord:
     cancel_requested: bool | None = None  # app.cancel reached it while leased (persisted)
     dedup_s: float | None = None  # its id stays reserved this long after it finished (dedup.py)
     group: str | None = None  # its fairness/concurrency group (groups.py)
+    unique_key: str | None = None  # at most one job holds it within its scope (unique.py)
+    unique: str | None = None  # that scope: "queued", "active" or "finished"
+    unique_s: float | None = None  # a "finished" key stays held this long after the job ended
     # The holder's latest ctx.progress() (not persisted: the next heartbeat brings it back).
     progress: float | None = None
     progress_note: str | None = None
@@ -115,7 +118,8 @@ class JobRecord:
 SCALAR_FIELDS = (
     "job_id", "queue", "body", "priority", "enqueued_at", "state", "ready_at", "seq", "attempts",
     "lease_token", "lease_worker", "lease_deadline", "last_error", "result", "finished_at",
-    "expires_at", "meta", "cancel_requested", "dedup_s", "group",
+    "expires_at", "meta", "cancel_requested", "dedup_s", "group", "unique_key", "unique",
+    "unique_s",
 )
 
 

@@ -23,7 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.state import JobRecord
+from ..core.state import JobRecord, QueueState
+from ..core.unique import UniqueSpec
+from . import unique_gate
 from .handle import OwnerHandle
 
 
@@ -38,6 +40,24 @@ class NewJob:
     meta: dict[str, Any] | None = None
     dedup_s: float | None = None
     group: str | None = None
+    unique: UniqueSpec | None = None  # its unique key and scope (core/unique.py)
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """What became of one new job: the id it resolved to, whether that job is new, and if
+    not why (``job_id``: the queue holds that id, or keeps it reserved; ``unique_key``:
+    another job holds the key)."""
+
+    job_id: str
+    created: bool
+    reason: str | None = None
+
+    def reply(self) -> dict[str, Any]:
+        """The ``enqueue`` reply saying so (``reason`` only when not created)."""
+        if self.created:
+            return {"job_id": self.job_id, "created": True}
+        return {"job_id": self.job_id, "created": False, "reason": self.reason}
 
 
 async def accept_new(owner: OwnerHandle, jobs: Sequence[NewJob], *,
@@ -48,14 +68,26 @@ async def accept_new(owner: OwnerHandle, jobs: Sequence[NewJob], *,
         StorageUnavailable: the write failed (nothing of this call was stored or queued), or,
             with ``share_twin_fate``, the in-flight write of one of the ids failed.
     """
-    state, clock, writes = owner.state, owner.node.clock, owner.writes
+    return [a.created for a in await accept(owner, jobs, share_twin_fate=share_twin_fate)]
+
+
+async def accept(owner: OwnerHandle, jobs: Sequence[NewJob], *,
+                 share_twin_fate: bool) -> list[Accepted]:
+    """As :func:`accept_new`, saying per job which job it resolved to and why.
+
+    Raises:
+        InvalidJob: a job's ``job_id`` names a job held under another unique key (nothing
+            changed).
+        StorageUnavailable: as :func:`accept_new`.
+    """
+    state, writes = owner.state, owner.writes
+    if any(j.unique is not None for j in jobs):
+        unique_gate.check_ids(state, jobs)
+        await unique_gate.wait_keys(state, writes, jobs)
     if not owner.durable:
-        now = clock.now()
-        created = [state.enqueue(j.job_id, j.body, now, delay_s=j.delay_s,
-                                 priority=j.priority, meta=j.meta, dedup_s=j.dedup_s,
-                                 group=j.group) for j in jobs]
+        out = _accept_volatile(owner, jobs)
         writes.after_change()  # publishes; nothing to write (volatile storage)
-        return created
+        return out
     twins: set[str] = set()
     if share_twin_fate:
         for job in jobs:
@@ -65,25 +97,60 @@ async def accept_new(owner: OwnerHandle, jobs: Sequence[NewJob], *,
                 await pending  # its failure is this call's failure too
     else:
         await writes.wait_pending(j.job_id for j in jobs)
-    now = clock.now()
     new: dict[str, JobRecord] = {}
-    created = []
-    for job in jobs:
-        jid = job.job_id
-        if jid in twins:
-            created.append(False)
-        elif jid in new or state.holds(jid, now):
-            if jid not in new:
-                state.enqueue(jid, job.body, now)  # the duplicate_enqueue event only
-            created.append(False)
-        else:
-            new[jid] = state.new_record(jid, job.body, now, delay_s=job.delay_s,
-                                        priority=job.priority, meta=job.meta,
-                                        dedup_s=job.dedup_s, group=job.group)
-            created.append(True)
+    new_keys: dict[str, str] = {}  # unique key -> id of the new job of this call taking it
+    now = owner.node.clock.now()
+    created = [Accepted(j.job_id, False, "job_id") if j.job_id in twins
+               else _decide(state, j, now, new, new_keys) for j in jobs]
     if new:
-        await writes.store_new(new, clock.now)
+        for key, jid in new_keys.items():  # held in flight until the write ended
+            state.unique.reserve(key, jid)
+        try:
+            await writes.store_new(new, owner.node.clock.now)
+        finally:
+            for key, jid in new_keys.items():
+                state.unique.release(key, jid)
     elif len(twins) < len(jobs):
         writes.after_change()  # publish the duplicate_enqueue events
     return created
 
+
+def _decide(state: QueueState, job: NewJob, now: float, new: dict[str, JobRecord],
+            new_keys: dict[str, str]) -> Accepted:
+    """One job of a durable call: a duplicate (its event recorded), or a record added to
+    ``new`` (and its key to ``new_keys``) for the call's one write."""
+    jid, spec = job.job_id, job.unique
+    if spec is not None:
+        held = new_keys.get(spec.key) or unique_gate.holder(state, spec, now)
+        if held is not None:
+            return Accepted(held, False, "unique_key")
+    if jid in new or state.holds(jid, now):
+        if jid not in new:
+            state.enqueue(jid, job.body, now)  # the duplicate_enqueue event only
+        return Accepted(jid, False, "job_id")
+    rec = state.new_record(jid, job.body, now, delay_s=job.delay_s, priority=job.priority,
+                           meta=job.meta, dedup_s=job.dedup_s, group=job.group)
+    new[jid] = rec if spec is None else spec.apply(rec)
+    if spec is not None:
+        new_keys[spec.key] = jid
+    return Accepted(jid, True)
+
+
+def _accept_volatile(owner: OwnerHandle, jobs: Sequence[NewJob]) -> list[Accepted]:
+    """Without durable storage: each job enters the queue at once (or is a duplicate)."""
+    state = owner.state
+    now = owner.node.clock.now()
+    out: list[Accepted] = []
+    for j in jobs:
+        spec = j.unique
+        if spec is None:
+            made = state.enqueue(j.job_id, j.body, now, delay_s=j.delay_s, priority=j.priority,
+                                 meta=j.meta, dedup_s=j.dedup_s, group=j.group)
+            out.append(Accepted(j.job_id, True) if made else Accepted(j.job_id, False, "job_id"))
+            continue
+        new: dict[str, JobRecord] = {}
+        out.append(_decide(state, j, now, new, {}))
+        for rec in new.values():
+            state.insert(rec, now)
+            state.dirty.append(rec)
+    return out

@@ -16,13 +16,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from .accept import NewJob, accept_new
+from ..wire_lifecycle import unique_spec
+from .accept import NewJob, accept, accept_new
 from .handle import OwnerHandle
 
 
 async def op_enqueue_many(owner: OwnerHandle, msg: dict[str, Any]) -> dict[str, Any]:
-    """The owner's ``enqueue_many`` op (``items`` checked against protocol.SCHEMAS)."""
-    return {"created": await enqueue_many(owner, msg["items"])}
+    """The owner's ``enqueue_many`` op (``items`` checked against protocol.SCHEMAS). With
+    unique keys the reply also lists the id each item resolved to (``job_ids``): a key held
+    by another job resolves to that job."""
+    items = msg["items"]
+    if not any("unique" in i for i in items):
+        return {"created": await enqueue_many(owner, items)}
+    jobs = [NewJob(i["job_id"], i["body"], float(i.get("delay_s", 0.0)), i.get("priority", 0),
+                   None, i.get("dedup_s"), i.get("group"), unique_spec(i.get("unique")))
+            for i in items]
+    done = await accept(owner, jobs, share_twin_fate=False)
+    return {"created": [a.created for a in done], "job_ids": [a.job_id for a in done]}
 
 
 async def enqueue_many(owner: OwnerHandle, items: list[dict[str, Any]]) -> list[bool]:

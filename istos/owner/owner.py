@@ -45,8 +45,9 @@ from ..events import EventKind, JobEvent
 from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
+from ..wire_lifecycle import unique_spec
 from . import bulk, eventlog, registry
-from .accept import NewJob, accept_new
+from .accept import NewJob, accept, accept_new
 from .extension import Handler, OwnerExtension, overrides
 from .handle import MetaCheck
 from .job_ops import JobOps
@@ -309,11 +310,10 @@ class QueueOwner:
             if self._meta_check is None:
                 raise InvalidJob(f"queue {self.name!r} accepts no job meta")
             await self._meta_check(job_id, meta)
-        created = await self.enqueue(
-            msg["body"], job_id=job_id, delay_s=float(msg.get("delay_s", 0.0)),
-            priority=msg.get("priority", 0), meta=meta, dedup_s=msg.get("dedup_s"),
-            group=msg.get("group"))
-        return {"job_id": job_id, "created": created}
+        job = NewJob(job_id, msg["body"], float(msg.get("delay_s", 0.0)),
+                     msg.get("priority", 0), meta, msg.get("dedup_s"), msg.get("group"),
+                     unique_spec(msg.get("unique")))
+        return (await accept(self, [job], share_twin_fate=True))[0].reply()
 
     async def enqueue(self, body: bytes, *, job_id: str, delay_s: float = 0.0,
                       priority: int = 0, meta: dict[str, Any] | None = None,

@@ -1,0 +1,115 @@
+"""A job's life under the producer's control, the producer's side: checks and replies.
+
+:func:`check_unique` checks ``enqueue(..., unique_key=, unique=, unique_s=)`` before anything
+is sent (the owner's side is :mod:`istos.core.unique`); :class:`Enqueued` is what an enqueue
+returns: the job id, which is a ``str``, saying also whether that job is new and, if not, why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+from .core.unique import FINISHED, MAX_KEY_BYTES, SCOPES, Scope, UniqueSpec, check_window
+from .errors import ConfigError
+from .wire_lifecycle import MAX_WINDOW_S
+
+__all__ = ["Enqueued", "check_unique", "check_unique_keys"]
+
+
+class Enqueued(str):
+    """The id an enqueue resolved to; a ``str``, so it is used as the job id it always was.
+
+    ``created``: whether this call added the job. Otherwise ``reason`` says why it did not:
+    ``"job_id"`` (the queue holds that id, or keeps it reserved by ``dedup_s``) or
+    ``"unique_key"`` (another job holds the key; the id is that job's).
+    """
+
+    created: bool
+    reason: str | None
+
+    def __new__(cls, job_id: str, created: bool = True, reason: str | None = None
+                ) -> Enqueued:
+        self = super().__new__(cls, job_id)
+        self.created = created
+        self.reason = None if created else reason
+        return self
+
+    @property
+    def job_id(self) -> str:
+        """The id as a plain ``str``."""
+        return str.__str__(self)
+
+    @property
+    def deduplicated_by(self) -> str | None:
+        """``reason``, under the name other queues use: None when the job is new."""
+        return self.reason
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any]) -> Enqueued:
+        """From an ``enqueue`` reply (``job_id``, ``created``, ``reason?``)."""
+        created = reply.get("created", True)
+        reason = reply.get("reason")
+        return cls(str(reply["job_id"]), created is not False,
+                   reason if isinstance(reason, str) else "job_id")
+
+
+def check_unique(unique_key: object, unique: object, unique_s: object) -> UniqueSpec | None:
+    """``enqueue``'s unique-key options as one spec (None: no key), checked before sending.
+
+    Raises:
+        ConfigError: naming the field: a key that is not a non-empty string of at most 200
+            UTF-8 bytes, an unknown scope, a negative, non-finite or too long ``unique_s``,
+            ``unique_s`` with another scope than ``finished``, or a scope or window without
+            a key.
+    """
+    if unique_key is None:
+        if unique is not None or unique_s is not None:
+            raise ConfigError("unique and unique_s need a unique_key")
+        return None
+    if not isinstance(unique_key, str) or not unique_key:
+        raise ConfigError(f"unique_key must be a non-empty string, got {unique_key!r}")
+    if len(unique_key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        raise ConfigError(f"unique_key {unique_key[:40]!r}... is longer than {MAX_KEY_BYTES} "
+                          "bytes")
+    scope = "active" if unique is None else unique
+    if scope not in SCOPES:
+        raise ConfigError(f"unique must be one of {', '.join(SCOPES)}, got {unique!r}")
+    window = None
+    if unique_s is not None:
+        try:
+            window = check_window("unique_s", unique_s)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if window > MAX_WINDOW_S:
+            raise ConfigError(f"unique_s must be at most {MAX_WINDOW_S:g} (ten years), got "
+                              f"{unique_s!r}")
+        if scope != FINISHED:
+            raise ConfigError(f"unique_s needs unique='finished' (the key is held that long "
+                              f"after the job ended), got unique={scope!r}")
+    return UniqueSpec(unique_key, cast(Scope, scope), window or None)
+
+
+def check_unique_keys(items: Sequence[object], unique_keys: Sequence[str | None] | None,
+                      unique: object, unique_s: object) -> list[UniqueSpec | None] | None:
+    """``enqueue_many``'s unique keys, one spec (or None) per item; None without keys.
+
+    Raises:
+        ConfigError: ``unique_keys`` has not one entry per item, or as :func:`check_unique`,
+            naming the item.
+    """
+    if unique_keys is None:
+        if unique is not None or unique_s is not None:
+            raise ConfigError("unique and unique_s need unique_keys")
+        return None
+    keys = list(unique_keys)
+    if len(keys) != len(items):
+        raise ConfigError(f"unique_keys has {len(keys)} entries for {len(items)} items")
+    check_unique("k", unique, unique_s)  # the scope and window once, for every item
+    out: list[UniqueSpec | None] = []
+    for i, key in enumerate(keys):
+        try:
+            out.append(None if key is None else check_unique(key, unique, unique_s))
+        except ConfigError as exc:
+            raise ConfigError(f"item {i}: {exc}") from None
+    return out

@@ -1,0 +1,44 @@
+"""The wire fields of a job's life under the producer's control (``istos.protocol`` uses them).
+
+``unique`` (on ``enqueue`` and each ``enqueue_many`` item) is a map ``{key, scope?, s?}``:
+the job's unique key, its scope (``queued``, ``active`` or ``finished``; ``active`` when
+absent) and, for ``finished``, how long after the job ended the key stays held. Checked like
+every field from the network: bounded, typed, never coerced; a bad one is ``InvalidJob``
+naming it. :func:`unique_spec` turns a checked map into the owner's
+:class:`~istos.core.unique.UniqueSpec`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .core.unique import ACTIVE, FINISHED, MAX_KEY_BYTES, SCOPES, UniqueSpec
+from .schema import Field, check_fields, fail, number, one_of, text
+
+MAX_WINDOW_S = 10 * 365 * 86_400.0  # as protocol.MAX_DELAY_S: ten years
+
+_UNIQUE = (
+    Field("key", text(MAX_KEY_BYTES, empty=False), required=True),
+    Field("scope", one_of(*SCOPES)),
+    Field("s", number(0.0, MAX_WINDOW_S, nil=True)),
+)
+
+
+def unique_field(name: str, value: Any) -> None:
+    """A ``unique`` field: nil, or ``{key, scope?, s?}`` (``s`` only with ``finished``)."""
+    if value is None:
+        return
+    if type(value) is not dict:
+        fail(name, "must be a map {key, scope?, s?}", value)
+    check_fields(value, _UNIQUE, prefix=f"{name}.")
+    if value.get("s") and value.get("scope") != FINISHED:
+        fail(f"{name}.s", "needs scope 'finished'", value.get("s"))
+
+
+def unique_spec(value: dict[str, Any] | None) -> UniqueSpec | None:
+    """The owner's view of a checked ``unique`` field (None: no key)."""
+    if value is None:
+        return None
+    s = value.get("s")
+    return UniqueSpec(value["key"], value.get("scope") or ACTIVE,
+                      float(s) if s else None)

@@ -94,6 +94,7 @@ class Istos:
     job_logs = delegate("producer", Producer.job_logs)
     result = delegate("producer", Producer.result)
     cancel = delegate("producer", Producer.cancel)
+    update = delegate("producer", Producer.update)
 
     def __init__(
         self, storage: Storage | None = None, zenoh: Any = None, *,

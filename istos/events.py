@@ -32,18 +32,20 @@ LEASE_EXTENDED: Final = "lease_extended"
 PROGRESS: Final = "progress"
 CANCEL_REQUESTED: Final = "cancel_requested"
 CANCELLED: Final = "cancelled"
+UPDATED: Final = "updated"  # a waiting job edited by app.update (core/edit.py)
 
 EventKind = Literal[
     "enqueued", "duplicate_enqueue", "claimed", "acked", "nacked", "lease_expired",
     "retry_scheduled", "dead_lettered", "result_expired", "purged", "owner_up", "owner_down",
     "crashed", "restarted", "lease_extended", "progress", "cancel_requested", "cancelled",
+    "updated",
 ]
 """The kind of a :class:`JobEvent` (one of :data:`EVENT_KINDS`)."""
 
 EVENT_KINDS: tuple[EventKind, ...] = (
     ENQUEUED, DUPLICATE_ENQUEUE, CLAIMED, ACKED, NACKED, LEASE_EXPIRED, RETRY_SCHEDULED,
     DEAD_LETTERED, RESULT_EXPIRED, PURGED, OWNER_UP, OWNER_DOWN, CRASHED, RESTARTED,
-    LEASE_EXTENDED, PROGRESS, CANCEL_REQUESTED, CANCELLED,
+    LEASE_EXTENDED, PROGRESS, CANCEL_REQUESTED, CANCELLED, UPDATED,
 )
 
 

@@ -7,14 +7,22 @@ returns: the job id, which is a ``str``, saying also whether that job is new and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, cast
 
+from . import codec
+from .core.config import check_delay, check_priority, check_queue_name
 from .core.unique import FINISHED, MAX_KEY_BYTES, SCOPES, Scope, UniqueSpec, check_window
-from .errors import ConfigError
+from .errors import ConfigError, ProtocolError
+from .protocol import MAX_TIME, check_job_id
 from .wire_lifecycle import MAX_WINDOW_S
 
-__all__ = ["Enqueued", "check_unique", "check_unique_keys"]
+__all__ = ["UNSET", "Enqueued", "check_unique", "check_unique_keys", "check_update"]
+
+UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
+"""``update``'s default ``data``: leave the body as it is (None is data too)."""
 
 
 class Enqueued(str):
@@ -113,3 +121,41 @@ def check_unique_keys(items: Sequence[object], unique_keys: Sequence[str | None]
         except ConfigError as exc:
             raise ConfigError(f"item {i}: {exc}") from None
     return out
+
+
+def check_update(name: str, job_id: object, data: Any, delay_s: object, run_at: object,
+                 priority: object) -> dict[str, Any]:
+    """``update``'s arguments as the op's fields (``body``, ``delay_s``, ``run_at``,
+    ``priority``; only those given), checked before anything is sent.
+
+    Raises:
+        ConfigError: naming the field: a bad queue name or ``job_id``, a negative,
+            non-finite or too long ``delay_s``, a ``run_at`` that is no datetime or epoch
+            seconds, a bad ``priority``, both ``delay_s`` and ``run_at``, or nothing to change.
+        InvalidJob: ``data`` msgpack cannot encode, or over the size limit.
+    """
+    check_queue_name(name)
+    if not isinstance(job_id, str) or not job_id:
+        raise ConfigError(f"job_id must be a non-empty string, got {job_id!r}")
+    try:
+        check_job_id("job_id", job_id)
+    except ProtocolError as exc:
+        raise ConfigError(str(exc)) from None
+    fields: dict[str, Any] = {}
+    if data is not UNSET:
+        fields["body"] = codec.encode_body(data, queue=name)
+    if delay_s is not None and run_at is not None:
+        raise ConfigError("update takes delay_s or run_at, not both")
+    if delay_s is not None:
+        fields["delay_s"] = check_delay(delay_s)
+    if run_at is not None:
+        at = run_at.timestamp() if isinstance(run_at, datetime) else run_at
+        if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) \
+                or not 0 <= at <= MAX_TIME:
+            raise ConfigError(f"run_at must be a datetime or epoch seconds, got {run_at!r}")
+        fields["run_at"] = float(at)
+    if priority is not None:
+        fields["priority"] = check_priority(priority)
+    if not fields:
+        raise ConfigError("update needs data, delay_s, run_at or priority")
+    return fields

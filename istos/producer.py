@@ -7,6 +7,7 @@ A component the app owns (``app.producer``), reached through thin delegating met
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 from . import codec, protocol
@@ -20,7 +21,7 @@ from .core.config import (
 )
 from .errors import ConfigError, InvalidJob, PayloadCodecError, ProtocolError
 from .ids import IdSource
-from .lifecycle import Enqueued, check_unique, check_unique_keys
+from .lifecycle import UNSET, Enqueued, check_unique, check_unique_keys, check_update
 from .payload import CodecChain, describe
 from .protocol import MAX_PRIORITY
 
@@ -228,6 +229,31 @@ class Producer:
             raise ConfigError(f"job_id must be a non-empty string, got {job_id!r}")
         self.require_serving()
         reply = await self.client(name).call("cancel", job_id=job_id)
+        return str(reply["status"])
+
+    async def update(self, name: str, job_id: str, *, data: Any = UNSET,
+                     delay_s: float | None = None, run_at: float | datetime | None = None,
+                     priority: int | None = None, timeout_s: float | None = None) -> str:
+        """Edit job ``job_id`` of queue ``name`` while it waits (ready or delayed), in one
+        durable write: its ``data``, its start (``delay_s`` from now, or ``run_at``, a
+        datetime or epoch seconds; a time already past makes it ready at once) and/or its
+        ``priority``. The producer's role may do it (no ``admin=True`` needed).
+
+        Returns ``"updated"``, ``"too_late"`` (it started already: leased, done, dead or
+        cancelled; nothing changed) or ``"unknown"`` (the queue holds no such job; a job of
+        another queue is unknown here). Never half-applied: a failed write leaves the job as
+        it was and raises :class:`StorageUnavailable`.
+
+        Raises, before sending: :class:`ConfigError` naming the field for a bad queue name,
+        ``job_id``, ``delay_s``, ``run_at`` or ``priority``, both ``delay_s`` and ``run_at``,
+        or nothing to change; :class:`InvalidJob` for data msgpack cannot encode or over the
+        size limit. After: :class:`OwnerUnavailable` or the owner's typed error.
+        """
+        fields = check_update(name, job_id, data, delay_s, run_at, priority)
+        if "body" in fields and self.payload.codecs:
+            fields["body"] = self.payload.wrap(fields["body"], queue=name)
+        self.require_serving()
+        reply = await self.client(name).call("update", timeout_s, job_id=job_id, **fields)
         return str(reply["status"])
 
 

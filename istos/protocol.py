@@ -329,6 +329,13 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
                _PAGE),
     "extend": (Field("items", list_of(extend_item, MAX_EXTEND_ITEMS), required=True),),
     "release": (Field("items", list_of(lease_item, MAX_SETTLE_ITEMS), required=True),),
+    "update": (  # edit a waiting job (core/edit.py); delay_s and run_at: one or neither
+        _JOB_ID,
+        Field("body", binary(MAX_BODY_BYTES, nil=True), error=InvalidJob),
+        Field("delay_s", number(0.0, MAX_DELAY_S, nil=True), error=InvalidJob),
+        Field("run_at", number(0.0, MAX_TIME, nil=True), error=InvalidJob),
+        Field("priority", integer(-MAX_PRIORITY, MAX_PRIORITY), error=InvalidJob),
+    ),
     "enqueue_slot": (
         Field("body", binary(MAX_BODY_BYTES), required=True, error=InvalidJob),
         Field("job_id", slot_job_id, required=True, error=InvalidJob),
@@ -373,6 +380,7 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("extend", "statuses", ""),
         ("release", "statuses", ""),
         ("enqueue_slot", "job_id created", ""),
+        ("update", "status", ""),
         ("workers", "workers total more next_offset now", ""),
         ("states", "states", ""),
         ("requeue_all_dead", "requeued more", ""),
@@ -403,8 +411,8 @@ control can grant them apart: producers ``produce`` (and ``read`` for results), 
 _ROLE_SET = frozenset(ROLES)
 
 OP_ROLES: dict[str, str] = {
-    **dict.fromkeys(("enqueue", "enqueue_many", "enqueue_slot", "chord_open", "chord_reserve"),
-                    "produce"),
+    **dict.fromkeys(("enqueue", "enqueue_many", "enqueue_slot", "chord_open", "chord_reserve",
+                     "update"), "produce"),
     **dict.fromkeys(("claim", "unpark", "settle", "ack", "nack", "extend", "release"), "work"),
     **dict.fromkeys(("ping", "result", "dead", "stats", "jobs", "leases", "why", "events",
                      "follow", "workers", "states", "chord_expects", "resolve", "series",

@@ -28,6 +28,7 @@ import asyncio
 import dataclasses
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 import zenoh
@@ -37,6 +38,7 @@ from .client import Clients, Remote
 from .client.blocking import BlockingClock, run_to_end
 from .core.config import check_queue_name
 from .errors import ConfigError, OwnerUnavailable
+from .lifecycle import UNSET
 from .owner import registry
 from .payload import CodecChain, PayloadCodec
 from .producer import Producer, check_job_id
@@ -122,6 +124,17 @@ class SyncProducer:
                                                         priority=priority, job_ids=job_ids,
                                                         unique_keys=unique_keys,
                                                         unique=unique, unique_s=unique_s))
+
+    def update(self, name: str, job_id: str, *, data: Any = UNSET,
+               delay_s: float | None = None, run_at: float | datetime | None = None,
+               priority: int | None = None) -> str:
+        """Edit a waiting job, as :meth:`Istos.update`: returns ``"updated"``,
+        ``"too_late"`` or ``"unknown"``; raises :class:`ConfigError` naming a bad field
+        (nothing sent), :class:`StorageUnavailable` if the owner's write failed (nothing
+        changed), or :class:`OwnerUnavailable`. Blocks the calling thread only."""
+        return self._run(name, lambda p: p.update(name, job_id, data=data, delay_s=delay_s,
+                                                  run_at=run_at, priority=priority,
+                                                  timeout_s=self.request_timeout_s))
 
     def result(self, name: str, job_id: str) -> dict[str, Any]:
         """Where job ``job_id`` stands: ``{"state": ..., "result": ...}`` as

@@ -97,6 +97,8 @@ class JobRecord:
     unique_key: str | None = None  # at most one job holds it within its scope (unique.py)
     unique: str | None = None  # that scope: "queued", "active" or "finished"
     unique_s: float | None = None  # a "finished" key stays held this long after the job ended
+    edits: int | None = None  # how often app.update edited it while it waited (edit.py)
+    edited_at: float | None = None  # when last
     # The holder's latest ctx.progress() (not persisted: the next heartbeat brings it back).
     progress: float | None = None
     progress_note: str | None = None
@@ -119,7 +121,7 @@ SCALAR_FIELDS = (
     "job_id", "queue", "body", "priority", "enqueued_at", "state", "ready_at", "seq", "attempts",
     "lease_token", "lease_worker", "lease_deadline", "last_error", "result", "finished_at",
     "expires_at", "meta", "cancel_requested", "dedup_s", "group", "unique_key", "unique",
-    "unique_s",
+    "unique_s", "edits", "edited_at",
 )
 
 

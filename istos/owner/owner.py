@@ -46,7 +46,7 @@ from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
 from ..wire_lifecycle import unique_spec
-from . import bulk, eventlog, registry
+from . import bulk, eventlog, registry, update
 from .accept import NewJob, accept, accept_new
 from .extension import Handler, OwnerExtension, overrides
 from .handle import MetaCheck
@@ -105,6 +105,7 @@ class QueueOwner:
         self._ops: dict[str, Handler] = {
             "enqueue": self._op_enqueue, **self.job_ops.ops(), "ping": self._op_ping,
             "enqueue_many": lambda msg: bulk.op_enqueue_many(self, msg),
+            "update": lambda msg: update.op_update(self, msg),
         }
 
     def before_ack_hooks(self, with_meta: bool) -> list[OwnerExtension]:

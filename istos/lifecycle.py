@@ -14,12 +14,14 @@ from typing import Any, cast
 
 from . import codec
 from .core.config import check_delay, check_priority, check_queue_name
+from .core.debounce import DEBOUNCE_MODES, DebounceSpec, Mode
 from .core.unique import FINISHED, MAX_KEY_BYTES, SCOPES, Scope, UniqueSpec, check_window
 from .errors import ConfigError, ProtocolError
 from .protocol import MAX_TIME, check_job_id
 from .wire_lifecycle import MAX_WINDOW_S
 
-__all__ = ["UNSET", "Enqueued", "check_unique", "check_unique_keys", "check_update"]
+__all__ = ["UNSET", "Enqueued", "check_debounce", "check_unique", "check_unique_keys",
+           "check_update"]
 
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
 """``update``'s default ``data``: leave the body as it is (None is data too)."""
@@ -29,8 +31,9 @@ class Enqueued(str):
     """The id an enqueue resolved to; a ``str``, so it is used as the job id it always was.
 
     ``created``: whether this call added the job. Otherwise ``reason`` says why it did not:
-    ``"job_id"`` (the queue holds that id, or keeps it reserved by ``dedup_s``) or
-    ``"unique_key"`` (another job holds the key; the id is that job's).
+    ``"job_id"`` (the queue holds that id, or keeps it reserved by ``dedup_s``),
+    ``"unique_key"`` (another job holds the key; the id is that job's) or ``"debounce_key"``
+    (the call joined an open burst: the id is the burst's job, its data and start changed).
     """
 
     created: bool
@@ -75,23 +78,13 @@ def check_unique(unique_key: object, unique: object, unique_s: object) -> Unique
         if unique is not None or unique_s is not None:
             raise ConfigError("unique and unique_s need a unique_key")
         return None
-    if not isinstance(unique_key, str) or not unique_key:
-        raise ConfigError(f"unique_key must be a non-empty string, got {unique_key!r}")
-    if len(unique_key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
-        raise ConfigError(f"unique_key {unique_key[:40]!r}... is longer than {MAX_KEY_BYTES} "
-                          "bytes")
+    unique_key = _key("unique_key", unique_key)
     scope = "active" if unique is None else unique
     if scope not in SCOPES:
         raise ConfigError(f"unique must be one of {', '.join(SCOPES)}, got {unique!r}")
     window = None
     if unique_s is not None:
-        try:
-            window = check_window("unique_s", unique_s)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        if window > MAX_WINDOW_S:
-            raise ConfigError(f"unique_s must be at most {MAX_WINDOW_S:g} (ten years), got "
-                              f"{unique_s!r}")
+        window = _window("unique_s", unique_s)
         if scope != FINISHED:
             raise ConfigError(f"unique_s needs unique='finished' (the key is held that long "
                               f"after the job ended), got unique={scope!r}")
@@ -159,3 +152,56 @@ def check_update(name: str, job_id: object, data: Any, delay_s: object, run_at: 
     if not fields:
         raise ConfigError("update needs data, delay_s, run_at or priority")
     return fields
+
+
+def check_debounce(debounce_key: object, debounce_s: object, debounce_max_s: object,
+                   debounce: object, *, delay_s: float, unique: bool) -> DebounceSpec | None:
+    """``enqueue``'s debounce options as one spec (None: no key), checked before sending.
+
+    Raises:
+        ConfigError: naming the field: a key that is not a non-empty string of at most 200
+            UTF-8 bytes, a missing, negative, non-finite or too long ``debounce_s``, a
+            ``debounce_max_s`` below ``debounce_s``, a mode other than ``"last"`` or
+            ``"first"``, an option without a key, or a key with ``delay_s`` or a unique key
+            (a burst's start is its own).
+    """
+    if debounce_key is None:
+        if debounce_s is not None or debounce_max_s is not None or debounce is not None:
+            raise ConfigError("debounce_s, debounce_max_s and debounce need a debounce_key")
+        return None
+    key = _key("debounce_key", debounce_key)
+    if debounce_s is None:
+        raise ConfigError("debounce_key needs debounce_s (the quiet time before the job starts)")
+    quiet = _window("debounce_s", debounce_s)
+    cap = None if debounce_max_s is None else _window("debounce_max_s", debounce_max_s)
+    if cap is not None and cap < quiet:
+        raise ConfigError(f"debounce_max_s ({debounce_max_s!r}) must be at least debounce_s "
+                          f"({debounce_s!r})")
+    mode = "last" if debounce is None else debounce
+    if mode not in DEBOUNCE_MODES:
+        raise ConfigError(f"debounce must be 'last' or 'first', got {debounce!r}")
+    if delay_s:
+        raise ConfigError("delay_s cannot go with debounce_key: the burst's job starts "
+                          "debounce_s after its latest call")
+    if unique:
+        raise ConfigError("unique_key cannot go with debounce_key (a burst is one job already)")
+    return DebounceSpec(key, quiet, cap, cast(Mode, mode))
+
+
+def _key(field: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{field} must be a non-empty string, got {value!r}")
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        raise ConfigError(f"{field} {value[:40]!r}... is longer than {MAX_KEY_BYTES} bytes")
+    return value
+
+
+def _window(field: str, value: object) -> float:
+    try:
+        window = check_window(field, value)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if window > MAX_WINDOW_S:
+        raise ConfigError(f"{field} must be at most {MAX_WINDOW_S:g} (ten years), got "
+                          f"{value!r}")
+    return window

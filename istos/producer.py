@@ -21,7 +21,14 @@ from .core.config import (
 )
 from .errors import ConfigError, InvalidJob, PayloadCodecError, ProtocolError
 from .ids import IdSource
-from .lifecycle import UNSET, Enqueued, check_unique, check_unique_keys, check_update
+from .lifecycle import (
+    UNSET,
+    Enqueued,
+    check_debounce,
+    check_unique,
+    check_unique_keys,
+    check_update,
+)
 from .payload import CodecChain, describe
 from .protocol import MAX_PRIORITY
 
@@ -50,7 +57,9 @@ class Producer:
                       job_id: str | None = None, timeout_s: float | None = None,
                       dedup_s: float | None = None, group: str | None = None,
                       unique_key: str | None = None, unique: str | None = None,
-                      unique_s: float | None = None,
+                      unique_s: float | None = None, debounce_key: str | None = None,
+                      debounce_s: float | None = None, debounce_max_s: float | None = None,
+                      debounce: str | None = None,
                       _meta: dict[str, Any] | None = None) -> Enqueued:
         """Put a job on queue ``name``; returns its id (an :class:`~istos.Enqueued`, a ``str``
         that also says whether the job is new and, if not, why).
@@ -70,9 +79,17 @@ class Producer:
         claimed), ``"active"`` (until it is acked, dead or cancelled; the default) or
         ``"finished"`` (and for ``unique_s`` seconds after).
 
+        ``debounce_key`` with ``debounce_s``: one run per burst of calls. While the burst's
+        job has not started, a call with the key adds nothing (``reason``
+        ``"debounce_key"``, the burst's id): the job takes this call's data (``debounce``
+        ``"last"``, the default; ``"first"`` keeps the first) and starts ``debounce_s`` after
+        it, never later than ``debounce_max_s`` after the burst's first call.
+
         Raises, before sending: :class:`ConfigError` for a bad queue name, ``delay_s``,
-        ``priority``, ``job_id``, ``dedup_s``, ``group``, ``unique_key``, ``unique`` or
-        ``unique_s``; :class:`InvalidJob` for a body
+        ``priority``, ``job_id``, ``dedup_s``, ``group``, ``unique_key``, ``unique``,
+        ``unique_s``, ``debounce_key``, ``debounce_s``, ``debounce_max_s`` or ``debounce``
+        (a negative or non-finite window, a cap below ``debounce_s``, an unknown mode or
+        scope, ``delay_s`` or a unique key with a debounce key); :class:`InvalidJob` for a body
         msgpack cannot encode, one over the size limit, or an id the wire refuses; and
         :class:`IstosError` when the app is not serving. After sending:
         :class:`OwnerUnavailable` if no owner answers within the request timeout,
@@ -91,6 +108,10 @@ class Producer:
             self._valid_names.add(name)
         spec = None if unique_key is None and unique is None and unique_s is None \
             else check_unique(unique_key, unique, unique_s)
+        burst = None if debounce_key is None and debounce_s is None \
+            and debounce_max_s is None and debounce is None \
+            else check_debounce(debounce_key, debounce_s, debounce_max_s, debounce,
+                                delay_s=delay, unique=spec is not None)
         if self.payload.codecs:
             body = self.payload.wrap(body, queue=name)
         self.require_serving()
@@ -106,7 +127,9 @@ class Producer:
             fields["meta"] = _meta
         if spec is not None:  # (alone: the reply names the job the key resolved to)
             fields["unique"] = spec.to_wire()
-        if timeout_s is None and not _meta and spec is None:  # concurrent calls share one
+        if burst is not None:
+            fields["debounce"] = burst.to_wire()
+        if timeout_s is None and not _meta and spec is None and burst is None:  # coalesced
             reply = await self.client(name).enqueue(fields)
         else:
             reply = await self.client(name).call("enqueue", timeout_s, **fields)

@@ -35,7 +35,7 @@ from .schema import (
     one_of,
     text,
 )
-from .wire_lifecycle import unique_field
+from .wire_lifecycle import debounce_field, unique_field
 
 T = TypeVar("T")
 
@@ -219,6 +219,8 @@ def enqueue_item(name: str, value: Any) -> None:
         fail(name, "must be a map {body, job_id, delay_s?, priority?}", value)
     if "meta" in value:  # workflow jobs go one by one (enqueue), where meta is checked
         raise ProtocolError(f"{name}.meta: enqueue_many carries no job meta")
+    if "debounce" in value:  # a burst's calls change one job: one by one (enqueue)
+        raise ProtocolError(f"{name}.debounce: enqueue_many carries no debounce key")
     check_fields(value, _ENQUEUE_ITEM, prefix=f"{name}.")
     if value["job_id"].startswith(RESERVED_ID_PREFIXES):
         raise InvalidJob(f"{name}.job_id {value['job_id'][:60]!r}: ids starting with 'wf:' or "
@@ -259,6 +261,7 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("dedup_s", number(0.0, MAX_DELAY_S, nil=True), error=InvalidJob),
         Field("group", text(MAX_GROUP_BYTES, empty=False, nil=True), error=InvalidJob),
         Field("unique", unique_field, error=InvalidJob),  # its unique key (wire_lifecycle.py)
+        Field("debounce", debounce_field, error=InvalidJob),  # its burst (wire_lifecycle.py)
     ),
     "enqueue_many": (
         Field("items", list_of(enqueue_item, MAX_ENQUEUE_ITEMS), required=True, error=InvalidJob),
@@ -532,7 +535,7 @@ def _fast_enqueue(m: dict[str, Any]) -> bool:
         and _id(m.get("job_id", "x"), MAX_JOB_ID_BYTES) \
         and (type(d) is float or type(d) is int) and 0 <= d <= MAX_DELAY_S \
         and type(p) is int and -MAX_PRIORITY <= p <= MAX_PRIORITY and _after(m.get("dedup_s")) \
-        and _group(m.get("group")) and m.get("unique") is None
+        and _group(m.get("group")) and m.get("unique") is None and m.get("debounce") is None
 
 
 def _group(g: Any) -> bool:  # (a non-ASCII name takes the schema's path)

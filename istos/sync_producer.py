@@ -89,13 +89,17 @@ class SyncProducer:
     # -- the calls ------------------------------------------------------------------------------
     def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
                 job_id: str | None = None, unique_key: str | None = None,
-                unique: str | None = None, unique_s: float | None = None) -> str:
+                unique: str | None = None, unique_s: float | None = None,
+                debounce_key: str | None = None, debounce_s: float | None = None,
+                debounce_max_s: float | None = None, debounce: str | None = None) -> str:
         """Put a job on queue ``name``; returns its id (an :class:`~istos.Enqueued`) once the
         owner stored it (as :meth:`Istos.enqueue`: idempotent by ``job_id``, and by
-        ``unique_key`` within its ``unique`` scope).
+        ``unique_key`` within its ``unique`` scope; one run per burst of calls with a
+        ``debounce_key``).
 
         Raises, before sending: :class:`ConfigError` for a bad name, ``delay_s``,
-        ``priority``, ``job_id``, ``unique_key``, ``unique`` or ``unique_s``,
+        ``priority``, ``job_id``, ``unique_key``, ``unique``, ``unique_s`` or a debounce
+        option,
         :class:`InvalidJob` for a body msgpack cannot encode or
         over the size limit; after: :class:`OwnerUnavailable` when no owner answers within
         ``request_timeout_s``, or the owner's typed error. Blocks the calling thread only.
@@ -105,7 +109,11 @@ class SyncProducer:
                                                    priority=priority, job_id=job_id,
                                                    timeout_s=self.request_timeout_s,
                                                    unique_key=unique_key, unique=unique,
-                                                   unique_s=unique_s))
+                                                   unique_s=unique_s,
+                                                   debounce_key=debounce_key,
+                                                   debounce_s=debounce_s,
+                                                   debounce_max_s=debounce_max_s,
+                                                   debounce=debounce))
 
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay_s: float = 0,
                      priority: int = 0, job_ids: Sequence[str] | None = None,

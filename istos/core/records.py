@@ -99,6 +99,9 @@ class JobRecord:
     unique_s: float | None = None  # a "finished" key stays held this long after the job ended
     edits: int | None = None  # how often app.update edited it while it waited (edit.py)
     edited_at: float | None = None  # when last
+    debounce_key: str | None = None  # its burst's key (debounce.py)
+    debounce_first_at: float | None = None  # the burst's first call
+    debounce_max_s: float | None = None  # its start is never later than this after that call
     # The holder's latest ctx.progress() (not persisted: the next heartbeat brings it back).
     progress: float | None = None
     progress_note: str | None = None
@@ -121,7 +124,7 @@ SCALAR_FIELDS = (
     "job_id", "queue", "body", "priority", "enqueued_at", "state", "ready_at", "seq", "attempts",
     "lease_token", "lease_worker", "lease_deadline", "last_error", "result", "finished_at",
     "expires_at", "meta", "cancel_requested", "dedup_s", "group", "unique_key", "unique",
-    "unique_s", "edits", "edited_at",
+    "unique_s", "edits", "edited_at", "debounce_key", "debounce_first_at", "debounce_max_s",
 )
 
 

@@ -26,6 +26,7 @@ from typing import Any, TypeAlias
 from .. import events as ev
 from ..events import EventKind, JobEvent
 from .backoff import backoff
+from .debounce import DebounceKeys
 from .dedup import DedupMark, DedupMarks
 from .groups import REST, GroupLimits
 from .heaps import JobHeaps
@@ -77,6 +78,7 @@ class QueueState:
         self.dirty: list[Change] = []
         self.marks = DedupMarks()  # ids reserved after their jobs finished (dedup windows)
         self.unique = UniqueKeys()  # the unique keys of its jobs (unique.py)
+        self.debounce = DebounceKeys()  # the debounce keys of its jobs (debounce.py)
         # The queue's rate limit (None: no limit, and the claim path pays one test for it).
         self.limiter = TokenBucket(*policy.rate_limit) if policy.rate_limit else None
         self.events: list[JobEvent] = []
@@ -141,6 +143,8 @@ class QueueState:
             self.heaps.push_ready(rec)
         else:
             self.heaps.push_delayed(rec)
+        if rec.debounce_key is not None:
+            self.debounce.note(rec, self.jobs)
         if rec.dedup_s or rec.group is not None or rec.unique_key is not None:
             # (only when set: the common event stays as it is)
             extra: dict[str, Any] = {}
@@ -471,6 +475,8 @@ class QueueState:
         self.jobs[rec.job_id] = rec
         if rec.unique_key is not None:
             self.unique.note_restored(rec, self.jobs)
+        if rec.debounce_key is not None:
+            self.debounce.note(rec, self.jobs)
         self.counts[rec.state] += 1
         if rec.state == READY:
             self.heaps.push_ready(rec)
@@ -551,6 +557,8 @@ class QueueState:
         self.counts[rec.state] -= 1
         del self.jobs[rec.job_id]
         self.dead.pop(rec.job_id, None)
+        if rec.debounce_key is not None:
+            self.debounce.forget(rec)
         window = rec.dedup_s if rec.unique_key is None else window_after(rec)
         if window and now is not None:
             until = (now if rec.finished_at is None else rec.finished_at) + window

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..events import JobEvent
+from .debounce import DebounceKeys
 from .dedup import DedupMark, DedupMarks
 from .heaps import JobHeaps
 from .records import DEAD, SCALAR_FIELDS, Attempt, JobRecord, JobState
@@ -29,6 +30,7 @@ class Restorable(Protocol):
     heaps: JobHeaps
     marks: DedupMarks
     unique: UniqueKeys
+    debounce: DebounceKeys
 
 
 @dataclass(slots=True)
@@ -77,6 +79,8 @@ def put_back(state: Restorable, undo: dict[str, Snapshot]) -> None:
         if rec.unique_key is not None:  # its key's entry (or mark) goes back with it
             state.unique.drop_mark(job_id)
             state.unique.note_restored(rec, state.jobs)
+        if rec.debounce_key is not None:
+            state.debounce.note(rec, state.jobs)
         state.counts[rec.state] += 1
         state.heaps.reinsert(rec, 0.0)
         if rec.state == DEAD:

@@ -23,9 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.debounce import DebounceSpec
 from ..core.state import JobRecord, QueueState
 from ..core.unique import UniqueSpec
-from . import unique_gate
+from . import debounce_gate, unique_gate
 from .handle import OwnerHandle
 
 
@@ -41,6 +42,7 @@ class NewJob:
     dedup_s: float | None = None
     group: str | None = None
     unique: UniqueSpec | None = None  # its unique key and scope (core/unique.py)
+    debounce: DebounceSpec | None = None  # its burst's key (core/debounce.py): single enqueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,17 @@ async def accept(owner: OwnerHandle, jobs: Sequence[NewJob], *,
             changed).
         StorageUnavailable: as :func:`accept_new`.
     """
+    if len(jobs) == 1:
+        job = jobs[0]
+        if job.debounce is not None and owner.writes.pending(job.job_id) is None \
+                and job.job_id not in owner.state.jobs:  # (a retry of a call: a duplicate)
+            return [await debounce_gate.accept_debounced(owner, job, job.debounce)]
+    return await accept_jobs(owner, jobs, share_twin_fate=share_twin_fate)
+
+
+async def accept_jobs(owner: OwnerHandle, jobs: Sequence[NewJob], *,
+                      share_twin_fate: bool) -> list[Accepted]:
+    """:func:`accept` without the debounce step: every job is new or a duplicate."""
     state, writes = owner.state, owner.writes
     if any(j.unique is not None for j in jobs):
         unique_gate.check_ids(state, jobs)
@@ -103,16 +116,29 @@ async def accept(owner: OwnerHandle, jobs: Sequence[NewJob], *,
     created = [Accepted(j.job_id, False, "job_id") if j.job_id in twins
                else _decide(state, j, now, new, new_keys) for j in jobs]
     if new:
-        for key, jid in new_keys.items():  # held in flight until the write ended
-            state.unique.reserve(key, jid)
-        try:
-            await writes.store_new(new, owner.node.clock.now)
-        finally:
-            for key, jid in new_keys.items():
-                state.unique.release(key, jid)
+        await _store(owner, new, new_keys)
     elif len(twins) < len(jobs):
         writes.after_change()  # publish the duplicate_enqueue events
     return created
+
+
+async def _store(owner: OwnerHandle, new: dict[str, JobRecord],
+                 new_keys: dict[str, str]) -> None:
+    """Store (then insert) the new records of one call, their unique and debounce keys held
+    in flight until the write ended, stored or failed."""
+    state = owner.state
+    bursts = [(r.debounce_key, r.job_id) for r in new.values() if r.debounce_key is not None]
+    for key, jid in new_keys.items():
+        state.unique.reserve(key, jid)
+    for key, jid in bursts:
+        state.debounce.reserve(key, jid)
+    try:
+        await owner.writes.store_new(new, owner.node.clock.now)
+    finally:
+        for key, jid in new_keys.items():
+            state.unique.release(key, jid)
+        for key, jid in bursts:
+            state.debounce.release(key, jid)
 
 
 def _decide(state: QueueState, job: NewJob, now: float, new: dict[str, JobRecord],
@@ -128,9 +154,13 @@ def _decide(state: QueueState, job: NewJob, now: float, new: dict[str, JobRecord
         if jid not in new:
             state.enqueue(jid, job.body, now)  # the duplicate_enqueue event only
         return Accepted(jid, False, "job_id")
-    rec = state.new_record(jid, job.body, now, delay_s=job.delay_s, priority=job.priority,
+    # A burst's first job starts debounce_s from now (the producer sends no delay_s with it).
+    delay = job.delay_s if job.debounce is None else job.debounce.debounce_s
+    rec = state.new_record(jid, job.body, now, delay_s=delay, priority=job.priority,
                            meta=job.meta, dedup_s=job.dedup_s, group=job.group)
     new[jid] = rec if spec is None else spec.apply(rec)
+    if job.debounce is not None:
+        job.debounce.apply(rec, now)
     if spec is not None:
         new_keys[spec.key] = jid
     return Accepted(jid, True)
@@ -142,14 +172,13 @@ def _accept_volatile(owner: OwnerHandle, jobs: Sequence[NewJob]) -> list[Accepte
     now = owner.node.clock.now()
     out: list[Accepted] = []
     for j in jobs:
-        spec = j.unique
-        if spec is None:
+        if j.unique is None and j.debounce is None:
             made = state.enqueue(j.job_id, j.body, now, delay_s=j.delay_s, priority=j.priority,
                                  meta=j.meta, dedup_s=j.dedup_s, group=j.group)
             out.append(Accepted(j.job_id, True) if made else Accepted(j.job_id, False, "job_id"))
             continue
         new: dict[str, JobRecord] = {}
-        out.append(_decide(state, j, now, new, {}))
+        out.append(_decide(state, j, now, new, {}))  # (a key: the checks of a durable call)
         for rec in new.values():
             state.insert(rec, now)
             state.dirty.append(rec)

@@ -45,7 +45,7 @@ from ..events import EventKind, JobEvent
 from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
-from ..wire_lifecycle import unique_spec
+from ..wire_lifecycle import debounce_spec, unique_spec
 from . import bulk, eventlog, registry, update
 from .accept import NewJob, accept, accept_new
 from .extension import Handler, OwnerExtension, overrides
@@ -313,7 +313,7 @@ class QueueOwner:
             await self._meta_check(job_id, meta)
         job = NewJob(job_id, msg["body"], float(msg.get("delay_s", 0.0)),
                      msg.get("priority", 0), meta, msg.get("dedup_s"), msg.get("group"),
-                     unique_spec(msg.get("unique")))
+                     unique_spec(msg.get("unique")), debounce_spec(msg.get("debounce")))
         return (await accept(self, [job], share_twin_fate=True))[0].reply()
 
     async def enqueue(self, body: bytes, *, job_id: str, delay_s: float = 0.0,

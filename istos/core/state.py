@@ -155,6 +155,8 @@ class QueueState:
             if rec.unique_key is not None:
                 self.unique.note(rec)
                 extra["unique_key"], extra["unique"] = rec.unique_key, rec.unique
+                if rec.unique_s:
+                    extra["unique_s"] = rec.unique_s
             self._emit(now, rec, ev.ENQUEUED, priority=rec.priority,
                        delay_s=max(0.0, rec.ready_at - now), ready_at=rec.ready_at, **extra)
             return

@@ -201,3 +201,44 @@ async def test_concurrent_enqueues_of_one_key_create_one_job(storage_factory):
         got = await asyncio.gather(*(owner.enqueue("q", i, unique_key="k") for i in range(20)))
         assert len(set(got)) == 1 and sum(g.created for g in got) == 1
         assert owner.owners["q"].state.counts["ready"] == 1
+
+
+async def test_unique_keys_debounce_and_edits_survive_an_ha_failover():
+    from istos import MemoryStorage
+
+    mesh, storage = LocalMesh(), MemoryStorage(durable=True, shared=True)
+    replicas = []
+    for name in ("a", "b"):
+        app = Istos(storage=storage, transport=mesh.transport(name), node_id=name,
+                    request_timeout_s=1.0)
+        app.queue("q", ha=True, ha_lease_s=0.6, sweep_interval_s=0.05)
+        replicas.append(app)
+    a, b = replicas
+    producer = Istos(transport=mesh.transport("p"), request_timeout_s=1.0)
+
+    async def leader_is(app: Istos) -> None:
+        async def loop() -> None:
+            while not app.is_active_owner("q"):
+                await asyncio.sleep(0.01)  # leadership is the election task's side effect
+        await asyncio.wait_for(loop(), 10.0)
+
+    await a.start()
+    await leader_is(a)
+    await b.start()
+    try:
+        async with producer.serving():
+            held = await producer.enqueue("q", 1, unique_key="k", delay_s=3600)
+            burst = await producer.enqueue("q", 2, debounce_key="d", debounce_s=3600)
+            assert await producer.update("q", held, priority=7) == "updated"
+            await a.stop()  # a clean stop hands the leadership over at once
+            await leader_is(b)
+            again = await producer.enqueue("q", 3, unique_key="k")
+            assert again == held and again.reason == "unique_key"
+            joined = await producer.enqueue("q", 4, debounce_key="d", debounce_s=3600)
+            assert joined == burst and joined.reason == "debounce_key"
+            rec = b.owners["q"].state.jobs[held]
+            assert rec.priority == 7 and rec.edits == 1
+            assert b.owners["q"].state.jobs[burst].edits == 1
+    finally:
+        await b.stop()
+        await a.stop()

@@ -104,3 +104,20 @@ async def test_update_over_zenoh_on_every_storage_survives_a_restart(storage_fac
             assert await producer.update("q", jid, data={"v": 3}) == "too_late"
             assert (await producer.result("q", jid))["result"] == 2
     assert runs == [{"v": 2}]
+
+
+async def test_why_shows_the_unique_key_the_burst_and_the_edits():
+    from istos.ops.render import why_text
+    from istos.owner.inspect import explain
+
+    owner = Istos(transport=LocalMesh().transport("o"))
+    owner.queue("q")
+    async with owner.serving():
+        jid = await owner.enqueue("q", 1, unique_key="feed:1", unique="queued", delay_s=60)
+        assert await owner.update("q", jid, delay_s=120) == "updated"
+        burst = await owner.enqueue("q", 2, debounce_key="d", debounce_s=60)
+        why = explain(owner.owners["q"], jid)
+        assert (why["unique_key"], why["unique"], why["edits"]) == ("feed:1", "queued", 1)
+        text = why_text(jid, why)
+        assert "unique key: feed:1 (queued)" in text and "edited 1 time(s)" in text
+        assert "debounce key: d" in why_text(burst, explain(owner.owners["q"], burst))

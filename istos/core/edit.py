@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import events as ev
-from .records import DELAYED, READY, JobState
+from .records import DELAYED, READY, JobRecord, JobState
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -62,3 +62,16 @@ def update_job(state: QueueState, job_id: str, now: float, *, body: bytes | None
     state.dirty.append(rec)
     state._emit(now, rec, ev.UPDATED, **detail)
     return UPDATED
+
+
+def lifecycle_fields(rec: JobRecord) -> dict[str, Any]:
+    """What ``why`` shows of a job's life under the producer's control, only what is set:
+    its unique key and scope, its debounce burst, and its edits."""
+    out: dict[str, Any] = {}
+    if rec.unique_key is not None:
+        out["unique_key"], out["unique"] = rec.unique_key, rec.unique
+    if rec.debounce_key is not None:
+        out["debounce_key"], out["debounce_first_at"] = rec.debounce_key, rec.debounce_first_at
+    if rec.edits:
+        out["edits"], out["edited_at"] = rec.edits, rec.edited_at
+    return out

@@ -107,25 +107,36 @@ class JobRecord:
     progress_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        d = {name: getattr(self, name) for name in SCALAR_FIELDS}
+        d = {name: getattr(self, name) for name in BASE_FIELDS}
+        if self.unique_key is not None or self.debounce_key is not None or self.edits:
+            # (only when set: a job using none of them is stored as it always was)
+            for name in LIFE_FIELDS:
+                d[name] = getattr(self, name)
         d["history"] = [a.to_dict() for a in self.history]
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JobRecord:
-        fields: dict[str, Any] = {name: d.get(name) for name in SCALAR_FIELDS}
+        fields: dict[str, Any] = {name: d.get(name) for name in BASE_FIELDS}
+        if "unique_key" in d or "debounce_key" in d or "edits" in d:
+            fields.update((name, d.get(name)) for name in LIFE_FIELDS)
         rec = cls(**fields)
         rec.history = [Attempt(**a) for a in d.get("history") or []]
         return rec
 
 
-#: The persisted fields besides ``history`` (what a snapshot saves and a rollback restores).
-SCALAR_FIELDS = (
+#: The persisted fields besides ``history`` and the lifecycle fields.
+BASE_FIELDS = (
     "job_id", "queue", "body", "priority", "enqueued_at", "state", "ready_at", "seq", "attempts",
     "lease_token", "lease_worker", "lease_deadline", "last_error", "result", "finished_at",
-    "expires_at", "meta", "cancel_requested", "dedup_s", "group", "unique_key", "unique",
-    "unique_s", "edits", "edited_at", "debounce_key", "debounce_first_at", "debounce_max_s",
+    "expires_at", "meta", "cancel_requested", "dedup_s", "group",
 )
+#: Unique key, debounce burst and edits (unique.py, debounce.py, edit.py): persisted only
+#: for a job that has one of them.
+LIFE_FIELDS = ("unique_key", "unique", "unique_s", "debounce_key", "debounce_first_at",
+               "debounce_max_s", "edits", "edited_at")
+#: What a snapshot saves and a rollback restores: the key fields are set once, at enqueue.
+SCALAR_FIELDS = (*BASE_FIELDS, "edits", "edited_at")
 
 
 def encode_record(rec: JobRecord) -> bytes:

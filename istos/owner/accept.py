@@ -19,9 +19,9 @@ by that write, in one of two ways, which the caller chooses:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.debounce import DebounceSpec
 from ..core.state import JobRecord, QueueState
@@ -30,7 +30,7 @@ from . import debounce_gate, unique_gate
 from .handle import OwnerHandle
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: a frozen dataclass is slow to build, one per job)
 class NewJob:
     """One job to accept, its fields checked already (by the op's schema or the caller)."""
 
@@ -45,62 +45,96 @@ class NewJob:
     debounce: DebounceSpec | None = None  # its burst's key (core/debounce.py): single enqueue
 
 
-@dataclass(frozen=True, slots=True)
-class Accepted:
+class Accepted(NamedTuple):
     """What became of one new job: the id it resolved to, whether that job is new, and if
     not why (``job_id``: the queue holds that id, or keeps it reserved; ``unique_key``:
-    another job holds the key)."""
+    another job holds the key; ``debounce_key``: the call joined an open burst). A tuple:
+    one per enqueued job, made cheaply."""
 
     job_id: str
     created: bool
     reason: str | None = None
 
-    def reply(self) -> dict[str, Any]:
-        """The ``enqueue`` reply saying so (``reason`` only when not created)."""
-        if self.created:
-            return {"job_id": self.job_id, "created": True}
-        return {"job_id": self.job_id, "created": False, "reason": self.reason}
+
+
+Resolved = dict[int, tuple[str, str]]
+"""Of the jobs of a call not created, by index, the id each resolved to and why, when that is
+not simply its own id (``job_id``): a unique key held, a debounce burst joined."""
 
 
 async def accept_new(owner: OwnerHandle, jobs: Sequence[NewJob], *,
-                     share_twin_fate: bool) -> list[bool]:
-    """Accept ``jobs`` (see the module doc); per job, whether it was new.
-
-    Raises:
-        StorageUnavailable: the write failed (nothing of this call was stored or queued), or,
-            with ``share_twin_fate``, the in-flight write of one of the ids failed.
-    """
-    return [a.created for a in await accept(owner, jobs, share_twin_fate=share_twin_fate)]
-
-
-async def accept(owner: OwnerHandle, jobs: Sequence[NewJob], *,
-                 share_twin_fate: bool) -> list[Accepted]:
-    """As :func:`accept_new`, saying per job which job it resolved to and why.
+                     share_twin_fate: bool, keyed: bool | None = None) -> list[bool]:
+    """Accept ``jobs`` (see the module doc); per job, whether it was new. ``keyed``: whether
+    a job carries a unique or debounce key, if the caller knows (None: look).
 
     Raises:
         InvalidJob: a job's ``job_id`` names a job held under another unique key (nothing
             changed).
-        StorageUnavailable: as :func:`accept_new`.
+        StorageUnavailable: the write failed (nothing of this call was stored or queued), or,
+            with ``share_twin_fate``, the in-flight write of one of the ids failed.
     """
+    if keyed is False:
+        return (await accept_jobs(owner, jobs, share_twin_fate=share_twin_fate,
+                                  keyed=False))[0]
+    return (await _route(owner, jobs, share_twin_fate))[0]
+
+
+async def accept_one(owner: OwnerHandle, job: NewJob) -> dict[str, Any]:
+    """Accept one job (an ``enqueue``) and build the op's reply: the id it resolved to,
+    whether it was new and, if not, why (``job_id``, ``unique_key`` or ``debounce_key``)."""
+    created, resolved = await _route(owner, (job,), True)
+    if created[0]:
+        return {"job_id": job.job_id, "created": True}
+    jid, why = resolved.get(0, (job.job_id, "job_id"))
+    return {"job_id": jid, "created": False, "reason": why}
+
+
+async def accept(owner: OwnerHandle, jobs: Sequence[NewJob], *,
+                 share_twin_fate: bool) -> list[Accepted]:
+    """As :func:`accept_new`, saying per job which job it resolved to and why."""
+    created, resolved = await _route(owner, jobs, share_twin_fate)
+    out = []
+    for i, (j, made) in enumerate(zip(jobs, created)):
+        jid, why = resolved.get(i, (j.job_id, "job_id"))
+        out.append(Accepted(jid, True) if made else Accepted(jid, False, why))
+    return out
+
+
+def _route(owner: OwnerHandle, jobs: Sequence[NewJob], share_twin_fate: bool
+           ) -> Coroutine[Any, Any, tuple[list[bool], Resolved]]:
+    """A lone call with a debounce key goes to its burst (``debounce_gate.py``); every other
+    call to :func:`accept_jobs` (a coroutine to await: no frame of its own on the hot path)."""
     if len(jobs) == 1:
         job = jobs[0]
         if job.debounce is not None and owner.writes.pending(job.job_id) is None \
                 and job.job_id not in owner.state.jobs:  # (a retry of a call: a duplicate)
-            return [await debounce_gate.accept_debounced(owner, job, job.debounce)]
-    return await accept_jobs(owner, jobs, share_twin_fate=share_twin_fate)
+            return debounce_gate.accept_debounced(owner, job, job.debounce)
+    return accept_jobs(owner, jobs, share_twin_fate=share_twin_fate)
 
 
-async def accept_jobs(owner: OwnerHandle, jobs: Sequence[NewJob], *,
-                      share_twin_fate: bool) -> list[Accepted]:
-    """:func:`accept` without the debounce step: every job is new or a duplicate."""
+async def accept_jobs(owner: OwnerHandle, jobs: Sequence[NewJob], *, share_twin_fate: bool,
+                      keyed: bool | None = None) -> tuple[list[bool], Resolved]:
+    """Every job is new or a duplicate (no debounce step): per job whether it was new, and
+    for those not created the id they resolved to when not their own."""
     state, writes = owner.state, owner.writes
-    if any(j.unique is not None for j in jobs):
+    if keyed is None:
+        keyed = (jobs[0].unique is not None or jobs[0].debounce is not None) \
+            if len(jobs) == 1 else any(j.unique is not None or j.debounce is not None
+                                       for j in jobs)
+    if keyed:
         unique_gate.check_ids(state, jobs)
         await unique_gate.wait_keys(state, writes, jobs)
+    resolved: Resolved = {}
     if not owner.durable:
-        out = _accept_volatile(owner, jobs)
+        now = owner.node.clock.now()
+        if keyed:
+            created = _accept_keyed(state, jobs, now, resolved)
+        else:
+            created = [state.enqueue(j.job_id, j.body, now, delay_s=j.delay_s,
+                                     priority=j.priority, meta=j.meta, dedup_s=j.dedup_s,
+                                     group=j.group) for j in jobs]
         writes.after_change()  # publishes; nothing to write (volatile storage)
-        return out
+        return created, resolved
     twins: set[str] = set()
     if share_twin_fate:
         for job in jobs:
@@ -113,13 +147,15 @@ async def accept_jobs(owner: OwnerHandle, jobs: Sequence[NewJob], *,
     new: dict[str, JobRecord] = {}
     new_keys: dict[str, str] = {}  # unique key -> id of the new job of this call taking it
     now = owner.node.clock.now()
-    created = [Accepted(j.job_id, False, "job_id") if j.job_id in twins
-               else _decide(state, j, now, new, new_keys) for j in jobs]
-    if new:
+    created = [j.job_id not in twins and _decide(state, j, now, new, new_keys, resolved, i)
+               for i, j in enumerate(jobs)]
+    if new and keyed:
         await _store(owner, new, new_keys)
+    elif new:
+        await writes.store_new(new, owner.node.clock.now)
     elif len(twins) < len(jobs):
         writes.after_change()  # publish the duplicate_enqueue events
-    return created
+    return created, resolved
 
 
 async def _store(owner: OwnerHandle, new: dict[str, JobRecord],
@@ -142,18 +178,19 @@ async def _store(owner: OwnerHandle, new: dict[str, JobRecord],
 
 
 def _decide(state: QueueState, job: NewJob, now: float, new: dict[str, JobRecord],
-            new_keys: dict[str, str]) -> Accepted:
-    """One job of a durable call: a duplicate (its event recorded), or a record added to
-    ``new`` (and its key to ``new_keys``) for the call's one write."""
+            new_keys: dict[str, str], resolved: Resolved, index: int) -> bool:
+    """One job of a call: a duplicate (its event recorded; a held key noted in ``resolved``),
+    or a record added to ``new`` (and its key to ``new_keys``) for the call's one write."""
     jid, spec = job.job_id, job.unique
     if spec is not None:
         held = new_keys.get(spec.key) or unique_gate.holder(state, spec, now)
         if held is not None:
-            return Accepted(held, False, "unique_key")
+            resolved[index] = (held, "unique_key")
+            return False
     if jid in new or state.holds(jid, now):
         if jid not in new:
             state.enqueue(jid, job.body, now)  # the duplicate_enqueue event only
-        return Accepted(jid, False, "job_id")
+        return False
     # A burst's first job starts debounce_s from now (the producer sends no delay_s with it).
     delay = job.delay_s if job.debounce is None else job.debounce.debounce_s
     rec = state.new_record(jid, job.body, now, delay_s=delay, priority=job.priority,
@@ -163,23 +200,18 @@ def _decide(state: QueueState, job: NewJob, now: float, new: dict[str, JobRecord
         job.debounce.apply(rec, now)
     if spec is not None:
         new_keys[spec.key] = jid
-    return Accepted(jid, True)
+    return True
 
 
-def _accept_volatile(owner: OwnerHandle, jobs: Sequence[NewJob]) -> list[Accepted]:
-    """Without durable storage: each job enters the queue at once (or is a duplicate)."""
-    state = owner.state
-    now = owner.node.clock.now()
-    out: list[Accepted] = []
-    for j in jobs:
-        if j.unique is None and j.debounce is None:
-            made = state.enqueue(j.job_id, j.body, now, delay_s=j.delay_s, priority=j.priority,
-                                 meta=j.meta, dedup_s=j.dedup_s, group=j.group)
-            out.append(Accepted(j.job_id, True) if made else Accepted(j.job_id, False, "job_id"))
-            continue
+def _accept_keyed(state: QueueState, jobs: Sequence[NewJob], now: float,
+                  resolved: Resolved) -> list[bool]:
+    """Without durable storage, a call with keys: each job enters the queue at once (or is
+    a duplicate), decided as in a durable call."""
+    created = []
+    for i, j in enumerate(jobs):
         new: dict[str, JobRecord] = {}
-        out.append(_decide(state, j, now, new, {}))  # (a key: the checks of a durable call)
+        created.append(_decide(state, j, now, new, {}, resolved, i))
         for rec in new.values():
             state.insert(rec, now)
             state.dirty.append(rec)
-    return out
+    return created

@@ -39,4 +39,4 @@ async def enqueue_many(owner: OwnerHandle, items: list[dict[str, Any]]) -> list[
     """Accept the jobs of one request; per item, whether it was new (see the module doc)."""
     jobs = [NewJob(i["job_id"], i["body"], float(i.get("delay_s", 0.0)), i.get("priority", 0),
                    None, i.get("dedup_s"), i.get("group")) for i in items]
-    return await accept_new(owner, jobs, share_twin_fate=False)
+    return await accept_new(owner, jobs, share_twin_fate=False, keyed=False)

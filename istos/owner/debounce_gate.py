@@ -14,16 +14,18 @@ from ..core.debounce import DebounceSpec, rebounce
 from .handle import OwnerHandle
 
 if TYPE_CHECKING:
-    from .accept import Accepted, NewJob
+    from .accept import NewJob, Resolved
 
 
-async def accept_debounced(owner: OwnerHandle, job: NewJob, spec: DebounceSpec) -> Accepted:
-    """One ``enqueue`` with a debounce key: the burst's job, and whether this call made it.
+async def accept_debounced(owner: OwnerHandle, job: NewJob,
+                           spec: DebounceSpec) -> tuple[list[bool], Resolved]:
+    """One ``enqueue`` with a debounce key: whether this call made the burst's job and, if
+    not, that job's id (as ``accept.accept_jobs`` answers).
 
     Raises:
         StorageUnavailable: the write failed (nothing changed).
     """
-    from .accept import Accepted, accept_jobs  # (accept imports this module)
+    from .accept import accept_jobs  # (accept imports this module)
 
     state, writes = owner.state, owner.writes
     while (pending := state.debounce.inflight(spec.key)) is not None:
@@ -32,8 +34,8 @@ async def accept_debounced(owner: OwnerHandle, job: NewJob, spec: DebounceSpec) 
     now = owner.node.clock.now()
     rec = state.debounce.open_job(spec.key, state.jobs)
     if rec is None:
-        return (await accept_jobs(owner, [job], share_twin_fate=True))[0]
+        return await accept_jobs(owner, [job], share_twin_fate=True)
     generation = writes.generation
     rebounce(state, rec, job.body, spec, now)
     await writes.commit(generation)
-    return Accepted(rec.job_id, False, "debounce_key")
+    return [False], {0: (rec.job_id, "debounce_key")}

@@ -47,7 +47,7 @@ from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
 from ..wire_lifecycle import debounce_spec, unique_spec
 from . import bulk, eventlog, registry, update
-from .accept import NewJob, accept, accept_new
+from .accept import NewJob, accept_new, accept_one
 from .extension import Handler, OwnerExtension, overrides
 from .handle import MetaCheck
 from .job_ops import JobOps
@@ -311,10 +311,12 @@ class QueueOwner:
             if self._meta_check is None:
                 raise InvalidJob(f"queue {self.name!r} accepts no job meta")
             await self._meta_check(job_id, meta)
+        unique, burst = msg.get("unique"), msg.get("debounce")
         job = NewJob(job_id, msg["body"], float(msg.get("delay_s", 0.0)),
                      msg.get("priority", 0), meta, msg.get("dedup_s"), msg.get("group"),
-                     unique_spec(msg.get("unique")), debounce_spec(msg.get("debounce")))
-        return (await accept(self, [job], share_twin_fate=True))[0].reply()
+                     None if unique is None else unique_spec(unique),
+                     None if burst is None else debounce_spec(burst))
+        return await accept_one(self, job)
 
     async def enqueue(self, body: bytes, *, job_id: str, delay_s: float = 0.0,
                       priority: int = 0, meta: dict[str, Any] | None = None,

@@ -58,7 +58,8 @@ class JobEvent:
     job's attempt number the event belongs to (0 before the first claim). ``detail`` carries
     kind-specific fields: ``priority``/``delay_s``/``ready_at`` on enqueued, ``deadline`` and
     ``lease_s`` on claimed, ``error`` on nacked/dead_lettered, ``delay_s``/``ready_at`` on
-    retry_scheduled, ``deadline`` on lease_extended, ``progress``/``note`` on progress.
+    retry_scheduled, ``deadline`` on lease_extended, ``progress``/``note`` on progress,
+    what changed on updated (``app.update`` or a call joining a debounce burst).
     """
 
     t: float

@@ -121,3 +121,20 @@ async def test_why_shows_the_unique_key_the_burst_and_the_edits():
         text = why_text(jid, why)
         assert "unique key: feed:1 (queued)" in text and "edited 1 time(s)" in text
         assert "debounce key: d" in why_text(burst, explain(owner.owners["q"], burst))
+
+
+def test_frames_follow_an_edited_start():
+    import pandas as pd
+
+    from istos_nb.data.frames import depth_frame, jobs_frame
+
+    state = QueueState("q", QueuePolicy())
+    state.enqueue("a", b"1", 0.0, delay_s=100.0)
+    update_job(state, "a", 1.0, ready_at=0.0)  # ready at once
+    state.enqueue("b", b"2", 2.0)
+    update_job(state, "b", 3.0, ready_at=50.0)  # delayed till t=50
+    events = [e.to_dict() for e in state.drain()[1]]
+    jobs = jobs_frame(pd.DataFrame(events)).set_index("job_id")
+    assert jobs.loc["a", "state"] == "ready" and jobs.loc["b", "state"] == "delayed"
+    depth = depth_frame(pd.DataFrame(events))
+    assert depth.iloc[-1][["ready", "delayed"]].tolist() == [1, 1]

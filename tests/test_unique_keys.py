@@ -242,3 +242,25 @@ async def test_unique_keys_debounce_and_edits_survive_an_ha_failover():
     finally:
         await b.stop()
         await a.stop()
+
+
+async def test_sync_producer_takes_the_same_options_from_a_thread():
+    from istos import SyncProducer
+
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+    async with owner.serving():
+        with SyncProducer(configs[1], prefix=prefix, request_timeout_s=20) as sp:
+            def produce() -> tuple[str, str, list[str], str, str, str]:
+                a = sp.enqueue("q", 1, unique_key="k", delay_s=60)
+                b = sp.enqueue("q", 2, unique_key="k")
+                many = sp.enqueue_many("q", [3, 4], unique_keys=["k", "m"])
+                burst = sp.enqueue("q", 5, debounce_key="d", debounce_s=60)
+                joined = sp.enqueue("q", 6, debounce_key="d", debounce_s=60)
+                return a, b, many, burst, joined, sp.update("q", a, priority=3)
+
+            a, b, many, burst, joined, status = await asyncio.to_thread(produce)
+    assert a == b == many[0] and many[1] != a and burst == joined and status == "updated"
+    assert isinstance(b, Enqueued) and b.reason == "unique_key"
+    assert joined.reason == "debounce_key"

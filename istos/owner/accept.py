@@ -15,6 +15,11 @@ by that write, in one of two ways, which the caller chooses:
   once it is stored, and its failure is this call's failure too;
 - ``share_twin_fate=False`` (a batch): the call waits for the in-flight writes, then checks the
   queue again, so one twin's failed write does not fail the whole batch.
+
+Unique and debounce keys (``unique_gate.py``, ``debounce_gate.py``): a job whose key another
+job holds, or a call that joins an open debounce burst, adds nothing and resolves to that job;
+a key whose first job's write is in flight makes the next call with it wait for that write. A
+call without keys takes none of these steps.
 """
 
 from __future__ import annotations
@@ -54,7 +59,6 @@ class Accepted(NamedTuple):
     job_id: str
     created: bool
     reason: str | None = None
-
 
 
 Resolved = dict[int, tuple[str, str]]

@@ -29,7 +29,11 @@ async def accept_debounced(owner: OwnerHandle, job: NewJob,
 
     state, writes = owner.state, owner.writes
     while (pending := state.debounce.inflight(spec.key)) is not None:
-        # The writer releases the key once its write ended, stored or failed (accept.py).
+        # The writer releases the key once its write ended, stored or failed (accept.py);
+        # a reservation whose write is no longer pending is stale (never spin on it).
+        if writes.pending(pending) is None:
+            state.debounce.release(spec.key, pending)
+            continue
         await writes.wait_pending([pending])
     now = owner.node.clock.now()
     rec = state.debounce.open_job(spec.key, state.jobs)

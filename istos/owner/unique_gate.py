@@ -54,11 +54,16 @@ async def wait_keys(state: QueueState, writes: WritePath, jobs: Sequence[Keyed])
     """Wait until no new job with one of these jobs' keys is being written."""
     keys = [j.unique.key for j in jobs if j.unique is not None]
     while True:
-        ids = [jid for k in keys if (jid := state.unique.inflight(k)) is not None]
-        if not ids:
+        held = [(k, jid) for k in keys if (jid := state.unique.inflight(k)) is not None]
+        if not held:
             return
-        # The writer releases its keys once its write ended, stored or failed (accept.py).
-        await writes.wait_pending(ids)
+        # The writer releases its keys once its write ended, stored or failed (accept.py);
+        # a reservation whose write is no longer pending is stale (never spin on it).
+        if all(writes.pending(jid) is None for _, jid in held):
+            for k, jid in held:
+                state.unique.release(k, jid)
+            continue
+        await writes.wait_pending([jid for _, jid in held])
 
 
 def holder(state: QueueState, spec: UniqueSpec, now: float) -> str | None:

@@ -32,6 +32,7 @@ from .errors import (
     StorageUnavailable,
 )
 from .events import JobEvent
+from .lifecycle import Enqueued
 from .storage.memory import MemoryStorage
 
 if TYPE_CHECKING:  # loaded on first use (see __getattr__): they import Zenoh, SQLAlchemy
@@ -54,6 +55,7 @@ __all__ = [
     "Clock",
     "SystemClock",
     "JobEvent",
+    "Enqueued",
     # errors
     "IstosError",
     "ConfigError",

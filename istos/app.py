@@ -102,6 +102,7 @@ class Istos:
     cancel = delegate("producer", Producer.cancel)
     pause = delegate("pausing", Pausing.pause)
     resume = delegate("pausing", Pausing.resume)
+    update = delegate("producer", Producer.update)
 
     def __init__(
         self, storage: Storage | None = None, zenoh: Any = None, *,

@@ -36,19 +36,20 @@ CANCELLED: Final = "cancelled"
 EXPIRED: Final = "expired"
 PAUSED: Final = "paused"
 RESUMED: Final = "resumed"
+UPDATED: Final = "updated"  # a waiting job edited by app.update (core/edit.py)
 
 EventKind = Literal[
     "enqueued", "duplicate_enqueue", "claimed", "acked", "nacked", "lease_expired",
     "retry_scheduled", "dead_lettered", "result_expired", "purged", "owner_up", "owner_down",
     "crashed", "restarted", "lease_extended", "progress", "cancel_requested", "cancelled",
-    "expired", "paused", "resumed",
+    "expired", "paused", "resumed", "updated",
 ]
 """The kind of a :class:`JobEvent` (one of :data:`EVENT_KINDS`)."""
 
 EVENT_KINDS: tuple[EventKind, ...] = (
     ENQUEUED, DUPLICATE_ENQUEUE, CLAIMED, ACKED, NACKED, LEASE_EXPIRED, RETRY_SCHEDULED,
     DEAD_LETTERED, RESULT_EXPIRED, PURGED, OWNER_UP, OWNER_DOWN, CRASHED, RESTARTED,
-    LEASE_EXTENDED, PROGRESS, CANCEL_REQUESTED, CANCELLED, EXPIRED, PAUSED, RESUMED,
+    LEASE_EXTENDED, PROGRESS, CANCEL_REQUESTED, CANCELLED, EXPIRED, PAUSED, RESUMED, UPDATED,
 )
 
 
@@ -61,7 +62,8 @@ class JobEvent:
     job's attempt number the event belongs to (0 before the first claim). ``detail`` carries
     kind-specific fields: ``priority``/``delay_s``/``ready_at`` on enqueued, ``deadline`` and
     ``lease_s`` on claimed, ``error`` on nacked/dead_lettered, ``delay_s``/``ready_at`` on
-    retry_scheduled, ``deadline`` on lease_extended, ``progress``/``note`` on progress.
+    retry_scheduled, ``deadline`` on lease_extended, ``progress``/``note`` on progress,
+    what changed on updated (``app.update`` or a call joining a debounce burst).
     """
 
     t: float

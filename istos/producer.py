@@ -7,6 +7,7 @@ A component the app owns (``app.producer``), reached through thin delegating met
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 from . import codec, protocol
@@ -23,6 +24,14 @@ from .core.expiry import check_deadline
 from .core.trace_meta import without_trace
 from .errors import ConfigError, InvalidJob, PayloadCodecError, ProtocolError
 from .ids import IdSource
+from .lifecycle import (
+    UNSET,
+    Enqueued,
+    check_debounce,
+    check_unique,
+    check_unique_keys,
+    check_update,
+)
 from .payload import CodecChain, Encoded, describe
 from .protocol import MAX_PRIORITY
 from .tracing import Tracing
@@ -57,9 +66,14 @@ class Producer:
                       delay_s: float = 0, priority: int = 0,
                       job_id: str | None = None, timeout_s: float | None = None,
                       dedup_s: float | None = None, group: str | None = None,
+                      unique_key: str | None = None, unique: str | None = None,
+                      unique_s: float | None = None, debounce_key: str | None = None,
+                      debounce_s: float | None = None, debounce_max_s: float | None = None,
+                      debounce: str | None = None,
                       expires_s: float | None = None, start_by: Any = None,
-                      _meta: dict[str, Any] | None = None) -> str:
-        """Put a job on queue ``name``; returns its id.
+                      _meta: dict[str, Any] | None = None) -> Enqueued:
+        """Put a job on queue ``name``; returns its id (an :class:`~istos.Enqueued`, a ``str``
+        that also says whether the job is new and, if not, why).
 
         Idempotent by ``job_id``: if the queue still holds that id, nothing is added and the id is
         returned. With ``dedup_s`` the id stays reserved that many seconds after the job
@@ -73,10 +87,26 @@ class Producer:
         app's ``request_timeout_s`` for this call. The returned id is stored by the owner
         (written through its storage) before this returns.
 
+        ``unique_key`` (docs/job-lifecycle.md): while another job of the queue holds that key
+        within its scope, nothing is added and that job's id is returned (``reason``
+        ``"unique_key"``). ``unique``: the scope, ``"queued"`` (until the job is first
+        claimed), ``"active"`` (until it is acked, dead or cancelled; the default) or
+        ``"finished"`` (and for ``unique_s`` seconds after).
+
+        ``debounce_key`` with ``debounce_s``: one run per burst of calls. While the burst's
+        job has not started, a call with the key adds nothing (``reason``
+        ``"debounce_key"``, the burst's id): the job takes this call's data (``debounce``
+        ``"last"``, the default; ``"first"`` keeps the first) and starts ``debounce_s`` after
+        it, never later than ``debounce_max_s`` after the burst's first call.
+
         Raises, before sending: :class:`ConfigError` for a bad queue name, ``delay_s``,
-        ``priority``, ``job_id``, ``dedup_s``, ``group``, ``expires_s`` or ``start_by``
-        (both at once, not after ``delay_s``, a naive datetime); :class:`InvalidJob` for a body
-        msgpack cannot encode, one over the size limit, or an id the wire refuses; and
+        ``priority``, ``job_id``, ``dedup_s``, ``group``, ``unique_key``, ``unique``,
+        ``unique_s``, ``debounce_key``, ``debounce_s``, ``debounce_max_s`` or ``debounce``
+        (a negative or non-finite window, a cap below ``debounce_s``, an unknown mode or
+        scope, ``delay_s`` or a unique key with a debounce key), ``expires_s`` or
+        ``start_by`` (both at once, not after ``delay_s``, a naive datetime);
+        :class:`InvalidJob` for a body msgpack cannot encode, one over the size limit, or an
+        id the wire refuses; and
         :class:`IstosError` when the app is not serving. After sending:
         :class:`OwnerUnavailable` if no owner answers within the request timeout,
         :class:`StorageUnavailable` if the owner's storage refused the write (nothing added),
@@ -96,6 +126,12 @@ class Producer:
             self._valid_names.add(name)
         deadline = None if expires_s is None and start_by is None else \
             deadline_fields(expires_s, start_by, delay, self.node.clock.now())
+        spec = None if unique_key is None and unique is None and unique_s is None \
+            else check_unique(unique_key, unique, unique_s)
+        burst = None if debounce_key is None and debounce_s is None \
+            and debounce_max_s is None and debounce is None \
+            else check_debounce(debounce_key, debounce_s, debounce_max_s, debounce,
+                                delay_s=delay, unique=spec is not None)
         if encoded:
             body = bytes(data)
         elif whole:  # stores a large body now: a store failure raises, nothing sent
@@ -115,7 +151,12 @@ class Producer:
             fields.update(deadline)
         if _meta:
             fields["meta"] = _meta
-        coalesce = timeout_s is None and not _meta  # concurrent calls share one request
+        if spec is not None:  # (alone: the reply names the job the key resolved to)
+            fields["unique"] = spec.to_wire()
+        if burst is not None:
+            fields["debounce"] = burst.to_wire()
+        # Concurrent calls share one request, unless the reply must name a resolved job.
+        coalesce = timeout_s is None and not _meta and spec is None and burst is None
         if self.tracing is not None:
             return await self.tracing.enqueue(name, jid, 1, lambda trace: self._send(
                 name, {**fields, "meta": {**(_meta or {}), "trace": trace}} if trace
@@ -123,12 +164,12 @@ class Producer:
         return await self._send(name, fields, timeout_s, coalesce)
 
     async def _send(self, name: str, fields: dict[str, Any], timeout_s: float | None,
-                    coalesce: bool) -> str:
+                    coalesce: bool) -> Enqueued:
         if coalesce:
             reply = await self.client(name).enqueue(fields)
         else:
             reply = await self.client(name).call("enqueue", timeout_s, **fields)
-        return str(reply["job_id"])
+        return Enqueued.from_reply(reply)
 
     async def enqueue_many(self, name: str, items: Iterable[Any], *,  # noqa: PLR0913
                            delay_s: float = 0,
@@ -136,6 +177,9 @@ class Producer:
                            timeout_s: float | None = None,
                            dedup_s: float | None = None,
                            groups: Sequence[str | None] | None = None,
+                           unique_keys: Sequence[str | None] | None = None,
+                           unique: str | None = None,
+                           unique_s: float | None = None,
                            expires_s: float | None = None, start_by: Any = None) -> list[str]:
         """Put many jobs on queue ``name``; returns their ids, in order.
 
@@ -146,13 +190,17 @@ class Producer:
         is sent: a body msgpack cannot encode or over the size limit, or a bad id, raises
         :class:`InvalidJob` naming the item, and nothing of the batch is sent. ``dedup_s``
         (with ``job_ids``): every item's id stays reserved that long after its job finished,
-        as in :meth:`enqueue`. ``groups``: one group (or None) per item. ``expires_s`` or
-        ``start_by``: every item's start deadline, as in :meth:`enqueue`.
+        as in :meth:`enqueue`. ``groups``: one group (or None) per item. ``unique_keys``: one
+        unique key (or None) per item, with the batch's ``unique`` scope and ``unique_s``
+        (as in :meth:`enqueue`); an item whose key another job holds (or an earlier item of
+        the batch) adds nothing, and its entry in the returned list is that job's id.
+        ``expires_s`` or ``start_by``: every item's start deadline, as in :meth:`enqueue`.
 
-        Raises :class:`ConfigError` (nothing sent) for a bad option or when ``job_ids`` or
-        ``groups`` do not have one entry per item, :class:`IstosError` when the app is not
-        serving, and :class:`OwnerUnavailable` or the owner's typed error for a request that
-        failed: requests before it stay stored, and the message says how many jobs were.
+        Raises :class:`ConfigError` (nothing sent) for a bad option or when ``job_ids``,
+        ``groups`` or ``unique_keys`` do not have one entry per item, :class:`IstosError`
+        when the app is not serving, and :class:`OwnerUnavailable` or the owner's typed
+        error for a request that failed: requests before it stay stored, and the message
+        says how many jobs were.
         """
         datas = list(items)
         bodies, ids, delay, prio = check_batch(
@@ -168,6 +216,7 @@ class Producer:
             except ConfigError as exc:
                 raise ConfigError(f"queue {name!r}: item {i}: {exc}") from None
         deadline = deadline_fields(expires_s, start_by, delay, self.node.clock.now())
+        specs = check_unique_keys(bodies, unique_keys, unique, unique_s)
         if self.payload.offloads:  # large bodies go to the store now, before any is sent
             bodies = [self.payload.encode_body(d, queue=name) for d in datas]
         elif self.payload.codecs:
@@ -175,14 +224,24 @@ class Producer:
         self.require_serving()
         if ids is None:
             ids = [self.node.ids.new() for _ in bodies]
-        if self.tracing is not None:
-            ids_ = ids
-            return await self.tracing.enqueue(name, None, len(ids), lambda trace: (
-                batches.send_many(self.client(name), ids_, bodies, delay, prio, timeout_s,
-                                  window, grps, meta={"trace": trace} if trace else None,
-                                  every=deadline)))
-        return await batches.send_many(self.client(name), ids, bodies, delay, prio, timeout_s,
-                                       window, grps, every=deadline)
+        if specs is None:
+            if self.tracing is not None:
+                ids_ = ids
+                return await self.tracing.enqueue(name, None, len(ids), lambda trace: (
+                    batches.send_many(self.client(name), ids_, bodies, delay, prio,
+                                      timeout_s, window, grps,
+                                      meta={"trace": trace} if trace else None,
+                                      every=deadline)))
+            return await batches.send_many(self.client(name), ids, bodies, delay, prio,
+                                           timeout_s, window, grps, every=deadline)
+        items = [i for frame in batches.frames(ids, bodies, delay, prio, window, grps,
+                                               every=deadline) for i in frame]
+        for item, spec in zip(items, specs):
+            if spec is not None:
+                item["unique"] = spec.to_wire()
+        return await batches.send_frames(
+            self.client(name), [items[a:b] for a, b in batches.cut(
+                [batches.item_size(i) for i in items])], timeout_s)
 
     async def dead_letters(self, name: str) -> list[dict[str, Any]]:
         """Every dead job of ``name``, oldest first, fetched page by page: dicts of
@@ -245,6 +304,31 @@ class Producer:
             raise ConfigError(f"job_id must be a non-empty string, got {job_id!r}")
         self.require_serving()
         reply = await self.client(name).call("cancel", job_id=job_id)
+        return str(reply["status"])
+
+    async def update(self, name: str, job_id: str, *, data: Any = UNSET,
+                     delay_s: float | None = None, run_at: float | datetime | None = None,
+                     priority: int | None = None, timeout_s: float | None = None) -> str:
+        """Edit job ``job_id`` of queue ``name`` while it waits (ready or delayed), in one
+        durable write: its ``data``, its start (``delay_s`` from now, or ``run_at``, a
+        datetime or epoch seconds; a time already past makes it ready at once) and/or its
+        ``priority``. The producer's role may do it (no ``admin=True`` needed).
+
+        Returns ``"updated"``, ``"too_late"`` (it started already: leased, done, dead or
+        cancelled; nothing changed) or ``"unknown"`` (the queue holds no such job; a job of
+        another queue is unknown here). Never half-applied: a failed write leaves the job as
+        it was and raises :class:`StorageUnavailable`.
+
+        Raises, before sending: :class:`ConfigError` naming the field for a bad queue name,
+        ``job_id``, ``delay_s``, ``run_at`` or ``priority``, both ``delay_s`` and ``run_at``,
+        or nothing to change; :class:`InvalidJob` for data msgpack cannot encode or over the
+        size limit. After: :class:`OwnerUnavailable` or the owner's typed error.
+        """
+        fields = check_update(name, job_id, data, delay_s, run_at, priority)
+        if "body" in fields and self.payload.codecs:
+            fields["body"] = self.payload.wrap(fields["body"], queue=name)
+        self.require_serving()
+        reply = await self.client(name).call("update", timeout_s, job_id=job_id, **fields)
         return str(reply["status"])
 
 

@@ -36,6 +36,7 @@ from .schema import (
     one_of,
     text,
 )
+from .wire_lifecycle import debounce_field, unique_field
 
 T = TypeVar("T")
 
@@ -217,6 +218,7 @@ _ENQUEUE_ITEM = (
     # A start deadline (core/expiry.py): seconds from acceptance, or epoch seconds; not both.
     Field("expires_s", number(0.0, MAX_DELAY_S, nil=True)),
     Field("start_by", number(0.0, MAX_TIME, nil=True)),
+    Field("unique", unique_field),  # its unique key (wire_lifecycle.py)
 )
 
 
@@ -230,6 +232,8 @@ def enqueue_item(name: str, value: Any) -> None:
             raise ProtocolError(f"{name}.meta: enqueue_many carries no job meta but a trace "
                                 "context")
         meta(f"{name}.meta", value["meta"])
+    if "debounce" in value:  # a burst's calls change one job: one by one (enqueue)
+        raise ProtocolError(f"{name}.debounce: enqueue_many carries no debounce key")
     check_fields(value, _ENQUEUE_ITEM, prefix=f"{name}.")
     one_deadline(value, f"{name}.")
     if value["job_id"].startswith(RESERVED_ID_PREFIXES):
@@ -279,6 +283,8 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("group", text(MAX_GROUP_BYTES, empty=False, nil=True), error=InvalidJob),
         Field("expires_s", number(0.0, MAX_DELAY_S, nil=True), error=InvalidJob),
         Field("start_by", number(0.0, MAX_TIME, nil=True), error=InvalidJob),
+        Field("unique", unique_field, error=InvalidJob),  # its unique key (wire_lifecycle.py)
+        Field("debounce", debounce_field, error=InvalidJob),  # its burst (wire_lifecycle.py)
     ),
     "enqueue_many": (
         Field("items", list_of(enqueue_item, MAX_ENQUEUE_ITEMS), required=True, error=InvalidJob),
@@ -351,6 +357,13 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
                _PAGE),
     "extend": (Field("items", list_of(extend_item, MAX_EXTEND_ITEMS), required=True),),
     "release": (Field("items", list_of(lease_item, MAX_SETTLE_ITEMS), required=True),),
+    "update": (  # edit a waiting job (core/edit.py); delay_s and run_at: one or neither
+        _JOB_ID,
+        Field("body", binary(MAX_BODY_BYTES, nil=True), error=InvalidJob),
+        Field("delay_s", number(0.0, MAX_DELAY_S, nil=True), error=InvalidJob),
+        Field("run_at", number(0.0, MAX_TIME, nil=True), error=InvalidJob),
+        Field("priority", integer(-MAX_PRIORITY, MAX_PRIORITY), error=InvalidJob),
+    ),
     "enqueue_slot": (
         Field("body", binary(MAX_BODY_BYTES), required=True, error=InvalidJob),
         Field("job_id", slot_job_id, required=True, error=InvalidJob),
@@ -363,8 +376,8 @@ owner without an entry here get the envelope check only."""
 REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     op: (frozenset(always.split()), frozenset(optional.split())) for op, always, optional in (
         ("ping", "node queue", ""),
-        ("enqueue", "job_id created", ""),
-        ("enqueue_many", "created", ""),
+        ("enqueue", "job_id created", "reason"),
+        ("enqueue_many", "created", "job_ids"),
         ("claim", "jobs max_attempts keep_results lease_s",
          "more settled cancel parked unparked"),
         ("unpark", "unparked", ""),
@@ -395,6 +408,7 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("extend", "statuses", ""),
         ("release", "statuses", ""),
         ("enqueue_slot", "job_id created", ""),
+        ("update", "status", ""),
         ("workers", "workers total more next_offset now", ""),
         ("states", "states", ""),
         ("requeue_all_dead", "requeued more", ""),
@@ -426,8 +440,8 @@ control can grant them apart: producers ``produce`` (and ``read`` for results), 
 _ROLE_SET = frozenset(ROLES)
 
 OP_ROLES: dict[str, str] = {
-    **dict.fromkeys(("enqueue", "enqueue_many", "enqueue_slot", "chord_open", "chord_reserve"),
-                    "produce"),
+    **dict.fromkeys(("enqueue", "enqueue_many", "enqueue_slot", "chord_open", "chord_reserve",
+                     "update"), "produce"),
     **dict.fromkeys(("claim", "unpark", "settle", "ack", "nack", "extend", "release"), "work"),
     **dict.fromkeys(("ping", "result", "dead", "stats", "jobs", "leases", "why", "events",
                      "follow", "workers", "states", "chord_expects", "resolve", "series",
@@ -547,7 +561,8 @@ def _fast_enqueue(m: dict[str, Any]) -> bool:
         and _id(m.get("job_id", "x"), MAX_JOB_ID_BYTES) \
         and (type(d) is float or type(d) is int) and 0 <= d <= MAX_DELAY_S \
         and type(p) is int and -MAX_PRIORITY <= p <= MAX_PRIORITY and _after(m.get("dedup_s")) \
-        and _group(m.get("group")) and "expires_s" not in m and "start_by" not in m
+        and _group(m.get("group")) and "expires_s" not in m and "start_by" not in m \
+        and m.get("unique") is None and m.get("debounce") is None
 
 
 def _group(g: Any) -> bool:  # (a non-ASCII name takes the schema's path)

@@ -80,7 +80,7 @@ def text(max_bytes: int, *, nil: bool = False, empty: bool = True) -> Check:
     def check(name: str, value: Any) -> None:
         if value is None and nil:
             return
-        if type(value) is not str:
+        if not isinstance(value, str):  # (a subclass: an Enqueued id given back in-process)
             fail(name, "must be a string", value)
         if not empty and not value:
             fail(name, "must not be empty", value)

@@ -28,6 +28,7 @@ import asyncio
 import dataclasses
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 import zenoh
@@ -37,6 +38,7 @@ from .client import Clients, Remote
 from .client.blocking import BlockingClock, run_to_end
 from .core.config import check_queue_name
 from .errors import ConfigError, OwnerUnavailable
+from .lifecycle import UNSET
 from .owner import registry
 from .payload import CodecChain, PayloadCodec
 from .producer import Producer, check_job_id
@@ -91,30 +93,46 @@ class SyncProducer:
 
     # -- the calls ------------------------------------------------------------------------------
     def enqueue(self, name: str, data: Any, *, delay_s: float = 0, priority: int = 0,
-                job_id: str | None = None, expires_s: float | None = None,
-                start_by: Any = None) -> str:
-        """Put a job on queue ``name``; returns its id once the owner stored it (as
-        :meth:`Istos.enqueue`: idempotent by ``job_id``; ``expires_s`` or ``start_by``: its
-        start deadline, past which a job not started ends ``expired``).
+                job_id: str | None = None, unique_key: str | None = None,
+                unique: str | None = None, unique_s: float | None = None,
+                debounce_key: str | None = None, debounce_s: float | None = None,
+                debounce_max_s: float | None = None, debounce: str | None = None,
+                expires_s: float | None = None, start_by: Any = None) -> str:
+        """Put a job on queue ``name``; returns its id (an :class:`~istos.Enqueued`) once the
+        owner stored it (as :meth:`Istos.enqueue`: idempotent by ``job_id``, and by
+        ``unique_key`` within its ``unique`` scope; one run per burst of calls with a
+        ``debounce_key``; ``expires_s`` or ``start_by``: its start deadline, past which a job
+        not started ends ``expired``).
 
         Raises, before sending: :class:`ConfigError` for a bad name, ``delay_s``,
-        ``priority``, ``job_id``, ``expires_s`` or ``start_by``, :class:`InvalidJob` for a
-        body msgpack cannot encode or over the size limit; after: :class:`OwnerUnavailable`
-        when no owner answers within ``request_timeout_s``, or the owner's typed error.
-        Blocks the calling thread only.
+        ``priority``, ``job_id``, ``unique_key``, ``unique``, ``unique_s``, a debounce
+        option, ``expires_s`` or ``start_by``, :class:`InvalidJob` for a body msgpack cannot
+        encode or over the size limit; after: :class:`OwnerUnavailable` when no owner answers
+        within ``request_timeout_s``, or the owner's typed error. Blocks the calling thread
+        only.
         """
         # An explicit timeout: one request per call (coalescing needs a loop turn).
         return self._run(name, lambda p: p.enqueue(name, data, delay_s=delay_s,
                                                    priority=priority, job_id=job_id,
                                                    timeout_s=self.request_timeout_s,
+                                                   unique_key=unique_key, unique=unique,
+                                                   unique_s=unique_s,
+                                                   debounce_key=debounce_key,
+                                                   debounce_s=debounce_s,
+                                                   debounce_max_s=debounce_max_s,
+                                                   debounce=debounce,
                                                    expires_s=expires_s, start_by=start_by))
 
-    def enqueue_many(self, name: str, items: Iterable[Any], *, delay_s: float = 0,
+    def enqueue_many(self, name: str, items: Iterable[Any], *,  # noqa: PLR0913
+                     delay_s: float = 0,
                      priority: int = 0, job_ids: Sequence[str] | None = None,
+                     unique_keys: Sequence[str | None] | None = None,
+                     unique: str | None = None, unique_s: float | None = None,
                      expires_s: float | None = None, start_by: Any = None) -> list[str]:
         """Put many jobs on ``name`` in as few requests as the frame cap allows; returns their
         ids in order (as :meth:`Istos.enqueue_many`: every item checked before any is sent;
-        ``expires_s`` or ``start_by``: every item's start deadline).
+        ``unique_keys`` one key or None per item, with the batch's ``unique`` scope and
+        ``unique_s``; ``expires_s`` or ``start_by``: every item's start deadline).
 
         Raises :class:`ConfigError` or :class:`InvalidJob` naming a bad item (nothing sent),
         and :class:`OwnerUnavailable` or the owner's typed error for a request that failed:
@@ -122,8 +140,21 @@ class SyncProducer:
         """
         return self._run(name, lambda p: p.enqueue_many(name, items, delay_s=delay_s,
                                                         priority=priority, job_ids=job_ids,
+                                                        unique_keys=unique_keys,
+                                                        unique=unique, unique_s=unique_s,
                                                         expires_s=expires_s,
                                                         start_by=start_by))
+
+    def update(self, name: str, job_id: str, *, data: Any = UNSET,
+               delay_s: float | None = None, run_at: float | datetime | None = None,
+               priority: int | None = None) -> str:
+        """Edit a waiting job, as :meth:`Istos.update`: returns ``"updated"``,
+        ``"too_late"`` or ``"unknown"``; raises :class:`ConfigError` naming a bad field
+        (nothing sent), :class:`StorageUnavailable` if the owner's write failed (nothing
+        changed), or :class:`OwnerUnavailable`. Blocks the calling thread only."""
+        return self._run(name, lambda p: p.update(name, job_id, data=data, delay_s=delay_s,
+                                                  run_at=run_at, priority=priority,
+                                                  timeout_s=self.request_timeout_s))
 
     def result(self, name: str, job_id: str) -> dict[str, Any]:
         """Where job ``job_id`` stands: ``{"state": ..., "result": ...}`` as

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.fast  # `make check`: no process, server or session
 EXPECTED = {
     "Istos", "SyncProducer", "JobContext", "Depends",
     "MemoryStorage", "RedisStoragePlugin", "SQLAlchemyStoragePlugin", "outbox",
-    "Clock", "SystemClock", "JobEvent",
+    "Clock", "SystemClock", "JobEvent", "Enqueued",
     "IstosError", "ConfigError", "CronError", "HAConfigError", "InvalidJob", "QueueNotFound",
     "OwnerUnavailable", "StorageUnavailable", "ProtocolError", "AdminDisabled", "RemoteError",
     "InvalidProgress", "JobTimeout", "JobCancelled", "MeshUnreachable", "Retry",

@@ -150,6 +150,15 @@ def field_bad_values(rng: random.Random) -> dict[str, list[Any]]:
         "since": bad_numbers(0, 1e11), "resolution": ["1h", 1, [], "", True],
         "epoch": bad_texts(64, nil=True), "after": bad_ints(0, 1 << 62),
         "older_than_s": bad_numbers(0, protocol.MAX_TIME),
+        # unique keys and debounce bursts (istos/wire_lifecycle.py); nil is "none"
+        "unique": ["k", 1, [], True, {}, {"key": ""}, {"key": "k" * 201}, {"key": 1},
+                   {"key": "k", "scope": "forever"}, {"key": "k", "s": 5.0},
+                   {"key": "k", "scope": "finished", "s": float("nan")},
+                   {"key": "k", "scope": "finished", "s": -1}],
+        "debounce": ["k", 1, [], True, {}, {"key": "k"}, {"key": "k", "s": -1.0},
+                     {"key": "k", "s": float("inf")}, {"key": "k", "s": 2.0, "max_s": 1.0},
+                     {"key": "k", "s": 1.0, "mode": "middle"}, {"key": "", "s": 1.0}],
+        "run_at": [v for v in bad_numbers(0, protocol.MAX_TIME) if v is not None],
     }
 
 
@@ -165,6 +174,10 @@ BAD_BY_OP: dict[tuple[str, str], Any] = {  # where an op's field has other bound
                                                          empty=False),
     ("jobs", "error"): lambda rng: bad_texts(protocol.MAX_SEARCH_TEXT, nil=True, empty=False),
     ("logs", "after"): lambda rng: bad_ints(0, protocol.MAX_OFFSET),
+    # an update's fields are each optional (nil: left as it is)
+    ("update", "body"): lambda rng: [v for v in bad_bins(protocol.MAX_BODY_BYTES, True)],
+    ("update", "delay_s"): lambda rng: [v for v in bad_numbers(0, protocol.MAX_DELAY_S)
+                                        if v is not None],
 }
 
 
@@ -176,7 +189,10 @@ def bad_values(rng: random.Random, op: str, field: str) -> list[Any]:
 
 TEMPLATES: dict[str, dict[str, Any]] = {
     "enqueue": {"body": b"x", "job_id": "hostile", "delay_s": 0, "priority": 0, "meta": None,
-                "dedup_s": 1.0, "group": "g", "expires_s": 1.0, "start_by": None},
+                "dedup_s": 1.0, "group": "g", "expires_s": 1.0, "start_by": None,
+                "unique": {"key": "k", "scope": "active"}, "debounce": None},
+    "update": {"job_id": "hostile", "body": b"y", "delay_s": 1.0, "run_at": None,
+               "priority": 1},
     "enqueue_many": {"items": [{"body": b"x", "job_id": "hostile-m"}]},
     "enqueue_slot": {"body": b"x", "job_id": "sched:hostile:1", "period_s": 60.0},
     "chord_open": {"chord_id": "c", "size": 1, "callback": "idle", "key": "ab" * 16},

@@ -398,6 +398,7 @@ async def test_every_op_replies_with_the_fields_the_protocol_names(mesh):
             "extend": {"items": []}, "release": {"items": []}, "cancel": {"job_id": "j1"},
             "enqueue_slot": {"body": b"\x02", "job_id": "sched:s:1", "period_s": 60.0},
             "enqueue_many": {"items": [{"body": b"\x03", "job_id": "m1", "priority": 2}]},
+            "update": {"job_id": "j1", "priority": 1},
             "workers": {}, "requeue_all_dead": {"error": "dead"}, "promote": {},
             "purge_dead_older": {"older_than_s": 3600.0}, "states": {"job_ids": ["d1"]},
         }

@@ -159,6 +159,7 @@ async def test_a_client_built_from_the_doc_exercises_every_op():
         ("states", {"job_ids": ["j1", "nope"]}),
         ("enqueue", {"body": b"\x90", "job_id": "later", "delay_s": 3600}),
         ("promote", {"job_ids": ["later"]}),
+        ("update", {"job_id": "j1", "priority": 0}),
     ]
     async with served() as (_, client):
         replies = {}

@@ -28,9 +28,11 @@ ITEM_OVERHEAD = 96  # msgpack bytes of one item's map besides its body and job i
 def item_size(item: dict[str, Any]) -> int:
     """An upper bound of one item's encoded bytes in an ``enqueue_many`` request."""
     meta = item.get("meta")  # a trace context (istos.tracing), if any
-    return len(item["body"]) + 4 * len(item["job_id"]) + ITEM_OVERHEAD \
+    size = len(item["body"]) + 4 * len(item["job_id"]) + ITEM_OVERHEAD \
         + 4 * len(item.get("group") or "") + (protocol.encoded_size(meta) if meta else 0) \
         + 24 * len(item.keys() & _DEADLINES)
+    unique = item.get("unique")
+    return size if unique is None else size + 4 * len(unique["key"]) + ITEM_OVERHEAD
 
 
 _DEADLINES = frozenset(("expires_s", "start_by"))
@@ -92,15 +94,30 @@ async def send_many(client: Caller,  # noqa: PLR0913 - enqueue_many's options, p
     A failure after the first frame leaves the frames before it stored: the error says how
     many jobs, and sending the batch again with the same ids adds only the rest.
     """
-    stored = 0
-    for items in frames(job_ids, bodies, delay_s, priority, dedup_s, groups, meta, every):
+    await send_frames(client, frames(job_ids, bodies, delay_s, priority, dedup_s, groups,
+                                     meta, every), timeout_s)
+    return job_ids
+
+
+async def send_frames(client: Caller, requests: list[list[dict[str, Any]]],
+                      timeout_s: float | None) -> list[str]:
+    """Send the ``items`` of each request in order (as :func:`send_many`); returns the id
+    each item resolved to (its own, or with a unique key the job holding that key)."""
+    stored, total = 0, sum(map(len, requests))
+    out: list[str] = []
+    for items in requests:
         try:
-            await client.call("enqueue_many", timeout_s, items=items)
+            reply = await client.call("enqueue_many", timeout_s, items=items)
         except IstosError as exc:
             if not stored:
                 raise
-            raise type(exc)(f"{exc} (the first {stored} of {len(job_ids)} jobs were stored by "
+            raise type(exc)(f"{exc} (the first {stored} of {total} jobs were stored by "
                             "earlier requests; enqueue the batch again with the same job_ids "
                             "to add the rest)") from exc
         stored += len(items)
-    return job_ids
+        resolved = reply.get("job_ids")
+        if isinstance(resolved, list) and len(resolved) == len(items):
+            out.extend(str(j) for j in resolved)
+        else:
+            out.extend(i["job_id"] for i in items)
+    return out

@@ -28,6 +28,8 @@ __all__ = ["DedupMark", "DedupMarks", "is_mark", "is_stored_mark", "mark_from_di
 
 MARK_KEY = "dedup_until"
 """The one key of a stored mark's map (a job record never has it)."""
+KEY_KEY = "unique_key"
+"""A mark's second key, when the forgotten job had a unique key (``unique.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +39,11 @@ class DedupMark:
 
     job_id: str
     until: float
+    unique_key: str | None = None  # the job's unique key, held as long (unique.py)
 
     def to_dict(self) -> dict[str, Any]:
+        if self.unique_key is not None:
+            return {MARK_KEY: self.until, KEY_KEY: self.unique_key}
         return {MARK_KEY: self.until}
 
 
@@ -59,7 +64,8 @@ def mark_from_dict(job_id: str, d: dict[str, Any]) -> DedupMark | None:
     if isinstance(until, bool) or not isinstance(until, (int, float)) or until != until \
             or until in (float("inf"), float("-inf")):
         return None
-    return DedupMark(job_id, float(until))
+    key = d.get(KEY_KEY)
+    return DedupMark(job_id, float(until), key if isinstance(key, str) and key else None)
 
 
 class DedupMarks:

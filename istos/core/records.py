@@ -100,29 +100,49 @@ class JobRecord:
     dedup_s: float | None = None  # its id stays reserved this long after it finished (dedup.py)
     group: str | None = None  # its fairness/concurrency group (groups.py)
     start_by: float | None = None  # expires unless a worker started it by then (expiry.py)
+    unique_key: str | None = None  # at most one job holds it within its scope (unique.py)
+    unique: str | None = None  # that scope: "queued", "active" or "finished"
+    unique_s: float | None = None  # a "finished" key stays held this long after the job ended
+    edits: int | None = None  # how often app.update edited it while it waited (edit.py)
+    edited_at: float | None = None  # when last
+    debounce_key: str | None = None  # its burst's key (debounce.py)
+    debounce_first_at: float | None = None  # the burst's first call
+    debounce_max_s: float | None = None  # its start is never later than this after that call
     # The holder's latest ctx.progress() (not persisted: the next heartbeat brings it back).
     progress: float | None = None
     progress_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        d = {name: getattr(self, name) for name in SCALAR_FIELDS}
+        d = {name: getattr(self, name) for name in BASE_FIELDS}
+        if self.unique_key is not None or self.debounce_key is not None or self.edits:
+            # (only when set: a job using none of them is stored as it always was)
+            for name in LIFE_FIELDS:
+                d[name] = getattr(self, name)
         d["history"] = [a.to_dict() for a in self.history]
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JobRecord:
-        fields: dict[str, Any] = {name: d.get(name) for name in SCALAR_FIELDS}
+        fields: dict[str, Any] = {name: d.get(name) for name in BASE_FIELDS}
+        if "unique_key" in d or "debounce_key" in d or "edits" in d:
+            fields.update((name, d.get(name)) for name in LIFE_FIELDS)
         rec = cls(**fields)
         rec.history = [Attempt(**a) for a in d.get("history") or []]
         return rec
 
 
-#: The persisted fields besides ``history`` (what a snapshot saves and a rollback restores).
-SCALAR_FIELDS = (
+#: The persisted fields besides ``history`` and the lifecycle fields.
+BASE_FIELDS = (
     "job_id", "queue", "body", "priority", "enqueued_at", "state", "ready_at", "seq", "attempts",
     "lease_token", "lease_worker", "lease_deadline", "last_error", "result", "finished_at",
     "expires_at", "meta", "cancel_requested", "dedup_s", "group", "start_by",
 )
+#: Unique key, debounce burst and edits (unique.py, debounce.py, edit.py): persisted only
+#: for a job that has one of them.
+LIFE_FIELDS = ("unique_key", "unique", "unique_s", "debounce_key", "debounce_first_at",
+               "debounce_max_s", "edits", "edited_at")
+#: What a snapshot saves and a rollback restores: the key fields are set once, at enqueue.
+SCALAR_FIELDS = (*BASE_FIELDS, "edits", "edited_at")
 
 
 def encode_record(rec: JobRecord) -> bytes:

@@ -26,6 +26,7 @@ from typing import Any, TypeAlias
 from .. import events as ev
 from ..events import EventKind, JobEvent
 from .backoff import backoff
+from .debounce import DebounceKeys
 from .dedup import DedupMark, DedupMarks
 from .expiry import EXPIRED_ERROR
 from .groups import REST, GroupLimits
@@ -49,6 +50,7 @@ from .records import (
     QueuePolicy,
 )
 from .undo import Snapshot, put_back, snapshot
+from .unique import UniqueKeys, window_after
 
 Change: TypeAlias = JobRecord | str | DedupMark
 """One entry of ``QueueState.dirty``: a record to write, an id to delete, or a dedup mark."""
@@ -78,6 +80,8 @@ class QueueState:
         # records to write, ids to delete, or dedup marks to write in place of a record
         self.dirty: list[Change] = []
         self.marks = DedupMarks()  # ids reserved after their jobs finished (dedup windows)
+        self.unique = UniqueKeys()  # the unique keys of its jobs (unique.py)
+        self.debounce = DebounceKeys()  # the debounce keys of its jobs (debounce.py)
         # The queue's rate limit (None: no limit, and the claim path pays one test for it).
         self.limiter = TokenBucket(*policy.rate_limit) if policy.rate_limit else None
         self.events: list[JobEvent] = []
@@ -136,13 +140,17 @@ class QueueState:
         """Accept a record built by :meth:`new_record`."""
         if self.marks:
             self.marks.drop(rec.job_id)  # an ended window: the sweep must not delete this key
+            self.unique.drop_mark(rec.job_id)
         self.jobs[rec.job_id] = rec
         self.counts[rec.state] += 1
         if rec.state == READY:
             self.heaps.push_ready(rec)
         else:
             self.heaps.push_delayed(rec)
-        if rec.dedup_s or rec.group is not None or rec.start_by is not None:
+        if rec.debounce_key is not None:
+            self.debounce.note(rec, self.jobs)
+        if rec.dedup_s or rec.group is not None or rec.start_by is not None \
+                or rec.unique_key is not None:
             # (only when set: the common event stays as it is)
             extra: dict[str, Any] = {}
             if rec.dedup_s:
@@ -152,6 +160,11 @@ class QueueState:
             if rec.start_by is not None:
                 extra["start_by"] = rec.start_by
                 self.heaps.starts.push(rec)
+            if rec.unique_key is not None:
+                self.unique.note(rec)
+                extra["unique_key"], extra["unique"] = rec.unique_key, rec.unique
+                if rec.unique_s:
+                    extra["unique_s"] = rec.unique_s
             self._emit(now, rec, ev.ENQUEUED, priority=rec.priority,
                        delay_s=max(0.0, rec.ready_at - now), ready_at=rec.ready_at, **extra)
             return
@@ -432,7 +445,11 @@ class QueueState:
             self._forget(rec, now)
         if self.marks:
             # Ended windows: delete their marks (never a key a live record holds again).
-            self.dirty.extend(j for j in self.marks.pop_expired(now) if j not in self.jobs)
+            ended = self.marks.pop_expired(now)
+            if self.unique:
+                for j in ended:
+                    self.unique.drop_mark(j)
+            self.dirty.extend(j for j in ended if j not in self.jobs)
         self.wake_due(now)
         return reclaimed
 
@@ -497,6 +514,10 @@ class QueueState:
         if rec.state == LEASED:
             rec.lease_deadline = now + self.policy.lease_s
         self.jobs[rec.job_id] = rec
+        if rec.unique_key is not None:
+            self.unique.note_restored(rec, self.jobs)
+        if rec.debounce_key is not None:
+            self.debounce.note(rec, self.jobs)
         self.counts[rec.state] += 1
         if rec.state in (READY, DELAYED):
             self.heaps.starts.push(rec)  # (none without a start deadline)
@@ -513,6 +534,8 @@ class QueueState:
         """Re-insert a dedup mark loaded from storage (an ended one is deleted by the sweep)."""
         if mark.job_id not in self.jobs:
             self.marks.add(mark.job_id, mark.until)
+            if mark.unique_key is not None:
+                self.unique.mark(mark.unique_key, mark.job_id, mark.until)
 
     def purge_dead(self, now: float, job_ids: list[str] | None = None) -> int:
         ids = list(self.dead) if job_ids is None else [j for j in job_ids if j in self.dead]
@@ -577,12 +600,19 @@ class QueueState:
         self.counts[rec.state] -= 1
         del self.jobs[rec.job_id]
         self.dead.pop(rec.job_id, None)
-        if rec.dedup_s and now is not None:
-            until = (now if rec.finished_at is None else rec.finished_at) + rec.dedup_s
+        if rec.debounce_key is not None:
+            self.debounce.forget(rec)
+        window = rec.dedup_s if rec.unique_key is None else window_after(rec)
+        if window and now is not None:
+            until = (now if rec.finished_at is None else rec.finished_at) + window
             if until > now:
                 self.marks.add(rec.job_id, until)
-                self.dirty.append(DedupMark(rec.job_id, until))
+                if rec.unique_key is not None:
+                    self.unique.mark(rec.unique_key, rec.job_id, until)
+                self.dirty.append(DedupMark(rec.job_id, until, rec.unique_key))
                 return
+        if rec.unique_key is not None:
+            self.unique.forget(rec)
         self.dirty.append(rec.job_id)
 
     def _lease_ending(self, rec: JobRecord) -> None:

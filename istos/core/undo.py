@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..events import JobEvent
+from .debounce import DebounceKeys
 from .dedup import DedupMark, DedupMarks
 from .heaps import JobHeaps
 from .records import DEAD, SCALAR_FIELDS, Attempt, JobRecord, JobState
+from .unique import UniqueKeys
 
 
 class Restorable(Protocol):
@@ -27,6 +29,8 @@ class Restorable(Protocol):
     events: list[JobEvent]
     heaps: JobHeaps
     marks: DedupMarks
+    unique: UniqueKeys
+    debounce: DebounceKeys
 
 
 @dataclass(slots=True)
@@ -72,6 +76,11 @@ def put_back(state: Restorable, undo: dict[str, Snapshot]) -> None:
             continue
         state.marks.drop(job_id)  # a mark written in its place failed with it
         state.jobs[rec.job_id] = rec
+        if rec.unique_key is not None:  # its key's entry (or mark) goes back with it
+            state.unique.drop_mark(job_id)
+            state.unique.note_restored(rec, state.jobs)
+        if rec.debounce_key is not None:
+            state.debounce.note(rec, state.jobs)
         state.counts[rec.state] += 1
         state.heaps.reinsert(rec, 0.0)
         if rec.state == DEAD:

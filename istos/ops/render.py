@@ -156,6 +156,7 @@ def why_text(job_id: str, why: dict[str, Any]) -> str:
     start_by = (why.get("job") or {}).get("start_by")
     if isinstance(start_by, (int, float)) and now:
         lines.append(f"  start deadline {when(float(start_by), now)}")
+    lines += lifecycle_lines(why, now)
     if why.get("state") == "done":
         size = int(why.get("result_size") or 0)
         shown = why.get("result")
@@ -169,6 +170,22 @@ def why_text(job_id: str, why: dict[str, Any]) -> str:
         lines.extend("    " + line for line in tb.rstrip("\n").split("\n"))
     lines += logs_text(why)
     return "\n".join(lines)
+
+
+def lifecycle_lines(why: dict[str, Any], now: float) -> list[str]:
+    """A ``why`` reply's unique key, debounce burst and edits (docs/job-lifecycle.md)."""
+    out = []
+    if why.get("unique_key") is not None:
+        out.append(f"  unique key: {why['unique_key']} ({why.get('unique') or 'active'})")
+    if why.get("debounce_key") is not None:
+        first = why.get("debounce_first_at")
+        since = f", burst began {when(float(first), now)}" if first is not None and now else ""
+        out.append(f"  debounce key: {why['debounce_key']}{since}")
+    if why.get("edits"):
+        at = why.get("edited_at")
+        last = f", last {when(float(at), now)}" if at is not None and now else ""
+        out.append(f"  edited {why['edits']} time(s) while waiting{last}")
+    return out
 
 
 def workflow_lines(flow: Any) -> list[str]:

@@ -115,18 +115,14 @@ class SQLOutboxStore:
                       key=lambda r: r.id)
 
     def same_database(self, url: str) -> bool:
-        """Whether SQLAlchemy URL ``url`` names this outbox's database (same dialect, host,
-        port, database and user; driver and password aside; an SQLite file by its path)."""
-        import os
-
+        """Whether SQLAlchemy URL ``url`` names this outbox's PostgreSQL database (same host,
+        port, database and user; driver and password aside). SQLite is never "the same": its
+        one writer at a time would make the owner's write wait on the relay's own connection."""
         from sqlalchemy.engine import make_url
 
         a, b = make_url(self.url), make_url(url)
-        if a.get_backend_name() != b.get_backend_name():
+        if a.get_backend_name() != "postgresql" or b.get_backend_name() != "postgresql":
             return False
-        if a.get_backend_name() == "sqlite":
-            return bool(a.database) and a.database not in ("", ":memory:") \
-                and os.path.abspath(a.database or "") == os.path.abspath(b.database or "")
         return (a.host or "localhost", a.port or 5432, a.database, a.username) == \
             (b.host or "localhost", b.port or 5432, b.database, b.username)
 

@@ -19,13 +19,25 @@ from typing import Any
 
 from ..core.expiry import start_by_of
 from ..storage.base import TxStep
-from .accept import NewJob, accept_new
+from ..wire_lifecycle import unique_spec
+from .accept import NewJob, accept, accept_new
 from .handle import OwnerHandle
 
 
 async def op_enqueue_many(owner: OwnerHandle, msg: dict[str, Any]) -> dict[str, Any]:
-    """The owner's ``enqueue_many`` op (``items`` checked against protocol.SCHEMAS)."""
-    return {"created": await enqueue_many(owner, msg["items"])}
+    """The owner's ``enqueue_many`` op (``items`` checked against protocol.SCHEMAS). With
+    unique keys the reply also lists the id each item resolved to (``job_ids``): a key held
+    by another job resolves to that job."""
+    items = msg["items"]
+    if not any("unique" in i for i in items):
+        return {"created": await enqueue_many(owner, items)}
+    now = owner.node.clock.now()
+    jobs = [NewJob(i["job_id"], i["body"], float(i.get("delay_s", 0.0)), i.get("priority", 0),
+                   i.get("meta"), i.get("dedup_s"), i.get("group"),
+                   unique=unique_spec(i.get("unique")), start_by=start_by_of(i, now))
+            for i in items]
+    done = await accept(owner, jobs, share_twin_fate=False)
+    return {"created": [a.created for a in done], "job_ids": [a.job_id for a in done]}
 
 
 async def enqueue_many(owner: OwnerHandle, items: list[dict[str, Any]], *,
@@ -36,6 +48,6 @@ async def enqueue_many(owner: OwnerHandle, items: list[dict[str, Any]], *,
     write failed (nothing stored)."""
     now = owner.node.clock.now()
     jobs = [NewJob(i["job_id"], i["body"], float(i.get("delay_s", 0.0)), i.get("priority", 0),
-                   i.get("meta"), i.get("dedup_s"), i.get("group"), start_by_of(i, now))
-            for i in items]
-    return await accept_new(owner, jobs, share_twin_fate=False, also=also)
+                   i.get("meta"), i.get("dedup_s"), i.get("group"),
+                   start_by=start_by_of(i, now)) for i in items]
+    return await accept_new(owner, jobs, share_twin_fate=False, keyed=False, also=also)

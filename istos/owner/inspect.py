@@ -22,6 +22,7 @@ from typing import Any
 from .. import codec, keys, protocol
 from .. import events as ev
 from ..core.config import QueueConfig
+from ..core.edit import lifecycle_fields
 from ..core.state import (
     CANCELLED,
     DEAD,
@@ -326,6 +327,7 @@ def explain(owner: OwnerHandle, job_id: str, ahead: int | None = None) -> dict[s
                            "last_error": rec.last_error, "progress": rec.progress,
                            "progress_note": rec.progress_note,
                            "now": now, "job": job}
+    out.update(lifecycle_fields(rec))  # its unique key, burst and edits (core/edit.py)
     if rec.state == LEASED:
         out.update(worker=rec.lease_worker, until=rec.lease_deadline,
                    reason=f"leased by {rec.lease_worker} until its lease ends in "

@@ -47,8 +47,9 @@ from ..events import EventKind, JobEvent
 from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
-from . import bulk, eventlog, registry
-from .accept import NewJob, accept_new
+from ..wire_lifecycle import debounce_spec, unique_spec
+from . import bulk, eventlog, registry, update
+from .accept import NewJob, accept_new, accept_one
 from .extension import Handler, OwnerExtension, overrides
 from .handle import MetaCheck
 from .job_ops import JobOps
@@ -111,6 +112,7 @@ class QueueOwner:
         self._ops: dict[str, Handler] = {
             "enqueue": self._op_enqueue, **self.job_ops.ops(), "ping": self._op_ping,
             "enqueue_many": lambda msg: bulk.op_enqueue_many(self, msg),
+            "update": lambda msg: update.op_update(self, msg),
         }
 
     def before_ack_hooks(self, with_meta: bool) -> list[OwnerExtension]:
@@ -313,11 +315,13 @@ class QueueOwner:
                 raise InvalidJob(f"queue {self.name!r} accepts no job meta")
             await self._meta_check(job_id, flow)
         protocol.one_deadline(msg)
-        created = await self.enqueue(
-            msg["body"], job_id=job_id, delay_s=float(msg.get("delay_s", 0.0)),
-            priority=msg.get("priority", 0), meta=meta, dedup_s=msg.get("dedup_s"),
-            group=msg.get("group"), start_by=start_by_of(msg, self.node.clock.now()))
-        return {"job_id": job_id, "created": created}
+        unique, burst = msg.get("unique"), msg.get("debounce")
+        job = NewJob(job_id, msg["body"], float(msg.get("delay_s", 0.0)),
+                     msg.get("priority", 0), meta, msg.get("dedup_s"), msg.get("group"),
+                     None if unique is None else unique_spec(unique),
+                     None if burst is None else debounce_spec(burst),
+                     start_by=start_by_of(msg, self.node.clock.now()))
+        return await accept_one(self, job)
 
     async def enqueue(self, body: bytes, *, job_id: str, delay_s: float = 0.0,
                       priority: int = 0, meta: dict[str, Any] | None = None,
@@ -328,7 +332,7 @@ class QueueOwner:
         (``accept.py``): with durable storage the record is stored before the queue accepts
         it, so a storage outage makes the enqueue fail (StorageUnavailable) and nothing
         half-accepted remains in memory; a twin of ``job_id`` in flight decides this one."""
-        job = NewJob(job_id, body, delay_s, priority, meta, dedup_s, group, start_by)
+        job = NewJob(job_id, body, delay_s, priority, meta, dedup_s, group, start_by=start_by)
         return (await accept_new(self, [job], share_twin_fate=True))[0]
 
     # -- admin helpers shared with inspection --

@@ -69,7 +69,7 @@ _EVENT_DTYPE_NAMES = [str(pd.Series([], dtype=d).dtype) for d in _EVENT_SCHEMA.v
 _JOB_KINDS = frozenset({
     ev.ENQUEUED, ev.DUPLICATE_ENQUEUE, ev.CLAIMED, ev.ACKED, ev.NACKED, ev.LEASE_EXPIRED,
     ev.RETRY_SCHEDULED, ev.DEAD_LETTERED, ev.RESULT_EXPIRED, ev.PURGED,
-    ev.CANCELLED, ev.PROGRESS, ev.EXPIRED,
+    ev.CANCELLED, ev.PROGRESS, ev.EXPIRED, ev.UPDATED,
 })
 _FIXED_STATE = {
     ev.CLAIMED: "leased", ev.ACKED: "done", ev.DEAD_LETTERED: "dead",
@@ -225,6 +225,8 @@ def _target_state(kind: str, t: float, delay_s: float, ready_at: float) -> str |
     the future of the event counts as ready at once, so jobs and depth frames agree."""
     if kind in (ev.ENQUEUED, ev.RETRY_SCHEDULED):
         return "delayed" if delay_s > 0 and _ready_time(t, delay_s, ready_at) > t else "ready"
+    if kind == ev.UPDATED:  # a waiting job's new start (app.update, a debounce call), if any
+        return None if math.isnan(ready_at) else "delayed" if ready_at > t else "ready"
     return _FIXED_STATE.get(kind)
 
 

@@ -25,6 +25,7 @@ from .checker_expiry import expiry_findings, pause_findings
 from .checker_leases import lease_findings
 from .checker_logs import job_log_finding
 from .checker_outbox import outbox_finding
+from .checker_unique import unique_finding
 from .run_record import Finding, RunRecord, summary
 
 __all__ = ["RunRecord", "Finding", "check", "delivery_counts", "EPS"]
@@ -76,7 +77,7 @@ def check(rec: RunRecord) -> list[Finding]:
         _single_lease(rec), _attempts_bounded(rec), _backoff_respected(rec),
         _dead_after_max(rec), _fifo_within_priority(rec), _chord_once(rec),
         _dedup_windows(rec), _rate_limits(rec), _group_limits(rec), *lease_findings(rec),
-        job_log_finding(rec), *expiry_findings(rec), *pause_findings(rec),
+        job_log_finding(rec), unique_finding(rec), *expiry_findings(rec), *pause_findings(rec),
     ]
     if rec.outbox:
         ok, detail = outbox_finding(rec.outbox, rec.events, rec.effects, rec.outbox_waiting)
@@ -192,6 +193,10 @@ def _fifo_within_priority(rec: RunRecord) -> Finding:
             model.add(e["job_id"], e["detail"]["priority"], e["detail"]["ready_at"])
         elif kind == "retry_scheduled":
             model.add(e["job_id"], model.priority.get(e["job_id"], 0), e["detail"]["ready_at"])
+        elif kind == "updated" and e["job_id"] in model.key:  # app.update or a debounce call
+            d, old = e["detail"], model.key[e["job_id"]]
+            model.add(e["job_id"], d.get("priority", model.priority.get(e["job_id"], 0)),
+                      d.get("ready_at", old[1]))
         elif kind == "claimed":
             skipped = model.claim(e["job_id"], e["t_node"])
             if skipped is not None:

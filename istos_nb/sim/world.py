@@ -164,11 +164,13 @@ class World:
         job_id = kwargs.pop("job_id", None) or app.node.ids.new()
         row["job_id"] = job_id
         try:
-            await app.enqueue(queue, data, job_id=job_id, **kwargs)
+            got = await app.enqueue(queue, data, job_id=job_id, **kwargs)
         except IstosError as exc:
             row["error"] = f"{type(exc).__name__}: {exc}"
             return None
         row["status"] = "ok"
+        # A unique or debounce key may resolve to another job: that job is the one accepted.
+        row["job_id"] = job_id = str(got)
         return job_id
 
     # -- the nodes' lives --------------------------------------------------------------------

@@ -1,0 +1,45 @@
+"""Debounce on the owner's enqueue path (the pure part is :mod:`istos.core.debounce`).
+
+A call with a debounce key whose burst is open changes that burst's job (one durable write of
+its record, write then apply: a failed write leaves it as it was); otherwise the call adds the
+burst's first job through the one path of new jobs (``accept.py``), its key reserved while
+that write is in flight so the next call of the burst waits for it rather than start another.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..core.debounce import DebounceSpec, rebounce
+from .handle import OwnerHandle
+
+if TYPE_CHECKING:
+    from .accept import NewJob, Resolved
+
+
+async def accept_debounced(owner: OwnerHandle, job: NewJob,
+                           spec: DebounceSpec) -> tuple[list[bool], Resolved]:
+    """One ``enqueue`` with a debounce key: whether this call made the burst's job and, if
+    not, that job's id (as ``accept.accept_jobs`` answers).
+
+    Raises:
+        StorageUnavailable: the write failed (nothing changed).
+    """
+    from .accept import accept_jobs  # (accept imports this module)
+
+    state, writes = owner.state, owner.writes
+    while (pending := state.debounce.inflight(spec.key)) is not None:
+        # The writer releases the key once its write ended, stored or failed (accept.py);
+        # a reservation whose write is no longer pending is stale (never spin on it).
+        if writes.pending(pending) is None:
+            state.debounce.release(spec.key, pending)
+            continue
+        await writes.wait_pending([pending])
+    now = owner.node.clock.now()
+    rec = state.debounce.open_job(spec.key, state.jobs)
+    if rec is None:
+        return await accept_jobs(owner, [job], share_twin_fate=True)
+    generation = writes.generation
+    rebounce(state, rec, job.body, spec, now)
+    await writes.commit(generation)
+    return [False], {0: (rec.job_id, "debounce_key")}

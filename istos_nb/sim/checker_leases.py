@@ -6,7 +6,10 @@ Like the rest of the checker these read only the recorded rows and keep their ow
   with ``heartbeat=True`` renews every ``lease_s / 3``, so an expiry of a lease it held is an
   engine bug unless, between the claim and the expiry, the holder's node or the owner crashed,
   a partition separated them, the holder abandoned that delivery (the workload's ``crash_p``,
-  or an ack lost by ``lose_acks``), or the network was configured to lose messages. A scenario
+  or an ack lost by ``lose_acks``), a storage outage overlapped the lease that lasted at least
+  two thirds of ``lease_s`` (less a margin for a round trip), or the network was configured to
+  lose messages. A shorter outage explains nothing: the worker's last renewal before it left its
+  lease at least that long, and a refused ack or renewal is retried until then. A scenario
   handler that abandons deliveries in other ways (raising ``CancelledError`` itself) is
   outside what this invariant can tell apart.
 - "a cancelled job never runs again": after a job's ``cancelled`` event no later claim of it,
@@ -19,6 +22,8 @@ from collections import defaultdict
 from typing import Any
 
 from .run_record import Finding, RunRecord, summary
+
+OUTAGE_MARGIN_S = 0.1  # a renewal's round trip and commit, well above the simulated ones
 
 
 def lease_findings(rec: RunRecord) -> list[Finding]:
@@ -36,11 +41,18 @@ class _Disturbances:
         self.crashes: list[tuple[float, str]] = []
         self.acks_lost: dict[str, list[float]] = defaultdict(list)
         self.cuts: list[tuple[set[str], set[str], float, float]] = []
+        self.outages: list[tuple[float, float]] = []
+        down: float | None = None
         open_cuts: dict[tuple[str, str], float] = {}
         for e in rec.events:
             kind, t = e["kind"], e["t"]
             if kind in ("crashed", "restarted"):
                 self.crashes.append((t, e["node"]))
+            elif kind == "storage_down" and down is None:
+                down = t
+            elif kind == "storage_up" and down is not None:
+                self.outages.append((down, t))
+                down = None
             elif kind in ("ack_lost", "delivery_crashed"):
                 self.acks_lost[e["job_id"]].append(t)
             elif kind in ("partitioned", "healed"):
@@ -51,12 +63,19 @@ class _Disturbances:
                     self._cut(key, open_cuts.pop(key), t)
         for key, t in open_cuts.items():
             self._cut(key, t, float("inf"))
+        if down is not None:
+            self.outages.append((down, float("inf")))
 
     def _cut(self, key: tuple[str, str], start: float, end: float) -> None:
         self.cuts.append((set(key[0].split(",")), set(key[1].split(",")), start, end))
 
-    def explain(self, holder: str, owner: str, start: float, end: float, job_id: str) -> bool:
+    def explain(self, holder: str, owner: str, start: float, end: float, job_id: str,
+                lease_s: float) -> bool:
         """Whether anything but the engine could explain an expiry in ``[start, end]``."""
+        bridged = lease_s * 2 / 3 - OUTAGE_MARGIN_S
+        if any(down <= end and up >= start and up - down >= bridged
+               for down, up in self.outages):
+            return True
         if any(start <= t <= end for t in self.acks_lost.get(job_id, ())):
             return True
         if any(start <= t <= end and node in (holder, owner) for t, node in self.crashes):
@@ -88,7 +107,9 @@ def _heartbeat_leases(rec: RunRecord) -> Finding:
             if claim is None or (holder, e["queue"]) not in rec.heartbeat:
                 continue
             checked += 1
-            if not disturbances.explain(holder, e["node"], claim["t"], e["t"], e["job_id"]):
+            lease_s = rec.queues[e["queue"]].policy.lease_s if e["queue"] in rec.queues else 0.0
+            if not disturbances.explain(holder, e["node"], claim["t"], e["t"], e["job_id"],
+                                        lease_s):
                 bad.append(f"{e['job_id']}: lease of attempt {e['attempt']} held by "
                            f"{e['worker']} expired at {e['t']:.3f} with no crash or partition")
     return Finding(name, not bad, summary(bad) if bad else f"{checked} expiries explained")

@@ -341,7 +341,7 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("enqueue", "job_id created", ""),
         ("enqueue_many", "created", ""),
         ("claim", "jobs max_attempts keep_results lease_s",
-         "more settled cancel parked unparked"),
+         "more settled cancel parked unparked waited_s"),
         ("unpark", "unparked", ""),
         ("settle", "statuses", ""),
         ("ack", "status", ""),

@@ -315,8 +315,9 @@ class WorkerRunner:
         if not jobs:
             self.stats.empty_claims += 1
         loop = asyncio.get_running_loop()
+        granted = sent_at + _waited(reply, park_s)
         for job in jobs:
-            held = self.leases.hold(job, sent_at, self._lease_s)
+            held = self.leases.hold(job, granted, self._lease_s)
             self._free.remove(job.worker)
             task = held.runner_task = loop.create_task(self._run(job, held))
             self._tasks.add(task)
@@ -511,6 +512,16 @@ class WorkerRunner:
                     self.stats.acked += 1
                 else:
                     self.stats.nacked += 1
+
+
+def _waited(reply: dict[str, Any], park_s: float) -> float:
+    """How long a parked claim waited at the owner before it leased its jobs (``waited_s``),
+    within what this worker asked to park: its leases start that much after the send."""
+    waited = reply.get("waited_s")
+    if not reply.get("parked") or isinstance(waited, bool) \
+            or not isinstance(waited, int | float) or not math.isfinite(waited):
+        return 0.0
+    return min(max(float(waited), 0.0), park_s)
 
 
 def _traceback(exc: BaseException) -> str:

@@ -379,7 +379,7 @@ REPLIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         ("enqueue", "job_id created", "reason"),
         ("enqueue_many", "created", "job_ids"),
         ("claim", "jobs max_attempts keep_results lease_s",
-         "more settled cancel parked unparked"),
+         "more settled cancel parked unparked waited_s"),
         ("unpark", "unparked", ""),
         ("settle", "statuses", ""),
         ("ack", "status", ""),

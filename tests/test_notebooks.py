@@ -62,7 +62,7 @@ def test_there_are_notebooks_to_run():
     assert {"01-quickstart", "02-jobs-vs-events", "03-leases", "04-backoff-and-jitter",
             "05-poison-jobs", "06-clock-skew-and-failover", "07-workflows",
             "08-inspect-a-live-queue", "10-how-many-workers",
-            "11-replay-a-production-hour"} <= names
+            "11-replay-a-production-hour", "13-how-can-a-job-run-twice"} <= names
 
 
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT_S)

@@ -63,6 +63,10 @@ def raise_for_reply(reply: dict[str, Any], queue: str) -> dict[str, Any]:
     raise cls(f"queue {queue!r}: {reply.get('message') or reply.get('error')}")
 
 
+FIRST_PAUSE_S = 0.01  # the first wait before asking an absent owner again (then doubled)
+PARK_REPLY_ALLOWANCE_S = 0.25  # a parked claim's reply trip, beyond its park time
+
+
 class OwnerClient:
     """Requests to one queue's owner from ``node``; coalesces a remote owner's enqueues."""
 
@@ -107,28 +111,36 @@ class OwnerClient:
             raise errors.IstosError("this app is not serving: use `async with app.serving():`")
         budget = self.node.request_timeout_s if timeout_s is None else timeout_s
         op = msg["op"]
+        # A parked claim needs its park time left when it reaches an owner found late: the
+        # owner would otherwise lease a job after this request gave up (its reply unheard).
+        park = msg.get("park_s")
+        reserve = float(park) + PARK_REPLY_ALLOWANCE_S if isinstance(park, (int, float)) \
+            and park > 0 else 0.0
         raw = await query_owner(transport, keys.op_key(self._key, op), self.queue,
                                 codec.encode_message(msg), budget, clock=self.node.clock,
-                                what=f"{op} request", where=f" (prefix {self.node.prefix!r})")
+                                what=f"{op} request", where=f" (prefix {self.node.prefix!r})",
+                                reserve_s=reserve)
         if len(raw) > codec.MAX_MESSAGE_BYTES:
             raise ReplyTooLarge(f"queue {self.queue!r}: the {op} reply is {len(raw)} bytes, "
                                 f"above the {codec.MAX_MESSAGE_BYTES} message cap")
         return codec.decode_message(raw)
 
 
-async def query_owner(transport: Querier, key: str, queue: str, payload: bytes,
+async def query_owner(transport: Querier, key: str, queue: str, payload: bytes,  # noqa: PLR0913
                       budget_s: float, *, clock: Clock, what: str = "owner request",
-                      where: str = "") -> bytes:
+                      where: str = "", reserve_s: float = 0.0) -> bytes:
     """``payload`` to ``key``, retried while nobody serves it, until ``budget_s`` has passed on
     ``clock`` (the caller's: a simulated node's skew and drift apply); the first reply's bytes.
+    A retry is sent only while more than ``reserve_s`` of the budget is left (the time the
+    request needs at the owner, e.g. a parked claim's).
 
     Raises :class:`OwnerUnavailable` when no owner answered in time or the transport failed.
     """
     deadline = clock.monotonic() + budget_s
-    pause = 0.01
+    pause = FIRST_PAUSE_S
     while True:
         remaining = deadline - clock.monotonic()
-        if remaining <= 0:
+        if remaining <= 0 or (remaining <= reserve_s and pause > FIRST_PAUSE_S):
             break
         try:
             return await transport.query(key, payload, clock.to_loop_seconds(remaining))

@@ -197,6 +197,9 @@ class ParkedClaims(OwnerExtension):
                 if why != "gone":
                     self.stats["expired" if why == "bound" else "dropped"] += 1
                 return reply
+            # The leases below start after this wait: the worker counts them from its send
+            # time plus it (not from its send time alone, which could be a whole park ago).
+            waited = max(0.0, clock.monotonic() - (deadline - park_s))
             fresh = await self._claim(again)
             if fresh["jobs"] or fresh.get("cancel") or clock.monotonic() >= deadline \
                     or not owner.running:
@@ -204,6 +207,7 @@ class ParkedClaims(OwnerExtension):
                 if "settled" in reply:
                     fresh["settled"] = reply["settled"]
                 fresh["parked"] = True
+                fresh["waited_s"] = waited
                 return fresh
             # Another claim took the jobs first: wait on, to the same bound.
 

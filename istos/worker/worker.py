@@ -51,6 +51,9 @@ log = logging.getLogger("istos.worker")
 
 SETTLE_ITEM_BYTES = 256  # an ack/nack's fields besides its result and logs (at most)
 SETTLE_BUDGET = protocol.PAGE_BUDGET // 2  # of one request's settled items (the rest: claims)
+SETTLE_TRIES = 3  # an ack is sent at least this often before its job is left to its lease
+SETTLE_RETRY_FIRST_S = 0.05  # the first wait between tries; doubled each time,
+SETTLE_RETRY_MAX_S = 1.0  # up to this
 AUTO_PREFETCH_FACTOR = 4
 """The automatic prefetch holds at most this many times ``concurrency`` extra jobs."""
 
@@ -121,6 +124,9 @@ class WorkerRunner:
         self._killed = False
         self._released: list[dict[str, Any]] = []  # jobs cancelled by shutdown, to hand back
         self._outbox: list[dict[str, Any]] = []
+        # By lease token: when this worker can be sure the lease of an unsettled job ended, so
+        # a refused ack is retried while it can still land (``_send_settle``).
+        self._settle_by: dict[str, float] = {}
         self._flush_scheduled = False
         self._settling: set[asyncio.Task[None]] = set()
         # Prefetched jobs wait here for a slot, or go back unrun if their lease would end.
@@ -205,6 +211,7 @@ class WorkerRunner:
         for task in self._settling:
             task.cancel()
         self.leases.kill()
+        self._settle_by.clear()
         self._outbox.clear()  # a crash loses unsent acks: those jobs come back after the lease
 
     # -- claiming ---------------------------------------------------------------------------------
@@ -303,6 +310,7 @@ class WorkerRunner:
         self._lease_s = reply.get("lease_s", self._lease_s)
         if settle:
             self._count(settle, reply.get("settled") or [])
+            self._settled(settle)
         jobs = [ClaimedJob(j["job_id"], j["body"], j["attempt"], j["token"], j["worker"],
                            j.get("deadline"), j.get("last_error"), j.get("meta"),
                            reply["max_attempts"], reply["keep_results"],
@@ -314,8 +322,9 @@ class WorkerRunner:
             self.node.tracing.received(self.config.queue, jobs,
                                        self.node.clock.monotonic() - sent_at)
         loop = asyncio.get_running_loop()
+        granted = sent_at + _waited(reply, park_s)
         for job in jobs:
-            held = self.leases.hold(job, sent_at, self._lease_s)
+            held = self.leases.hold(job, granted, self._lease_s)
             self._free.remove(job.worker)
             task = held.runner_task = loop.create_task(self._run(job, held))
             self._tasks.add(task)
@@ -365,6 +374,7 @@ class WorkerRunner:
             if self.parking.park_again(len(self._free) == len(self.slot_ids)):
                 self._wake.set()  # idle again: park a claim at once, this ack riding on it
             if outcome is not None:
+                self._settle_by[job.token] = held.expires
                 # Queued after the slot is freed, so a dispatcher woken by the free slot takes
                 # the ack along with its claim; otherwise it leaves at the end of this turn.
                 self._outbox.append(outcome)
@@ -471,23 +481,43 @@ class WorkerRunner:
             task.add_done_callback(self._settling.discard)
 
     async def _send_settle(self, items: list[dict[str, Any]]) -> None:
-        """Send acks/nacks in one request; retried briefly (they are idempotent). If the owner
-        cannot take them, the jobs are left to their leases: they come back, nothing is lost."""
-        for attempt in range(3):
+        """Send acks/nacks in one request, retried (they are idempotent, keyed by token) with
+        backoff for as long as one of their leases surely lasts: a storage outage or an owner
+        failover shorter than that costs no redelivery of a job that already ran. Past it (or
+        at shutdown) three tries; then the jobs are left to their leases: they come back,
+        nothing is lost."""
+        clock = self.node.clock
+        until = max((self._settle_by.get(item["token"], 0.0) for item in items), default=0.0)
+        attempt, delay = 0, SETTLE_RETRY_FIRST_S
+        while True:
+            attempt += 1
             try:
                 reply = await self.client.call("settle", items=items)
             except (OwnerUnavailable, StorageUnavailable) as exc:
+                left = until - clock.monotonic()
+                if attempt >= SETTLE_TRIES and (left <= 0 or self._stopping):
+                    break
                 log.warning("worker %s: settling %d job(s) failed (%s)", self.slot_ids[0],
                             len(items), exc)
-                await self.node.clock.sleep(0.05 * (attempt + 1))
+                # The last try falls on the lease's end: the owner may still count it as ours.
+                await clock.sleep(delay if attempt < SETTLE_TRIES else min(delay, max(left, 0)))
+                delay = min(delay * 2, SETTLE_RETRY_MAX_S)
                 continue
             except IstosError as exc:
                 log.error("worker %s: owner refused %d ack(s)/nack(s): %s", self.slot_ids[0],
                           len(items), exc)
                 break
             self._count(items, reply.get("statuses") or [])
+            self._settled(items)
             return
+        log.warning("worker %s: gave up settling %d job(s): their leases bring them back",
+                    self.slot_ids[0], len(items))
+        self._settled(items)
         self._count(items, None)
+
+    def _settled(self, items: list[dict[str, Any]]) -> None:
+        for item in items:
+            self._settle_by.pop(item["token"], None)
 
     async def _send_release(self, items: list[dict[str, Any]]) -> None:
         """Hand jobs back unrun (shutdown, or a lease that would end while the job waited):
@@ -517,6 +547,16 @@ class WorkerRunner:
                     self.stats.acked += 1
                 else:
                     self.stats.nacked += 1
+
+
+def _waited(reply: dict[str, Any], park_s: float) -> float:
+    """How long a parked claim waited at the owner before it leased its jobs (``waited_s``),
+    within what this worker asked to park: its leases start that much after the send."""
+    waited = reply.get("waited_s")
+    if not reply.get("parked") or isinstance(waited, bool) \
+            or not isinstance(waited, int | float) or not math.isfinite(waited):
+        return 0.0
+    return min(max(float(waited), 0.0), park_s)
 
 
 def _traceback(exc: BaseException) -> str:

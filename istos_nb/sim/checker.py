@@ -96,12 +96,18 @@ def _by_job(events: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str
 
 def _single_lease(rec: RunRecord) -> Finding:
     bad: list[str] = []
+    # An owner that serves again after another did (an HA failover back to it) starts from
+    # storage: the leases of its previous term were the other's to end, and their events are.
+    ups = [(e["t"], e["node"]) for e in rec.events if e["kind"] == "owner_up"]
     for (_q, job), evs in _by_job(rec.events).items():
         open_lease: dict[str, dict[str, Any]] = {}  # owner node -> claimed event
         for e in evs:
             node, kind = e["node"], e["kind"]
             if kind == "claimed":
                 prev = open_lease.get(node)
+                if prev is not None and any(prev["t"] < t <= e["t"] and other != node
+                                            for t, other in ups):
+                    prev = None
                 if prev is not None:
                     bad.append(f"{job}: attempt {e['attempt']} leased at {e['t']:.3f} while "
                                f"attempt {prev['attempt']} was still leased")

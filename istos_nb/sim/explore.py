@@ -20,7 +20,7 @@ from typing import Any
 
 from .counterexample import Counterexample, Coverage, NoCounterexample, Property
 from .errors import ScenarioError
-from .faultplan import FAULT_KINDS, WINDOWED, Build, Fault, run_schedule
+from .faultplan import FAULT_KINDS, WINDOWED, WITH_P, Build, Fault, run_schedule
 from .result import SimResult
 from .simulation import Simulation
 
@@ -84,7 +84,7 @@ def _strategy(nodes: Sequence[str], kinds: Sequence[str], until: float,
         node = "" if kind == "storage_outage" else nodes[draw(number(0, len(nodes) - 1))]
         at = draw(number(0, start_max)) / 10
         length = draw(number(1, max(length_max, 1))) / 10 if kind in WINDOWED else 0.0
-        p = draw(number(1, 9)) / 10 if kind == "message_loss" else 0.0
+        p = draw(number(1, 9)) / 10 if kind in WITH_P else 0.0
         return Fault(kind, node, at, length, p)
 
     return st.lists(fault(), max_size=max_faults).map(tuple)

@@ -18,8 +18,11 @@ __all__ = ["Fault", "FAULT_KINDS", "WINDOWED", "run_schedule", "Build"]
 
 #: Every fault kind the search can draw, simplest first (the shrinker prefers earlier ones).
 FAULT_KINDS = ("crash", "restart", "freeze", "partition", "lost_acks", "message_loss",
-               "storage_outage")
-WINDOWED = {"crash", "freeze", "partition", "lost_acks", "message_loss", "storage_outage"}
+               "storage_outage", "clock_skew", "clock_drift")
+# Kinds drawn with a length (for ``clock_skew``: how far the clock steps ahead) and with ``p``.
+WINDOWED = {"crash", "freeze", "partition", "lost_acks", "message_loss", "storage_outage",
+            "clock_skew", "clock_drift"}
+WITH_P = {"message_loss", "clock_drift"}
 
 Build = Callable[[Simulation], Any]
 
@@ -29,6 +32,9 @@ class Fault:
     """One fault of a schedule: ``kind`` (see :data:`FAULT_KINDS`) on ``node`` (empty for a
     storage outage) from virtual time ``at`` for ``duration`` seconds (a crashed node restarts
     after it; a restart has none), ``p`` the loss probability of a ``message_loss`` window.
+    A ``clock_skew`` steps the node's wall clock ``duration`` seconds ahead at ``at`` (for
+    good); a ``clock_drift`` makes its clock run ``p`` (a fraction: 0.5 is 50%) fast for
+    ``duration`` seconds, then at its former rate (the clock of the node's live process).
     Its ``repr`` is valid Python, so a generated test can carry a schedule verbatim."""
 
     kind: str
@@ -63,6 +69,11 @@ class Fault:
             sim.network(loss=before, at=self.end)
         elif self.kind == "storage_outage":
             sim.storage_outage(at=self.at, until=self.end)
+        elif self.kind == "clock_skew":
+            sim.world.node(self.node)
+            sim.at(self.at, _step_clock, sim, self.node, self.duration)
+        elif self.kind == "clock_drift":
+            _drift_window(sim, self.node, self.at, self.end, 1.0 + self.p)
         else:
             raise ScenarioError(f"unknown fault kind {self.kind!r}; kinds: {FAULT_KINDS}")
 
@@ -79,7 +90,38 @@ class Fault:
             "message_loss": (f"the network drops {self.p:.0%} of messages",
                              "the network stops dropping messages"),
             "storage_outage": ("the storage refuses every call", "the storage is back"),
+            "clock_skew": (f"{n}'s clock jumps {self.duration:.1f} s ahead", None),
+            "clock_drift": (f"{n}'s clock runs {self.p:.0%} fast", f"{n}'s clock runs at "
+                            "its usual rate again"),
         }[self.kind]
+
+
+def _step_clock(sim: Simulation, node: str, seconds: float) -> None:
+    clock = sim.nodes[node].clock
+    if clock is not None and sim.nodes[node].alive:
+        clock.step(seconds)
+        sim.world.node_event(node, "clock_stepped", seconds=seconds)
+
+
+def _drift_window(sim: Simulation, node: str, start: float, end: float, rate: float) -> None:
+    sim.world.node(node)
+    saved: dict[str, float] = {}
+
+    def begin() -> None:
+        clock = sim.nodes[node].clock
+        if clock is not None and sim.nodes[node].alive:
+            saved["rate"] = clock.rate
+            clock.set_rate(rate)
+            sim.world.node_event(node, "clock_drifting", rate=rate)
+
+    def finish() -> None:
+        clock = sim.nodes[node].clock
+        if clock is not None and "rate" in saved:
+            clock.set_rate(saved["rate"])
+            sim.world.node_event(node, "clock_drift_over")
+
+    sim.at(start, begin)
+    sim.at(end, finish)
 
 
 def _lost_acks_window(sim: Simulation, node: str, start: float, end: float) -> None:

@@ -53,9 +53,10 @@ def violation_moment(result: SimResult, jobs: list[str]) -> float | None:
 
 
 _START_EVENT = {"crash": "crashed", "restart": "crashed", "freeze": "frozen",
-                "partition": "partitioned", "storage_outage": "storage_down"}
+                "partition": "partitioned", "storage_outage": "storage_down",
+                "clock_skew": "clock_stepped", "clock_drift": "clock_drifting"}
 _END_EVENT = {"crash": "restarted", "freeze": "resumed", "partition": "healed",
-              "storage_outage": "storage_up"}
+              "storage_outage": "storage_up", "clock_drift": "clock_drift_over"}
 
 
 def story_lines(result: SimResult, schedule: tuple[Fault, ...], jobs: list[str],

@@ -13,7 +13,15 @@ import pytest
 from test_enqueue_many import count_requests, redis_server  # noqa: F401 - a fixture
 from zenoh_util import isolated_configs, unique_prefix
 
-from istos import ConfigError, InvalidJob, Istos, IstosError, NotAccepted, StorageUnavailable
+from istos import (
+    ConfigError,
+    InvalidJob,
+    Istos,
+    IstosError,
+    NotAccepted,
+    StorageUnavailable,
+    SyncProducer,
+)
 
 
 @asynccontextmanager
@@ -121,3 +129,56 @@ async def test_storage_outage_lists_every_refused_id_and_none_is_lost(redis_serv
         assert all(isinstance(c, StorageUnavailable) for c in err.causes.values())
         assert "30 job(s) not confirmed" in str(err)
         assert set(owner.owners["q"].state.jobs) == set(before)  # nothing refused in memory
+
+
+# -- SyncProducer.pipeline ------------------------------------------------------------------
+async def test_sync_pipeline_from_a_thread_confirms_every_id():
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+
+    def produce() -> tuple[list[str], list[str], int]:
+        with SyncProducer(configs[1], prefix=prefix, request_timeout_s=10) as sp:
+            with sp.pipeline("q", max_in_flight=2) as p:
+                ids = [p.enqueue({"n": i}, job_id=f"s{i}") for i in range(3000)]
+                sent_before_flush = 3000 - len(p._buffer)
+                confirmed = p.flush()
+            with pytest.raises(InvalidJob):
+                p.enqueue(object())
+            return ids, confirmed, sent_before_flush
+
+    async with owner.serving():
+        served = count_requests(owner)
+        ids, confirmed, sent = await asyncio.to_thread(produce)
+        assert set(owner.owners["q"].state.jobs) == set(ids)
+    assert sorted(confirmed) == sorted(ids)
+    assert sent > 0  # jobs left while the producer was still handing them over
+    assert sum(served) == 3000 and len(served) < 3000  # batched behind outstanding requests
+
+
+async def test_sync_pipeline_with_no_owner_reports_every_id_unanswered():
+    configs, prefix = isolated_configs(1), unique_prefix()
+
+    def produce() -> NotAccepted:
+        with SyncProducer(configs[0], prefix=prefix, request_timeout_s=0.5) as sp:
+            p = sp.pipeline("q")
+            ids = [p.enqueue(i) for i in range(10)]
+            with pytest.raises(NotAccepted) as info:
+                p.flush()
+            assert sorted(info.value.unanswered) == sorted(ids)
+            assert p.flush() == []  # afresh
+            return info.value
+
+    err = await asyncio.to_thread(produce)
+    assert err.refused == [] and err.accepted == []
+
+
+async def test_sync_pipeline_on_the_loop_that_runs_the_owner():
+    app = Istos(zenoh=isolated_configs(1)[0], prefix=(prefix := unique_prefix()))
+    app.queue("q")
+    async with app.serving():
+        with SyncProducer(isolated_configs(1)[0], prefix=prefix) as sp:
+            with sp.pipeline("q") as p:
+                ids = [p.enqueue(i) for i in range(20)]
+            assert p.pending == 0  # answered in-process, within each call
+        assert set(app.owners["q"].state.jobs) == set(ids)

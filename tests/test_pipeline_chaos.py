@@ -17,7 +17,7 @@ import pytest
 from test_chaos import mesh_configs
 from test_chaos_ledger import ledger_lines, node, redis_store  # noqa: F401 - a fixture
 
-from istos import Istos, NotAccepted, OwnerUnavailable
+from istos import Istos, NotAccepted, OwnerUnavailable, SyncProducer
 
 pytestmark = pytest.mark.slow
 
@@ -112,3 +112,53 @@ async def wait_done_set(ledgers: list[Path], want: set[int], timeout_s: float) -
         if asyncio.get_running_loop().time() > deadline:
             return
         await asyncio.sleep(0.1)  # workers report through a file: poll with a bound
+
+
+async def test_owner_sigkilled_mid_sync_pipeline(redis_store, tmp_path: Path,  # noqa: F811
+                                                 monkeypatch):
+    """The same for SyncProducer.pipeline, from a thread without a loop: the owner is killed
+    for good at job 300 of 600, then started again once flush() has reported."""
+    monkeypatch.setenv("ISTOS_LEASE_S", "1")
+    configs, prefix = mesh_configs(3), f"spl-{uuid.uuid4().hex[:8]}"
+    owner = node("owner", configs[0], prefix, redis_store)
+    ledger = tmp_path / "ledger.jsonl"
+    worker = node("worker", configs[1], prefix, redis_store, ledger)
+    ids = range(600)
+
+    def produce(sp: SyncProducer) -> tuple[list[str], NotAccepted | None]:
+        with sp.pipeline("q") as p:
+            for i in ids:
+                p.enqueue({"i": i}, job_id=f"job-{i}")
+                if i == 300:
+                    owner.kill()
+            try:
+                return p.flush(), None
+            except NotAccepted as exc:
+                return exc.accepted, exc
+
+    try:
+        owner.start()
+        worker.start()
+        await asyncio.gather(owner.ready(), worker.ready())
+        with SyncProducer(configs[2], prefix=prefix, request_timeout_s=2.0) as sp:
+            confirmed, err = await asyncio.to_thread(produce, sp)
+            done = partition(ids, confirmed, err)
+            assert err is not None and set(err.job_ids) >= {f"job-{i}" for i in range(301, 600)}
+            owner.start()
+            await owner.ready()
+            await wait_done_set([ledger], done, 90)
+            ran = set(ledger_lines([ledger]))
+            assert done <= ran, f"confirmed yet never ran: {sorted(done - ran)[:20]}"
+
+            def resend() -> list[str]:
+                with sp.pipeline("q") as p:
+                    for jid in err.job_ids:
+                        p.enqueue({"i": int(jid.split("-")[1])}, job_id=jid)
+                    return p.flush()
+
+            assert sorted(await asyncio.to_thread(resend)) == sorted(err.job_ids)
+            await wait_done_set([ledger], set(ids), 90)
+            assert set(ledger_lines([ledger])) >= set(ids)
+    finally:
+        for p in (owner, worker):
+            p.kill()

@@ -187,6 +187,8 @@ def main(argv: list[str]) -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--n", type=int, default=3000, help="sequential queries/LPUSHes per round")
     p.add_argument("--table", action="store_true")
+    p.add_argument("--row", action="store_true",
+                   help="one @@RESULT line of the numeric medians (bench.peers' raw block)")
     args = p.parse_args(argv[1:])
     rounds: list[dict[str, float]] = []
     for r in range(args.rounds):
@@ -205,7 +207,9 @@ def main(argv: list[str]) -> None:
             f"{med['lpush_p50_ms']:.3f} / {med['lpush_p99_ms']:.2f}",
         "Redis sequential LPUSH/s": f"{med['lpush_per_s']:,.0f}",
     }
-    if args.table:
+    if args.row:
+        print(RESULT_TAG + json.dumps(med), flush=True)
+    elif args.table:
         print(RESULT_TAG + json.dumps(table), flush=True)
     else:
         print(json.dumps({"medians": med, "rounds": rounds}, indent=1))

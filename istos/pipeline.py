@@ -62,7 +62,9 @@ class Pipeline:
       the same ``job_id`` is idempotent while the queue holds it (and, with ``dedup_s``, that
       long after it finished), so resending is the way to make sure.
 
-    No id is dropped between the two: each is in the returned list, or in the error. The jobs
+    No id is dropped between the two: each is in the returned list, or in the error (so leave
+    the block, or flush, before relying on any job: a pipeline never flushed reports nothing,
+    though its requests still complete). The jobs
     of one request are stored in one write (all or none); requests in flight at once may be
     stored in any order. Unlike ``app.enqueue``, a pipeline sends no job meta (workflow steps
     go one by one).
@@ -122,8 +124,8 @@ class Pipeline:
             dedup_s=dedup_s, group=group, name_checked=True)
         if producer.payload.codecs:
             body = producer.payload.wrap(body, queue=self.name)
+        producer.require_serving()
         if self._client is None:
-            producer.require_serving()
             self._client = producer.client(self.name)
         jid = job_id or producer.node.ids.new()
         item: dict[str, Any] = {"body": body, "job_id": jid}

@@ -7,8 +7,11 @@ zenoh-python queryable that replies inline), one worker (concurrency 8, poll int
 the producer (this process). The producer enqueues ``--n`` jobs one at a time, ``--gap-ms``
 apart so that the worker is idle again before each; per job, pickup = the worker's handler
 start minus the moment the producer got the enqueue reply (``time.perf_counter``: one
-CLOCK_MONOTONIC for every process on the host). Between jobs it also times one raw
-``session.get`` to the owner's process: the round trip the target is stated against.
+CLOCK_MONOTONIC for every process on the host). After the jobs it times as many raw
+``session.get`` round trips to the owner's process, ``--gap-ms`` apart as the jobs were (each
+wakes idle threads, as a pickup does): the round trip the target is stated against.
+``bench.peers`` compares its pickup with the same kind of figure (``_raw_limits.py``'s
+``spaced``).
 
 Variants, interleaved per round (order rotated): ``park`` (the default: the idle worker's claim
 waits at the owner; concurrency 8, automatic prefetch), ``park-c1`` (concurrency 1, no
@@ -120,12 +123,15 @@ async def produce(spec: dict[str, Any]) -> dict[str, Any]:
         for i in range(-20, n):  # 20 warm-up jobs first
             await app.enqueue(QUEUE, {"i": i, "pad": "x" * 70})
             replies[i] = perf()
-            await asyncio.sleep(gap / 2)
+            await asyncio.sleep(gap)
+        # The raw round trip between the same processes, spaced as the jobs were, after them:
+        # a query between two jobs would wake the owner's threads just before each job.
+        for _ in range(n + 20):
             t = perf()
             for _ in session.get(raw_key):  # blocking: nothing else runs meanwhile
                 pass
             rtts.append(perf() - t)
-            await asyncio.sleep(gap / 2)
+            await asyncio.sleep(gap)
     return {"replies": replies, "rtts": rtts}
 
 

@@ -10,6 +10,7 @@ starting up or taking over), as :func:`istos.client.call.query_owner` does for o
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +29,6 @@ from .errors import (
     OwnerUnavailable,
     ProtocolError,
 )
-from .payload import CodecChain
 from .pipeline import DEFAULT_MAX_IN_FLIGHT, check_max_in_flight
 from .producer import Producer, check_enqueue
 from .transport.base import NoResponder, TransportError
@@ -69,13 +69,14 @@ class SyncPipeline:
     """
 
     def __init__(self, session: zenoh.Session, producer: Producer, prefix: str, name: str,
-                 timeout_s: float, payload: CodecChain, inline: Callable[[], Inline | None],
-                 *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
+                 timeout_s: float, inline: Callable[[], Inline | None],
+                 *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 closing: threading.Event | None = None) -> None:
         check_queue_name(name)
         self.name = name
         self._session = session
         self._producer = producer
-        self._payload = payload
+        self._payload = producer.payload  # the producer's codecs
         self._inline = inline
         self._timeout_s = timeout_s
         self._max_in_flight = check_max_in_flight(max_in_flight)
@@ -85,6 +86,7 @@ class SyncPipeline:
         self._accepted: dict[str, None] = {}
         self._failed: dict[str, IstosError] = {}
         self._outstanding: set[str] = set()
+        self._closing = closing or threading.Event()  # set: the producer closes, stop pausing
 
     def __enter__(self) -> SyncPipeline:
         self._producer.require_serving()
@@ -178,7 +180,7 @@ class SyncPipeline:
     def _wait(self, req: _Request) -> None:
         now = time.monotonic()
         if req.sent is None:
-            time.sleep(max(0.0, req.retry_at - now))  # a retry pause: nothing to wait on
+            self._closing.wait(max(0.0, req.retry_at - now))  # a retry pause
         else:
             req.sent.wait(req.deadline - now + 0.05)
         self._poll(req)

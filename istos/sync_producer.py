@@ -144,8 +144,8 @@ class SyncProducer:
                 name, lambda p: p.client(name).call("enqueue_many", items=items))
 
         return SyncPipeline(self._session, self._producer, self.prefix, name,
-                            self.request_timeout_s, self._payload, inline,
-                            max_in_flight=max_in_flight)
+                            self.request_timeout_s, inline,
+                            max_in_flight=max_in_flight, closing=self._closing)
 
     def close(self) -> None:
         """Close the session and cut any retry pause short (idempotent, never raises); calls

@@ -182,3 +182,27 @@ async def test_sync_pipeline_on_the_loop_that_runs_the_owner():
                 ids = [p.enqueue(i) for i in range(20)]
             assert p.pending == 0  # answered in-process, within each call
         assert set(app.owners["q"].state.jobs) == set(ids)
+
+
+async def test_pipelines_apply_the_payload_codecs():
+    from istos.payload import CodecChain, ZlibCodec
+
+    configs, prefix = isolated_configs(3), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+    producer = Istos(zenoh=configs[1], prefix=prefix, codecs=[ZlibCodec()])
+
+    def sync_side() -> str:
+        with SyncProducer(configs[2], prefix=prefix, codecs=[ZlibCodec()]) as sp:
+            with sp.pipeline("q") as p:
+                return p.enqueue({"to": "sync"})
+
+    async with owner.serving(), producer.serving():
+        async with producer.pipeline("q") as p:
+            async_id = p.enqueue({"to": "async"})
+        sync_id = await asyncio.to_thread(sync_side)
+        jobs = owner.owners["q"].state.jobs
+        chain = CodecChain([ZlibCodec()])
+        assert chain.decode_body(jobs[async_id].body) == {"to": "async"}
+        assert chain.decode_body(jobs[sync_id].body) == {"to": "sync"}
+        assert b"async" not in jobs[async_id].body  # encoded, not plain msgpack

@@ -2,9 +2,9 @@
 
 :class:`Pipeline` is the opt-in producer path for a caller that puts many jobs on one queue and
 does not need each one's answer before the next: ``p.enqueue(...)`` checks the job, chooses its
-id, hands it to the pipeline and returns the id at once; the jobs handed over within one
-event-loop turn leave together as ``enqueue_many`` requests (cut under the frame cap, as
-:func:`istos.client.batches.cut` cuts a batch) at the end of that turn, with at most
+id, hands it to the pipeline and returns the id at once; the jobs handed over until the caller
+next yields to the event loop leave together, as soon as it does, as ``enqueue_many`` requests
+(cut under the frame cap, as :func:`istos.client.batches.cut` cuts a batch), with at most
 ``max_in_flight`` requests awaiting their replies (the rest leave as soon as one replies).
 ``await p.flush()`` waits for every reply and raises :class:`~istos.errors.NotAccepted` listing
 each id whose acceptance was not confirmed. The ids are chosen here, so sending one again is
@@ -47,13 +47,14 @@ class Pipeline:
 
     - when :meth:`enqueue` returns, the job is checked (as ``app.enqueue`` checks it, raising
       the same errors), has its id, and is handed to the pipeline: it leaves this process in a
-      request sent at the end of the current event-loop turn (later only while
+      request sent as soon as the caller next yields to the event loop (any ``await`` that
+      suspends), together with every job handed over until then (later only while
       ``max_in_flight`` requests already await replies: then as soon as one replies). It is
       **sent, not accepted**: nothing says the owner stored it yet;
     - when :meth:`flush` returns (also on leaving the ``async with`` block), every id enqueued
       since the previous flush was **accepted**: stored by the queue's owner (written through
       its storage, so as durable as that storage), exactly as if ``await app.enqueue(...)``
-      had returned it. It returns those ids in order;
+      had returned it. It returns those ids, in the order they were confirmed;
     - when :meth:`flush` raises :class:`~istos.errors.NotAccepted`, its ``job_ids`` are every
       id since the previous flush whose acceptance was not confirmed, and ``accepted`` the
       others (each one accepted as above). Of the ids not confirmed, ``refused`` were refused
@@ -85,7 +86,7 @@ class Pipeline:
         self._timeout_s = timeout_s
         self._client: OwnerClient | None = None
         self._buffer: list[dict[str, Any]] = []  # items handed over, not sent yet
-        self._scheduled = False  # a send at the end of this loop turn is due
+        self._scheduled = False  # a send is due once the caller yields to the loop
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()  # strong references while they run
         self._accepted: dict[str, None] = {}  # since the last flush, in order of the replies

@@ -13,7 +13,11 @@ One round of one system, run by ``driver.py run SPEC`` (the producer's process):
    times each call (enqueue p50/p99); e2e jobs/s = jobs / (last handler return - first enqueue).
    ``time.perf_counter`` is CLOCK_MONOTONIC on Linux, one clock for every process on the host.
 3. ``pickup``: with the worker idle, ``pickups`` jobs one at a time, ``PICKUP_GAP_S`` apart;
-   pickup = the job's handler start (in the worker) minus the moment its enqueue returned.
+   pickup = the job's handler start (in the worker) minus the moment its enqueue returned,
+   taken where the call returned (``timed_loop``'s stamp, on the client's own loop thread for
+   async clients), not after the hop back to the harness's thread.
+3b. ``pipe``: producers with ``enqueue_pipelined`` (a way to enqueue from one producer without
+   waiting one round trip per job) hand over ``jobs`` that way; e2e jobs/s as above.
 4. ``procs``: ``producers`` processes (``driver.py produce SPEC``, each attached to what the
    round set up: nothing created, nothing deleted) enqueue ``jobs`` between them, each awaiting
    every call; e2e jobs/s = jobs / (last handler return - the moment all were told to go).
@@ -126,16 +130,23 @@ class LoopThread:
         self._thread.join(10)
 
 
+LAST_RETURN = [0.0]  # perf_counter() when timed_loop's latest call returned, on its own thread
+
+
 async def timed_loop(enqueue: Callable[[dict[str, Any]], Any], jobs: list[dict[str, Any]],
                      timed: bool) -> list[float]:
-    """Await ``enqueue(job)`` for each job in turn; per-call seconds when ``timed``."""
+    """Await ``enqueue(job)`` for each job in turn; per-call seconds when ``timed``. The moment
+    the last call returned is kept in ``LAST_RETURN`` (the pickup phase starts its clock
+    there, not after the hop back to the harness's thread)."""
     perf = time.perf_counter
     samples: list[float] = []
     for job in jobs:
         t = perf()
         await enqueue(job)
+        done = perf()
+        LAST_RETURN[0] = done
         if timed:
-            samples.append(perf() - t)
+            samples.append(done - t)
     return samples
 
 
@@ -235,6 +246,10 @@ class Producer(Protocol):
         """Release connections and delete everything this round created (an attached
         producer, ``spec["attach"]``, created nothing and deletes nothing)."""
 
+    # Optional: ``enqueue_pipelined(jobs)``, every job from this one producer without waiting
+    # one round trip each, returning once each is accepted (the ``pipe`` phase);
+    # ``enqueue_concurrent(jobs, width)`` (the ``conc`` phase).
+
 
 def pickup_phase(spec: dict[str, Any], producer: Producer, worker: Child,
                  timeout: float) -> dict[str, Any]:
@@ -244,8 +259,12 @@ def pickup_phase(spec: dict[str, Any], producer: Producer, worker: Child,
         return {}
     replies: dict[int, float] = {}
     for i in range(n):
+        called = time.perf_counter()
         producer.enqueue_all([make_job(i, "pickup")], timed=False)
-        replies[i] = time.perf_counter()
+        returned = time.perf_counter()
+        # The stamp where the call returned, when the client ran it on a loop thread of ours
+        # (a sync client calls in this thread: then it is this thread's clock reading).
+        replies[i] = LAST_RETURN[0] if called < LAST_RETURN[0] <= returned else returned
         time.sleep(PICKUP_GAP_S)  # (a bench: lets the worker go idle again)
     done = json.loads(worker.wait_tag(DONE_TAG, timeout))
     starts = done["starts"]
@@ -315,6 +334,12 @@ def run_round(spec: dict[str, Any], make_producer: Callable[[dict[str, Any]], Pr
             "enqueue_phase_s": t_enq - t0,
         }
         result.update(pickup_phase(spec, producer, worker, timeout))
+        pipelined = getattr(producer, "enqueue_pipelined", None)
+        if pipelined is not None:
+            t0 = time.perf_counter()
+            pipelined([make_job(i, "pipe") for i in range(jobs)])
+            done = json.loads(worker.wait_tag(DONE_TAG, timeout))
+            result["pipe_e2e_jobs_s"] = jobs / (done["t_last"] - t0)
         if int(spec.get("producers", 0)):
             result["procs_e2e_jobs_s"] = procs_phase(spec, worker, producer_argv, timeout)
         conc = getattr(producer, "enqueue_concurrent", None)

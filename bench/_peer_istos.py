@@ -6,6 +6,10 @@ Variants (``spec["variant"]``):
   is a third process reaching it over Zenoh, as a web process would;
 - ``redis``: as ``local``, with Redis storage under a unique key prefix (wiped afterwards).
 
+``spec["uvloop"]``: every process of the round (owner, producer, worker, the procs phase's
+producers) runs its asyncio loops on uvloop (``uvloop.install()`` first thing), for an A/B
+against the same variant without it in the same interleaved run.
+
 The worker is always its own process (one worker, ``concurrency`` slots). Every process is on a
 private loopback Zenoh mesh (the tests' ``isolated_configs`` shape), under a unique prefix.
 """
@@ -24,6 +28,7 @@ from istos import Istos, RedisStoragePlugin
 from istos.storage.base import Storage
 
 QUEUE = "bench/jobs"
+PIPE_TURN = 256  # jobs the pipelined producer hands over per loop turn
 REDIS = "redis://127.0.0.1:6379/0"
 
 
@@ -66,6 +71,18 @@ class IstosProducer:
 
         result: list[float] = self.lt.run(h.timed_loop(one, jobs, timed))
         return result
+
+    def enqueue_pipelined(self, jobs: list[dict[str, Any]]) -> None:
+        """Every job through one ``app.pipeline``, a turn's worth at a time (as a producer
+        that does other work between jobs would); returns once all are confirmed."""
+        async def run() -> None:
+            async with self.app.pipeline(QUEUE) as p:
+                for k, job in enumerate(jobs):
+                    p.enqueue(job)
+                    if k % PIPE_TURN == PIPE_TURN - 1:
+                        await asyncio.sleep(0)
+
+        self.lt.run(run())
 
     def enqueue_concurrent(self, jobs: list[dict[str, Any]], width: int) -> None:
         async def one(job: dict[str, Any]) -> None:
@@ -131,6 +148,10 @@ def prepare(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    if json.loads(sys.argv[2]).get("uvloop"):
+        import uvloop
+
+        uvloop.install()  # before any loop exists: every loop of this process is uvloop's
     if sys.argv[1] == "owner":
         run_owner(json.loads(sys.argv[2]))
     else:

@@ -6,7 +6,10 @@ Zenoh (two processes on a private loopback mesh; the server is this script in ``
 mode, with a queryable that echoes and a subscriber that counts):
 
 - ``sequential``: one ``session.get`` at a time, the reply read from Zenoh's default channel
-  (p50 ms and queries/s);
+  (p50 ms and queries/s): back to back, so every thread on the path is already awake;
+- ``spaced``: the same, one query every ``GAP_S`` (5 ms, the pickup phase's spacing of
+  ``bench.peers``): each query wakes idle threads on both sides, as an idle worker's pickup
+  does, so this is the round trip a pickup is compared with;
 - ``inflight64``: 64 gets in flight (callback handlers, a semaphore refills as they finish);
 - ``put->sub``: 100-byte puts through a declared publisher; messages/s as the subscriber counts
   them, first to last.
@@ -91,6 +94,22 @@ def sequential(session: zenoh.Session, key: str, n: int) -> dict[str, float]:
     return {"p50_ms": percentile(ms, 50), "p99_ms": percentile(ms, 99), "per_s": n / elapsed}
 
 
+GAP_S = 0.005
+SPACED_N = 200
+
+
+def spaced(session: zenoh.Session, key: str, n: int) -> float:
+    """p50 ms of ``n`` single queries, ``GAP_S`` apart (idle threads woken by each)."""
+    samples = []
+    for _ in range(n):
+        time.sleep(GAP_S)  # (a bench: lets both sides go idle)
+        t = time.perf_counter()
+        for reply in session.get(key, payload=PAYLOAD):
+            assert reply.ok is not None
+        samples.append(time.perf_counter() - t)
+    return percentile([s * 1e3 for s in samples], 50)
+
+
 def inflight(session: zenoh.Session, key: str, n: int, depth: int = 64) -> float:
     slots = threading.Semaphore(depth)
     done = threading.Event()
@@ -142,6 +161,7 @@ def zenoh_round(n: int) -> dict[str, float]:
         try:
             wait_route(session, f"{key}/q")
             seq = sequential(session, f"{key}/q", n)
+            gap = spaced(session, f"{key}/q", SPACED_N)
             par = inflight(session, f"{key}/q", n * 2)
             pubsub = put_sub(session, f"{key}/s", server, n * 50)
         finally:
@@ -154,7 +174,7 @@ def zenoh_round(n: int) -> dict[str, float]:
         except subprocess.TimeoutExpired:
             server.kill()
     return {"seq_p50_ms": seq["p50_ms"], "seq_p99_ms": seq["p99_ms"], "seq_per_s": seq["per_s"],
-            "inflight64_per_s": par, "put_sub_per_s": pubsub}
+            "spaced_p50_ms": gap, "inflight64_per_s": par, "put_sub_per_s": pubsub}
 
 
 def redis_round(n: int) -> dict[str, float]:
@@ -187,6 +207,8 @@ def main(argv: list[str]) -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--n", type=int, default=3000, help="sequential queries/LPUSHes per round")
     p.add_argument("--table", action="store_true")
+    p.add_argument("--row", action="store_true",
+                   help="one @@RESULT line of the numeric medians (bench.peers' raw block)")
     args = p.parse_args(argv[1:])
     rounds: list[dict[str, float]] = []
     for r in range(args.rounds):
@@ -199,13 +221,16 @@ def main(argv: list[str]) -> None:
         "Zenoh query round trip, sequential: p50 / p99 ms":
             f"{med['seq_p50_ms']:.3f} / {med['seq_p99_ms']:.2f}",
         "Zenoh sequential queries/s": f"{med['seq_per_s']:,.0f}",
+        "Zenoh query round trip, one every 5 ms: p50 ms": f"{med['spaced_p50_ms']:.3f}",
         "Zenoh queries/s, 64 in flight": f"{med['inflight64_per_s']:,.0f}",
         "Zenoh put -> subscriber, 100-byte messages/s": f"{med['put_sub_per_s']:,.0f}",
         "Redis LPUSH round trip (redis-py): p50 / p99 ms":
             f"{med['lpush_p50_ms']:.3f} / {med['lpush_p99_ms']:.2f}",
         "Redis sequential LPUSH/s": f"{med['lpush_per_s']:,.0f}",
     }
-    if args.table:
+    if args.row:
+        print(RESULT_TAG + json.dumps(med), flush=True)
+    elif args.table:
         print(RESULT_TAG + json.dumps(table), flush=True)
     else:
         print(json.dumps({"medians": med, "rounds": rounds}, indent=1))

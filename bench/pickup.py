@@ -7,13 +7,19 @@ zenoh-python queryable that replies inline), one worker (concurrency 8, poll int
 the producer (this process). The producer enqueues ``--n`` jobs one at a time, ``--gap-ms``
 apart so that the worker is idle again before each; per job, pickup = the worker's handler
 start minus the moment the producer got the enqueue reply (``time.perf_counter``: one
-CLOCK_MONOTONIC for every process on the host). Between jobs it also times one raw
-``session.get`` to the owner's process: the round trip the target is stated against.
+CLOCK_MONOTONIC for every process on the host). After the jobs it times as many raw
+``session.get`` round trips to the owner's process, ``--gap-ms`` apart as the jobs were (each
+wakes idle threads, as a pickup does): the round trip the target is stated against.
+``bench.peers`` compares its pickup with the same kind of figure (``_raw_limits.py``'s
+``spaced``).
 
 Variants, interleaved per round (order rotated): ``park`` (the default: the idle worker's claim
-waits at the owner) and ``nudge`` (``park=False``: enqueue -> nudge message -> claim). With
+waits at the owner; concurrency 8, automatic prefetch), ``park-c1`` (concurrency 1, no
+prefetch), ``park-prefetch`` (concurrency 8, ``prefetch=16``), ``park-backlog`` (as ``park``,
+but the worker starts on a backlog of 2,000 jobs, so its first claims all bring jobs, as in
+``bench.peers``' round) and ``nudge`` (``park=False``: enqueue -> nudge message -> claim). With
 parking the job can start before the producer even has its reply (the two messages leave the
-owner together), so a pickup may be negative.
+owner together), so a pickup may be negative. ``--variants`` picks a subset.
 """
 
 from __future__ import annotations
@@ -39,7 +45,14 @@ from _common import percentile, zenoh_configs  # noqa: E402
 
 QUEUE = "bench/pickup"
 TAG = "@@"
-VARIANTS = ("park", "nudge")
+# variant -> (park, concurrency, prefetch, backlog jobs before the worker starts)
+VARIANTS: dict[str, tuple[bool, int, int | None, int]] = {
+    "park": (True, 8, None, 0),
+    "park-c1": (True, 1, 0, 0),
+    "park-prefetch": (True, 8, 16, 0),
+    "park-backlog": (True, 8, None, 2000),
+    "nudge": (False, 8, None, 0),
+}
 
 
 def child(role: str, spec: dict[str, Any]) -> subprocess.Popen[str]:
@@ -79,10 +92,13 @@ async def run_worker(spec: dict[str, Any]) -> None:
 
     app = Istos(zenoh=spec["cfgs"][1], prefix=spec["prefix"])
     starts: dict[int, float] = {}
+    park, concurrency, prefetch, _ = VARIANTS[spec["variant"]]
 
-    @app.worker(QUEUE, concurrency=8, poll_interval_s=5.0, park=spec["variant"] == "park")
+    @app.worker(QUEUE, concurrency=concurrency, poll_interval_s=5.0, park=park,
+                prefetch=prefetch)
     async def handle(job: dict[str, Any]) -> None:
-        starts.setdefault(job["i"], time.perf_counter())
+        if "i" in job:
+            starts.setdefault(job["i"], time.perf_counter())
 
     async with app.serving():
         print(TAG + "READY", flush=True)
@@ -107,19 +123,34 @@ async def produce(spec: dict[str, Any]) -> dict[str, Any]:
         for i in range(-20, n):  # 20 warm-up jobs first
             await app.enqueue(QUEUE, {"i": i, "pad": "x" * 70})
             replies[i] = perf()
-            await asyncio.sleep(gap / 2)
+            await asyncio.sleep(gap)
+        # The raw round trip between the same processes, spaced as the jobs were, after them:
+        # a query between two jobs would wake the owner's threads just before each job.
+        for _ in range(n + 20):
             t = perf()
             for _ in session.get(raw_key):  # blocking: nothing else runs meanwhile
                 pass
             rtts.append(perf() - t)
-            await asyncio.sleep(gap / 2)
+            await asyncio.sleep(gap)
     return {"replies": replies, "rtts": rtts}
+
+
+async def backlog(spec: dict[str, Any], jobs: int) -> None:
+    """Fill the queue before the worker starts (its first claims then all bring jobs)."""
+    from istos import Istos
+
+    app = Istos(zenoh=spec["cfgs"][2], prefix=spec["prefix"])
+    async with app.serving():
+        await app.client(QUEUE).call("ping")  # waits for the route
+        await app.enqueue_many(QUEUE, [{"backlog": k} for k in range(jobs)])
 
 
 def one(variant: str, n: int, gap_ms: float) -> dict[str, Any]:
     spec = {"cfgs": zenoh_configs(3), "prefix": f"istos-bench/{secrets.token_hex(6)}",
             "variant": variant, "n": n, "gap_ms": gap_ms}
     owner = child("owner", spec)
+    if VARIANTS[variant][3]:
+        asyncio.run(backlog(spec, VARIANTS[variant][3]))
     worker = child("worker", spec)
     try:
         got = asyncio.run(produce(spec))
@@ -157,12 +188,20 @@ def main(argv: list[str]) -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--n", type=int, default=300)
     p.add_argument("--gap-ms", type=float, default=5.0)
+    p.add_argument("--variants", default=",".join(VARIANTS),
+                   help="comma-separated subset of " + ",".join(VARIANTS))
     args = p.parse_args(argv[1:])
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        p.error(f"unknown variant(s) {sorted(unknown)}")
     load = os.getloadavg()
-    raw: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+    raw: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     for r in range(args.rounds):
-        order = list(VARIANTS[r % 2:] + VARIANTS[:r % 2])
-        for v in order:
+        shift = r % len(variants)
+        for v in variants[shift:] + variants[:shift]:
+            print(f"  round {r + 1} {v}: 1-min load at start {os.getloadavg()[0]:.2f}",
+                  file=sys.stderr)
             res = one(v, args.n, args.gap_ms)
             raw[v].append(res)
             print(f"  round {r + 1} {v}: pickup p50 {res['pickup_p50']:.3f} ms, p99 "
@@ -171,7 +210,7 @@ def main(argv: list[str]) -> None:
     print("\nmedians over rounds, ms\n")
     print("| variant | pickup p50 | pickup p99 | raw query p50 (same run) | pickup p50 / raw |")
     print("|---|---|---|---|---|")
-    for v in VARIANTS:
+    for v in variants:
         med = {k: statistics.median(x[k] for x in raw[v])
                for k in ("pickup_p50", "pickup_p99", "raw_p50")}
         print(f"| {v} | {med['pickup_p50']:.3f} | {med['pickup_p99']:.2f} | "

@@ -43,6 +43,7 @@ from .owner.parking import ParkedClaims
 from .owner.pipeline import compose
 from .owner.series import SeriesKeeper
 from .payload import CodecChain, PayloadCodec
+from .pipeline import DEFAULT_MAX_IN_FLIGHT, Pipeline
 from .producer import Producer
 from .storage.base import Fence, Storage
 from .storage.memory import MemoryStorage
@@ -472,6 +473,15 @@ class Istos:
         asyncio.run(main())
 
     # -- producer calls --
+    def pipeline(self, name: str, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 timeout_s: float | None = None) -> Pipeline:
+        """A pipelined producer of queue ``name``: ``async with app.pipeline(name) as p:
+        p.enqueue(data)`` returns each id at once (sent, not accepted) and leaving the block
+        (or ``await p.flush()``) confirms every id or raises :class:`NotAccepted` listing those
+        not confirmed; the exact guarantees are on :class:`~istos.pipeline.Pipeline`.
+        Raises :class:`ConfigError` for a bad queue name or option."""
+        return Pipeline(self.producer, name, max_in_flight=max_in_flight, timeout_s=timeout_s)
+
     def client(self, queue: str) -> OwnerClient:
         """The request client of ``queue``'s owner, created on first use and then reused;
         producers, workers and workflows send their requests through it. Never raises

@@ -22,6 +22,7 @@ The tree::
     ├── JobNotFound (also LookupError)        the queue holds no job (or dead job) with that id
     │   └── UnknownJob                        istos.ops.cli: the same, as the CLI reports it
     ├── OwnerUnavailable                      no owner answered within the timeout
+    ├── NotAccepted                           pipelined jobs whose acceptance was not confirmed
     ├── CapacityExceeded                      an owner holds as many of something as it may
     ├── StorageUnavailable                    durable storage refused a write; nothing was accepted
     │   └── FencedOut                         an HA leader's write refused: it lost its epoch
@@ -50,6 +51,7 @@ The tree::
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 class IstosError(Exception):
@@ -95,6 +97,36 @@ class JobNotFound(IstosError, LookupError):
 
 class OwnerUnavailable(IstosError):
     """No owner of the queue answered within the timeout."""
+
+
+class NotAccepted(IstosError):
+    """Jobs of a pipeline (``app.pipeline``, ``SyncProducer.pipeline``) whose acceptance was
+    not confirmed when it was flushed.
+
+    ``job_ids``: every such id, in the order handed over; ``causes``: each one's error (the
+    typed error its request failed with); ``refused``: those the owner refused (nothing of
+    them stored: every cause but :class:`OwnerUnavailable`); ``unanswered``: the others (no
+    answer in time, or the request was cancelled: each may or may not have been stored;
+    enqueue it again with the same id to make sure); ``accepted``: the ids of the same flush
+    that were accepted. The message names the queue, the counts and the first ids.
+    """
+
+    def __init__(self, queue: str, causes: dict[str, IstosError], accepted: list[str]) -> None:
+        self.queue = queue
+        self.causes = dict(causes)
+        self.job_ids = list(causes)
+        self.accepted = list(accepted)
+        self.unanswered = [j for j, e in causes.items() if isinstance(e, OwnerUnavailable)]
+        self.refused = [j for j, e in causes.items() if not isinstance(e, OwnerUnavailable)]
+        first = next(iter(causes.values()), None)
+        shown = ", ".join(self.job_ids[:5]) + (", ..." if len(self.job_ids) > 5 else "")
+        super().__init__(
+            f"queue {queue!r}: {len(self.job_ids)} job(s) not confirmed accepted "
+            f"({len(self.refused)} refused, {len(self.unanswered)} unanswered; "
+            f"{len(self.accepted)} accepted): {shown}; first cause: {first}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.queue, self.causes, self.accepted))
 
 
 class CapacityExceeded(IstosError):

@@ -41,7 +41,9 @@ from .errors import ConfigError, OwnerUnavailable
 from .lifecycle import UNSET
 from .owner import registry
 from .payload import CodecChain, PayloadCodec
+from .pipeline import DEFAULT_MAX_IN_FLIGHT
 from .producer import Producer, check_job_id
+from .sync_pipeline import Inline, SyncPipeline
 from .tracing import make_tracing
 from .transport._zenoh_config import to_zenoh_config
 from .transport.zenoh_blocking import BlockingQuerier, open_session
@@ -171,6 +173,23 @@ class SyncProducer:
         :class:`OwnerUnavailable` when no owner answers."""
         check_queue_name(name)
         return self._run(name, lambda p: p.dead_letters(name))
+
+    def pipeline(self, name: str, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> SyncPipeline:
+        """A pipelined producer of queue ``name``: ``with sp.pipeline(name) as p:
+        p.enqueue(data)`` returns each id without waiting for its answer (sent, not accepted),
+        and leaving the block (or ``p.flush()``) confirms every id or raises
+        :class:`NotAccepted` listing those not confirmed; the exact guarantees are on
+        :class:`~istos.sync_pipeline.SyncPipeline`. Raises :class:`ConfigError` for a bad
+        name or ``max_in_flight``."""
+        def inline() -> Inline | None:  # an owner on this thread's loop answers in-process
+            if registry.on_this_loop(self.prefix, name) is None:
+                return None
+            return lambda items: self._run(
+                name, lambda p: p.client(name).call("enqueue_many", items=items))
+
+        return SyncPipeline(self._session, self._producer, self.prefix, name,
+                            self.request_timeout_s, inline,
+                            max_in_flight=max_in_flight, closing=self._closing)
 
     def close(self) -> None:
         """Close the session and cut any retry pause short (idempotent, never raises); calls

@@ -199,6 +199,22 @@ async def test_concurrent_enqueues_to_a_remote_owner_share_one_request():
         assert again == ids[:10] and len(state.jobs) == 301
 
 
+async def test_sequential_enqueues_each_go_alone_and_a_call_made_meanwhile_joins_a_batch():
+    async with owner_and_producer() as (owner, producer):
+        served = count_ops(owner, "enqueue", "enqueue_many")
+        for i in range(5):  # one request in flight at a time: each a plain enqueue, at once
+            await producer.enqueue("q", i)
+        assert served == {"enqueue": [1] * 5, "enqueue_many": []}
+        coalescer = producer.client("q")._coalescer
+        assert coalescer is not None and coalescer._open is None  # nothing left open
+        first = asyncio.ensure_future(producer.enqueue("q", "first"))
+        await asyncio.sleep(0)  # the first call is out, awaiting its reply
+        later = [asyncio.ensure_future(producer.enqueue("q", n)) for n in range(3)]
+        ids = await asyncio.gather(first, *later)
+        assert served["enqueue"] == [1] * 6 and served["enqueue_many"] == [3]
+        assert set(ids) <= set(owner.owners["q"].state.jobs) and coalescer._open is None
+
+
 async def test_an_owner_without_enqueue_many_gets_them_one_by_one():
     async with owner_and_producer() as (owner, producer):
         del owner.owners["q"]._ops["enqueue_many"]  # as an owner from before the op answers

@@ -15,7 +15,7 @@ EXPECTED = {
     "IstosError", "ConfigError", "CronError", "HAConfigError", "InvalidJob", "QueueNotFound",
     "OwnerUnavailable", "StorageUnavailable", "ProtocolError", "AdminDisabled", "RemoteError",
     "InvalidProgress", "JobTimeout", "JobCancelled", "MeshUnreachable", "Retry",
-    "OwnerConflict", "JobNotFound", "CapacityExceeded",
+    "OwnerConflict", "JobNotFound", "CapacityExceeded", "NotAccepted",
 }
 
 

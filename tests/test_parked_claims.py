@@ -388,3 +388,51 @@ def test_simulated_crash_while_parked_leases_nothing_to_the_dead_node():
     assert [(r.attempt, r.worker.split(":")[0]) for r in claims.itertuples()] == [(1, "late")]
     assert claims["t"].iloc[0] < 9.0  # at the restart, not a 30 s lease later
     assert result.check()["ok"].all()
+
+
+async def test_a_worker_whose_claims_brought_jobs_parks_once_idle():
+    """A worker that started on a backlog (every claim brought jobs, none parked) parks its
+    claim as soon as it holds no job, so the next job is handed over by that claim, not by a
+    nudge and a claim of its own."""
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+    seen: list[Any] = []
+    worker = worker_app(configs[1], prefix, "w1", seen, concurrency=4)
+    async with owner.serving():
+        await owner.enqueue_many("q", list(range(50)))
+        async with worker.serving():
+            await wait_events(owner, lambda ev: count(ev, "acked") == 50, timeout_s=30)
+            parking = parking_of(owner)
+            await wait_until(lambda: parking.parked, 15, "the idle worker's claim parked")
+            nudges: list[bytes] = []
+            sub = await owner.node.transport.declare_subscriber(  # type: ignore[union-attr]
+                owner.node.key("q", "nudge"), lambda key, payload: nudges.append(payload))
+            try:
+                for i in range(3):
+                    await wait_until(lambda: parking.parked, 15, "parked again")
+                    await owner.enqueue("q", 100 + i)
+                    await wait_events(owner, lambda ev, n=51 + i: count(ev, "acked") == n,
+                                      timeout_s=15)
+            finally:
+                sub.close()
+            assert parking.stats["answered_by_job"] == 3
+            assert nudges == []
+
+
+async def test_a_worker_of_a_durable_queue_waits_for_nudges_after_its_backlog():
+    """The owner declines to park (durable storage): the idle worker asks once, then the
+    nudges wake it as before."""
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(storage=MemoryStorage(durable=True), zenoh=configs[0], prefix=prefix)
+    owner.queue("q")
+    seen: list[Any] = []
+    worker = worker_app(configs[1], prefix, "w1", seen, concurrency=2)
+    async with owner.serving():
+        await owner.enqueue_many("q", list(range(20)))
+        async with worker.serving():
+            await wait_events(owner, lambda ev: count(ev, "acked") == 20, timeout_s=30)
+            await owner.enqueue("q", 99)
+            await wait_events(owner, lambda ev: count(ev, "acked") == 21, timeout_s=15)
+            runner = worker.runners[0]
+            assert runner.parking.declined and parking_of(owner).stats["parked"] == 0

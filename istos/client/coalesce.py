@@ -1,10 +1,11 @@
 """Coalesced remote enqueues: the ``enqueue`` calls one producer makes to a remote owner within
 one event-loop turn go out as one ``enqueue_many`` request (after the turn's first call).
 
-Linger zero: the first call of a turn goes out at once, as a plain ``enqueue`` (a lone call pays
-nothing); the calls that follow it within the same turn are sent together when the turn ends
-(``call_soon``), and nothing waits for a reply before sending (calls made while a request is in
-flight form their own turn's request). Each caller still gets its own answer: the reply's
+Linger zero: a call made while no other call of this client is open goes out at once, as a
+plain ``enqueue``, and schedules nothing (a lone call pays nothing, not even a loop callback);
+the calls that follow it while it waits for its reply join a batch sent at the end of their
+turn (``call_soon``, scheduled by the first of them), and nothing waits for a reply before
+sending. Each caller still gets its own answer: the reply's
 ``created`` flags are handed out per item, and an owner that refuses a batch as a whole for one
 item (``InvalidJob``) or does not know ``enqueue_many`` (``ProtocolError``) stored nothing of
 it, so its items are sent again one by one. A failure of the request itself
@@ -26,20 +27,26 @@ Pending = tuple[dict[str, Any], "asyncio.Future[dict[str, Any]]"]
 class Coalescer:
     def __init__(self, client: batches.Caller) -> None:
         self._client = client
-        self._open: list[Pending] | None = None
+        self._open: list[Pending] | None = None  # a lone call is out: later calls join this
         self._tasks: set[asyncio.Task[None]] = set()  # strong references while they run
 
     async def enqueue(self, fields: dict[str, Any]) -> dict[str, Any]:
         """One enqueue (``fields`` as the ``enqueue`` op reads them, with a job id); returns
         its reply (``job_id``, ``created``) or raises its error."""
-        loop = asyncio.get_running_loop()
         if self._open is None:
-            # The turn's first call goes out at once, exactly as an uncoalesced call would;
-            # the calls that follow it in this turn are sent together when the turn ends.
-            self._open = []
-            loop.call_soon(self._flush)
-            return await self._client.call("enqueue", **fields)
+            # A lone call goes out at once, exactly as an uncoalesced call would, and
+            # schedules nothing; the calls made while it is out join a batch.
+            mine: list[Pending] = []
+            self._open = mine
+            try:
+                return await self._client.call("enqueue", **fields)
+            finally:
+                if self._open is mine and not mine:
+                    self._open = None  # nobody joined: the next call goes out at once too
+        loop = asyncio.get_running_loop()
         fut: asyncio.Future[dict[str, Any]] = loop.create_future()
+        if not self._open:  # the first to join: its turn's end sends the batch
+            loop.call_soon(self._flush)
         self._open.append((fields, fut))
         return await fut
 

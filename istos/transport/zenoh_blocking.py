@@ -9,7 +9,10 @@ code (:mod:`istos.client`) runs on it driven to its end within the calling threa
 
 from __future__ import annotations
 
+import threading
+
 import zenoh
+from zenoh.handlers import Callback
 
 from ..errors import ConfigError, MeshUnreachable
 from .base import NoResponder, TransportError
@@ -52,3 +55,64 @@ class BlockingQuerier:
         if error is not None:
             raise TransportError(f"the owner answered with an error: {error}")
         raise NoResponder(f"no queryable answered on {key!r}")
+
+
+class SentQuery:
+    """One query sent without waiting (:meth:`BlockingQuerier.send`): its first OK reply, or
+    how it ended, read later with :meth:`done`, :meth:`wait` and :meth:`outcome`. Zenoh's
+    callbacks only record (they run on Zenoh's thread); every decision is the caller's."""
+
+    __slots__ = ("_ok", "_error", "_ended")
+
+    def __init__(self) -> None:
+        self._ok: bytes | None = None
+        self._error: str | None = None
+        self._ended = threading.Event()
+
+    def on_reply(self, reply: zenoh.Reply) -> None:  # Zenoh's thread
+        ok = reply.ok
+        if ok is not None:
+            if self._ok is None:
+                self._ok = ok.payload.to_bytes()
+                self._ended.set()  # the first OK reply is the answer: stop waiting at once
+            return
+        err = reply.err
+        self._error = err.payload.to_bytes().decode("utf-8", "replace") if err else "?"
+
+    def on_done(self) -> None:  # Zenoh's thread
+        self._ended.set()
+
+    def done(self) -> bool:
+        """Whether the query has its answer or has ended."""
+        return self._ended.is_set()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block the calling thread until :meth:`done` or ``timeout_s``; whether done."""
+        return self._ended.wait(max(0.0, timeout_s))
+
+    def outcome(self) -> bytes:
+        """The first OK reply's bytes, once :meth:`done`. Raises TransportError for an error
+        reply and NoResponder when it ended with no reply (nobody served the key in time)."""
+        if self._ok is not None:
+            return self._ok
+        if self._error is not None:
+            raise TransportError(f"the owner answered with an error: {self._error}")
+        raise NoResponder("no queryable answered")
+
+    def fail(self, error: str) -> None:
+        """End it with ``error`` (the get could not be sent)."""
+        self._error = error
+        self._ended.set()
+
+
+def send_query(session: zenoh.Session, key: str, payload: bytes, timeout_s: float) -> SentQuery:
+    """Send ``payload`` to ``key`` without waiting: the :class:`SentQuery` to read its answer
+    from. Never raises (a get Zenoh refuses ends the query with its error)."""
+    sent = SentQuery()
+    try:
+        session.get(key, Callback(sent.on_reply, sent.on_done, indirect=False),
+                    payload=payload, timeout=timeout_s,
+                    consolidation=zenoh.ConsolidationMode.NONE)
+    except zenoh.ZError as exc:
+        sent.fail(f"query on {key!r} failed: {exc}")
+    return sent

@@ -1,0 +1,244 @@
+"""A pipelined producer: jobs leave without waiting one round trip each (``app.pipeline``).
+
+:class:`Pipeline` is the opt-in producer path for a caller that puts many jobs on one queue and
+does not need each one's answer before the next: ``p.enqueue(...)`` checks the job, chooses its
+id, hands it to the pipeline and returns the id at once; the jobs handed over until the caller
+next yields to the event loop leave together, as soon as it does, as ``enqueue_many`` requests
+(cut under the frame cap, as :func:`istos.client.batches.cut` cuts a batch), with at most
+``max_in_flight`` requests awaiting their replies (the rest leave as soon as one replies).
+``await p.flush()`` waits for every reply and raises :class:`~istos.errors.NotAccepted` listing
+each id whose acceptance was not confirmed. The ids are chosen here, so sending one again is
+idempotent while the queue holds it (or within its ``dedup_s``) exactly as for
+``app.enqueue(..., job_id=...)``. The exact guarantees are on :class:`Pipeline`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .client import OwnerClient, batches
+from .core.config import check_queue_name
+from .errors import (
+    ConfigError,
+    InvalidJob,
+    IstosError,
+    NotAccepted,
+    OwnerUnavailable,
+    ProtocolError,
+)
+from .producer import Producer, check_enqueue
+
+DEFAULT_MAX_IN_FLIGHT = 4
+
+
+def check_max_in_flight(value: object) -> int:
+    """``max_in_flight`` as the pipelines take it: an int >= 1 (ConfigError otherwise)."""
+    if type(value) is not int or value < 1:
+        raise ConfigError(f"max_in_flight must be an int >= 1, got {value!r}")
+    return value
+
+
+class Pipeline:
+    """Enqueue on queue ``name`` without awaiting each job's acceptance: made by
+    ``app.pipeline(name)``, used as ``async with app.pipeline("q") as p: p.enqueue(data)``.
+
+    What holds when:
+
+    - when :meth:`enqueue` returns, the job is checked (as ``app.enqueue`` checks it, raising
+      the same errors), has its id, and is handed to the pipeline: it leaves this process in a
+      request sent as soon as the caller next yields to the event loop (any ``await`` that
+      suspends), together with every job handed over until then (later only while
+      ``max_in_flight`` requests already await replies: then as soon as one replies). It is
+      **sent, not accepted**: nothing says the owner stored it yet;
+    - when :meth:`flush` returns (also on leaving the ``async with`` block), every id enqueued
+      since the previous flush was **accepted**: stored by the queue's owner (written through
+      its storage, so as durable as that storage), exactly as if ``await app.enqueue(...)``
+      had returned it. It returns those ids, in the order they were confirmed;
+    - when :meth:`flush` raises :class:`~istos.errors.NotAccepted`, its ``job_ids`` are every
+      id since the previous flush whose acceptance was not confirmed, and ``accepted`` the
+      others (each one accepted as above). Of the ids not confirmed, ``refused`` were refused
+      by the owner (nothing stored); the others (``unanswered``: no answer in time, or the
+      pipeline was cancelled) may or may not have been stored. Sending any of them again with
+      the same ``job_id`` is idempotent while the queue holds it (and, with ``dedup_s``, that
+      long after it finished), so resending is the way to make sure.
+
+    No id is dropped between the two: each is in the returned list, or in the error (so leave
+    the block, or flush, before relying on any job: a pipeline never flushed reports nothing,
+    though its requests still complete). The jobs
+    of one request are stored in one write (all or none); requests in flight at once may be
+    stored in any order. Unlike ``app.enqueue``, a pipeline sends no job meta (workflow steps
+    go one by one).
+
+    ``max_in_flight``: requests awaiting their replies at once (default 4). ``timeout_s``: each
+    request's timeout (default: the app's ``request_timeout_s``). Raises
+    :class:`~istos.errors.ConfigError` for a bad option, and :class:`~istos.errors.IstosError`
+    on entering when the app is not serving.
+    """
+
+    def __init__(self, producer: Producer, name: str, *,
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 timeout_s: float | None = None) -> None:
+        check_queue_name(name)
+        self.name = name
+        self._producer = producer
+        self._max_in_flight = check_max_in_flight(max_in_flight)
+        self._timeout_s = timeout_s
+        self._client: OwnerClient | None = None
+        self._buffer: list[dict[str, Any]] = []  # items handed over, not sent yet
+        self._scheduled = False  # a send is due once the caller yields to the loop
+        self._in_flight = 0
+        self._tasks: set[asyncio.Task[None]] = set()  # strong references while they run
+        self._accepted: dict[str, None] = {}  # since the last flush, in order of the replies
+        self._failed: dict[str, IstosError] = {}
+        self._waiters: dict[str, asyncio.Future[str]] = {}
+        self._outstanding: set[str] = set()  # ids handed over whose outcome is not known yet
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def __aenter__(self) -> Pipeline:
+        self._producer.require_serving()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.flush()
+
+    @property
+    def pending(self) -> int:
+        """Jobs handed over whose outcome is not known yet (buffered or in flight)."""
+        return len(self._outstanding)
+
+    def enqueue(self, data: Any, *, delay_s: float = 0, priority: int = 0,
+                job_id: str | None = None, dedup_s: float | None = None,
+                group: str | None = None) -> str:
+        """Hand a job to the pipeline; returns its id at once (sent, not accepted: see
+        :class:`Pipeline`). The options mean what they mean for ``app.enqueue``.
+
+        Raises, with nothing handed over: :class:`ConfigError` for a bad ``delay_s``,
+        ``priority``, ``job_id``, ``dedup_s`` or ``group``; :class:`InvalidJob` for a body
+        msgpack cannot encode, one over the size limit, or an id the wire refuses;
+        :class:`IstosError` when the app is not serving. Never waits.
+        """
+        producer = self._producer
+        body, delay, prio, window, grp = check_enqueue(
+            self.name, data, delay_s=delay_s, priority=priority, job_id=job_id,
+            dedup_s=dedup_s, group=group, name_checked=True)
+        if producer.payload.codecs:
+            body = producer.payload.wrap(body, queue=self.name)
+        producer.require_serving()
+        if self._client is None:
+            self._client = producer.client(self.name)
+        jid = job_id or producer.node.ids.new()
+        item: dict[str, Any] = {"body": body, "job_id": jid}
+        if delay:
+            item["delay_s"] = delay
+        if prio:
+            item["priority"] = prio
+        if window:
+            item["dedup_s"] = window
+        if grp is not None:
+            item["group"] = grp
+        self._buffer.append(item)
+        self._outstanding.add(jid)
+        self._idle.clear()
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_ready)
+        return jid
+
+    def confirmation(self, job_id: str) -> asyncio.Future[str]:
+        """A future of one id handed over since the last flush: its result is the id once the
+        owner accepted the job; its exception the reason it was not confirmed (the error
+        :meth:`flush` also reports). Raises :class:`KeyError` for an id this pipeline does not
+        know (never handed over, or settled before the previous flush)."""
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        if job_id in self._accepted:
+            fut.set_result(job_id)
+        elif job_id in self._failed:
+            fut.set_exception(self._failed[job_id])
+        elif job_id in self._outstanding:
+            return self._waiters.setdefault(job_id, fut)
+        else:
+            raise KeyError(job_id)
+        return fut
+
+    async def flush(self) -> list[str]:
+        """Send what is buffered and wait for every reply; returns the ids accepted since the
+        previous flush, in the order the owner confirmed them.
+
+        Raises :class:`~istos.errors.NotAccepted` (listing every id not confirmed, and the
+        accepted ones) when any was not; the pipeline then starts afresh and can be used
+        again. Cancelling the flush leaves the requests in flight running.
+        """
+        if self._buffer:
+            self._send_ready()
+        await self._idle.wait()
+        accepted, failed = list(self._accepted), self._failed
+        self._accepted, self._failed = {}, {}
+        if failed:
+            raise NotAccepted(self.name, failed, accepted)
+        return accepted
+
+    # -- sending ------------------------------------------------------------------------------
+    def _send_ready(self) -> None:
+        """Send the buffered jobs, one request per frame, while the window has room."""
+        self._scheduled = False
+        if not self._buffer or self._in_flight >= self._max_in_flight:
+            return
+        buffer = self._buffer
+        spans = batches.cut([batches.item_size(i) for i in buffer])
+        room = self._max_in_flight - self._in_flight
+        loop = asyncio.get_running_loop()
+        for start, end in spans[:room]:
+            self._in_flight += 1
+            task = loop.create_task(self._send(buffer[start:end]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._buffer = buffer[spans[room - 1][1]:] if len(spans) > room else []
+
+    async def _send(self, items: list[dict[str, Any]]) -> None:
+        try:
+            await self._request(items)
+        finally:
+            self._in_flight -= 1
+            if self._buffer:
+                self._send_ready()
+            if not self._in_flight and not self._buffer:
+                self._idle.set()
+
+    async def _request(self, items: list[dict[str, Any]]) -> None:
+        assert self._client is not None
+        try:
+            await self._client.call("enqueue_many", self._timeout_s, items=items)
+        except (InvalidJob, ProtocolError) as exc:
+            if len(items) == 1:
+                self._settle(items, exc)
+            else:  # refused whole, nothing stored: one by one, so only the bad item fails
+                for item in items:
+                    await self._request([item])
+            return
+        except IstosError as exc:
+            self._settle(items, exc)
+            return
+        except BaseException as exc:  # cancelled (the app stopping) or a bug: say so, per id
+            self._settle(items, OwnerUnavailable(
+                f"queue {self.name!r}: the pipeline's request ended without an answer "
+                f"({type(exc).__name__})"))
+            raise
+        self._settle(items, None)
+
+    def _settle(self, items: list[dict[str, Any]], exc: IstosError | None) -> None:
+        for item in items:
+            jid = item["job_id"]
+            self._outstanding.discard(jid)
+            if exc is None:
+                self._accepted[jid] = None
+                self._failed.pop(jid, None)  # a twin id of the same flush was stored after all
+            elif jid not in self._accepted:
+                self._failed[jid] = exc
+            waiter = self._waiters.pop(jid, None)
+            if waiter is not None and not waiter.done():
+                if exc is None:
+                    waiter.set_result(jid)
+                else:
+                    waiter.set_exception(type(exc)(str(exc)))

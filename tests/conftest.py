@@ -131,6 +131,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # xdist registers `xdist_group` only when it is loaded: without it (`-p no:xdist`,
+    # `make test PYTEST_WORKERS=0`) --strict-markers would reject the browser tests' group.
+    config.addinivalue_line("markers", "xdist_group(name): run on one xdist worker, in turn")
     # The controller names the run (xdist hands the name to its workers as
     # PYTEST_XDIST_TESTRUNUID), so that it can remove the run's lock directory at the end.
     if not hasattr(config, "workerinput") and getattr(config.option, "testrunuid", 0) is None:

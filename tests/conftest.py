@@ -134,6 +134,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # xdist registers `xdist_group` only when it is loaded: without it (`-p no:xdist`,
     # `make test PYTEST_WORKERS=0`) --strict-markers would reject the browser tests' group.
     config.addinivalue_line("markers", "xdist_group(name): run on one xdist worker, in turn")
+    config.pluginmanager.register(_GroupCheck(), "istos-xdist-group-check")
     # The controller names the run (xdist hands the name to its workers as
     # PYTEST_XDIST_TESTRUNUID), so that it can remove the run's lock directory at the end.
     if not hasattr(config, "workerinput") and getattr(config.option, "testrunuid", 0) is None:
@@ -160,12 +161,28 @@ def is_fast(item: pytest.Item) -> bool:
 GROUPED_FIXTURES = {"browser": "browser"}  # Chromium and Voila: one at a time is plenty
 
 
+def _run_order(item: pytest.Item) -> int:
+    """Solo tests first, then slow ones, then the rest (a stable sort keeps each kind in
+    collection order). xdist hands tests out in this order (groups of several tests first):
+
+    * a solo test waits until every running test has ended, and the other workers idle
+      meanwhile. At the start of the run nothing is running yet, so the wait costs nothing;
+      in the middle it lasts as long as the longest test running beside it.
+    * a long test handed out last is the run's tail, with the other workers idle: started
+      early, it runs beside the many short tests.
+    """
+    if item.get_closest_marker("solo") is not None:
+        return 0
+    return 1 if item.get_closest_marker("slow") is not None else 2
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         for fixture, group in GROUPED_FIXTURES.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=_run_order)  # stable: modules and their fixtures stay together
     # `-m fast` selects by the marker's presence; a test marked `fast(False)` inside a fast
     # module or class (it starts a process, say) is left out here.
     if (config.option.markexpr or "").strip() != "fast":
@@ -175,6 +192,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=out)
         dropped = set(out)
         items[:] = [item for item in items if item not in dropped]
+
+
+class _GroupCheck:
+    """Under ``--dist loadgroup`` xdist appends ``@group`` to the node id of each test marked
+    ``xdist_group``, and that suffix is all its scheduler reads. A pytest that keeps node ids
+    where xdist does not write them (pytest 9.2 with xdist 3.8) leaves the groups silently
+    ignored: the browser tests would run side by side. Those tests fail instead, saying why."""
+
+    def __init__(self) -> None:
+        self.lost: set[pytest.Item] = set()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        if getattr(config.option, "loadgroup", False):
+            self.lost = {item for item in items
+                         if item.get_closest_marker("xdist_group") and "@" not in item.nodeid}
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if item in self.lost:
+            pytest.fail("pytest-xdist ignored this test's xdist_group (it runs beside the "
+                        "rest of its group): this pytest and pytest-xdist do not work "
+                        "together; install the dev extra (pyproject.toml pins pytest)",
+                        pytrace=False)
 
 
 class FastTestLeak(AssertionError):

@@ -135,6 +135,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # `make test PYTEST_WORKERS=0`) --strict-markers would reject the browser tests' group.
     config.addinivalue_line("markers", "xdist_group(name): run on one xdist worker, in turn")
     config.pluginmanager.register(_GroupCheck(), "istos-xdist-group-check")
+    # xdist would hand out groups by size, largest first; the order of _run_order is the plan.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     # The controller names the run (xdist hands the name to its workers as
     # PYTEST_XDIST_TESTRUNUID), so that it can remove the run's lock directory at the end.
     if not hasattr(config, "workerinput") and getattr(config.option, "testrunuid", 0) is None:
@@ -162,18 +165,21 @@ GROUPED_FIXTURES = {"browser": "browser"}  # Chromium and Voila: one at a time i
 
 
 def _run_order(item: pytest.Item) -> int:
-    """Solo tests first, then slow ones, then the rest (a stable sort keeps each kind in
-    collection order). xdist hands tests out in this order (groups of several tests first):
+    """Solo tests first, then slow ones and groups, then the rest (a stable sort keeps each
+    kind in collection order). xdist hands tests out in this order (pytest_configure turns off
+    its own reordering by group size):
 
     * a solo test waits until every running test has ended, and the other workers idle
-      meanwhile. At the start of the run nothing is running yet, so the wait costs nothing;
-      in the middle it lasts as long as the longest test running beside it.
-    * a long test handed out last is the run's tail, with the other workers idle: started
-      early, it runs beside the many short tests.
+      meanwhile. When every worker's first tests are solo ones, nothing else is running yet,
+      so the solo tests run back to back at the start and that wait costs nothing; in the
+      middle of the run it lasts as long as the longest test running beside it.
+    * a long test (or a group, which one worker runs whole) handed out last is the run's
+      tail, with the other workers idle: started early, it runs beside the many short tests.
     """
     if item.get_closest_marker("solo") is not None:
         return 0
-    return 1 if item.get_closest_marker("slow") is not None else 2
+    long = item.get_closest_marker("slow") or item.get_closest_marker("xdist_group")
+    return 1 if long is not None else 2
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups

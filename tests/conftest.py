@@ -224,6 +224,18 @@ class _GroupCheck:
                         pytrace=False)
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m fast`` (``make check``), a test module that never says ``mark.fast`` holds
+    no fast test: skip importing it (most of the collection's time is the imports of the
+    modules that start processes, browsers and kernels)."""
+    if (config.option.markexpr or "").strip() != "fast":
+        return None
+    if collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+        if "mark.fast" not in collection_path.read_text(encoding="utf-8", errors="replace"):
+            return True
+    return None
+
+
 class FastTestLeak(AssertionError):
     """A test marked ``fast`` reached for a real process, Zenoh session or TCP connection."""
 

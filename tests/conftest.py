@@ -7,9 +7,11 @@ Running in parallel (``make test`` runs ``pytest -n 4 --dist loadgroup``):
 
 * Every test gets its own ports (``services.free_port``), key prefixes and table names (random),
   and temporary directories (``tmp_path``), so tests on different workers never share state.
-* ``@pytest.mark.solo``: the test needs the machine to itself within this run (it measures CPU,
-  loop lag or a statistic that timing shifts). It runs while no other test of the run does;
-  the other workers wait (see :class:`RunLock`). Outside xdist it changes nothing.
+* ``@pytest.mark.solo``: the test needs the machine to itself within this run (a timing bound
+  or a statistic that load shifts). It runs while no other test of the run does; the other
+  workers wait (see :class:`RunLock`). The solo tests are handed out first and run as the
+  run's first phase: no other test starts before they all ended. Outside xdist it changes
+  nothing.
 * ``@pytest.mark.resource("name")``: the test holds something the whole machine has only one of
   (a fixed port, a fixed subnet, a shared install): it runs under an exclusive lock on
   ``name``, across workers and across concurrent test runs on the machine.
@@ -29,11 +31,13 @@ its reported duration.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,12 +119,15 @@ def _resource_locks(item: pytest.Item) -> list[IO[bytes]]:
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     global _run_lock
-    held = _resource_locks(item)
+    solo = item.get_closest_marker("solo") is not None
     directory = _run_lock_dir()
+    if directory is not None and not solo:
+        _wait_for_the_solo_phase(item.session, directory)
+    held = _resource_locks(item)
     if directory is not None and _run_lock is None:
         _run_lock = RunLock(directory)
     if _run_lock is not None:
-        _run_lock.acquire(solo=item.get_closest_marker("solo") is not None)
+        _run_lock.acquire(solo=solo)
     try:
         yield
     finally:
@@ -128,6 +135,36 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             _run_lock.release()
         for handle in held:
             handle.close()  # closing the last descriptor releases the flock
+        if directory is not None and solo:
+            _solo_done(directory, item.nodeid).touch()
+
+
+# -- the solo phase: every solo test of the run before any other test -------------------------
+
+SOLO_PHASE_BOUND_S = 600.0  # a worker that died inside a solo test never says it is done
+_solo_nodeids: list[str] | None = None
+
+
+def _solo_done(directory: Path, nodeid: str) -> Path:
+    return directory / f"solo-{hashlib.sha1(nodeid.encode()).hexdigest()[:16]}.done"
+
+
+def _wait_for_the_solo_phase(session: pytest.Session, directory: Path) -> None:
+    """Hold a test that is not solo until every solo test of the run has ended (each leaves a
+    file in the run's directory). The schedule hands solo tests out first, but with fewer
+    solo tests than workers a worker's first test would start beside them, and each solo test
+    would wait for it to end (and the other workers with it): a long first test, such as the
+    Binder build, kept three workers idle for a minute."""
+    global _solo_nodeids
+    if _solo_nodeids is None:
+        _solo_nodeids = [i.nodeid for i in session.items if i.get_closest_marker("solo")]
+    deadline = time.monotonic() + SOLO_PHASE_BOUND_S
+    while _solo_nodeids:
+        if time.monotonic() > deadline or all(
+                _solo_done(directory, nodeid).exists() for nodeid in _solo_nodeids):
+            _solo_nodeids = []  # over (or given up on): no test waits again
+            return
+        time.sleep(0.1)  # files other workers write: there is no event to wait on
 
 
 def pytest_configure(config: pytest.Config) -> None:

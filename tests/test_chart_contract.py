@@ -42,6 +42,10 @@ from test_frames import EVENTS  # noqa: E402
 
 from istos_nb.views import charts  # noqa: E402
 
+# One worker draws every chart once (``drawn``, ~15 s of CPU) and runs the module's tests; spread
+# over the workers, each would draw them all again.
+pytestmark = pytest.mark.xdist_group("chart_contract")
+
 MIN_PX = 2.0
 LIVE_T0 = 1_764_600_000.0  # 2025-12-01 14:40 UTC
 TIME_CHARTS = ("lease_gantt", "retry_timeline", "depth_chart", "throughput_chart")

@@ -82,6 +82,7 @@ def mesh():
         m.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_cli_on_a_live_owner_through_a_router(mesh):
     prefix = unique_prefix()

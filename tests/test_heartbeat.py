@@ -134,6 +134,7 @@ async def test_without_heartbeat_a_prefetched_job_is_not_started_after_its_lease
     assert count(events, "retry_scheduled", second) >= 1
 
 
+@pytest.mark.slow
 async def test_prefetched_jobs_whose_lease_runs_out_unrun_keep_their_only_attempt():
     """max_attempts=1, no heartbeat: a slow job holds the one execution slot until the short
     jobs prefetched behind it are about to see their lease end. They go back without using

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import pytest
 from zenoh_util import isolated_configs, unique_prefix, wait_until
 
 from istos import Istos, codec, keys, protocol
@@ -338,6 +339,7 @@ def check_typed_error(raw: bytes, expected: tuple[str, ...] | None = None) -> st
     return str(reply["error"])
 
 
+@pytest.mark.slow
 async def test_hostile_messages_get_typed_errors_and_known_jobs_survive():
     configs, prefix = isolated_configs(3), unique_prefix()
     owner = OwnerProc(configs[0], prefix)

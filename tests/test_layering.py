@@ -100,6 +100,7 @@ def test_version_and_license_are_written_once(pyproject: dict) -> None:
         assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"][package]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_simulated_half_of_the_demo_passes_every_invariant() -> None:
     out = subprocess.run([sys.executable, "-m", "istos_nb.demo"], capture_output=True, text=True,

@@ -65,6 +65,7 @@ def test_there_are_notebooks_to_run():
             "11-replay-a-production-hour", "13-how-can-a-job-run-twice"} <= names
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT_S)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path, kernel_env: None,

@@ -124,6 +124,7 @@ async def test_tracebacks_results_and_the_workers_table_over_zenoh():
         await wait_until(lambda: q.stats()["counts"]["done"] == 2, WAIT_S, "released job done")
 
 
+@pytest.mark.slow
 async def test_bulk_admin_actions_and_searches_over_zenoh():
     configs, prefix = isolated_configs(3), unique_prefix()
     owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")

@@ -1,6 +1,6 @@
 """Partitions of the HA leader, on real processes in a network namespace. A full partition:
 the host side keeps an owner answering (no stretch longer than ``ha_lease_s`` + 1 s, through
-the takeover, the expiry of the cut peers' Zenoh link leases and 15 s after), loses no job, and
+the takeover, the expiry of the cut peers' Zenoh link leases and 7 s after), loses no job, and
 once the partition heals the cut-off side reaches an owner within 2 s. A cut of the mesh only: the
 leader keeps leading and is reached within 2 s of the heal.
 
@@ -34,7 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 HA_LEASE_S = 2.0  # smaller than the 5 s default to keep the run short; the bound scales with it
 LINK_LEASE_S = 10.0  # Zenoh's default transport.link.tx.lease: when the cut links expire
 CUT_AT = 3.0
-HEAL_AT = CUT_AT + LINK_LEASE_S + 15.0
+# A stretch still open at the heal counts up to the last probe, so a gap that opens when the cut
+# links expire (it lasted 8-10 s while links lingered on close) exceeds the bound (ha_lease_s +
+# 1 s = 3 s) within 7 s of the expiry: watching longer proves nothing more.
+HEAL_AT = CUT_AT + LINK_LEASE_S + 7.0
 
 
 @pytest.mark.slow

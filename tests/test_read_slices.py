@@ -55,6 +55,7 @@ READS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("op", "fields"), READS, ids=[f"{op}-{i}" for i, (op, _) in
                                                         enumerate(READS)])
 async def test_a_read_of_a_deep_queue_hands_the_loop_over_while_it_walks(op: str,

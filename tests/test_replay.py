@@ -337,6 +337,7 @@ def test_the_trace_writer_does_not_import_the_notebook_side():
                    env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
+@pytest.mark.slow
 @pytest.mark.fast(False)  # starts a process
 @pytest.mark.timeout(120)
 def test_istos_record_writes_a_trace_replay_reads(tmp_path):

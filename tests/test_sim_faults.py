@@ -100,6 +100,7 @@ def test_fault_input_errors_name_the_problem():
         Simulation(link_lease_s=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", [0, 25])  # 50 seeds, in two parallel halves
 def test_50_random_seeds_of_ha_failover_with_freezes_and_outages_keep_every_invariant(
         first: int):

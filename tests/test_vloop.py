@@ -227,6 +227,7 @@ def test_same_program_gives_the_same_trace_twice():
     assert first == second
 
 
+@pytest.mark.slow
 @pytest.mark.fast(False)  # starts a process
 @pytest.mark.timeout(60)
 def test_same_trace_in_a_subprocess_with_another_hash_seed():

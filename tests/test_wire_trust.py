@@ -124,6 +124,7 @@ def proc_status_kb(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
+@pytest.mark.slow
 async def test_four_concurrent_200_mib_requests_leave_the_owners_peak_rss_within_64_mb():
     configs, prefix = isolated_configs(2), unique_prefix()
     proc = subprocess.Popen([sys.executable, OWNER_PROC, json.dumps(configs[0]), prefix, "q",

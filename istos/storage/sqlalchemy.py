@@ -224,19 +224,28 @@ class SQLAlchemyStoragePlugin:
     async def _create_table(self, engine: Any) -> None:
         """Create the table unless it exists, tolerating other replicas doing the same.
 
-        ``create_all(checkfirst=True)`` is check-then-CREATE, not atomic: a replica that loses
-        the race gets "already exists" (or a pg_type unique violation). Once it has lost, the
-        winner has committed, so checking again finds the table.
+        ``create_all(checkfirst=True)`` is check-then-CREATE, not atomic, and even PostgreSQL's
+        ``CREATE TABLE IF NOT EXISTS`` is not: a replica that loses the race gets "already
+        exists" (or a pg_type unique violation). Once it has lost, the winner has committed, so
+        trying again finds the table. On PostgreSQL the creation is that one statement in
+        autocommit: a check-then-CREATE transaction sits idle between its statements, and a
+        loaded client overstays ``idle_in_transaction_session_timeout`` (``hold_timeout_s``).
         """
         from sqlalchemy.exc import DBAPIError
+        from sqlalchemy.schema import CreateTable
 
         async with self._create_lock:  # replicas race across processes; we need not race ourselves
             if self._created:
                 return
             for attempt in range(3):
                 try:
-                    async with engine.begin() as conn:
-                        await conn.run_sync(self._table.metadata.create_all, checkfirst=True)
+                    if self._pg:
+                        async with engine.connect() as conn:
+                            auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                            await auto.execute(CreateTable(self._table, if_not_exists=True))
+                    else:
+                        async with engine.begin() as conn:
+                            await conn.run_sync(self._table.metadata.create_all, checkfirst=True)
                     break
                 except DBAPIError as exc:
                     if attempt == 2 or exc.connection_invalidated:

@@ -17,13 +17,26 @@ it reloads. Cost: one dict lookup per enqueue with a key; none for a queue not u
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from .. import events as ev
 from .records import DELAYED, READY, JobRecord, JobState
 
-if TYPE_CHECKING:
-    from .state import QueueState
+
+class BurstState(Protocol):
+    """What :func:`rebounce` changes of the queue state (``state.QueueState``; a protocol, so
+    this module does not import the state that imports it)."""
+
+    heaps: Any
+    dirty: list[Any]
+
+    def _save(self, rec: JobRecord) -> None: ...
+
+    def _move(self, rec: JobRecord, state: JobState) -> None: ...
+
+    def _emit(self, now: float, rec: JobRecord, kind: ev.EventKind, worker: str | None = None,
+              **detail: Any) -> None: ...
+
 
 __all__ = ["DEBOUNCE_MODES", "DebounceKeys", "DebounceSpec", "Mode", "is_open", "rebounce"]
 
@@ -73,7 +86,7 @@ def start_of(rec: JobRecord, spec: DebounceSpec, now: float) -> float:
     return max(start, now)
 
 
-def rebounce(state: QueueState, rec: JobRecord, body: bytes, spec: DebounceSpec,
+def rebounce(state: BurstState, rec: JobRecord, body: bytes, spec: DebounceSpec,
              now: float) -> None:
     """A further call of ``rec``'s burst: new data (mode ``last``) and a later start, as one
     change of the record (its write is the caller's: write, then apply)."""

@@ -118,8 +118,18 @@ def _route(owner: OwnerHandle, jobs: Sequence[NewJob], share_twin_fate: bool
         job = jobs[0]
         if job.debounce is not None and owner.writes.pending(job.job_id) is None \
                 and job.job_id not in owner.state.jobs:  # (a retry of a call: a duplicate)
-            return debounce_gate.accept_debounced(owner, job, job.debounce)
+            return _debounced(owner, job, job.debounce)
     return accept_jobs(owner, jobs, share_twin_fate=share_twin_fate)
+
+
+async def _debounced(owner: OwnerHandle, job: NewJob, spec: DebounceSpec
+                     ) -> tuple[list[bool], Resolved]:
+    """A lone call with a debounce key: it joins the open burst (changing its job), or adds
+    the burst's first job."""
+    joined = await debounce_gate.join_burst(owner, job.body, spec)
+    if joined is None:
+        return await accept_jobs(owner, [job], share_twin_fate=True)
+    return [False], {0: (joined, "debounce_key")}
 
 
 async def accept_jobs(owner: OwnerHandle, jobs: Sequence[NewJob], *, share_twin_fate: bool,

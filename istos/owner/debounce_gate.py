@@ -8,25 +8,18 @@ that write is in flight so the next call of the burst waits for it rather than s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..core.debounce import DebounceSpec, rebounce
 from .handle import OwnerHandle
 
-if TYPE_CHECKING:
-    from .accept import NewJob, Resolved
 
-
-async def accept_debounced(owner: OwnerHandle, job: NewJob,
-                           spec: DebounceSpec) -> tuple[list[bool], Resolved]:
-    """One ``enqueue`` with a debounce key: whether this call made the burst's job and, if
-    not, that job's id (as ``accept.accept_jobs`` answers).
+async def join_burst(owner: OwnerHandle, body: bytes, spec: DebounceSpec) -> str | None:
+    """One ``enqueue`` with a debounce key: the id of the open burst's job, which this call
+    changed (``body`` and its start, one durable write), or None when no burst is open (the
+    caller then adds the burst's first job through ``accept.py``).
 
     Raises:
         StorageUnavailable: the write failed (nothing changed).
     """
-    from .accept import accept_jobs  # (accept imports this module)
-
     state, writes = owner.state, owner.writes
     while (pending := state.debounce.inflight(spec.key)) is not None:
         # The writer releases the key once its write ended, stored or failed (accept.py);
@@ -38,8 +31,8 @@ async def accept_debounced(owner: OwnerHandle, job: NewJob,
     now = owner.node.clock.now()
     rec = state.debounce.open_job(spec.key, state.jobs)
     if rec is None:
-        return await accept_jobs(owner, [job], share_twin_fate=True)
+        return None
     generation = writes.generation
-    rebounce(state, rec, job.body, spec, now)
+    rebounce(state, rec, body, spec, now)
     await writes.commit(generation)
-    return [False], {0: (rec.job_id, "debounce_key")}
+    return rec.job_id

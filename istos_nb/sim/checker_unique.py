@@ -2,10 +2,10 @@
 
 The checker's own model of ``istos.core.unique`` (it does not call the engine): from the owner
 events, a job with a key (``enqueued`` with ``unique_key``) holds it, by its scope, until its
-first ``claimed`` (``queued``), until it ended (``active``: ``acked``, ``dead_lettered`` or
-``cancelled``), or until ``unique_s`` after it ended (``finished``), on its owner's clock. An
-``enqueued`` job with a key while another job holds that key is a violation. A volatile owner
-that restarted in between forgot its keys (expected: use storage='durable').
+first ``claimed`` (``queued``), until it ended (``active``: ``acked``, ``dead_lettered``,
+``cancelled`` or ``expired``), or until ``unique_s`` after it ended (``finished``), on its
+owner's clock. An ``enqueued`` job with a key while another job holds that key is a violation.
+A volatile owner that restarted in between forgot its keys (expected: use storage='durable').
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from .run_record import Finding, RunRecord, summary
 
 EPS = 1e-6
-ENDS = ("acked", "dead_lettered", "cancelled")
+ENDS = ("acked", "dead_lettered", "cancelled", "expired")  # (expired: a start deadline)
 
 
 @dataclass

@@ -60,11 +60,18 @@ INVARIANT_MEANING: dict[str, str] = {
         "a job with a start deadline was never handed out late for its first start",
     "no job claimed while its queue or group is paused":
         "while a pause held (stored: across restarts and failovers), no claim got its jobs",
+    "never two jobs holding one unique key within its scope":
+        "an enqueue whose unique key another job held within its scope added no job",
 }
 
 
 def _has_dedup(result: SimResult) -> bool:
     return any(e["kind"] == "enqueued" and (e.get("detail") or {}).get("dedup_s")
+               for e in result.events_raw)
+
+
+def _has_unique_key(result: SimResult) -> bool:
+    return any(e["kind"] == "enqueued" and (e.get("detail") or {}).get("unique_key") is not None
                for e in result.events_raw)
 
 
@@ -101,6 +108,8 @@ _APPLIES: dict[str, tuple[Callable[[SimResult, str], bool], str]] = {
         lambda r, d: _has_deadline(r), "no job was enqueued with a start deadline"),
     "no job claimed while its queue or group is paused": (lambda r, d: "paused" in _kinds(r),
                                                           "nothing was paused"),
+    "never two jobs holding one unique key within its scope": (
+        lambda r, d: _has_unique_key(r), "no job was enqueued with a unique key"),
     "job logs kept as their attempts wrote them": (
         lambda r, d: not d.startswith(("no handler logged", "no log kept")), ""),
     "no lease expired while its heart-beating holder was alive and connected": (

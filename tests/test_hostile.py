@@ -146,6 +146,14 @@ def field_bad_values(rng: random.Random) -> dict[str, list[Any]]:
         "since": bad_numbers(0, 1e11), "resolution": ["1h", 1, [], "", True],
         "epoch": bad_texts(64, nil=True), "after": bad_ints(0, 1 << 62),
         "older_than_s": bad_numbers(0, protocol.MAX_TIME),
+        "batch_id": ids, "member": ids, "parent": ids,
+        "outcome": ["frob", 1, None, [], "", "pending"],
+        "kinds": [None, [], ["frob"], "on_success", [1], ["on_success"] * 4],
+        "callbacks": [None, [], "x", {"frob": ["q", b""]}, {"on_success": "q"},
+                      {"on_success": ["q"]}, {"on_success": [1, b""]},
+                      {"on_success": ["q", "s"]}, {"on_success": ["", b""]},
+                      {"on_success": ["bad*name", b""]}],
+        "description": [1, [], True, b"d", "d" * 1025],
     }
 
 
@@ -199,6 +207,15 @@ TEMPLATES: dict[str, dict[str, Any]] = {
     "purge_dead": {"job_ids": ["x"]}, "pause": {}, "resume": {}, "cancel": {"job_id": "x"},
     "requeue_all_dead": {"error": "e", "limit": 5}, "promote": {"job_ids": ["x"], "limit": 5},
     "purge_dead_older": {"older_than_s": 60.0, "limit": 5},
+    "batch_open": {"batch_id": "b", "key": "ab" * 16, "description": "d",
+                   "callbacks": {"on_success": ["idle", b"\xc0"]}},
+    "batch_reserve": {"batch_id": "b", "key": "ab" * 16, "kinds": ["on_success"]},
+    "batch_add": {"batch_id": "b", "key": "ab" * 16, "member": "m", "member_queue": "idle",
+                  "parent": "p"},
+    "batch_close": {"batch_id": "b", "key": "ab" * 16},
+    "batch_report": {"batch_id": "b", "key": "ab" * 16, "member": "m", "outcome": "done"},
+    "batch_status": {"batch_id": "b"}, "batches": {"limit": 5},
+    "batch_members": {"batch_id": "b", "state": "done", "limit": 5},
 }
 ADMIN_ONLY = ("requeue_dead", "requeue", "purge_dead", "pause", "resume", "cancel",
               "requeue_all_dead", "promote", "purge_dead_older")

@@ -4,6 +4,8 @@ owner killed mid-batch and restarted; every callback exactly once, counts from a
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import uuid
 from typing import Any
 
@@ -12,6 +14,7 @@ from services import free_port, redis_url
 from zenoh_util import isolated_configs, peer_config, unique_prefix
 
 from istos import Istos, RedisStoragePlugin
+from istos.ops.cli import parser, run
 
 pytestmark = pytest.mark.redis
 
@@ -87,14 +90,20 @@ async def test_batch_across_three_owner_nodes_with_one_killed_and_restarted(vict
             assert dying.node.transport is not None
             await dying.node.transport.close()  # its session dies with it, as with SIGKILL
             assert len(set(ledger.runs)) < MEMBERS
-            apps[victim] = node(peer_config(f"tcp/127.0.0.1:{free_port()}", [
-                e for i, e in enumerate(endpoints) if i != list(served).index(victim)]),
+            index = list(served).index(victim)
+            fresh = f"tcp/127.0.0.1:{free_port()}"
+            apps[victim] = node(peer_config(fresh, [
+                e for i, e in enumerate(endpoints) if i != index]),
                 prefix, f"{victim}2", ns, ledger, served[victim])
+            endpoints[index] = fresh  # (the operator below connects to the live nodes)
             await apps[victim].start()
             await ledger.until(lambda: {cb["kind"] for cb in ledger.callbacks}
                                >= {"on_complete", "on_success"}, 60, "both callbacks")
             status = await producer.batch_status(batch.id)
             members = await producer.client("cb").call("batch_members", batch_id=batch.id)
+            shown = await cli(["batch", batch.id, "--state", "done", "--limit", "5"], endpoints,
+                              prefix)
+            listed = await cli(["batches", "cb"], endpoints, prefix)
     finally:
         for app in apps.values():
             await app.stop()
@@ -110,3 +119,15 @@ async def test_batch_across_three_owner_nodes_with_one_killed_and_restarted(vict
     assert status["callbacks"]["on_death"]["fired_at"] is None
     assert {m["job_id"] for m in members["members"]} == set(ids)
     assert {m["state"] for m in members["members"]} == {"done"}
+    assert f"{MEMBERS} members: 0 pending, {MEMBERS} done" in shown
+    assert "on_success -> cb (fired" in shown and "on_death -> cb (not fired)" in shown
+    assert batch.id in listed and "finished" in listed and "three owners" in listed
+
+
+async def cli(argv: list[str], endpoints: list[str], prefix: str) -> str:
+    """Run an ``istos`` command in-process, its session a peer of the test's mesh."""
+    config = json.dumps(peer_config(f"tcp/127.0.0.1:{free_port()}", endpoints))
+    args = parser().parse_args([*argv, "--zenoh", config, "--prefix", prefix])
+    out = io.StringIO()
+    assert await run(args, out) == 0
+    return out.getvalue()

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from helpers import app_on
+from helpers import app_on, count, wait_events
 
 from istos import ConfigError, InvalidJob, Istos, JobContext, JobNotFound, MemoryStorage
 from istos.core import batch_state as bs
@@ -254,3 +254,63 @@ def test_header_moves_and_due_callbacks():
     assert h.apply(bs.DEAD, bs.DONE)  # requeued and then done
     assert h.due() == ["on_complete", "on_success"]  # nobody is dead any more
     assert bs.BatchHeader.decode(h.encode()) == h
+
+
+async def test_ten_thousand_members_on_two_queues_complete_once(mesh):
+    app, cbs = app_on(mesh, "solo"), Callbacks()
+    app.queue("cb")
+    app.queue("a")
+    app.queue("b")
+    ran: set[str] = set()
+
+    @app.worker("cb")
+    async def callback(body):
+        cbs.add(body)
+
+    for q in ("a", "b"):
+        @app.worker(q, concurrency=16)
+        async def member(n, ctx: JobContext):
+            ran.add(ctx.job_id)
+
+    async with app.serving():
+        batch = await app.batch(on_complete=("cb", None), on_success=("cb", None))
+        for n in range(10_000):
+            await batch.add("ab"[n % 2], n)
+        await batch.close()
+        await cbs.wait("on_complete", "on_success", timeout_s=60)
+    assert len(ran) == 10_000
+    assert cbs.kinds() == ["on_complete", "on_success"]
+    assert all(b["done"] == 10_000 for b in cbs.seen)
+
+
+async def test_a_death_while_the_home_is_down_is_reported_once_it_is_back(mesh):
+    storage, cbs = MemoryStorage(durable=True), Callbacks()
+    home = app_on(mesh, "home", storage=storage)
+    member = app_on(mesh, "member", request_timeout_s=0.3)
+    home.queue("cb")
+    member.queue("a", max_attempts=1)
+    go = asyncio.Event()
+
+    @member.worker("a")
+    async def fails(n):
+        await go.wait()
+        raise RuntimeError("no")
+
+    async with member.serving():
+        async with home.serving():
+            batch = await home.batch(on_death=("cb", None), on_complete=("cb", None))
+            await batch.add("a", 1)
+            await batch.close()
+        go.set()  # dies while the home is down: its report waits and is retried
+        await wait_events(member, lambda evs: count(evs, "dead_lettered") == 1)
+        again = app_on(mesh, "home2", storage=storage)
+        again.queue("cb")
+
+        @again.worker("cb")
+        async def callback(body):
+            cbs.add(body)
+
+        async with again.serving():
+            await cbs.wait("on_death", "on_complete", timeout_s=15)
+    assert cbs.kinds() == ["on_complete", "on_death"]
+    assert all(b["dead"] == 1 for b in cbs.seen)

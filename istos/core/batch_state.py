@@ -14,8 +14,10 @@ the key, which only the creator, the home owner and the
 members' claimers hold (reads strip it, ``workflow_meta.public_meta``): an id read from an
 event or a job listing proves nothing.
 
-**Transitions of a member.** ``pending`` → ``done`` | ``dead`` | ``cancelled``, and
-``dead`` → ``done`` (a dead member requeued with ``app.requeue_dead`` that then succeeds).
+**Transitions of a member.** ``pending`` → ``done`` | ``dead`` | ``cancelled``, ``dead`` →
+``done`` (a dead member requeued with ``app.requeue_dead`` that then succeeds), and ``done`` →
+``dead`` (the done report went out before an ack that came too late: the lease had expired
+meanwhile and the job then died).
 Every other report changes nothing (a repeat, or a late report of an older attempt).
 
 **When callbacks are due** (:meth:`BatchHeader.due`), each at most once, only once closed:
@@ -39,7 +41,9 @@ OUTCOMES = (DONE, DEAD, CANCELLED)
 KINDS = ("on_death", "on_complete", "on_success")  # the order in which due callbacks fire
 MEMBER_KEYS = ("id", "home", "key")
 CALLBACK_KEYS = ("id", "home", "kind", "key")
-_MOVES = {(PENDING, DONE), (PENDING, DEAD), (PENDING, CANCELLED), (DEAD, DONE)}
+# (DONE, DEAD): a member's done is reported before its ack is applied; an ack that then
+# comes too late (its lease expired meanwhile and the job died) is corrected by the dead report.
+_MOVES = {(PENDING, DONE), (PENDING, DEAD), (PENDING, CANCELLED), (DEAD, DONE), (DONE, DEAD)}
 
 
 def batch_id(key: str, home: str) -> str:

@@ -748,7 +748,7 @@ REPLIES.update({op: (frozenset(always.split()), frozenset(optional.split()))
                     ("batch_open", "opened", ""), ("batch_reserve", "reserved", ""),
                     ("batch_add", "added", ""), ("batch_close", "closed", ""),
                     ("batch_report", "status", ""), ("batch_status", "batch", ""),
-                    ("batches", "batches total", ""), ("batch_members", "members more", ""))})
+                    ("batches", "batches total open", ""), ("batch_members", "members more", ""))})
 # Adding, reporting and closing are proven by the batch's key, on the produce key (a member's
 # owner reports on the home's produce key too); status and listings are reads.
 OP_ROLES.update({**dict.fromkeys(("batch_open", "batch_reserve", "batch_add", "batch_close",

@@ -237,7 +237,8 @@ class BatchOwner(OwnerExtension):
         rows = sorted(self.open.items(), key=lambda kv: (kv[1].finished_at is not None,
                                                           -kv[1].created_at))
         return {"batches": [h.status(bid, self.owner.name) for bid, h in rows[:limit]],
-                "total": len(rows)}
+                "total": len(rows),
+                "open": sum(1 for _, h in rows if h.finished_at is None)}
 
     async def op_members(self, msg: dict[str, Any]) -> dict[str, Any]:
         """``batch_members`` (read): up to ``limit`` members (job id, queue, outcome), those

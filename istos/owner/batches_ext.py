@@ -42,7 +42,7 @@ from .. import codec
 from .. import events as ev
 from ..core import batch_state as bs
 from ..core.records import JobRecord
-from ..errors import InvalidJob, IstosError, JobNotFound
+from ..errors import CapacityExceeded, InvalidJob, IstosError, JobNotFound
 from ..events import JobEvent
 from .extension import Handler, OwnerExtension
 
@@ -56,7 +56,8 @@ TOMBSTONE_TTL_S = 86_400.0
 also the dedup window of its callbacks."""
 RETRY_MIN_S, RETRY_MAX_S = 0.5, 30.0  # backoff of reports and firings that failed
 MAX_LISTED = 1000  # batches one ``batches`` reply lists
-PRUNE_PER_START = 256  # finished batches pruned per owner start (bounded work)
+MAX_BATCHES = 100_000  # batches one home holds (open, or finished and not pruned yet)
+PRUNE_PER_START = 256  # finished batches pruned per owner start or batch_open (bounded)
 
 Call = Callable[..., Awaitable[dict[str, Any]]]  # (queue, op, **fields) -> reply
 Fire = Callable[..., Awaitable[str]]  # the producer's enqueue(queue, data, job_id=, ...)
@@ -110,6 +111,9 @@ class BatchOwner(OwnerExtension):
                 msg["body"], job_id=job_id, delay_s=float(msg.get("delay_s", 0.0)),
                 priority=msg.get("priority", 0), meta=meta, dedup_s=msg.get("dedup_s"),
                 group=msg.get("group"))
+            if created and "batch_cb" in meta and meta["batch_cb"]["home"] != self.owner.name:
+                # Used: a repeat finds the job, or its dedup window, instead.
+                await self.owner.storage.delete(self.cb_ns, job_id)
             return {"job_id": job_id, "created": created}
         return enqueue
 
@@ -146,9 +150,15 @@ class BatchOwner(OwnerExtension):
             if not isinstance(spec[1], bytes):
                 raise InvalidJob(f"batch_open: callbacks.{kind} input must be bytes")
             callbacks[kind] = (spec[0], spec[1])
+        await self._load_all()
+        await self._prune()
         async with self._lock(bid):
             if await self._load(bid) is not None:
                 return {"opened": False}
+            if len(self.open) >= MAX_BATCHES:
+                raise CapacityExceeded(
+                    f"batch_open: queue {self.owner.name!r} is home to {len(self.open)} "
+                    "batches (open, or finished less than a day ago), the most it may")
             now = self.owner.node.clock.now()
             header = bs.BatchHeader(callbacks, description=msg.get("description") or "",
                                     created_at=now)
@@ -307,19 +317,29 @@ class BatchOwner(OwnerExtension):
     async def _recover(self) -> None:
         """On start: cache this home's batches, fire what is due, prune old finished ones."""
         await self._load_all(force=True)
+        for bid, header in list(self.open.items()):
+            if header.due():
+                key = await self._key_of(bid)
+                if key is not None:
+                    self._refire_later(bid, key)
+        await self._prune()
+
+    async def _prune(self) -> None:
+        """Delete up to :data:`PRUNE_PER_START` batches finished over a day ago (storage
+        first, then memory); run at start and at each ``batch_open``."""
         now, pruned = self.owner.node.clock.now(), 0
         for bid, header in list(self.open.items()):
-            if header.finished_at is not None and now - header.finished_at >= TOMBSTONE_TTL_S \
-                    and not header.due() and pruned < PRUNE_PER_START:
-                pruned += 1
+            if pruned >= PRUNE_PER_START:
+                return
+            if header.finished_at is None or now - header.finished_at < TOMBSTONE_TTL_S \
+                    or header.due():
+                continue
+            pruned += 1
+            async with self._lock(bid):
                 keys = [k for k, _ in await self.owner.storage.scan(self._ns(bid))]
                 await self.owner.storage.apply(self._ns(bid), [], keys)
                 await self.owner.storage.delete(self.index_ns, bid)
                 self.open.pop(bid, None)
-            elif header.due():
-                key = await self._key_of(bid)
-                if key is not None:
-                    self._refire_later(bid, key)
 
     async def _key_of(self, bid: str) -> str | None:
         raw = await self.owner.storage.get(self._ns(bid), "k")

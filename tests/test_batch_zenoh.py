@@ -1,5 +1,6 @@
-"""Batches over real Zenoh sessions and Redis: three queues on three owner nodes, the home
-owner killed mid-batch and restarted; every callback exactly once, counts from a ledger."""
+"""Batches over real Zenoh sessions and durable storage (Redis, PostgreSQL): three queues on
+three owner nodes, one owner killed mid-batch and restarted; every callback exactly once,
+counts from a ledger."""
 
 from __future__ import annotations
 
@@ -10,13 +11,11 @@ import uuid
 from typing import Any
 
 import pytest
-from services import free_port, redis_url
+from services import drop_postgres_table, free_port, postgres_url, redis_url
 from zenoh_util import isolated_configs, peer_config, unique_prefix
 
-from istos import Istos, RedisStoragePlugin
+from istos import Istos, RedisStoragePlugin, SQLAlchemyStoragePlugin
 from istos.ops.cli import parser, run
-
-pytestmark = pytest.mark.redis
 
 MEMBERS = 60
 
@@ -44,10 +43,16 @@ class Ledger:
                                  f"members ran, callbacks {self.callbacks}") from None
 
 
+def storage(kind: str, ns: str) -> Any:
+    if kind == "redis":
+        return RedisStoragePlugin(redis_url(), key_prefix=ns)
+    return SQLAlchemyStoragePlugin(postgres_url(), table=ns.replace("-", "_"))
+
+
 def node(config: dict[str, Any], prefix: str, name: str, ns: str, ledger: Ledger,
-         queues: tuple[str, ...]) -> Istos:
-    app = Istos(RedisStoragePlugin(redis_url(), key_prefix=ns), zenoh=config, prefix=prefix,
-                node_id=name, request_timeout_s=1.0)
+         queues: tuple[str, ...], kind: str = "redis") -> Istos:
+    app = Istos(storage(kind, ns), zenoh=config, prefix=prefix, node_id=name,
+                request_timeout_s=1.0)
     for q in queues:
         app.queue(q, lease_s=1.0, max_attempts=50)
         if q == "cb":
@@ -65,13 +70,17 @@ def node(config: dict[str, Any], prefix: str, name: str, ns: str, ledger: Ledger
     return app
 
 
-@pytest.mark.parametrize("victim", ["home", "b"])
-async def test_batch_across_three_owner_nodes_with_one_killed_and_restarted(victim: str):
+@pytest.mark.parametrize(("victim", "kind"), [
+    pytest.param("home", "redis", marks=pytest.mark.redis),
+    pytest.param("b", "redis", marks=pytest.mark.redis),
+    pytest.param("home", "postgres", marks=pytest.mark.postgres)])
+async def test_batch_across_three_owner_nodes_with_one_killed_and_restarted(victim: str,
+                                                                            kind: str):
     """The home (counts, callbacks) or a member queue's owner (reports) dies mid-batch."""
     configs, prefix, ns = isolated_configs(4), unique_prefix(), f"batch-{uuid.uuid4().hex[:8]}"
     ledger = Ledger()
     served = {"home": ("cb", "qa"), "b": ("qb",), "c": ("qc",)}
-    apps = {name: node(configs[i], prefix, name, ns, ledger, queues)
+    apps = {name: node(configs[i], prefix, name, ns, ledger, queues, kind)
             for i, (name, queues) in enumerate(served.items())}
     producer = Istos(zenoh=configs[3], prefix=prefix, node_id="producer", request_timeout_s=5.0)
     endpoints = [cfg["listen"]["endpoints"][0] for cfg in configs]
@@ -94,7 +103,7 @@ async def test_batch_across_three_owner_nodes_with_one_killed_and_restarted(vict
             fresh = f"tcp/127.0.0.1:{free_port()}"
             apps[victim] = node(peer_config(fresh, [
                 e for i, e in enumerate(endpoints) if i != index]),
-                prefix, f"{victim}2", ns, ledger, served[victim])
+                prefix, f"{victim}2", ns, ledger, served[victim], kind)
             endpoints[index] = fresh  # (the operator below connects to the live nodes)
             await apps[victim].start()
             await ledger.until(lambda: {cb["kind"] for cb in ledger.callbacks}
@@ -107,10 +116,13 @@ async def test_batch_across_three_owner_nodes_with_one_killed_and_restarted(vict
     finally:
         for app in apps.values():
             await app.stop()
-        storage = RedisStoragePlugin(redis_url(), key_prefix=ns)
-        await storage.open()
-        await storage.wipe()
-        await storage.close()
+        if kind == "redis":
+            store = RedisStoragePlugin(redis_url(), key_prefix=ns)
+            await store.open()
+            await store.wipe()
+            await store.close()
+        else:
+            await drop_postgres_table(postgres_url(), ns.replace("-", "_"))
     assert set(ledger.runs) == set(ids)  # the ledger: every member ran (some twice)
     assert sorted(cb["kind"] for cb in ledger.callbacks) == ["on_complete", "on_success"]
     for cb in ledger.callbacks:

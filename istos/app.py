@@ -26,6 +26,7 @@ from .core.records import JobRecord
 from .delegate import delegate
 from .errors import ConfigError, HAConfigError, IstosError, ProtocolError
 from .events import EventLog
+from .features.batch import Batches
 from .features.ledger import Ledger
 from .features.pubsub import PubSub, Subscription
 from .features.schedule import Schedules
@@ -89,6 +90,8 @@ class Istos:
     group = delegate("workflows", Workflows.group)
     chord = delegate("workflows", Workflows.chord)
     requeue_dead = delegate("workflows", Workflows.requeue_dead)
+    batch = delegate("batches", Batches.batch)
+    batch_status = delegate("batches", Batches.batch_status)
     schedule = delegate("schedules", Schedules.schedule)
     subscribe = delegate("pubsub", PubSub.subscribe)
     publish = delegate("pubsub", PubSub.publish)
@@ -161,6 +164,8 @@ class Istos:
                                    is_active_owner=lambda q: self.is_active_owner(q),
                                    add_plugin=self.add_plugin, serving=lambda: self._serving)
         self.workflows = Workflows(self.node, self.enqueue, self.client, self._require_serving)
+        self.batches = Batches(self.node, self.producer.enqueue, self.client,
+                               self._require_serving)
 
     @property
     def node_id(self) -> str:
@@ -324,6 +329,7 @@ class Istos:
             for wconfig, fn in self.workers:
                 runner = WorkerRunner(wconfig, fn, node, self.client(wconfig.queue),
                                       continue_hook=self._continue_hook,
+                                      batch_of=self.batches.handle_for,
                                       shutdown_grace_s=self.shutdown_grace_s)
                 self.runners.append(runner)
                 await runner.start()
@@ -362,6 +368,7 @@ class Istos:
         compose(owner, [
             self.schedules.owner_extension(owner),
             self.workflows.owner_extension(owner),
+            self.batches.owner_extension(owner),
             Inspector(owner), IdLookup(owner), SeriesKeeper(owner),
             LeaseOps(owner, on_cancel=lambda node, jobs: self._cancel_local(
                 owner.name, node, jobs)),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .core.joblogs import MAX_LINES, clip_line
 from .errors import InvalidProgress, JobCancelled, Retry
@@ -88,6 +88,9 @@ class JobContext:
     worker: str = ""
     deadline: float | None = None
     _signals: RunSignals = field(default_factory=RunSignals, repr=False, compare=False)
+    batch: Any = None
+    """The batch this job is a member of (its :meth:`~istos.features.batch.Batch.add` adds
+    members, also after the batch was closed), or None."""
 
     def progress(self, fraction: float | None = None, note: str | None = None) -> None:
         """Report how far the run got (``fraction`` in [0, 1]) and/or a short status ``note``.

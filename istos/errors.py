@@ -29,6 +29,7 @@ The tree::
     ├── ProtocolError                         malformed or unsupported wire message
     │   └── ReplyTooLarge                     istos.client.call: a reply above the cap
     ├── AdminDisabled                         admin action on a queue declared without admin=True
+    ├── BatchAddFailed                        istos.features.batch: a member counted, not enqueued
     ├── RemoteError                           the owner answered with an error of no known type
     ├── InvalidProgress (also ValueError)     ctx.progress() with a bad fraction or note
     ├── JobTimeout                            a run exceeded its worker's timeout_s

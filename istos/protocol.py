@@ -745,3 +745,53 @@ class RejectLog:
         self.suppressed = 0
         self._log("rejected %s request from %r: %s%s", kind, key[0], message[:200], more)
         return True
+
+
+# -- batches (features/batch.py, owner/batches_ext.py) ------------------------------------------
+BATCH_KINDS = ("on_death", "on_complete", "on_success")
+BATCH_OUTCOMES = ("done", "dead", "cancelled")
+MAX_BATCH_DESCRIPTION = 1024  # bytes of a batch's description
+_BATCH_ID = Field("batch_id", check_job_id, required=True)
+_BATCH_KEY = Field("key", text(64, empty=False), required=True)
+_MEMBER = Field("member", check_job_id, required=True)
+
+
+def batch_callbacks(name: str, value: Any) -> None:
+    """``{kind: [queue, encoded input]}`` with kinds among :data:`BATCH_KINDS`."""
+    if type(value) is not dict or len(value) > len(BATCH_KINDS):
+        fail(name, f"must be a map of at most {len(BATCH_KINDS)} callbacks", value)
+    for kind, spec in value.items():
+        if kind not in BATCH_KINDS:
+            fail(name, f"keys are among {BATCH_KINDS}", kind)
+        if type(spec) is not list or len(spec) != 2:
+            fail(f"{name}.{kind}", "must be [queue, input]", spec)
+        text(MAX_JOB_ID_BYTES, empty=False)(f"{name}.{kind}[0]", spec[0])
+        binary(MAX_BODY_BYTES)(f"{name}.{kind}[1]", spec[1])
+
+
+SCHEMAS.update({
+    "batch_open": (_BATCH_ID, _BATCH_KEY, Field("callbacks", batch_callbacks, required=True),
+                   Field("description", text(MAX_BATCH_DESCRIPTION))),
+    "batch_reserve": (_BATCH_ID, _BATCH_KEY, Field(
+        "kinds", list_of(one_of(*BATCH_KINDS, nil=False), 3, empty=False), required=True)),
+    "batch_add": (_BATCH_ID, _BATCH_KEY, _MEMBER,
+                  Field("member_queue", text(MAX_JOB_ID_BYTES, empty=False), required=True),
+                  Field("parent", check_job_id)),
+    "batch_close": (_BATCH_ID, _BATCH_KEY),
+    "batch_report": (_BATCH_ID, _BATCH_KEY, _MEMBER,
+                     Field("outcome", one_of(*BATCH_OUTCOMES, nil=False), required=True)),
+    "batch_status": (_BATCH_ID,),
+    "batches": (_PAGE,),
+    "batch_members": (_BATCH_ID, Field("state", one_of("pending", *BATCH_OUTCOMES)), _PAGE),
+})
+REPLIES.update({op: (frozenset(always.split()), frozenset(optional.split()))
+                for op, always, optional in (
+                    ("batch_open", "opened", ""), ("batch_reserve", "reserved", ""),
+                    ("batch_add", "added", ""), ("batch_close", "closed", ""),
+                    ("batch_report", "status", ""), ("batch_status", "batch", ""),
+                    ("batches", "batches total open", ""), ("batch_members", "members more", ""))})
+# Adding, reporting and closing are proven by the batch's key, on the produce key (a member's
+# owner reports on the home's produce key too); status and listings are reads.
+OP_ROLES.update({**dict.fromkeys(("batch_open", "batch_reserve", "batch_add", "batch_close",
+                                  "batch_report"), "produce"),
+                 **dict.fromkeys(("batch_status", "batches", "batch_members"), "read")})

@@ -160,6 +160,14 @@ def field_bad_values(rng: random.Random) -> dict[str, list[Any]]:
                      {"key": "k", "s": float("inf")}, {"key": "k", "s": 2.0, "max_s": 1.0},
                      {"key": "k", "s": 1.0, "mode": "middle"}, {"key": "", "s": 1.0}],
         "run_at": [v for v in bad_numbers(0, protocol.MAX_TIME) if v is not None],
+        "batch_id": ids, "member": ids, "parent": ids,
+        "outcome": ["frob", 1, None, [], "", "pending"],
+        "kinds": [None, [], ["frob"], "on_success", [1], ["on_success"] * 4],
+        "callbacks": [None, [], "x", {"frob": ["q", b""]}, {"on_success": "q"},
+                      {"on_success": ["q"]}, {"on_success": [1, b""]},
+                      {"on_success": ["q", "s"]}, {"on_success": ["", b""]},
+                      {"on_success": ["bad*name", b""]}],
+        "description": [1, [], True, b"d", "d" * 1025],
     }
 
 
@@ -221,6 +229,15 @@ TEMPLATES: dict[str, dict[str, Any]] = {
     "resume": {"group": "g"}, "cancel": {"job_id": "x"},
     "requeue_all_dead": {"error": "e", "limit": 5}, "promote": {"job_ids": ["x"], "limit": 5},
     "purge_dead_older": {"older_than_s": 60.0, "limit": 5},
+    "batch_open": {"batch_id": "b", "key": "ab" * 16, "description": "d",
+                   "callbacks": {"on_success": ["idle", b"\xc0"]}},
+    "batch_reserve": {"batch_id": "b", "key": "ab" * 16, "kinds": ["on_success"]},
+    "batch_add": {"batch_id": "b", "key": "ab" * 16, "member": "m", "member_queue": "idle",
+                  "parent": "p"},
+    "batch_close": {"batch_id": "b", "key": "ab" * 16},
+    "batch_report": {"batch_id": "b", "key": "ab" * 16, "member": "m", "outcome": "done"},
+    "batch_status": {"batch_id": "b"}, "batches": {"limit": 5},
+    "batch_members": {"batch_id": "b", "state": "done", "limit": 5},
 }
 ADMIN_ONLY = ("requeue_dead", "requeue", "purge_dead", "pause", "resume", "cancel",
               "requeue_all_dead", "promote", "purge_dead_older")

@@ -13,7 +13,7 @@ from istos.owner.owner import QueueOwner
 from istos.owner.pipeline import OWNER_PIPELINE, compose
 from istos.transport.local import LocalMesh
 
-PINNED = ("schedules", "workflows", "inspect", "lookup", "series", "leases", "workers",
+PINNED = ("schedules", "workflows", "batches", "inspect", "lookup", "series", "leases", "workers",
           "bulk_admin", "latency", "workflow_view", "announce", "local_nudge", "parking")
 
 

@@ -16,6 +16,7 @@ from helpers import count, wait_events
 
 from istos import AdminDisabled, InvalidJob, Istos, codec, keys, protocol, schema
 from istos.core import workflow_meta as wf
+from istos.core.batch_state import batch_id
 from istos.core.hungry import MAX_HUNGRY
 from istos.owner.extension import Hooks
 from istos.transport.local import LocalMesh
@@ -367,6 +368,7 @@ def test_hungry_nodes_prefer_proven_workers_and_stay_bounded():
 
 KEY = "cd" * 16
 CHORD = wf.chord_id(KEY, "q", 1, "q")
+BATCH = batch_id(KEY, "q")
 
 
 async def test_every_op_replies_with_the_fields_the_protocol_names(mesh):
@@ -406,6 +408,14 @@ async def test_every_op_replies_with_the_fields_the_protocol_names(mesh):
         calls["series"] = {}
         calls["events_since"] = {"after": 0}
         calls["logs"] = {"job_id": "j1"}
+        batch = {"batch_id": BATCH, "key": KEY}
+        calls.update({
+            "batch_reserve": {**batch, "kinds": ["on_success"]},
+            "batch_open": {**batch, "callbacks": {"on_success": ["q", b"\xc0"]}},
+            "batch_add": {**batch, "member": "b1", "member_queue": "q"},
+            "batch_report": {**batch, "member": "b1", "outcome": "dead"},
+            "batch_close": batch, "batch_status": {"batch_id": BATCH}, "batches": {},
+            "batch_members": {"batch_id": BATCH}})
         assert set(calls) == set(protocol.SCHEMAS) == set(protocol.REPLIES)
         replies = {op: await raw(probe, "q", op=op, **fields) for op, fields in calls.items()}
     for op, reply in replies.items():

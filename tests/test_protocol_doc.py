@@ -21,6 +21,7 @@ from zenoh_util import isolated_configs, unique_prefix
 import istos.errors
 from istos import Istos, RedisStoragePlugin, protocol
 from istos.core import workflow_meta as wf
+from istos.core.batch_state import batch_id
 from istos.transport.base import NoResponder
 from istos.transport.zenoh import ZenohTransport
 
@@ -198,6 +199,23 @@ async def test_a_client_built_from_the_doc_exercises_every_op():
         assert (await client.ok("q", "resolve", prefix="sched:s"))["matches"] == ["sched:s:1"]
         series = await client.ok("q", "series")
         assert series["rows"] and series["rows"][-1]["enqueued"] >= 0
+        bid = batch_id(key, "q")
+        batch = {"batch_id": bid, "key": key}
+        assert (await client.ok("q", "batch_reserve", **batch, kinds=["on_success"])
+                )["reserved"] is True
+        assert (await client.ok("q", "batch_open", **batch, description="d", callbacks={
+            "on_complete": ["q", b"\xc0"]}))["opened"] is True
+        assert (await client.ok("q", "batch_add", **batch, member="bm", member_queue="q")
+                )["added"] is True
+        assert (await client.ok("q", "batch_report", **batch, member="bm", outcome="dead")
+                )["status"] == "counted"
+        assert (await client.ok("q", "batch_close", **batch))["closed"] is True
+        status = (await client.ok("q", "batch_status", batch_id=bid))["batch"]
+        assert (status["total"], status["dead"], status["pending"]) == (1, 1, 0)
+        assert status["callbacks"]["on_complete"]["fired_at"] is not None
+        assert (await client.ok("q", "batches"))["total"] == 1
+        assert (await client.ok("q", "batch_members", batch_id=bid))["members"] == [
+            {"job_id": "bm", "queue": "q", "state": "dead"}]
         since = await client.ok("q", "events_since", epoch=None, after=0)
         assert since["events"] and len(since["seqs"]) == len(since["events"])
         logs = await client.ok("q", "logs", job_id="j1", after=0)
@@ -208,7 +226,10 @@ async def test_a_client_built_from_the_doc_exercises_every_op():
                                                "pause", "resume", "cancel", "purge_dead",
                                                "requeue_all_dead", "purge_dead_older",
                                                "workers", "unpark", "resolve", "series",
-                                               "events_since", "logs"}
+                                               "events_since", "logs", "batch_reserve",
+                                               "batch_open", "batch_add", "batch_report",
+                                               "batch_close", "batch_status", "batches",
+                                               "batch_members"}
         assert exercised == set(OPS)
 
 

@@ -29,6 +29,7 @@ from ..client.follow import MARKERS
 from ..core.state import STATES
 from ..errors import AdminDisabled, ConfigError, IstosError, JobNotFound, OwnerUnavailable
 from ..protocol import MIN_ID_PREFIX
+from . import batch_cmds as BC
 from . import operator_cmds as OC
 from . import pause_cmd
 from . import render as R
@@ -70,6 +71,12 @@ def _outbox_args(p: argparse.ArgumentParser) -> None:
                    help="also report the outbox table at this SQLAlchemy async URL "
                         "(istos_outbox_depth, istos_outbox_oldest_age_seconds)")
     p.add_argument("--outbox-table", default="istos_outbox", metavar="TABLE")
+
+
+def _more_commands(command: Any) -> None:
+    """The commands other modules declare (operator_cmds.py, batch_cmds.py)."""
+    OC.add_commands(command)
+    BC.add_commands(command)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -138,7 +145,7 @@ def parser() -> argparse.ArgumentParser:
                    help="serve without a token (default: a random one, in the printed URL)")
     p.add_argument("--cull-after", type=float, default=None, metavar="S",
                    help="end a closed page's kernel after S seconds idle (default 60)")
-    OC.add_commands(command)
+    _more_commands(command)
     add_record_command(sub, _common)
     return top
 
@@ -331,7 +338,9 @@ _HANDLERS = {"stats": _stats, "jobs": _jobs, "why": _why, "dead": _dead, "leases
              "workers": lambda op, a, out: OC.workers(op, a, out, _emit),
              "requeue-dead": lambda op, a, out: OC.requeue_dead(op, a, out, _emit, UsageError),
              "promote": lambda op, a, out: OC.promote(op, a, out, _emit),
-             "queues": lambda op, a, out: OC.queues(op, a, out, _emit), "record": run_record}
+             "queues": lambda op, a, out: OC.queues(op, a, out, _emit), "record": run_record,
+             "batches": lambda op, a, out: BC.batches(op, a, out, _emit),
+             "batch": lambda op, a, out: BC.batch(op, a, out, _emit)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

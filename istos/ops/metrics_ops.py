@@ -6,6 +6,8 @@ own numbers (its ``stats`` and its ``workers`` table):
   lease expiry), since the owner started. Buckets (``le``, seconds): 0.005, 0.01, 0.025, 0.05,
   0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, +Inf (``istos.owner.latency``);
 - ``istos_workers`` (gauge): workers the owner saw claim or renew lately;
+- ``istos_batches_open`` (gauge): batches this queue is home to that have not finished
+  (``docs/batches.md``);
 - ``istos_worker_claimed_total``, ``istos_worker_acked_total``, ``istos_worker_nacked_total``,
   ``istos_worker_expired_total``, ``istos_worker_released_total`` (``queue`` and ``worker``
   labels): what happened to each worker's deliveries, counted by the owner since it first saw
@@ -22,6 +24,7 @@ from .operator import Operator
 
 WORKER_COUNTS = ("claimed", "acked", "nacked", "expired", "released")
 WORKERS_KEY = "_workers"  # where a scrape keeps a queue's workers table beside its stats
+BATCHES_KEY = "_batches_open"  # ... and how many batches it is home to are open
 
 
 async def with_workers(op: Operator, queue: str, stats: dict[str, Any]) -> dict[str, Any]:
@@ -30,6 +33,10 @@ async def with_workers(op: Operator, queue: str, stats: dict[str, Any]) -> dict[
         stats[WORKERS_KEY] = await op.workers(queue)
     except IstosError:
         stats[WORKERS_KEY] = None
+    try:
+        stats[BATCHES_KEY] = (await op.call(queue, "batches", limit=1))["open"]
+    except (IstosError, KeyError):  # (an owner of a version without batches)
+        stats[BATCHES_KEY] = None
     return stats
 
 
@@ -49,9 +56,13 @@ def families(stats: dict[str, dict[str, Any] | None]) -> Iterator[Any]:
     counters = {k: CounterMetricFamily(f"istos_worker_{k}", f"Deliveries {k} per worker, "
                                        "counted by the owner", labels=["queue", "worker"])
                 for k in WORKER_COUNTS}
+    batches = GaugeMetricFamily("istos_batches_open", "Batches this queue is home to that "
+                                "have not finished", labels=["queue"])
     for queue, s in stats.items():
         if s is None:
             continue
+        if s.get(BATCHES_KEY) is not None:
+            batches.add_metric([queue], float(s[BATCHES_KEY]))
         for name, family in hists.items():
             hist = s.get(f"{name}_hist")
             if isinstance(hist, dict):
@@ -64,7 +75,7 @@ def families(stats: dict[str, dict[str, Any] | None]) -> Iterator[Any]:
         for row in rows:
             for k, counter in counters.items():
                 counter.add_metric([queue, str(row["worker"])], float(row.get(k) or 0))
-    yield from (*hists.values(), workers, *counters.values())
+    yield from (*hists.values(), workers, batches, *counters.values())
 
 
 def _le(bound: Any) -> str:

@@ -21,6 +21,7 @@ from .handle import OwnerHandle
 OWNER_PIPELINE: tuple[str, ...] = (
     "schedules",      # serves enqueue_slot (features/schedule.py)
     "workflows",      # chord ops, requeue_dead; the meta check; before ack (features/workflow.py)
+    "batches",        # batch ops; wraps enqueue (batch meta); before ack (batches_ext.py)
     "inspect",        # stats, jobs, why, events, follow, pause, ... (inspect.py)
     "lookup",         # resolve (lookup.py)
     "series",         # series (series.py)

@@ -58,6 +58,7 @@ AUTO_PREFETCH_FACTOR = 4
 """The automatic prefetch holds at most this many times ``concurrency`` extra jobs."""
 
 ContinueHook = Callable[[dict[str, Any], Any], Awaitable[None]]
+BatchOf = Callable[["dict[str, Any] | None", str], Any]  # (meta, job id) -> ctx.batch
 
 
 @dataclass
@@ -90,12 +91,13 @@ class WorkerStats:
 class WorkerRunner:
     def __init__(self, config: WorkerConfig, fn: Callable[..., Any], node: Node,
                  client: OwnerClient, *, continue_hook: ContinueHook | None = None,
-                 shutdown_grace_s: float = 10.0) -> None:
+                 shutdown_grace_s: float = 10.0, batch_of: BatchOf | None = None) -> None:
         self.config = config
         self.fn = fn
         self.node = node
         self.client = client
         self.continue_hook = continue_hook
+        self.batch_of = batch_of
         self.shutdown_grace_s = shutdown_grace_s
         self._deps, self._wants_ctx = di.plan(fn)
         self._is_async = inspect.iscoroutinefunction(fn)
@@ -409,7 +411,9 @@ class WorkerRunner:
             if self._wants_ctx:
                 kwargs["ctx"] = JobContext(job.job_id, self.config.queue, job.attempt,
                                            job.max_attempts, job.last_error, job.worker,
-                                           job.deadline, self.leases.signals_of(held))
+                                           job.deadline, self.leases.signals_of(held),
+                                           batch=self.batch_of(job.meta, job.job_id)
+                                           if job.meta and self.batch_of else None)
             if self._deps:
                 async with AsyncExitStack() as stack:
                     kwargs.update(await di.resolve(self._deps, stack, {}))

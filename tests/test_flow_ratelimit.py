@@ -127,6 +127,9 @@ async def test_stats_and_metrics_show_the_limiter():
         async def workers(self, queue: str) -> list[dict[str, Any]]:
             return (await owner.client(queue).call("workers"))["workers"]
 
+        async def call(self, queue: str, op: str, **fields: Any) -> dict[str, Any]:
+            return await owner.client(queue).call(op, **fields)
+
     async with owner.serving():
         await owner.enqueue_many("api", [1, 2, 3])
         reply = await owner.client("api").call("claim", workers=["w#0", "w#1", "w#2"],

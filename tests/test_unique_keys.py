@@ -264,3 +264,18 @@ async def test_sync_producer_takes_the_same_options_from_a_thread():
     assert a == b == many[0] and many[1] != a and burst == joined and status == "updated"
     assert isinstance(b, Enqueued) and b.reason == "unique_key"
     assert joined.reason == "debounce_key"
+
+
+async def test_operators_see_a_jobs_unique_key_and_burst_in_the_jobs_listing():
+    """The ``jobs`` read op (what ``istos jobs``, LiveQueue and the dashboard list) names a
+    job's unique key and scope, and its debounce burst's key; a job without either shows none."""
+    app = Istos(transport=LocalMesh().transport("o"))
+    app.queue("q")
+    async with app.serving():
+        keyed = await app.enqueue("q", 1, unique_key="feed:42", unique="queued")
+        burst = await app.enqueue("q", 2, debounce_key="reindex:7", debounce_s=60.0)
+        plain = await app.enqueue("q", 3)
+        rows = {j["job_id"]: j for j in (await app.client("q").call("jobs"))["jobs"]}
+    assert (rows[keyed]["unique_key"], rows[keyed]["unique"]) == ("feed:42", "queued")
+    assert rows[burst]["debounce_key"] == "reindex:7" and "unique_key" not in rows[burst]
+    assert "unique_key" not in rows[plain] and "debounce_key" not in rows[plain]

@@ -308,7 +308,10 @@ def job_summary(rec: JobRecord) -> dict[str, Any]:
             "last_error": rec.last_error, "body": rec.body,
             "progress": rec.progress, "progress_note": rec.progress_note,
             **({"group": rec.group} if rec.group is not None else {}),
-            **({"start_by": rec.start_by} if rec.start_by is not None else {})}
+            **({"start_by": rec.start_by} if rec.start_by is not None else {}),
+            **({"unique_key": rec.unique_key, "unique": rec.unique}
+               if rec.unique_key is not None else {}),
+            **({"debounce_key": rec.debounce_key} if rec.debounce_key is not None else {})}
 
 
 def explain(owner: OwnerHandle, job_id: str, ahead: int | None = None) -> dict[str, Any]:

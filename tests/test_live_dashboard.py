@@ -167,14 +167,48 @@ async def test_live_dashboard_policy_jobs_tab_detail_and_confirmed_admin():
             assert panel.yes.description == "Yes, cancel the job"  # never a bare "Cancel"
             assert dash.confirm() == "cancelled"
             assert lq.why(new_id)["state"] == "cancelled"
+            panel.reason.value = " smtp down "  # the field beside Pause: sent as the reason
             dash.ask("pause")
+            assert "(reason: smtp down)" in panel.text.value
             dash.confirm()
-            assert lq.stats()["paused"] is True and "PAUSED" in dash.stats_line.value
+            stats = lq.stats()
+            assert stats["paused"] is True and "PAUSED" in dash.stats_line.value
+            assert stats["pause"]["reason"] == "smtp down"
         finally:
             dash.close()
             lq.close()
     finally:
         await owner.stop()
+
+
+class _Pauses:
+    """Records what the admin panel's Pause sends (a stand-in for the LiveQueue)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Any, ...]] = []
+
+    def pause(self, *args: Any) -> dict[str, Any]:
+        self.sent.append(args)
+        return {}
+
+    def resume(self) -> bool:
+        return True
+
+
+@pytest.mark.fast
+def test_pause_sends_the_reason_field_only_when_it_holds_one():
+    from istos_nb.views.admin_panel import AdminPanel
+
+    lq = _Pauses()
+    panel = AdminPanel(lq, lambda: "", lambda: None)
+    panel.set_admin(True)
+    assert panel.reason in panel.row.children and "istos-admin-reason" in panel.reason._dom_classes
+    for typed in ("", "   ", "deploy"):
+        panel.reason.value = typed
+        panel.ask("pause")
+        panel.reason.value = "typed after the question"  # what was confirmed is what is sent
+        panel.confirm()
+    assert lq.sent == [(), (), ("deploy",)]
 
 
 async def test_admin_actions_are_hidden_and_refused_without_admin():

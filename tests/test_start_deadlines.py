@@ -285,3 +285,61 @@ async def test_pause_and_deadlines_over_zenoh_across_an_owner_restart(storage_fa
             assert await remote.resume("q")
             await wait_events(second, lambda ev: count(ev, "acked", "long") == 1, 20.0)
     assert runs == [2]
+
+
+@pytest.mark.parametrize("storage_factory", ["redis", "postgres"], indirect=True)
+async def test_start_deadlines_survive_an_ha_failover(storage_factory):
+    """A job with a start deadline is accepted by the HA leader; the leader stops; the new
+    leader, loaded from the shared store, expires it at its deadline and never hands it out,
+    while a waiting job without a deadline still runs."""
+    mesh = LocalMesh()
+    replicas = []
+    for name in ("a", "b"):
+        app = Istos(storage=storage_factory(), transport=mesh.transport(name), node_id=name,
+                    request_timeout_s=2.0)
+        app.queue("q", ha=True, ha_lease_s=0.6, sweep_interval_s=0.05)
+        replicas.append(app)
+    a, b = replicas
+    producer = Istos(transport=mesh.transport("p"), node_id="p", request_timeout_s=2.0)
+    worker = Istos(transport=mesh.transport("w"), node_id="w", request_timeout_s=2.0)
+    runs: list[str] = []
+
+    @worker.worker("q", poll_interval_s=0.05)
+    async def handle(job: str) -> None:
+        runs.append(job)
+
+    async def leader_is(app: Istos) -> None:
+        async def loop() -> None:
+            while not app.is_active_owner("q"):
+                await asyncio.sleep(0.01)  # leadership is the election task's side effect
+        await asyncio.wait_for(loop(), 20.0)
+
+    await a.start()
+    await leader_is(a)
+    await b.start()
+    try:
+        async with producer.serving():
+            utc = dt.timezone.utc
+            await producer.enqueue("q", "short", job_id="short", expires_s=1.5)
+            await producer.enqueue("q", "by", job_id="by",
+                                   start_by=dt.datetime.now(utc) + dt.timedelta(seconds=1.5))
+            await producer.enqueue("q", "plain", job_id="plain")
+            assert a.owners["q"].state.jobs["short"].start_by is not None
+            await a.stop()  # a clean stop hands the leadership over at once
+            await leader_is(b)
+            owner = b.owners["q"]
+            assert set(owner.state.jobs) == {"short", "by", "plain"}
+            for jid in ("short", "by"):
+                rec = owner.state.jobs[jid]
+                assert rec.start_by is not None  # the deadline came through the store
+                if rec.state != EXPIRED:  # (a slow machine may have passed it already)
+                    await wait_events(b, lambda ev, j=jid: count(ev, "expired", j) == 1, 20.0)
+                assert (await producer.result("q", jid))["state"] == "expired"
+            assert owner.state.jobs["plain"].state == READY
+            async with worker.serving():
+                await wait_events(b, lambda ev: count(ev, "acked", "plain") == 1, 20.0)
+            assert runs == ["plain"]  # the expired jobs never ran
+            assert owner.stats()["counts"][EXPIRED] == 2
+    finally:
+        await b.stop()
+        await a.stop()

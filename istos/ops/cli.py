@@ -11,9 +11,9 @@ Tables are for people (local times, ages, one-line payloads); ``--json`` prints 
 1 the owner refused (admin disabled, no such job), 2 bad usage, 3 no owner answered (of several
 queues: none did); errors are one line on stderr, never a traceback, and with ``--json`` also a
 JSON object ``{"error": TYPE, "message": ...}`` on stdout. Job ids may be given as a unique
-prefix of at least 6 characters (``why``, ``cancel``, ``requeue``), as demos and charts print
-them. Nothing here imports ``istos_nb`` (``dashboard`` starts
-Voila, whose kernel does).
+prefix of at least 6 characters (``why``, ``cancel``, ``update``, ``requeue``), as demos and
+charts print them. Nothing here imports ``istos_nb`` (``dashboard`` starts Voila, whose kernel
+does).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ..errors import AdminDisabled, ConfigError, IstosError, JobNotFound, OwnerU
 from ..protocol import MIN_ID_PREFIX
 from . import batch_cmds as BC
 from . import operator_cmds as OC
-from . import pause_cmd
+from . import pause_cmd, update_cmd
 from . import render as R
 from .operator import Operator
 from .record import add_command as add_record_command
@@ -128,6 +128,7 @@ def parser() -> argparse.ArgumentParser:
     pause_cmd.add_commands(command)
     p = command("cancel", "admin: cancel a job (a running one is stopped by its worker)")
     p.add_argument("job_id", metavar="JOB_ID")
+    update_cmd.add_commands(command)
     p = command("metrics", "serve Prometheus metrics of queues on /metrics (read-only; none "
                 "given: every queue discovered at each scrape)", "any")
     p.add_argument("--port", type=int, required=True)
@@ -335,6 +336,8 @@ async def _cancel(op: Operator, args: argparse.Namespace, out: Any) -> int:
 _HANDLERS = {"stats": _stats, "jobs": _jobs, "why": _why, "dead": _dead, "leases": _leases,
              "series": _series, "follow": _follow, "requeue": _requeue, "purge-dead": _purge,
              "pause": _pause_resume, "resume": _pause_resume, "cancel": _cancel,
+             "update": lambda op, a, out: update_cmd.update(op, a, out, _emit, resolve_id,
+                                                            UnknownJob),
              "workers": lambda op, a, out: OC.workers(op, a, out, _emit),
              "requeue-dead": lambda op, a, out: OC.requeue_dead(op, a, out, _emit, UsageError),
              "promote": lambda op, a, out: OC.promote(op, a, out, _emit),

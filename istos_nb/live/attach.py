@@ -25,6 +25,7 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable, Coroutine, Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
@@ -33,6 +34,7 @@ from istos.client.follow import Follower
 from istos.client.pausing import pause_fields, resume_fields
 from istos.core.config import check_queue_name
 from istos.errors import ConfigError, IstosError, JobNotFound
+from istos.lifecycle import UNSET
 from istos.payload import CodecChain, PayloadCodec
 from istos.protocol import MAX_BULK, MAX_PAGE
 from istos.transport.zenoh import ZenohTransport
@@ -41,7 +43,7 @@ from . import reply_tables as lf
 from .loop import LoopThread, Stream, async_call, start_stream, stop_stream, sync_call
 from .owner_series import fetch_series, series_args
 from .record import check_seconds, record_on_loop
-from .requests import OwnerRequests, jobs_args, purge_fields, search_filters
+from .requests import OwnerRequests, jobs_args, purge_fields, search_filters, update_fields
 
 if TYPE_CHECKING:
     from ..data.trace import Trace
@@ -550,6 +552,31 @@ class LiveQueue:
         """As :meth:`cancel`, awaitable: the caller's loop runs while it waits."""
         reply = await self._awaiting(lambda: self._req.admin("cancel", job_id=str(job_id)),
                                      "cancel")
+        return str(reply["status"])
+
+    def update(self, job_id: str, *, data: Any = UNSET, delay_s: float | None = None,
+               run_at: float | datetime | None = None, priority: int | None = None) -> str:
+        """Edit a waiting (ready or delayed) job in one durable write, as ``Istos.update``:
+        its ``data`` (encoded with this LiveQueue's ``codecs``), its start (``delay_s`` from
+        now, or ``run_at``, a datetime or epoch seconds) and/or its ``priority``. Returns the
+        owner's status: ``"updated"``, ``"too_late"`` (it started already; nothing changed)
+        or ``"unknown"``. Raises :class:`ConfigError` naming the field (nothing sent) for a
+        bad ``job_id``, ``delay_s``, ``run_at`` or ``priority``, both ``delay_s`` and
+        ``run_at``, or nothing to change; :class:`InvalidJob` for data that cannot be
+        encoded or is over the size limit; :class:`StorageUnavailable` when the owner's
+        write failed (the job stays as it was)."""
+        fields = update_fields(self.queue, self._req.payload, job_id, data, delay_s, run_at,
+                               priority)
+        reply = self._blocking(lambda: self._req.ask("update", **fields), "update")
+        return str(reply["status"])
+
+    async def aupdate(self, job_id: str, *, data: Any = UNSET, delay_s: float | None = None,
+                      run_at: float | datetime | None = None,
+                      priority: int | None = None) -> str:
+        """As :meth:`update`, awaitable: the caller's loop runs while it waits."""
+        fields = update_fields(self.queue, self._req.payload, job_id, data, delay_s, run_at,
+                               priority)
+        reply = await self._awaiting(lambda: self._req.ask("update", **fields), "update")
         return str(reply["status"])
 
     # -- widgets, lifecycle --------------------------------------------------------------------

@@ -17,6 +17,7 @@ from istos.client import Clients, Remote, ReplyTooLarge
 from istos.client.pages import dead_pages, jobs_pages, workers_pages
 from istos.core.state import STATES
 from istos.errors import ConfigError, JobNotFound
+from istos.lifecycle import check_update
 from istos.owner.workflow_view import fill_states
 from istos.payload import CodecChain
 from istos.protocol import MAX_EVENTS
@@ -205,3 +206,14 @@ def purge_fields(job_ids: Iterable[str] | None) -> dict[str, Any]:
     if isinstance(job_ids, str):
         job_ids = [job_ids]  # one id, not its characters
     return {} if job_ids is None else {"job_ids": [str(j) for j in job_ids]}
+
+
+def update_fields(queue: str, payload: CodecChain | None, job_id: str, data: Any,
+                  delay_s: object, run_at: object, priority: object) -> dict[str, Any]:
+    """The ``update`` op's fields (``job_id`` and what changes), checked as
+    :meth:`istos.Istos.update` checks them, the new body through the queue's payload codecs.
+    Raises ConfigError naming the field, or InvalidJob for data that cannot be encoded."""
+    fields = check_update(queue, job_id, data, delay_s, run_at, priority)
+    if "body" in fields and payload is not None and payload.codecs:
+        fields["body"] = payload.wrap(fields["body"], queue=queue)
+    return {"job_id": job_id, **fields}

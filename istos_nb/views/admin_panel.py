@@ -6,7 +6,8 @@ The outcome ("done: Requeue dead job ... → new id", or the error) stays in the
 which refreshes never touch: the next action replaces it and it clears itself after
 :data:`MESSAGE_S`. DOM classes: ``istos-admin`` (the button row), ``istos-admin-<action>``,
 ``istos-confirm`` (the confirmation row) with ``istos-confirm-text``, ``istos-confirm-yes`` and
-``istos-confirm-no``, ``istos-message`` (the outcome line).
+``istos-confirm-no``, ``istos-message`` (the outcome line), ``istos-admin-reason`` (the
+optional reason the Pause button sends, a text field beside it).
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ class Pending:
     run: Callable[[], Any]
 
 
-def _pending(lq: Any, action: str, job: str) -> Pending:
+def _pending(lq: Any, action: str, job: str, reason: str = "") -> Pending:
+    pause_question = "Pause claiming on this queue" + (f" (reason: {reason})?" if reason
+                                                       else "?")
     table: dict[str, tuple[str, str, Callable[[], Any]]] = {
-        "pause": ("Pause claiming on this queue?", "pause", lq.pause),
+        "pause": (pause_question, "pause", (lambda: lq.pause(reason)) if reason else lq.pause),
         "resume": ("Resume claiming on this queue?", "resume", lq.resume),
         "requeue": (f"Requeue dead job {job} under a new id?", "requeue",
                     lambda: lq.requeue(job)),
@@ -79,8 +82,12 @@ class AdminPanel:
         self._message_at: float | None = None
         self.buttons = {name: W.Button(description=label, layout=W.Layout(width="auto"))
                         for name, (label, _job) in ACTIONS.items()}
-        self.row = W.HBox(list(self.buttons.values()), layout=W.Layout(display="none",
-                                                                       flex_flow="row wrap"))
+        # Beside Pause: what it sends as the stored pause's reason (empty: none).
+        self.reason = W.Text(placeholder="pause reason (optional)",
+                             layout=W.Layout(width="14em"))
+        row = [w for name, b in self.buttons.items()
+               for w in ((b, self.reason) if name == "pause" else (b,))]
+        self.row = W.HBox(row, layout=W.Layout(display="none", flex_flow="row wrap"))
         self.text = W.HTML()
         self.yes = W.Button(description="Yes", button_style="danger",
                             layout=W.Layout(width="auto"))
@@ -93,7 +100,8 @@ class AdminPanel:
         self.message = W.HTML()
         for widget, cls in ((self.row, "istos-admin"), (self.confirm_box, "istos-confirm"),
                             (self.text, "istos-confirm-text"), (self.yes, "istos-confirm-yes"),
-                            (self.no, "istos-confirm-no"), (self.message, "istos-message")):
+                            (self.no, "istos-confirm-no"), (self.message, "istos-message"),
+                            (self.reason, "istos-admin-reason")):
             widget.add_class(cls)
         for name, button in self.buttons.items():
             button.add_class(f"istos-admin-{name}")
@@ -109,7 +117,8 @@ class AdminPanel:
 
     def ask(self, action: str, job_id: str | None = None) -> None:
         """Show the confirmation for ``action`` (see :data:`ACTIONS`) on ``job_id`` (default:
-        the job tab's); nothing is sent before :meth:`confirm`. Raises PermissionError unless
+        the job tab's); nothing is sent before :meth:`confirm`. ``pause`` sends the reason
+        field's text, as it is now, when it holds any. Raises PermissionError unless
         the owner said admin, ConfigError (a ValueError) for an unknown action."""
         if not self.admin:
             raise PermissionError("this queue was not declared with admin=True")
@@ -120,7 +129,7 @@ class AdminPanel:
             what = "job" if action == "cancel-job" else "dead job"
             self.say(f"pick a {what} in the job tab (or a row's button) first")
             return
-        self.pending = _pending(self.live_queue, action, job)
+        self.pending = _pending(self.live_queue, action, job, str(self.reason.value).strip())
         self.text.value = esc(self.pending.question)
         self.yes.description = f"Yes, {self.pending.verb}"
         self.confirm_box.layout.display = None

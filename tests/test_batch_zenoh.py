@@ -27,6 +27,9 @@ class Ledger:
         self.runs: list[str] = []
         self.callbacks: list[dict[str, Any]] = []
         self.changed = asyncio.Event()
+        # Members that start once a quarter has run wait here until the test opens it (after
+        # the kill and the restart): the kill lands mid-batch however fast the rest would run.
+        self.gate = asyncio.Event()
 
     def note(self) -> None:
         self.changed.set()
@@ -63,9 +66,10 @@ def node(config: dict[str, Any], prefix: str, name: str, ns: str, ledger: Ledger
         else:
             @app.worker(q, concurrency=2)
             async def member(n: int, ctx: Any) -> int:
-                await asyncio.sleep(0.02)  # slow enough that the kill lands mid-batch
                 ledger.runs.append(ctx.job_id)
                 ledger.note()
+                if len(set(ledger.runs)) >= MEMBERS // 4:
+                    await ledger.gate.wait()  # (see Ledger.gate)
                 return n
     return app
 
@@ -106,6 +110,7 @@ async def test_batch_across_three_owner_nodes_with_one_killed_and_restarted(vict
                 prefix, f"{victim}2", ns, ledger, served[victim], kind)
             endpoints[index] = fresh  # (the operator below connects to the live nodes)
             await apps[victim].start()
+            ledger.gate.set()
             await ledger.until(lambda: {cb["kind"] for cb in ledger.callbacks}
                                >= {"on_complete", "on_success"}, 60, "both callbacks")
             status = await producer.batch_status(batch.id)

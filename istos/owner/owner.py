@@ -62,6 +62,11 @@ from .write_path import OwnerSignals, WritePath
 log = logging.getLogger("istos.owner")
 
 
+_PLAIN_ENQUEUE = frozenset(("v", "op", "body", "job_id", "delay_s", "priority", "dedup_s",
+                            "group", "node"))
+"""The fields of an ``enqueue`` that takes the owner's plain path (see ``_op_enqueue``)."""
+
+
 class QueueOwner:
     def __init__(self, config: QueueConfig, node: Node, *, fence: Fence | None = None) -> None:
         self.config = config
@@ -304,6 +309,15 @@ class QueueOwner:
 
     async def _op_enqueue(self, msg: dict[str, Any]) -> dict[str, Any]:
         job_id = msg.get("job_id") or self.node.ids.new()
+        if _PLAIN_ENQUEUE.issuperset(msg) and not job_id.startswith(
+                protocol.RESERVED_ID_PREFIXES):
+            # The common request (no meta, key, burst or deadline) skips those steps: a queue
+            # that uses none of them pays for none of them.
+            job = NewJob(job_id, msg["body"], float(msg.get("delay_s", 0.0)),
+                         msg.get("priority", 0), None, msg.get("dedup_s"), msg.get("group"))
+            if (await accept_new(self, (job,), share_twin_fate=True, keyed=False))[0]:
+                return {"job_id": job_id, "created": True}
+            return {"job_id": job_id, "created": False, "reason": "job_id"}
         meta = msg.get("meta")
         flow = without_trace(meta)  # a trace context alone is no workflow (core/trace_meta)
         if (flow is not None or job_id.startswith(protocol.RESERVED_ID_PREFIXES)) \

@@ -55,7 +55,8 @@ class Persister:
         ``also``: SQL statements to run in the same transaction as the batch that carries these
         changes (an SQL storage only: :data:`~istos.storage.base.TxStep`).
         """
-        self._pending_also.extend(also)
+        if also:
+            self._pending_also.extend(also)
         any_change = False
         for change in changes:
             any_change = True
@@ -93,13 +94,17 @@ class Persister:
             try:
                 puts = [(k, v) for k, v in batch.items() if v is not None]
                 deletes = [k for k, v in batch.items() if v is None]
-                if puts or deletes or also:
-                    # Keyword arguments only where set: a storage without an SQL transaction
-                    # (memory, Redis) is never handed ``also`` (nobody gives it one there).
-                    extra: dict[str, Any] = {"also": also} if also else {}
+                if also:  # (only an SQL storage is ever handed statements: see TxStep)
+                    extra: dict[str, Any] = {"also": also}
                     if self.fence is not None:
                         extra["fence"] = self.fence
                     await self._storage.apply(self._ns, puts, deletes, **extra)
+                elif not puts and not deletes:
+                    pass
+                elif self.fence is None:
+                    await self._storage.apply(self._ns, puts, deletes)
+                else:
+                    await self._storage.apply(self._ns, puts, deletes, fence=self.fence)
             except Exception as exc:  # adapters raise StorageUnavailable; be safe with others
                 err = exc if isinstance(exc, StorageUnavailable) else StorageUnavailable(
                     f"storage write for {self._ns!r} failed: {exc!r}")

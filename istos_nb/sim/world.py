@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import random
 from collections.abc import Callable
 from typing import Any
@@ -105,6 +106,11 @@ class World:
         node = owner if isinstance(owner, SimNode) else None
 
         def fire() -> None:
+            if inspect.iscoroutinefunction(fn):
+                # The coroutine is made when its task first runs: a node that crashes first
+                # cancels a task that never made one (no "never awaited" coroutine left).
+                self.spawn(node, _call_quietly(fn, args, kwargs))
+                return
             result = fn(*args, **kwargs)
             if asyncio.iscoroutine(result):
                 self.spawn(node, _quietly(result))
@@ -259,6 +265,11 @@ class World:
         others = set(self.nodes) - {name}
         (self.net.partition if cut else self.net.heal)({name}, others)
         self.mesh.refresh_liveliness()
+
+
+async def _call_quietly(fn: Callable[..., Any], args: tuple[Any, ...],
+                        kwargs: dict[str, Any]) -> None:
+    await _quietly(fn(*args, **kwargs))
 
 
 async def _quietly(coro: Any) -> None:

@@ -11,7 +11,6 @@ starting up or taking over), as :func:`istos.client.call.query_owner` does for o
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -87,6 +86,7 @@ class SyncPipeline:
         self._failed: dict[str, IstosError] = {}
         self._outstanding: set[str] = set()
         self._closing = closing or threading.Event()  # set: the producer closes, stop pausing
+        self._clock = producer.node.clock  # the producer's (deadlines by the Clock port)
 
     def __enter__(self) -> SyncPipeline:
         self._producer.require_serving()
@@ -167,7 +167,7 @@ class SyncPipeline:
             else:
                 self._settle(items, None)
             return
-        req = _Request(items, time.monotonic() + self._timeout_s)
+        req = _Request(items, self._clock.monotonic() + self._timeout_s)
         self._send(req)
         self._in_flight.append(req)
 
@@ -175,21 +175,21 @@ class SyncPipeline:
         msg = codec.encode_message({"v": protocol.VERSION, "op": "enqueue_many",
                                     "items": req.items})
         req.sent = send_query(self._session, self._key, msg,
-                              max(0.001, req.deadline - time.monotonic()))
+                              max(0.001, req.deadline - self._clock.monotonic()))
 
     def _wait(self, req: _Request) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if req.sent is None:
             self._closing.wait(max(0.0, req.retry_at - now))  # a retry pause
         else:
             req.sent.wait(req.deadline - now + 0.05)
         self._poll(req)
-        if req in self._in_flight and time.monotonic() > req.deadline + 1.0:
+        if req in self._in_flight and self._clock.monotonic() > req.deadline + 1.0:
             self._finish(req, OwnerUnavailable(  # Zenoh never ended the query: give up
                 f"queue {self.name!r}: no answer within {self._timeout_s:g} s"))
 
     def _poll(self, req: _Request) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if req.sent is None:
             if now >= req.retry_at:
                 self._send(req)

@@ -99,11 +99,9 @@ class Persister:
                     if self.fence is not None:
                         extra["fence"] = self.fence
                     await self._storage.apply(self._ns, puts, deletes, **extra)
-                elif not puts and not deletes:
-                    pass
-                elif self.fence is None:
+                elif (puts or deletes) and self.fence is None:
                     await self._storage.apply(self._ns, puts, deletes)
-                else:
+                elif puts or deletes:
                     await self._storage.apply(self._ns, puts, deletes, fence=self.fence)
             except Exception as exc:  # adapters raise StorageUnavailable; be safe with others
                 err = exc if isinstance(exc, StorageUnavailable) else StorageUnavailable(

@@ -39,6 +39,7 @@ from .client.blocking import BlockingClock, run_to_end
 from .core.config import check_queue_name
 from .errors import ConfigError, OwnerUnavailable
 from .lifecycle import UNSET
+from .node import LocalOwner
 from .owner import registry
 from .payload import CodecChain, PayloadCodec
 from .pipeline import DEFAULT_MAX_IN_FLIGHT
@@ -224,7 +225,7 @@ class SyncProducer:
             return _run_inline(call(self._inline_producer(owner, queue)), owner, queue)
         return run_to_end(call(self._producer))
 
-    def _inline_producer(self, owner: registry.RunningOwner, queue: str) -> Producer:
+    def _inline_producer(self, owner: LocalOwner, queue: str) -> Producer:
         """A producer whose client dispatches to ``owner`` in-process (the same code path as
         an app's call to its own owner)."""
         remote = dataclasses.replace(self._remote,
@@ -233,7 +234,7 @@ class SyncProducer:
                         tracing=self._tracing)
 
 
-def _run_inline(coro: Coroutine[Any, Any, T], owner: registry.RunningOwner, queue: str) -> T:
+def _run_inline(coro: Coroutine[Any, Any, T], owner: LocalOwner, queue: str) -> T:
     """Run one call to an owner of the calling thread's loop, within this call."""
     if owner.durable:
         coro.close()  # never started: nothing was sent
@@ -258,7 +259,7 @@ async def _finish(coro: Any, pending: Any) -> None:
     to its end, as its Task would have."""
     while True:
         if pending is None:
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a bare yield, as its Task would have made: no clock
         else:
             await asyncio.wait([pending])
         try:

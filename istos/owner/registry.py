@@ -12,36 +12,21 @@ of lists replaced, never mutated in place, so a reader sees a consistent list.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
-from typing import Any, Protocol
 
-from ..node import Node
+from ..node import LocalOwner
 
-
-class RunningOwner(Protocol):
-    """What the registry and its readers need of an owner (the owner imports this module)."""
-
-    name: str
-    node: Node
-    running: bool
-    durable: bool
-
-    def dispatch(self, msg: dict[str, Any], *, trusted: bool = False,
-                 role: str | None = None) -> Coroutine[Any, Any, dict[str, Any]]: ...
-
-
-Entry = tuple[RunningOwner, asyncio.AbstractEventLoop]
+Entry = tuple[LocalOwner, asyncio.AbstractEventLoop]
 _running: dict[tuple[str, str], list[Entry]] = {}
 
 
-def add(owner: RunningOwner) -> None:
+def add(owner: LocalOwner) -> None:
     """``owner`` serves from now on, on the running loop."""
     key = (owner.node.prefix, owner.name)
     entry = (owner, asyncio.get_running_loop())
     _running[key] = [e for e in _running.get(key, ()) if e[0] is not owner] + [entry]
 
 
-def remove(owner: RunningOwner) -> None:
+def remove(owner: LocalOwner) -> None:
     key = (owner.node.prefix, owner.name)
     left = [e for e in _running.get(key, ()) if e[0] is not owner]
     if left:
@@ -50,7 +35,7 @@ def remove(owner: RunningOwner) -> None:
         _running.pop(key, None)
 
 
-def on_this_loop(prefix: str, queue: str) -> RunningOwner | None:
+def on_this_loop(prefix: str, queue: str) -> LocalOwner | None:
     """The running owner of ``queue`` under ``prefix`` whose loop is the calling thread's
     running loop, or None (no loop runs on this thread, or no such owner on it)."""
     try:

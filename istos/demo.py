@@ -50,7 +50,7 @@ async def main() -> None:
         bad = await app.enqueue("jobs/email", {"to": "bounce@example.invalid", "body": "hi"})
         await asyncio.wait_for(finished.wait(), 30)
         while not await app.dead_letters("jobs/email"):
-            await asyncio.sleep(0.01)
+            await app.node.clock.sleep(0.01)
         events = [e for e in app.events.recent() if e.job_id in (ok, bad)]
         t0 = events[0].t
         rows = [(f"{e.t - t0:7.3f}", e.job_id[:8], e.kind, str(e.attempt), e.worker or "",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ..clock import Clock, SystemClock
 from ..errors import IstosError
 from ..owner.discovery import DIR
 from ..transport.base import Transport
@@ -26,33 +27,35 @@ truth. A session older than this is answered at once."""
 
 
 async def _alive(transport: Transport, key_expr: str, timeout_s: float,
-                 settle_s: float) -> list[str]:
+                 settle_s: float, clock: Clock) -> list[str]:
     """The live tokens under ``key_expr``, asked again while the answer is empty, for at most
-    ``min(timeout_s, settle_s)`` seconds (a young session on a mesh with no owner costs that
-    wait)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + min(timeout_s, settle_s)
+    ``min(timeout_s, settle_s)`` seconds on ``clock`` (a young session on a mesh with no owner
+    costs that wait)."""
+    deadline = clock.monotonic() + min(timeout_s, settle_s)
     pause = 0.05
     while True:
         keys = await transport.liveliness_alive(key_expr, timeout_s)
-        if keys or loop.time() + pause > deadline:
+        if keys or clock.monotonic() + pause > deadline:
             return keys
-        await asyncio.sleep(pause)
+        await clock.sleep(pause)
         pause = min(pause * 2, 0.5)
 
 
 async def discover(transport: Transport, prefix: str, timeout_s: float, *,
-                   settle_s: float = 0.0) -> dict[str, dict[str, Any]]:
+                   settle_s: float = 0.0,
+                   clock: Clock | None = None) -> dict[str, dict[str, Any]]:
     """``{queue: {"owners": [node ids], "replicas": [node ids]}}``, sorted by queue name.
 
     An empty answer is asked again for up to ``min(timeout_s, settle_s)`` seconds (give the
     time left of :data:`SETTLE_S` since the session opened), so a session opened just before
-    the call still sees the owners. Raises :class:`TransportError` when the mesh refuses the
+    the call still sees the owners; those waits are on ``clock`` (the caller's node's,
+    default the system clock). Raises :class:`TransportError` when the mesh refuses the
     query."""
     found: dict[str, dict[str, Any]] = {}
     for kind, leaf in (("owners", DIR), ("replicas", "ha")):
         base = f"{prefix}/{leaf}/"
-        keys = await (_alive(transport, f"{base}**", timeout_s, settle_s) if kind == "owners" else
+        keys = await (_alive(transport, f"{base}**", timeout_s, settle_s,
+                                    clock or SystemClock()) if kind == "owners" else
                       transport.liveliness_alive(f"{base}**", timeout_s))
         for key in keys:
             queue, _, last = key[len(base):].rpartition("/")

@@ -137,11 +137,13 @@ class OutboxRelay:
                 log.log(logging.WARNING if known else logging.ERROR,
                         "outbox relay: %s (retrying in %.2fs)", exc, backoff,
                         exc_info=not known)
-                await asyncio.sleep(backoff)  # not cut short by a commit: the fault is elsewhere
+                # not cut short by a commit: the fault is elsewhere
+                await self.app.node.clock.sleep(backoff)
                 continue
             if claimed < self.batch:
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                    await asyncio.wait_for(self._wake.wait(),
+                                           self.app.node.clock.to_loop_seconds(self.poll_s))
 
     async def round(self) -> int:
         """One claim-send-delete round; returns how many rows it claimed. Raises

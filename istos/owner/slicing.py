@@ -31,6 +31,7 @@ CHECK_EVERY = 64  # items between two looks at the clock
 
 async def pause() -> None:
     """Let other requests in: the GIL to the mesh's thread, then the loop."""
+    # Yields, not waits (no time passes on any clock), so no Clock is involved.
     time.sleep(0)
     await asyncio.sleep(0)
 

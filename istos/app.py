@@ -89,7 +89,8 @@ class Istos:
     chain = delegate("workflows", Workflows.chain)
     group = delegate("workflows", Workflows.group)
     chord = delegate("workflows", Workflows.chord)
-    requeue_dead = delegate("workflows", Workflows.requeue_dead)
+    revive = delegate("workflows", Workflows.revive)
+    requeue_dead = delegate("workflows", Workflows.requeue_dead)  # deprecated: revive
     batch = delegate("batches", Batches.batch)
     batch_status = delegate("batches", Batches.batch_status)
     schedule = delegate("schedules", Schedules.schedule)
@@ -202,7 +203,7 @@ class Istos:
         capped, each delay times a factor in ``[1-j, 1+j]``), ``keep_results`` and
         ``result_ttl_s`` (keep returned values for :meth:`result`), ``sweep_interval_s``
         (default ``min(1, lease_s / 4)``), ``ha`` and ``ha_lease_s`` (replicas sharing durable
-        storage elect a leader), ``admin`` (allow cancel, requeue, purge, pause).
+        storage elect a leader), ``admin`` (allow cancel, resubmit, revive, purge, pause).
         ``rate_limit=(n, per_s)``: at most ``n`` claims in any ``per_s`` seconds, across all
         workers. Jobs enqueued with a ``group`` are handed out round-robin between groups;
         ``group_concurrency`` caps each group's leased jobs and ``group_rate_limit=(n, per_s)``

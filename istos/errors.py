@@ -92,7 +92,8 @@ class QueueNotFound(IstosError):
 
 
 class JobNotFound(IstosError, LookupError):
-    """The queue holds no job with that id (or, for a requeue, no dead job with it); the
+    """The queue holds no job with that id (or, for a resubmit or a revive, no dead job
+    with it); the
     message names the queue and the id. A ``LookupError`` too."""
 
 

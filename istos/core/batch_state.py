@@ -15,7 +15,7 @@ members' claimers hold (reads strip it, ``workflow_meta.public_meta``): an id re
 event or a job listing proves nothing.
 
 **Transitions of a member.** ``pending`` → ``done`` | ``dead`` | ``cancelled``, ``dead`` →
-``done`` (a dead member requeued with ``app.requeue_dead`` that then succeeds), and ``done`` →
+``done`` (a dead member revived with ``app.revive`` that then succeeds), and ``done`` →
 ``dead`` (the done report went out before an ack that came too late: the lease had expired
 meanwhile and the job then died).
 Every other report changes nothing (a repeat, or a late report of an older attempt).

@@ -7,8 +7,9 @@ write changes nothing) and says in ``more`` whether jobs it would have taken rem
 repeats it until ``more`` is false. Every op is admin-only (``AdminDisabled`` unless the queue
 was declared with ``admin=True``), refused before anything is looked at.
 
-``requeue_all_dead`` moves dead letters back to ready *under the same id*, afresh (attempts 0),
-like ``Workflows.requeue_dead``: a chain step continues its chain, a chord member still counts.
+``requeue_all_dead`` (``redrive_dead`` in the API and ``istos redrive-dead``, as SQS calls moving
+dead letters back) moves dead letters back to ready *under the same id*, afresh (attempts 0),
+like ``app.revive`` does for one: a chain step continues its chain, a chord member still counts.
 ``error`` keeps only those whose last error contains that text (case-sensitive).
 """
 
@@ -36,14 +37,15 @@ class BulkAdmin(OwnerExtension):
         self.owner = owner
 
     def ops(self) -> Mapping[str, Handler]:
-        return {"requeue_all_dead": self.op_requeue_all, "promote": self.op_promote,
+        return {"requeue_all_dead": self.op_redrive_dead, "promote": self.op_promote,
                 "purge_dead_older": self.op_purge_older}
 
     def _limit(self, msg: dict[str, Any]) -> int:
         return min(MAX_BULK, int(msg.get("limit", MAX_BULK)))
 
-    async def op_requeue_all(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Dead letters (those whose last error contains ``error``, if given) back to ready."""
+    async def op_redrive_dead(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The ``requeue_all_dead`` op (``redrive_dead``): dead letters (those whose last error
+        contains ``error``, if given) back to ready under their own ids."""
         self.owner.require_admin("requeue_all_dead")
         needle, limit = msg.get("error"), self._limit(msg)
         state, now = self.owner.state, self.owner.node.clock.now()

@@ -3,9 +3,9 @@
 Installed on every owner as extra request ops (see docs/protocol.md):
 ``stats``, ``jobs`` (paged, by state, by payload field), ``leases``, ``why`` (why a job is not
 running), ``events`` (recent events from the owner's ring) and ``follow`` (ask the owner to
-publish its live event stream for a while). Admin ops: ``requeue`` (a dead job back to ready under
-a new id), ``purge_dead``, ``pause``, ``resume`` — refused with ``AdminDisabled`` unless the queue
-was declared with ``admin=True``.
+publish its live event stream for a while). Admin ops: ``requeue`` (resubmit: a dead job's
+body enqueued again under a new id), ``purge_dead``, ``pause``, ``resume`` — refused with
+``AdminDisabled`` unless the queue was declared with ``admin=True``.
 
 Nothing here runs unless asked: the live stream is published only while a follower has renewed
 its interest within ``FOLLOW_TTL_S``, so an owner nobody inspects pays nothing.
@@ -46,7 +46,7 @@ FOLLOW_TTL_S = protocol.MAX_FOLLOW_TTL_S
 MAX_PAGE = protocol.MAX_PAGE
 MAX_EVENTS_PER_REPLY = protocol.MAX_EVENTS  # and never more bytes than a page holds
 SCAN_SLICE = 256  # a payload search yields to the loop at least this often...
-REQUEUED_MEMORY = 10_000  # requeue ids remembered after their job was forgotten
+RESUBMITTED_MEMORY = 10_000  # resubmit ids remembered after their job was forgotten
 SCAN_SLICE_S = 0.004  # ...and after this long, so claims and stats keep flowing
 
 
@@ -66,7 +66,7 @@ class Inspector(OwnerExtension):
         self._outbox: list[dict[str, Any]] = []
         self._flush_scheduled = False
         self._batch_seq = 0
-        self._requeued: dict[str, None] = {}  # ids made by requeue, oldest first (bounded)
+        self._resubmitted: dict[str, None] = {}  # ids made by resubmit, oldest first (bounded)
         self._seqs: list[int] = []  # the sequence numbers of the events in _outbox
         # A new epoch per owner life (and the HA leader's epoch in it, when there is one); from
         # the node and its start time, not the id source, so simulations replay unchanged.
@@ -82,7 +82,7 @@ class Inspector(OwnerExtension):
     def ops(self) -> Mapping[str, Handler]:
         return {"stats": self.op_stats, "jobs": self.op_jobs, "leases": self.op_leases,
                 "why": self.op_why, "events": self.op_events, "follow": self.op_follow,
-                "requeue": self.op_requeue, "purge_dead": self.op_purge,
+                "requeue": self.op_resubmit, "purge_dead": self.op_purge,
                 "pause": self.op_pause, "resume": self.op_resume,
                 "events_since": self.op_events_since}
 
@@ -234,9 +234,10 @@ class Inspector(OwnerExtension):
                                          self.owner.node.clock)
 
     # -- admin ops --
-    async def op_requeue(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Enqueue a dead job's body again, once: the new id is derived from the dead letter
-        (its id and when it died), so a second requeue of the same dead letter -- a retry, a
+    async def op_resubmit(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The ``requeue`` op (``resubmit``): enqueue a dead job's body again under a new id,
+        once: the new id is derived from the dead letter (its id and when it died), so a second
+        resubmit of the same dead letter -- a retry, a
         double click, another operator -- finds that job and answers ``already_requeued``
         with its id instead of making a second one. While the new job is held that survives
         restarts; after it finished and was forgotten, this owner still remembers it."""
@@ -244,13 +245,13 @@ class Inspector(OwnerExtension):
         rec = self.owner.state.dead.get(msg["job_id"])
         if rec is None:
             return {"job_id": None}
-        new_id = requeue_id(rec)
-        if new_id in self._requeued or self.owner.state.holds(new_id):
+        new_id = resubmit_id(rec)
+        if new_id in self._resubmitted or self.owner.state.holds(new_id):
             return {"job_id": new_id, "status": "already_requeued"}
         created = await self.owner.enqueue(rec.body, job_id=new_id, priority=rec.priority)
-        self._requeued[new_id] = None
-        while len(self._requeued) > REQUEUED_MEMORY:
-            self._requeued.pop(next(iter(self._requeued)))
+        self._resubmitted[new_id] = None
+        while len(self._resubmitted) > RESUBMITTED_MEMORY:
+            self._resubmitted.pop(next(iter(self._resubmitted)))
         return {"job_id": new_id, "status": "requeued" if created else "already_requeued"}
 
     async def op_purge(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -288,9 +289,10 @@ def queue_policy(config: QueueConfig) -> dict[str, Any]:
     return out
 
 
-def requeue_id(rec: JobRecord) -> str:
-    """The id a requeue of dead letter ``rec`` gets: a function of the dead letter alone
-    (the same shape as the node's ids, 24 hex characters), so requeueing it twice is one job."""
+def resubmit_id(rec: JobRecord) -> str:
+    """The id a resubmit of dead letter ``rec`` gets: a function of the dead letter alone
+    (the same shape as the node's ids, 24 hex characters), so resubmitting it twice is one job.
+    (The seed's ``requeue`` is the op's wire name: ids stay what they were.)"""
     seed = f"requeue\0{rec.job_id}\0{rec.finished_at!r}\0{rec.attempts}".encode()
     return hashlib.blake2b(seed, digest_size=12).hexdigest()
 

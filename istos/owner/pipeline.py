@@ -20,14 +20,14 @@ from .handle import OwnerHandle
 
 OWNER_PIPELINE: tuple[str, ...] = (
     "schedules",      # serves enqueue_slot (features/schedule.py)
-    "workflows",      # chord ops, requeue_dead; the meta check; before ack (features/workflow.py)
+    "workflows",      # chord ops, revive; the meta check; before ack (features/workflow.py)
     "batches",        # batch ops; wraps enqueue (batch meta); before ack (batches_ext.py)
     "inspect",        # stats, jobs, why, events, follow, pause, ... (inspect.py)
     "lookup",         # resolve (lookup.py)
     "series",         # series (series.py)
     "leases",         # extend, cancel; wraps claim, settle (leases_ext.py)
     "workers",        # workers; wraps claim, extend, release (workers.py)
-    "bulk_admin",     # requeue_all_dead, promote, purge_dead_older (bulk_admin.py)
+    "bulk_admin",     # requeue_all_dead (redrive), promote, purge_dead_older (bulk_admin.py)
     "latency",        # wraps stats (latency.py)
     "workflow_view",  # states; wraps why (workflow_view.py)
     "announce",       # the discovery token (discovery.py)

@@ -2,7 +2,7 @@
 :mod:`istos.core.edit`.
 
 On the ``produce`` role: a producer may change what it enqueued while the job waits; a change
-of a job's fate (cancel, requeue, purge) stays on ``admin``. One durable write (write, then
+of a job's fate (cancel, resubmit, revive, purge) stays on ``admin``. One durable write (write, then
 apply): a failed write puts the job back as it was and the request gets
 :class:`~istos.errors.StorageUnavailable`, never a half-applied edit.
 """

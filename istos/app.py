@@ -33,6 +33,7 @@ from .features.schedule import Schedules
 from .features.workflow import Workflows
 from .ids import IdSource
 from .node import Node, RunSync
+from .owner.composition import compose
 from .owner.election import Election
 from .owner.extension import Hooks
 from .owner.inspect import Inspector
@@ -41,7 +42,6 @@ from .owner.lookup import IdLookup
 from .owner.operator_ext import operator_extensions
 from .owner.owner import QueueOwner
 from .owner.parking import ParkedClaims
-from .owner.pipeline import compose
 from .owner.series import SeriesKeeper
 from .payload import CodecChain, PayloadCodec
 from .pipeline import DEFAULT_MAX_IN_FLIGHT, Pipeline
@@ -365,7 +365,7 @@ class Istos:
 
     def _setup_owner(self, owner: QueueOwner) -> None:
         """Install the extensions every owner of this app serves (before it binds its queue),
-        in the declared order of the owner pipeline (``owner/pipeline.py``)."""
+        in the declared order of the owner pipeline (``owner/composition.py``)."""
         compose(owner, [
             self.schedules.owner_extension(owner),
             self.workflows.owner_extension(owner),

@@ -1,5 +1,8 @@
 """The live half of `make demo`: an owner, a worker and a producer in one process on real Zenoh.
 
+One concept at two layers: ``make demo``'s live half here, its simulated half in
+``istos_nb/demo.py``.
+
 One job succeeds; one fails every time, is retried with capped exponential backoff and ends in
 the dead-letter list. The owner's events for both are printed as a table. The simulated half
 (``python -m istos_nb.demo``) runs on the notebook side, which needs the ``notebook`` extra.

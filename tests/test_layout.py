@@ -239,3 +239,25 @@ def test_notebook_modules_sharing_a_file_name_are_one_concept_at_two_layers() ->
                     other in doc for other in dotted if other != me)):
                 unexplained.append(me)
     assert unexplained == []
+
+
+# A shared file name is one concept at two (or three) layers, and each module says so.
+SAME_CONCEPT = ("one module at two layers", "one concept at", "one role in")
+
+
+def _words(path: Path) -> str:
+    """A module's docstring, lower case, one space between words."""
+    return " ".join((ast.get_docstring(ast.parse(path.read_text())) or "").split()).lower()
+
+
+def test_modules_that_share_a_file_name_say_they_are_one_concept() -> None:
+    by_name: dict[str, list[Path]] = {}
+    for package in ("istos", "istos_nb"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.name != "__init__.py":
+                by_name.setdefault(path.name, []).append(path)
+    silent = [str(path.relative_to(ROOT)) for paths in by_name.values() if len(paths) > 1
+              for path in paths
+              if not any(words in _words(path) for words in SAME_CONCEPT)]
+    assert silent == [], f"same file name as another module, and not said to be one concept: "\
+                         f"{silent} (rename, or say so in the module docstring)"

@@ -1,5 +1,8 @@
 """The owner pipeline: which extensions serve an app's queue owners, in which order.
 
+Not the producer's pipelining (``istos/pipeline.py``): this module is named for what it does,
+composing the owner's extensions, so the two never share a file name.
+
 The order is data. :data:`OWNER_PIPELINE` names every extension an app installs on each of its
 owners, innermost first; :func:`compose` installs them in that order and nowhere else, so the
 chain that serves an op is read here, not pieced together from comments. Each extension

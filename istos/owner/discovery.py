@@ -1,6 +1,9 @@
 """Discovery: every owner announces its queue on the mesh, so operators find every queue under
 a prefix with one liveliness query on a wildcard key, and no registry to run.
 
+One concept at two sides: announcing the queue here (the owner's), finding every queue in
+``ops/discovery.py`` (the operator's).
+
 The owner declares a liveliness token ``{prefix}/dir/{queue}/{node_id}`` while it serves (an HA
 standby does not: it serves nothing; its election token ``{prefix}/ha/{queue}/{candidate}``
 says it is there). A token drops when its owner stops or its process dies, so the directory is

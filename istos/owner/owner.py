@@ -130,7 +130,7 @@ class QueueOwner:
         served by its wrapper around the handler serving it so far, each op it ``serves`` by
         its handler (replacing one of that name: a test's stand-in); its hooks run after those
         of the extensions installed before it (``first``: before). An app installs its
-        extensions once, in the declared order (:func:`istos.owner.pipeline.compose`).
+        extensions once, in the declared order (:func:`istos.owner.composition.compose`).
 
         Raises:
             ConfigError: the extension wraps an op nobody serves yet, or its ``ops()`` are

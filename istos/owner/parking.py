@@ -1,5 +1,8 @@
 """Parked claims: an idle worker's claim waits at the owner until a job is claimable.
 
+One concept at three layers: parked claims' owner side here, the worker's side in
+``worker/parking.py``, the request's in ``client/parking.py``.
+
 Without parking, an idle worker pays three messages before a job starts (enqueue, nudge, claim);
 a parked claim is answered the moment a job becomes claimable, one hop after the enqueue (the
 long poll of SQS ``WaitTimeSeconds`` and of Redis ``BLPOP``, here bounded by the worker).

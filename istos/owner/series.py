@@ -1,6 +1,9 @@
 """The owner's time series of its queue (``series`` op, read role): see
 :mod:`istos.core.series` for what a bucket holds and what it costs.
 
+One concept at three layers: the pure series is ``core/series.py``, the op serving it here,
+its DataFrame shape in ``istos_nb/data/series.py``.
+
 The owner's own counts end each bucket (copied once per event-loop turn that had events, not
 per event), so the series' last row agrees with ``stats`` -- never a reconstruction from an
 event window. Replies are paged by count and bytes like every other: ``more`` and

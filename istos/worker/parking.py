@@ -1,5 +1,8 @@
 """The worker's side of parked claims (the owner's side and the why: ``owner/parking.py``).
 
+One concept at three layers: parked claims' worker side here, the owner's side in
+``owner/parking.py``, the request's in ``client/parking.py``.
+
 A dispatcher with every slot it may fill still empty asks its claim to park at a remote owner,
 up to its poll interval, and claims again as soon as a parked claim comes back: the parked
 claim is the wait, and the nudge message is not needed. An owner that did not park the claim

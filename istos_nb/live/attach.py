@@ -2,6 +2,8 @@
 and, only where the queue opted in with ``admin=True``, act on it. ``with attach("jobs/email")
 as q: q.stats(); q.jobs(state="ready"); q.why(job_id); q.job(job_id); q.follow().events()``.
 
+One module at two layers: this implementation, and its public name :mod:`istos_nb.attach`.
+
 Threading: a LiveQueue owns a private asyncio loop in a daemon thread (``loop.py``), and its
 Zenoh session lives on that loop; every request runs there. Plain methods submit to it and wait
 with a bound, so they work from a script, from any thread, and from a Jupyter cell: when the

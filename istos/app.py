@@ -34,15 +34,15 @@ from .features.workflow import Workflows
 from .ids import IdSource
 from .node import Node, RunSync
 from .owner.composition import compose
-from .owner.election import Election
 from .owner.extension import Hooks
-from .owner.inspect import Inspector
-from .owner.leases_ext import LeaseOps
-from .owner.lookup import IdLookup
-from .owner.operator_ext import operator_extensions
+from .owner.extensions.leases_ext import LeaseOps
+from .owner.extensions.parking import ParkedClaims
+from .owner.leadership.election import Election
 from .owner.owner import QueueOwner
-from .owner.parking import ParkedClaims
-from .owner.series import SeriesKeeper
+from .owner.views.inspect import Inspector
+from .owner.views.lookup import IdLookup
+from .owner.views.operator_ext import operator_extensions
+from .owner.views.series import SeriesKeeper
 from .payload import CodecChain, PayloadCodec
 from .pipeline import DEFAULT_MAX_IN_FLIGHT, Pipeline
 from .producer import Producer

@@ -40,7 +40,7 @@ from .core.config import check_queue_name
 from .errors import ConfigError, OwnerUnavailable
 from .lifecycle import UNSET
 from .node import LocalOwner
-from .owner import registry
+from .owner.leadership import registry
 from .payload import CodecChain, PayloadCodec
 from .pipeline import DEFAULT_MAX_IN_FLIGHT
 from .producer import Producer, check_job_id

@@ -24,15 +24,16 @@ PLANTS = {
     "The engine never imports the notebook side": ("istos/errors.py", "import istos_nb"),
     "The pure core does no I/O": ("istos/core/backoff.py", "import istos.storage.memory"),
     "Transports and storage never import the owner":
-        ("istos/storage/memory.py", "import istos.owner.persist"),
-    "Owner and worker are siblings": ("istos/owner/nudges.py", "import istos.worker.heartbeat"),
+        ("istos/storage/memory.py", "import istos.owner.persistence.persist"),
+    "Owner and worker are siblings":
+        ("istos/owner/handlers/nudges.py", "import istos.worker.heartbeat"),
     "The simulator reaches the engine through its public ports":
         ("istos_nb/sim/clock.py", "import istos.owner.owner"),
     "The notebook side is layered": ("istos_nb/data/frames.py", "import istos_nb.sim.network"),
     "The producers reach owners through the client":
         ("istos/sync_producer.py", "import istos.worker.waiting"),
     "The client imports neither the owner nor the worker":
-        ("istos/client/pages.py", "import istos.owner.persist"),
+        ("istos/client/pages.py", "import istos.owner.persistence.persist"),
 }
 
 

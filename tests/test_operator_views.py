@@ -20,7 +20,7 @@ from istos import Istos, JobContext, codec, protocol
 from istos.core.records import QueuePolicy
 from istos.core.state import QueueState
 from istos.ops.operator import Operator
-from istos.owner.job_ops import dead_letter
+from istos.owner.handlers.job_ops import dead_letter
 from istos_nb import aattach
 
 REPO = Path(__file__).resolve().parents[1]

@@ -25,7 +25,7 @@ from ..core import batch_state as bs
 from ..core.config import check_queue_name
 from ..errors import ConfigError, IstosError, JobNotFound
 from ..events import JobEvent
-from ..owner.batches_ext import BatchOwner
+from ..owner.extensions.batches_ext import BatchOwner
 
 if TYPE_CHECKING:
     from ..client import OwnerClient

@@ -62,7 +62,7 @@ from ..core.config import check_queue_name
 from ..core.slots import RecentSlots, hold_s
 from ..errors import ConfigError, ProtocolError
 from ..owner.extension import Hooks, OwnerExtension
-from ..owner.slot_marks import SlotMarks
+from ..owner.persistence.slot_marks import SlotMarks
 
 if TYPE_CHECKING:
     from ..client import OwnerClient

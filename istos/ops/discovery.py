@@ -18,7 +18,7 @@ from typing import Any
 
 from ..clock import Clock, SystemClock
 from ..errors import IstosError
-from ..owner.discovery import DIR
+from ..owner.leadership.discovery import DIR
 from ..transport.base import Transport
 from .pause_view import pause_phrase
 

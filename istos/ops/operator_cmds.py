@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from ..owner.workflow_view import fill_states
+from ..owner.views.workflow_view import fill_states
 from . import render as R
 from .discovery import queue_rows
 from .operator import Operator

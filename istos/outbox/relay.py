@@ -43,7 +43,7 @@ from .. import protocol
 from ..client import batches
 from ..core.config import check_queue_name
 from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
-from ..owner import bulk
+from ..owner.handlers import bulk
 from .store import OutboxRow, OutboxStore
 
 if TYPE_CHECKING:

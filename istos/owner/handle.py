@@ -20,9 +20,9 @@ from ..core.state import QueueState
 from ..node import Node
 from ..storage.base import Fence, Storage
 from .extension import Handler, OwnerExtension
-from .nudges import Absorber
-from .pause_store import PauseStore
-from .write_path import WritePath
+from .handlers.nudges import Absorber
+from .persistence.pause_store import PauseStore
+from .persistence.write_path import WritePath
 
 MetaCheck = Callable[[str, "dict[str, Any] | None"], Awaitable[None]]
 """Checks an enqueue's job meta (or reserved id) before anything is stored; raises to refuse."""

@@ -48,16 +48,18 @@ from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
 from ..wire_lifecycle import debounce_spec, unique_spec
-from . import bulk, eventlog, registry, update
-from .accept import NewJob, accept_new, accept_one
 from .extension import Handler, OwnerExtension, overrides
 from .handle import MetaCheck
-from .job_ops import JobOps
-from .nudges import Absorber, Nudges
-from .pause_store import PauseHooks, PauseStore
-from .persist import Persister
-from .sole import SoleOwner
-from .write_path import OwnerSignals, WritePath
+from .handlers import bulk, update
+from .handlers.accept import NewJob, accept_new, accept_one
+from .handlers.job_ops import JobOps
+from .handlers.nudges import Absorber, Nudges
+from .leadership import registry
+from .leadership.sole import SoleOwner
+from .persistence.pause_store import PauseHooks, PauseStore
+from .persistence.persist import Persister
+from .persistence.write_path import OwnerSignals, WritePath
+from .views import eventlog
 
 log = logging.getLogger("istos.owner")
 

@@ -33,7 +33,7 @@ async def run_inline(call: Callable[[], Any]) -> Any:
 
 class LocalOwner(Protocol):
     """An owner serving in this process, as the request path and the process's registry of
-    running owners (``owner/registry.py``) see it: calls to its queue go straight to
+    running owners (``owner/leadership/registry.py``) see it: calls to its queue go straight to
     ``dispatch`` instead of over the mesh (the worker and the client never import the owner)."""
 
     name: str
@@ -76,5 +76,6 @@ class Node:
 
     def worker_token_key(self, queue: str, node_id: str | None = None) -> str:
         """The liveliness token a node whose workers park claims on ``queue`` declares while
-        it serves (``owner/parking.py``); without ``node_id``, the owner's watch of them all."""
+        it serves (``owner/extensions/parking.py``); without ``node_id``, the owner's watch of them
+        all."""
         return keys.worker_token_key(self.prefix, queue, node_id)

@@ -14,12 +14,13 @@ source).
 the thread that runs its event loop; if that loop also serves the queue's owner, a blocking
 query would wait for an answer the owner can only give once the call returned. So each request
 first looks for a running owner of the queue on the calling thread's own loop
-(:mod:`istos.owner.registry`): if there is one, the request is dispatched to it in-process and
-runs to completion in this call (an in-memory owner answers without awaiting anything). An owner
-whose answer needs its loop (durable storage waits for its write there) cannot answer inside a
-blocking call on that loop: such a call raises :class:`~istos.errors.ConfigError` at once, before
-anything is sent, naming the fix (``await app.enqueue(...)`` in that cell, or call from another
-thread). Owners elsewhere (another thread's loop, another process) are queried over the mesh.
+(:mod:`istos.owner.leadership.registry`): if there is one, the request is dispatched to it
+in-process and runs to completion in this call (an in-memory owner answers without awaiting
+anything). An owner whose answer needs its loop (durable storage waits for its write there) cannot
+answer inside a blocking call on that loop: such a call raises :class:`~istos.errors.ConfigError` at
+once, before anything is sent, naming the fix (``await app.enqueue(...)`` in that cell, or call from
+another thread). Owners elsewhere (another thread's loop, another process) are queried over the
+mesh.
 """
 
 from __future__ import annotations

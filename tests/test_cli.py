@@ -181,7 +181,7 @@ def test_cli_on_a_live_owner_through_a_router(mesh):
 
 
 def _following(owner: Any) -> bool:
-    # The owner publishes only once a follower asked (istos.owner.inspect.Inspector).
+    # The owner publishes only once a follower asked (istos.owner.views.inspect.Inspector).
     follow = owner.handler("follow")
     return bool(follow.__self__._follow_until)
 

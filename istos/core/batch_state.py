@@ -5,7 +5,7 @@ creator names) keeps this :class:`BatchHeader`: how many members were added, how
 and how, whether the batch is closed, and which callbacks went out. Each member's own owner
 reports the member's end (``done``, ``dead``, ``cancelled``) to the home owner, at least once;
 a report is idempotent by member, because the home owner stores each member's last outcome next
-to the header and writes both in one atomic step (``owner/batches_ext.py``).
+to the header and writes both in one atomic step (``owner/extensions/batches_ext.py``).
 
 **Proof.** The creator picks a random ``key``; the batch id is ``wf:`` + 32 hex digits of
 ``sha256("batch", key, home)`` + ``@`` + the home queue's name (so the id alone finds its

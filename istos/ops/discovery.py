@@ -2,13 +2,13 @@
 ``istos workers`` and ``istos metrics`` without queue names (``istos_nb.queues`` too).
 
 One concept at two sides: finding the queues here (the operator's), announcing them in
-``owner/discovery.py`` (the owner's).
+``owner/leadership/discovery.py`` (the owner's).
 
-One liveliness query on ``{prefix}/dir/**`` finds the owners serving (``owner/discovery.py``),
-one on ``{prefix}/ha/**`` the HA replicas; then each queue's owner is asked for its ``stats``
-(concurrently, each bounded by the request timeout). A queue whose owner does not answer is
-still listed, with ``up`` False and no counts: the operator sees it exists but is not told
-numbers nobody vouched for.
+One liveliness query on ``{prefix}/dir/**`` finds the owners serving
+(``owner/leadership/discovery.py``), one on ``{prefix}/ha/**`` the HA replicas; then each queue's
+owner is asked for its ``stats`` (concurrently, each bounded by the request timeout). A queue whose
+owner does not answer is still listed, with ``up`` False and no counts: the operator sees it exists
+but is not told numbers nobody vouched for.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """What op handlers and extensions may use of an owner: an interface, not the owner's class.
 
-``job_ops.py`` and ``bulk.py`` are built by the owner (``owner.py`` imports them), so they take
-this protocol rather than :class:`~istos.owner.owner.QueueOwner`: no import circle, and the
-write path (:class:`~istos.owner.write_path.WritePath`) is the only way they make a change count.
+``handlers/job_ops.py`` and ``handlers/bulk.py`` are built by the owner (``owner.py`` imports them),
+so they take this protocol rather than :class:`~istos.owner.owner.QueueOwner`: no import circle, and
+the write path (:class:`~istos.owner.persistence.write_path.WritePath`) is the only way they make a
+change count.
 
 An extension changes nothing of the owner's but through the named registrations below (a meta
 check, a nudge absorber, the leader's deadline and wake); it never assigns an owner's

@@ -2,7 +2,7 @@
 (``SimResult.series()``) in one shape, so one chart function draws both worlds.
 
 One concept at three layers: the pure series is ``istos/core/series.py``, the owner's op
-``istos/owner/series.py``, its DataFrame shape here.
+``istos/owner/views/series.py``, its DataFrame shape here.
 
 One row per bucket, indexed by the bucket's start as a UTC ``DatetimeIndex`` (``t``):
 counts by state at the bucket's end (ready, delayed, leased, done, dead, cancelled), events in

@@ -12,8 +12,8 @@ worker sends its poll interval). It is parked only when it came back with no job
 cancellation to tell and nothing cut short; its piggybacked acks were already settled and
 written, and its reply, when it comes, carries their statuses. A parked claim ends:
 
-- when the owner nudges its node (jobs became claimable, ``nudges.py``): the claim is run again
-  for the same slots, through the ordinary claim path, so a job is leased exactly as by any
+- when the owner nudges its node (jobs became claimable, ``handlers/nudges.py``): the claim is run
+  again for the same slots, through the ordinary claim path, so a job is leased exactly as by any
   claim (once, to one slot); if another worker took the jobs first it stays parked;
 - at its bound, with the empty reply;
 - when a newer claim from the same slots and with the same ``park_key`` arrives (the worker's

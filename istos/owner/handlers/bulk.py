@@ -44,8 +44,8 @@ async def enqueue_many(owner: OwnerHandle, items: list[dict[str, Any]], *,
                        also: Sequence[TxStep] = ()) -> list[bool]:
     """Accept the jobs of one request; per item, whether it was new (see the module doc). An
     item's ``meta`` is a trace context only (``protocol.enqueue_item`` refuses any other).
-    ``also``: see :func:`~istos.owner.accept.accept_new`. Raises StorageUnavailable when the
-    write failed (nothing stored)."""
+    ``also``: see :func:`~istos.owner.handlers.accept.accept_new`. Raises StorageUnavailable when
+    the write failed (nothing stored)."""
     now = owner.node.clock.now()
     jobs = [NewJob(i["job_id"], i["body"], float(i.get("delay_s", 0.0)), i.get("priority", 0),
                    i.get("meta"), i.get("dedup_s"), i.get("group"),

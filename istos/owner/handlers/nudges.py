@@ -4,7 +4,7 @@ Coalesced per loop turn, and sent only to as many of the hungry nodes (those who
 left slots empty, :class:`~istos.core.hungry.HungryNodes`) as there are new jobs: the
 extensions' ``on_nudge`` hooks first (the app's in-process workers), then one message on
 ``{prefix}/q/{queue}/nudge`` naming the remote ones, except those an absorber (parked claims,
-``parking.py``) answered itself.
+``extensions/parking.py``) answered itself.
 """
 
 from __future__ import annotations

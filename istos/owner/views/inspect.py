@@ -228,7 +228,8 @@ class Inspector(OwnerExtension):
         return {"key": keys.events_key(self.owner.node.prefix, self.owner.name), "ttl_s": ttl}
 
     async def op_events_since(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Events after a follower's last ``(epoch, after)``: see :mod:`.sequence`."""
+        """Events after a follower's last ``(epoch, after)``: see
+        :mod:`istos.owner.persistence.sequence`."""
         limit = min(MAX_EVENTS_PER_REPLY, msg.get("limit", MAX_EVENTS_PER_REPLY))
         return await self.sequence.since(msg.get("epoch"), msg.get("after", 0), limit,
                                          self.owner.node.clock)

@@ -82,7 +82,8 @@ def _more_commands(command: Any) -> None:
     BC.add_commands(command)
 
 
-def parser() -> argparse.ArgumentParser:
+# ``old_names=False`` leaves out OLD_COMMANDS: the reference documents the current names only.
+def parser(old_names: bool = True) -> argparse.ArgumentParser:
     top = _Parser(
         prog="istos", description="Look at live Istos queues (and, where a queue allows it, "
         "act on them) without writing Python. Exit status: 0 ok, 1 refused by the owner, "
@@ -151,7 +152,12 @@ def parser() -> argparse.ArgumentParser:
                    help="end a closed page's kernel after S seconds idle (default 60)")
     _more_commands(command)
     add_record_command(sub, _common)
-    return _with_old_names(top, sub)
+    return _with_old_names(top, sub) if old_names else top
+
+
+def documented_parser() -> argparse.ArgumentParser:
+    """The parser as docs/reference/cli.rst documents it: without the old command names."""
+    return parser(old_names=False)
 
 
 def _with_old_names(top: argparse.ArgumentParser, sub: Any) -> argparse.ArgumentParser:

@@ -1,5 +1,8 @@
 """Typed errors. Every error class Istos defines derives from :class:`IstosError`.
 
+One concept at two layers: the engine's error tree here; the simulator's one error
+(``istos_nb/sim/errors.py``) derives from its root.
+
 A bad argument or option, a failed request and a refused write each raise one of the classes
 below. Where an error is also a builtin (``ValueError``, ``LookupError``, ``AssertionError``,
 ``RuntimeError``), it derives from both, so ``except ValueError`` and ``except IstosError``
@@ -92,7 +95,8 @@ class QueueNotFound(IstosError):
 
 
 class JobNotFound(IstosError, LookupError):
-    """The queue holds no job with that id (or, for a requeue, no dead job with it); the
+    """The queue holds no job with that id (or, for a resubmit or a revive, no dead job
+    with it); the
     message names the queue and the id. A ``LookupError`` too."""
 
 

@@ -747,7 +747,7 @@ class RejectLog:
         return True
 
 
-# -- batches (features/batch.py, owner/batches_ext.py) ------------------------------------------
+# -- batches (features/batch.py, owner/extensions/batches_ext.py) ----------------------------------
 BATCH_KINDS = ("on_death", "on_complete", "on_success")
 BATCH_OUTCOMES = ("done", "dead", "cancelled")
 MAX_BATCH_DESCRIPTION = 1024  # bytes of a batch's description

@@ -14,12 +14,13 @@ source).
 the thread that runs its event loop; if that loop also serves the queue's owner, a blocking
 query would wait for an answer the owner can only give once the call returned. So each request
 first looks for a running owner of the queue on the calling thread's own loop
-(:mod:`istos.owner.registry`): if there is one, the request is dispatched to it in-process and
-runs to completion in this call (an in-memory owner answers without awaiting anything). An owner
-whose answer needs its loop (durable storage waits for its write there) cannot answer inside a
-blocking call on that loop: such a call raises :class:`~istos.errors.ConfigError` at once, before
-anything is sent, naming the fix (``await app.enqueue(...)`` in that cell, or call from another
-thread). Owners elsewhere (another thread's loop, another process) are queried over the mesh.
+(:mod:`istos.owner.leadership.registry`): if there is one, the request is dispatched to it
+in-process and runs to completion in this call (an in-memory owner answers without awaiting
+anything). An owner whose answer needs its loop (durable storage waits for its write there) cannot
+answer inside a blocking call on that loop: such a call raises :class:`~istos.errors.ConfigError` at
+once, before anything is sent, naming the fix (``await app.enqueue(...)`` in that cell, or call from
+another thread). Owners elsewhere (another thread's loop, another process) are queried over the
+mesh.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from .client.blocking import BlockingClock, run_to_end
 from .core.config import check_queue_name
 from .errors import ConfigError, OwnerUnavailable
 from .lifecycle import UNSET
-from .owner import registry
+from .node import LocalOwner
+from .owner.leadership import registry
 from .payload import CodecChain, PayloadCodec
 from .pipeline import DEFAULT_MAX_IN_FLIGHT
 from .producer import Producer, check_job_id
@@ -224,7 +226,7 @@ class SyncProducer:
             return _run_inline(call(self._inline_producer(owner, queue)), owner, queue)
         return run_to_end(call(self._producer))
 
-    def _inline_producer(self, owner: registry.RunningOwner, queue: str) -> Producer:
+    def _inline_producer(self, owner: LocalOwner, queue: str) -> Producer:
         """A producer whose client dispatches to ``owner`` in-process (the same code path as
         an app's call to its own owner)."""
         remote = dataclasses.replace(self._remote,
@@ -233,7 +235,7 @@ class SyncProducer:
                         tracing=self._tracing)
 
 
-def _run_inline(coro: Coroutine[Any, Any, T], owner: registry.RunningOwner, queue: str) -> T:
+def _run_inline(coro: Coroutine[Any, Any, T], owner: LocalOwner, queue: str) -> T:
     """Run one call to an owner of the calling thread's loop, within this call."""
     if owner.durable:
         coro.close()  # never started: nothing was sent
@@ -258,7 +260,7 @@ async def _finish(coro: Any, pending: Any) -> None:
     to its end, as its Task would have."""
     while True:
         if pending is None:
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a bare yield, as its Task would have made: no clock
         else:
             await asyncio.wait([pending])
         try:

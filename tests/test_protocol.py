@@ -321,7 +321,7 @@ async def test_fate_changing_ops_need_admin_from_the_app_and_the_wire(mesh, op):
             await owner.client("q").call(op, **fields)
         if op == "requeue_dead":
             with pytest.raises(AdminDisabled):
-                await owner.requeue_dead("q", "j")
+                await owner.revive("q", "j")
         assert (await raw(probe, "adm", op=op, **fields))["ok"] is True
 
 

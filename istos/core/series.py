@@ -1,6 +1,9 @@
 """Time series of one queue, kept by whoever sees its events (the owner, or a simulation's
 event log): bounded time buckets, pure (no clock reads, no I/O).
 
+One concept at three layers: the pure series here, the owner's op that serves it in
+``owner/views/series.py``, its DataFrame shape in ``istos_nb/data/series.py``.
+
 Two resolutions: :data:`FINE_S` (1 s) buckets for the last :data:`FINE_N` (one hour) and
 :data:`COARSE_S` (1 min) buckets for the last :data:`COARSE_N` (one day). Only buckets in which
 something happened are stored; a row for a quiet bucket repeats the counts before it with zero

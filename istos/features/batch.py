@@ -6,7 +6,7 @@
 on any queue; ``await batch.close()`` says no more members come from outside. A member's
 handler may add more members (``ctx.batch.add``), also after close, while it runs. The home
 owner keeps the counts through its storage and fires each callback once
-(``owner/batches_ext.py``; the rules are in ``core/batch_state.py``).
+(``owner/extensions/batches_ext.py``; the rules are in ``core/batch_state.py``).
 
 Adding is two steps: the home counts the member as pending (``batch_add``), then the member is
 enqueued on its queue with ``meta={"batch": {id, home, key}}``. Both are idempotent by the
@@ -25,7 +25,7 @@ from ..core import batch_state as bs
 from ..core.config import check_queue_name
 from ..errors import ConfigError, IstosError, JobNotFound
 from ..events import JobEvent
-from ..owner.batches_ext import BatchOwner
+from ..owner.extensions.batches_ext import BatchOwner
 
 if TYPE_CHECKING:
     from ..client import OwnerClient

@@ -262,4 +262,5 @@ class SQLOutboxStore:
             finally:
                 if conn is not None and not conn.is_closed():
                     conn.terminate()
+            # The adapter's own reconnect pause (live PostgreSQL only, never simulated).
             await asyncio.sleep(1.0)

@@ -1,5 +1,7 @@
 """Turn a JobEvent stream into pandas DataFrames.
 
+One module at two layers: this implementation, and its public name :mod:`istos_nb.frames`.
+
 Every function here accepts the events in any of the forms the notebook side meets: a list (or
 any iterable) of :class:`istos.events.JobEvent`, a list of ``JobEvent.to_dict()``-shaped dicts,
 or a DataFrame with those columns (``detail`` as a dict column, or its fields already flattened
@@ -192,8 +194,9 @@ def _is_normalised(df: pd.DataFrame) -> bool:
 def events_frame(events: EventsLike) -> pd.DataFrame:
     """Normalise ``events`` into one row per event.
 
-    Columns: t, node, queue, job_id, kind, attempt, worker, detail, error, delay_s, ready_at,
-    deadline, priority (the last five flattened from ``detail``; absent fields are None/NaN/NA).
+    Columns: t, node, queue, job_id, kind, attempt, worker (the slot id ``node:function#i``,
+    as the event's field is named), detail, error, delay_s, ready_at, deadline, priority (the
+    last five flattened from ``detail``; absent fields are None/NaN/NA).
     Rows are sorted stably by ``t``: events with equal ``t`` keep their input order, which is
     the order the owner emitted them. Passing an already normalised frame returns it cheaply.
     None and a DataFrame without rows (whatever its columns) count as no events. Raises
@@ -362,9 +365,9 @@ def _deliveries(df: pd.DataFrame) -> list[list[Any]]:
 def leases_frame(events: EventsLike) -> pd.DataFrame:
     """One row per claimed event, in claim order.
 
-    Columns: job_id, queue, attempt, worker, node (worker text before ':'), start (claim t),
-    end (t of the acked/nacked/lease_expired with the same job_id and attempt; NaN while open),
-    deadline (the latest: heartbeats move it), outcome ("acked", "nacked", "expired",
+    Columns: job_id, queue, attempt, worker (the slot id), node (its text before ':'), start
+    (claim t), end (t of the acked/nacked/lease_expired with the same job_id and attempt; NaN
+    while open), deadline (the latest: heartbeats move it), outcome ("acked", "nacked", "expired",
     "cancelled" or "open"), error (the nack's error), renewals (lease_extended events).
     """
     rows = [(*r[:10], r[12]) for r in _deliveries(events_frame(events))]

@@ -33,6 +33,7 @@ OWNER_PIPELINE: tuple[str, ...] = (
     "announce",       # the discovery token (discovery.py)
     "local_nudge",    # nudges this node's own runners in-process (app.py)
     "parking",        # unpark; wraps claim, outermost (parking.py)
+    "deps",           # dep_watch, dep_report; wraps enqueue (deps meta), why (deps_ext.py)
 )
 """Every extension of an app's queue owner, by name, in the order they are installed."""
 

@@ -801,7 +801,16 @@ OP_ROLES.update({**dict.fromkeys(("batch_open", "batch_reserve", "batch_add", "b
 # The child's key proves a report (the producer made it and handed it to each parent's owner
 # with the watch); both ops are on the produce key, as a batch's reports are.
 DEP_STATES = ("pending", *BATCH_OUTCOMES)
-_DEP_KEY = Field("key", text(64, empty=False), required=True)
+_KEY_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_")
+
+
+def dep_key(name: str, value: Any) -> None:
+    """A child's key: 16-64 characters of ``[A-Za-z0-9_-]`` (the producer makes 32 hex)."""
+    if type(value) is not str or not 16 <= len(value) <= 64 or not _KEY_CHARS.issuperset(value):
+        fail(name, "must be a dependency key (16-64 characters of [A-Za-z0-9_-])", value)
+
+
+_DEP_KEY = Field("key", dep_key, required=True)
 SCHEMAS.update({
     "dep_watch": (Field("job_id", check_job_id, required=True),
                   Field("child_queue", text(MAX_JOB_ID_BYTES, empty=False), required=True),

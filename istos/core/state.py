@@ -571,6 +571,8 @@ class QueueState:
             return None
         self._forget(rec)  # queues a delete, which the write of the fresh record overrides
         fresh = self.new_record(job_id, rec.body, now, priority=rec.priority, meta=rec.meta)
+        if fresh.state == WAITING:  # a child that ran once (promoted) waits no more
+            fresh.state = READY
         self.insert(fresh, now)  # emits "enqueued" and makes it claimable
         self.dirty.append(fresh)
         return fresh

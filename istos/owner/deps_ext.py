@@ -205,9 +205,16 @@ class DepsOwner(OwnerExtension):
         reply = await self._why(msg)
         rec = self.owner.state.jobs.get(msg["job_id"])
         entry = None if rec is None or not rec.meta else rec.meta.get(deps.META)
-        if isinstance(entry, dict) and isinstance(reply.get("why"), dict):
-            reply["why"]["waits_for"] = deps.waits_for(entry)
-            fit_why(reply["why"])
+        why = reply.get("why")
+        if isinstance(entry, dict) and isinstance(why, dict):
+            waits = why["waits_for"] = deps.waits_for(entry)
+            if rec is not None and rec.state == WAITING:
+                why["reason"] = (
+                    "waiting for an operator: a parent failed (on_parent_failure='wait'; "
+                    "requeue the parent, promote or cancel this job)"
+                    if waits["needs_operator"] else
+                    f"waiting for {waits['pending']} of {len(waits['parents'])} parent(s)")
+            fit_why(why)
         return reply
 
     # -- the parent side ---------------------------------------------------------------------

@@ -44,7 +44,7 @@ MODES = ("cancel", "run", "wait")
 DEFAULT_MODE = "cancel"
 MAX_PARENTS = 64
 """Parents one child may name (the meta entry stays well under the meta size limit)."""
-MAX_CHILDREN = 1000
+MAX_CHILDREN = 100_000
 """Children one pending parent may have watching it at its owner (``CapacityExceeded``)."""
 OUTCOMES = bs.OUTCOMES
 ENTRY_KEYS = frozenset({"after", "o", "mode", "key"})

@@ -592,7 +592,8 @@ class QueueState:
         if rec.start_by is not None:
             self.heaps.starts.push(rec)
         self.dirty.append(rec)
-        detail: dict[str, Any] = {"delay_s": rec.ready_at - now, "ready_at": rec.ready_at}
+        detail: dict[str, Any] = {"delay_s": rec.ready_at - now, "ready_at": rec.ready_at,
+                                  "priority": rec.priority}
         if forced:
             detail["forced"] = True
         self._emit(now, rec, ev.UNBLOCKED, **detail)

@@ -68,8 +68,8 @@ class JobEvent:
     ``lease_s`` on claimed, ``error`` on nacked/dead_lettered, ``delay_s``/``ready_at`` on
     retry_scheduled, ``deadline`` on lease_extended, ``progress``/``note`` on progress,
     what changed on updated (``app.update`` or a call joining a debounce burst),
-    ``parents`` on waiting, ``delay_s``/``ready_at`` (and ``forced`` for an operator's
-    promote) on unblocked.
+    ``priority``/``ready_at``/``parents`` on waiting, ``delay_s``/``ready_at``/``priority``
+    (and ``forced`` for an operator's promote) on unblocked.
     """
 
     t: float

@@ -297,3 +297,20 @@ def test_outcome_moves_are_the_batch_members_moves():
 def test_malformed_deps_meta_is_refused(bad):
     with pytest.raises(InvalidJob):
         deps.check_entry("j", bad)
+
+
+def test_frames_show_waiting_jobs():
+    from istos_nb.data.frames import jobs_frame
+
+    def event(t: float, job: str, kind: str, **detail: Any) -> dict[str, Any]:
+        return {"t": t, "node": "n", "queue": "q", "job_id": job, "kind": kind,
+                "attempt": 0, "worker": None, "detail": detail}
+
+    frame = jobs_frame([
+        event(1.0, "child", "waiting", priority=3, ready_at=1.0, parents=2),
+        event(1.0, "still", "waiting", priority=0, ready_at=1.0, parents=1),
+        event(2.0, "child", "unblocked", delay_s=0.0, ready_at=2.0, priority=3)])
+    states = dict(zip(frame["job_id"], frame["state"]))
+    assert states == {"child": "ready", "still": "waiting"}
+    assert frame.set_index("job_id").loc["child", "priority"] == 3
+    assert frame.set_index("job_id").loc["child", "enqueued_at"] == 1.0

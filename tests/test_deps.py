@@ -314,3 +314,15 @@ def test_frames_show_waiting_jobs():
     assert states == {"child": "ready", "still": "waiting"}
     assert frame.set_index("job_id").loc["child", "priority"] == 3
     assert frame.set_index("job_id").loc["child", "enqueued_at"] == 1.0
+
+
+def test_the_cli_why_lists_the_parents():
+    from istos.ops.render import why_text
+
+    text = why_text("child", {
+        "state": "waiting", "reason": "waiting for 1 of 2 parent(s)", "now": 10.0,
+        "waits_for": {"parents": [{"queue": "a", "job_id": "p1", "state": "done"},
+                                  {"queue": "b", "job_id": "p2", "state": "pending"}],
+                      "on_parent_failure": "cancel", "pending": 1, "needs_operator": False}})
+    assert "parents (on_parent_failure=cancel, 1 pending):" in text
+    assert any("p2" in line and "pending" in line for line in text.splitlines())

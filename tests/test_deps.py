@@ -326,3 +326,26 @@ def test_the_cli_why_lists_the_parents():
                       "on_parent_failure": "cancel", "pending": 1, "needs_operator": False}})
     assert "parents (on_parent_failure=cancel, 1 pending):" in text
     assert any("p2" in line and "pending" in line for line in text.splitlines())
+
+
+async def test_the_owner_refuses_malformed_deps_meta_from_the_wire(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("q")
+    good = {"after": [["q", "p"]], "o": ["pending"], "mode": "cancel", "key": "k" * 32}
+    async with app.serving():
+        call = app.client("q").call
+        await call("enqueue", body=b"\xc0", job_id="p")
+        for bad in ({**good, "o": ["dead"]}, {**good, "key": "x"}, {**good, "mode": 1},
+                    {**good, "after": []}, {**good, "extra": True}):
+            with pytest.raises(InvalidJob):
+                await call("enqueue", body=b"\xc0", job_id="c", meta={"deps": bad})
+        with pytest.raises(InvalidJob, match="alone"):
+            await call("enqueue", body=b"\xc0", job_id="c",
+                       meta={"deps": good, "chain": {"id": "x"}})
+        with pytest.raises(InvalidJob, match="does not combine"):
+            await call("enqueue", body=b"\xc0", job_id="c", meta={"deps": good},
+                       unique={"key": "u"})
+        assert (await call("states", job_ids=["c"]))["states"]["c"] == "unknown"
+        assert (await call("enqueue", body=b"\xc0", job_id="c", meta={"deps": good})
+                )["created"] is True
+        assert (await call("states", job_ids=["c"]))["states"]["c"] == "waiting"

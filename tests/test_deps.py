@@ -339,6 +339,9 @@ async def test_the_owner_refuses_malformed_deps_meta_from_the_wire(mesh):
                     {**good, "after": []}, {**good, "extra": True}):
             with pytest.raises(InvalidJob):
                 await call("enqueue", body=b"\xc0", job_id="c", meta={"deps": bad})
+        with pytest.raises(InvalidJob, match="reserved"):
+            await call("enqueue", body=b"\xc0", job_id="wf:" + "0" * 32 + ".1",
+                       meta={"deps": good})
         with pytest.raises(InvalidJob, match="alone"):
             await call("enqueue", body=b"\xc0", job_id="c",
                        meta={"deps": good, "chain": {"id": "x"}})

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from .. import events as ev
+from .. import protocol
 from ..core import deps
 from ..core.records import WAITING, JobRecord
 from ..errors import CapacityExceeded, InvalidJob, IstosError, JobNotFound
@@ -109,6 +110,9 @@ class DepsOwner(OwnerExtension):
         job_id = msg.get("job_id") or owner.node.ids.new()
         if set(meta) - {deps.META, "trace"}:
             raise InvalidJob(f"job {job_id!r}: deps meta comes alone (or with a trace)")
+        if job_id.startswith(protocol.RESERVED_ID_PREFIXES):  # workflows' and schedules' own
+            raise InvalidJob(f"job {job_id[:60]!r}: a job waiting for parents cannot take a "
+                             "reserved id ('wf:', 'sched:')")
         refused = [f for f in NOT_SUPPORTED if msg.get(f) is not None]
         if refused:
             raise InvalidJob(f"job {job_id!r}: after= does not combine with {refused}")

@@ -16,11 +16,17 @@ RAN_AFTER = "no child ran before its parents were done"
 NOT_LEFT = "a child whose parents all finished done is not left waiting"
 
 
-def deps_sim(seed: int) -> Simulation:
+def deps_sim(seed: int, *, ha: bool = False) -> Simulation:
+    """``ha``: the children's and one parents' queue each on two replicas, their first leader
+    crashed while children wait (a failover), instead of restarts and a partition."""
     sim = Simulation(seed=seed, storage="durable")
-    sim.node("na").queue("a", lease_s=4.0, max_attempts=2, retry_backoff_s=0.2, keep_results=True)
+    ha_opts = {"ha": True, "ha_lease_s": 2.0} if ha else {}
+    for name in ("na", "na2") if ha else ("na",):
+        sim.node(name).queue("a", lease_s=4.0, max_attempts=2, retry_backoff_s=0.2,
+                             keep_results=True, **ha_opts)
     sim.node("nb").queue("b", lease_s=4.0, max_attempts=2, retry_backoff_s=0.2, keep_results=True)
-    sim.node("nc").queue("c", lease_s=4.0, max_attempts=3, retry_backoff_s=0.2)
+    for name in ("nc", "nc2") if ha else ("nc",):
+        sim.node(name).queue("c", lease_s=4.0, max_attempts=3, retry_backoff_s=0.2, **ha_opts)
     sim.node("p")
     worker = sim.node("w")
     for q in ("a", "b"):
@@ -31,6 +37,10 @@ def deps_sim(seed: int) -> Simulation:
     sim.enqueue_jobs("p", "b", 20, rate=1.0, start=0.7)
     sim.enqueue_children("p", "c", 24, parents_of=("a", "b"), fan_in=2, rate=1.2, start=1.0,
                          on_parent_failure=MODES[seed % 3])
+    if ha:
+        sim.crash("nc", at=6.0 + (seed % 5))  # whichever leads: the other takes over
+        sim.crash("na", at=9.0 + (seed % 7) * 0.5)
+        return sim
     sim.restart("nc", at=6.0 + (seed % 5))  # the children's owner, while children wait
     sim.restart("na", at=9.0 + (seed % 7) * 0.5)  # a parents' owner, with watches stored
     sim.partition({"na"}, {"nc"}, at=12.0, heal_at=16.0)  # reports across the cut wait
@@ -49,8 +59,18 @@ def test_simulated_dependencies_hold_over_a_few_seeds():
         _check_seed(seed)
 
 
-def _check_seed(seed: int) -> None:
-    result = deps_sim(seed).run(until=200.0)
+@pytest.mark.fast(False)
+def test_simulated_dependencies_hold_across_ha_failovers_over_60_seeds():
+    for seed in range(60):
+        _check_seed(seed, ha=True)
+
+
+def test_simulated_dependencies_hold_across_an_ha_failover():
+    _check_seed(4, ha=True)
+
+
+def _check_seed(seed: int, ha: bool = False) -> None:
+    result = deps_sim(seed, ha=ha).run(until=200.0)
     report = result.check().set_index("invariant")
     assert report["ok"].all(), (seed, report[~report["ok"]])
     assert report.loc[RAN_AFTER, "detail"] == "ok", seed  # (there were children to check)

@@ -38,7 +38,10 @@ async def watch_parents(client: Callable[[str], OwnerClient], queue: str, job_id
                                              child_queue=queue, child_id=job_id, key=key)
         return str(reply["state"])
 
-    states = await asyncio.gather(*(ask(p) for p in parents))
+    if _in_a_loop():
+        states = await asyncio.gather(*(ask(p) for p in parents))
+    else:  # the blocking client drives this coroutine itself, with no event loop to gather on
+        states = [await ask(p) for p in parents]
     outcomes = []
     for parent, state in zip(parents, states):
         if state == "unknown":
@@ -50,3 +53,11 @@ async def watch_parents(client: Callable[[str], OwnerClient], queue: str, job_id
                                parent, state)
         outcomes.append(state if state in deps.OUTCOMES else deps.PENDING)
     return {"after": [list(p) for p in parents], "o": outcomes, "mode": mode, "key": key}
+
+
+def _in_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

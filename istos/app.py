@@ -27,6 +27,7 @@ from .delegate import delegate
 from .errors import ConfigError, HAConfigError, IstosError, ProtocolError
 from .events import EventLog
 from .features.batch import Batches
+from .features.deps import Dependencies
 from .features.ledger import Ledger
 from .features.pubsub import PubSub, Subscription
 from .features.schedule import Schedules
@@ -167,6 +168,7 @@ class Istos:
         self.workflows = Workflows(self.node, self.enqueue, self.client, self._require_serving)
         self.batches = Batches(self.node, self.producer.enqueue, self.client,
                                self._require_serving)
+        self.dependencies = Dependencies(self.node, self.client)
 
     @property
     def node_id(self) -> str:
@@ -378,6 +380,7 @@ class Istos:
             Hooks(name="local_nudge",
                   on_nudge=lambda n, to: self._nudge_local(owner.name, to)),
             ParkedClaims(owner),
+            self.dependencies.owner_extension(owner),
         ])
 
     async def _continue_hook(self, meta: dict[str, Any], result: Any) -> None:

@@ -21,6 +21,7 @@ The tree::
     │   ├── MeshUnreachable                   a client-mode session reached no router
     │   └── UsageError                        istos.ops.cli: bad command-line usage (exit 2)
     ├── InvalidJob (also ValueError)          body cannot be encoded, or is too large
+    │   └── ParentFailed                      enqueue(after=): a parent already dead or cancelled
     ├── QueueNotFound                         the owner does not serve that queue
     ├── JobNotFound (also LookupError)        the queue holds no job (or dead job) with that id
     │   └── UnknownJob                        istos.ops.cli: the same, as the CLI reports it
@@ -88,6 +89,18 @@ class OwnerConflict(ConfigError):
 
 class InvalidJob(IstosError, ValueError):
     """A job body could not be encoded, or exceeds the size limit. Nothing was sent."""
+
+
+class ParentFailed(InvalidJob):
+    """``enqueue(..., after=[...])`` with ``on_parent_failure="cancel"`` named a parent that
+    already ended dead or cancelled (or expired): nothing was enqueued. ``parent`` is its
+    ``(queue, job_id)``, ``state`` its end."""
+
+    def __init__(self, message: str, parent: tuple[str, str] = ("", ""),
+                 state: str = "") -> None:
+        super().__init__(message)
+        self.parent = parent
+        self.state = state
 
 
 class QueueNotFound(IstosError):

@@ -101,19 +101,23 @@ class SyncProducer:
                 unique: str | None = None, unique_s: float | None = None,
                 debounce_key: str | None = None, debounce_s: float | None = None,
                 debounce_max_s: float | None = None, debounce: str | None = None,
-                expires_s: float | None = None, start_by: Any = None) -> str:
+                expires_s: float | None = None, start_by: Any = None,
+                after: Iterable[Any] | None = None,
+                on_parent_failure: str = "cancel") -> str:
         """Put a job on queue ``name``; returns its id (an :class:`~istos.Enqueued`) once the
         owner stored it (as :meth:`Istos.enqueue`: idempotent by ``job_id``, and by
         ``unique_key`` within its ``unique`` scope; one run per burst of calls with a
         ``debounce_key``; ``expires_s`` or ``start_by``: its start deadline, past which a job
-        not started ends ``expired``).
+        not started ends ``expired``; ``after``: its parents, ``(queue, job_id)`` pairs or
+        returned ids, with ``on_parent_failure``: it waits until they are done).
 
         Raises, before sending: :class:`ConfigError` for a bad name, ``delay_s``,
         ``priority``, ``job_id``, ``unique_key``, ``unique``, ``unique_s``, a debounce
-        option, ``expires_s`` or ``start_by``, :class:`InvalidJob` for a body msgpack cannot
-        encode or over the size limit; after: :class:`OwnerUnavailable` when no owner answers
-        within ``request_timeout_s``, or the owner's typed error. Blocks the calling thread
-        only.
+        option, ``expires_s``, ``start_by``, ``after`` or ``on_parent_failure``,
+        :class:`InvalidJob` for a body msgpack cannot encode or over the size limit; after
+        sending: :class:`JobNotFound` or :class:`~istos.ParentFailed` for a parent
+        (``after``), :class:`OwnerUnavailable` when no owner answers within
+        ``request_timeout_s``, or the owner's typed error. Blocks the calling thread only.
         """
         # An explicit timeout: one request per call (coalescing needs a loop turn).
         return self._run(name, lambda p: p.enqueue(name, data, delay_s=delay_s,
@@ -125,7 +129,9 @@ class SyncProducer:
                                                    debounce_s=debounce_s,
                                                    debounce_max_s=debounce_max_s,
                                                    debounce=debounce,
-                                                   expires_s=expires_s, start_by=start_by))
+                                                   expires_s=expires_s, start_by=start_by,
+                                                   after=after,
+                                                   on_parent_failure=on_parent_failure))
 
     def enqueue_many(self, name: str, items: Iterable[Any], *,  # noqa: PLR0913
                      delay_s: float = 0,

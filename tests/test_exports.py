@@ -13,6 +13,7 @@ EXPECTED = {
     "MemoryStorage", "RedisStoragePlugin", "SQLAlchemyStoragePlugin", "outbox",
     "Clock", "SystemClock", "JobEvent", "Enqueued",
     "IstosError", "ConfigError", "CronError", "HAConfigError", "InvalidJob", "QueueNotFound",
+    "ParentFailed",
     "OwnerUnavailable", "StorageUnavailable", "ProtocolError", "AdminDisabled", "RemoteError",
     "InvalidProgress", "JobTimeout", "JobCancelled", "MeshUnreachable", "Retry",
     "OwnerConflict", "JobNotFound", "CapacityExceeded", "NotAccepted",

@@ -14,7 +14,7 @@ from istos.owner.owner import QueueOwner
 from istos.transport.local import LocalMesh
 
 PINNED = ("schedules", "workflows", "batches", "inspect", "lookup", "series", "leases", "workers",
-          "bulk_admin", "latency", "workflow_view", "announce", "local_nudge", "parking")
+          "bulk_admin", "latency", "workflow_view", "announce", "local_nudge", "parking", "deps")
 
 
 def test_the_pipeline_order_is_pinned() -> None:

@@ -46,6 +46,12 @@ CALLBACK_KEYS = ("id", "home", "kind", "key")
 _MOVES = {(PENDING, DONE), (PENDING, DEAD), (PENDING, CANCELLED), (DEAD, DONE), (DONE, DEAD)}
 
 
+def is_move(old: str, new: str) -> bool:
+    """Whether an outcome moving ``old`` -> ``new`` counts (the transitions above); dependencies
+    (``deps.py``) move their parents' outcomes by the same rules."""
+    return (old, new) in _MOVES
+
+
 def batch_id(key: str, home: str) -> str:
     """The id of the batch created with ``key`` whose home is queue ``home``."""
     raw = json.dumps(["batch", key, home], separators=(",", ":"), ensure_ascii=True)

@@ -34,7 +34,7 @@ from .. import events as ev
 FINE_S, FINE_N = 1.0, 3600
 COARSE_S, COARSE_N = 60.0, 1440
 RESOLUTIONS = (FINE_S, COARSE_S)
-STATE_COLUMNS = ("ready", "delayed", "leased", "done", "dead", "cancelled")
+STATE_COLUMNS = ("ready", "delayed", "leased", "done", "dead", "cancelled", "waiting")
 EVENT_COLUMNS = ("enqueued", "claimed", "acked", "nacked", "expired", "dead_lettered",
                  "cancelled_n")
 QUANTILES = (50, 95, 99)

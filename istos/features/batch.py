@@ -75,10 +75,13 @@ class Batch:
         ``dedup_s``, ``group``, ``timeout_s``). Idempotent by ``job_id`` (generated if None).
         Raises :class:`InvalidJob` when the batch is closed (and this is not a running
         member's ``ctx.batch.add``) or unknown at its home, :class:`ConfigError` for a bad
-        queue name or option, :class:`OwnerUnavailable` when the home does not answer (nothing
-        added), and :class:`BatchAddFailed` when the member was counted but its enqueue failed.
+        queue name or option (``after`` too: a member cannot wait for parents),
+        :class:`OwnerUnavailable` when the home does not answer (nothing added), and
+        :class:`BatchAddFailed` when the member was counted but its enqueue failed.
         """
         check_queue_name(queue)
+        if "after" in options:  # (a member waiting for parents: not supported together)
+            raise ConfigError("batch.add takes no after=: a member cannot wait for parents")
         b = self._batches
         jid = job_id or b.node.ids.new()
         codec.encode_body(data, queue=queue)  # refuse what cannot be encoded before counting

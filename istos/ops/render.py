@@ -166,6 +166,7 @@ def why_text(job_id: str, why: dict[str, Any]) -> str:
                                      else f"({size:,} bytes, too big to show)" if size
                                      else "none"))
     lines.extend(workflow_lines(why.get("workflow")))
+    lines.extend(waits_for_lines(why.get("waits_for")))
     tb = latest_traceback(history_of(why))
     if tb:
         lines.append("  traceback of the last failed attempt:")
@@ -188,6 +189,19 @@ def lifecycle_lines(why: dict[str, Any], now: float) -> list[str]:
         last = f", last {when(float(at), now)}" if at is not None and now else ""
         out.append(f"  edited {why['edits']} time(s) while waiting{last}")
     return out
+
+
+def waits_for_lines(waits: Any) -> list[str]:
+    """A child's parents (``after=``) as ``why`` reports them, one line each."""
+    if not isinstance(waits, dict):
+        return []
+    head = (f"  parents (on_parent_failure={waits.get('on_parent_failure')}, "
+            f"{waits.get('pending')} pending"
+            + (", needs an operator" if waits.get("needs_operator") else "") + "):")
+    rows = [[p.get("queue"), p.get("job_id"), p.get("state")]
+            for p in waits.get("parents") or [] if isinstance(p, dict)]
+    return [head] + ["    " + line for line in table(["queue", "job", "state"],
+                                                        rows).split("\n")[1:]]
 
 
 def workflow_lines(flow: Any) -> list[str]:

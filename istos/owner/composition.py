@@ -36,6 +36,7 @@ OWNER_PIPELINE: tuple[str, ...] = (
     "announce",       # the discovery token (leadership/discovery.py)
     "local_nudge",    # nudges this node's own runners in-process (app.py)
     "parking",        # unpark; wraps claim, outermost (extensions/parking.py)
+    "deps",           # dep_watch, dep_report; wraps enqueue, why (extensions/deps_ext.py)
 )
 """Every extension of an app's queue owner, by name, in the order they are installed."""
 

@@ -392,7 +392,8 @@ class QueueOwner:
                 eventlog.log_event(self.name, event, self.state.jobs.get(event.job_id))
             if event.kind == ev.ENQUEUED and event.detail.get("delay_s", 0) <= 0:
                 claimable += 1
-            elif event.kind == ev.RETRY_SCHEDULED and event.detail.get("delay_s", 0) <= 0:
+            elif event.kind in (ev.RETRY_SCHEDULED, ev.UNBLOCKED) \
+                    and event.detail.get("delay_s", 0) <= 0:
                 claimable += 1
         if claimable:
             self.nudge(claimable)

@@ -71,12 +71,13 @@ _EVENT_DTYPE_NAMES = [str(pd.Series([], dtype=d).dtype) for d in _EVENT_SCHEMA.v
 _JOB_KINDS = frozenset({
     ev.ENQUEUED, ev.DUPLICATE_ENQUEUE, ev.CLAIMED, ev.ACKED, ev.NACKED, ev.LEASE_EXPIRED,
     ev.RETRY_SCHEDULED, ev.DEAD_LETTERED, ev.RESULT_EXPIRED, ev.PURGED,
-    ev.CANCELLED, ev.PROGRESS, ev.EXPIRED, ev.UPDATED,
+    ev.CANCELLED, ev.PROGRESS, ev.EXPIRED, ev.UPDATED, ev.WAITING, ev.UNBLOCKED,
 })
 _FIXED_STATE = {
     ev.CLAIMED: "leased", ev.ACKED: "done", ev.DEAD_LETTERED: "dead",
     ev.RESULT_EXPIRED: "expired", ev.PURGED: "purged", ev.CANCELLED: "cancelled",
     ev.EXPIRED: "expired",  # its start deadline passed before it started
+    ev.WAITING: "waiting",  # enqueued with after=: claimable once its parents release it
 }
 _LEASE_CLOSE = {ev.ACKED: "acked", ev.NACKED: "nacked", ev.LEASE_EXPIRED: "expired"}
 _DEPTH_STATES = ("ready", "leased", "delayed", "dead", "done")
@@ -226,7 +227,7 @@ def _lists(df: pd.DataFrame, *names: str) -> list[list[Any]]:
 def _target_state(kind: str, t: float, delay_s: float, ready_at: float) -> str | None:
     """The state a job enters on ``kind`` (None: no change). A delay whose ready_at is not in
     the future of the event counts as ready at once, so jobs and depth frames agree."""
-    if kind in (ev.ENQUEUED, ev.RETRY_SCHEDULED):
+    if kind in (ev.ENQUEUED, ev.RETRY_SCHEDULED, ev.UNBLOCKED):
         return "delayed" if delay_s > 0 and _ready_time(t, delay_s, ready_at) > t else "ready"
     if kind == ev.UPDATED:  # a waiting job's new start (app.update, a debounce call), if any
         return None if math.isnan(ready_at) else "delayed" if ready_at > t else "ready"
@@ -265,7 +266,7 @@ def _apply(job: _Job, t: float, kind: str, row: tuple[Any, ...]) -> None:
         job.progress, job.progress_note = _num(detail.get("progress")), detail.get("note")
         return
     job.attempts = max(job.attempts, attempt)
-    if kind == ev.ENQUEUED:
+    if kind in (ev.ENQUEUED, ev.WAITING):
         if math.isnan(job.enqueued_at):
             job.enqueued_at = t
         job.priority = priority
@@ -293,7 +294,8 @@ def jobs_frame(events: EventsLike) -> pd.DataFrame:
     than once, e.g. a redelivery after a lost ack).
 
     ``state`` is the state after the job's last event: ready, delayed, leased, done, dead,
-    cancelled, purged or expired. ``delayed`` means a pending delay/retry whose ready_at is after
+    cancelled, purged, expired or waiting (for its parents, ``after=``; ``depth_frame`` does not
+    count waiting jobs). ``delayed`` means a pending delay/retry whose ready_at is after
     the last event of the whole stream; once that time has passed the job counts as ready.
     progress and progress_note: the latest ``progress`` event (a holder's ``ctx.progress()``;
     NaN/None without one). A job first

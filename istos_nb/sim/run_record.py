@@ -34,6 +34,10 @@ class RunRecord:
     # Outbox transactions (job_id, queue, committed) and the ids still in the outbox at the end.
     outbox: list[dict[str, Any]] = field(default_factory=list)
     outbox_waiting: set[str] = field(default_factory=set)
+    # Batches the workload opened (sim/batches.py) and their headers in storage at the end.
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    batch_headers: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    until: float = 0.0  # the run's end (virtual s)
 
 
 @dataclass

@@ -62,6 +62,12 @@ INVARIANT_MEANING: dict[str, str] = {
         "while a pause held (stored: across restarts and failovers), no claim got its jobs",
     "never two jobs holding one unique key within its scope":
         "an enqueue whose unique key another job held within its scope added no job",
+    "batch callbacks: at most once each, exactly once when due by the end":
+        "each batch callback job was created at most once, and once its batch was closed and "
+        "its condition held (all ended, all done, one dead), it was created",
+    "no batch count lost across owner restarts and failovers":
+        "each batch's home kept as many done, dead and cancelled members as the members' own "
+        "events say, whatever crashed or failed over",
 }
 
 
@@ -112,6 +118,10 @@ _APPLIES: dict[str, tuple[Callable[[SimResult, str], bool], str]] = {
         lambda r, d: _has_unique_key(r), "no job was enqueued with a unique key"),
     "job logs kept as their attempts wrote them": (
         lambda r, d: not d.startswith(("no handler logged", "no log kept")), ""),
+    "batch callbacks: at most once each, exactly once when due by the end": (
+        lambda r, d: not d.startswith("no batch"), "no batch in this run"),
+    "no batch count lost across owner restarts and failovers": (
+        lambda r, d: not d.startswith("no batch"), "no batch in this run"),
     "no lease expired while its heart-beating holder was alive and connected": (
         lambda r, d: not d.startswith(("no heart-beating", "not checked")), ""),
 }

@@ -175,6 +175,7 @@ class BatchOwner(OwnerExtension):
             await self.owner.storage.apply(self._ns(bid), [
                 ("h", self._pack(header)), ("k", msgpack.packb(msg["key"]))], [])
             self._remember(bid, header)
+        self._event(bid, "opened", header)
         return {"opened": True}
 
     async def op_add(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -214,6 +215,9 @@ class BatchOwner(OwnerExtension):
                     new.finished_at = self.owner.node.clock.now()
                 await self.owner.storage.put(self._ns(bid), "h", self._pack(new))
                 header = self._remember(bid, new)
+                self._event(bid, "closed", header)
+                if header.finished_at is not None:
+                    self._event(bid, "finished", header)
             await self._fire_due(bid, header, msg["key"])
         await self._tell_parent(bid)
         return {"closed": True}
@@ -235,13 +239,16 @@ class BatchOwner(OwnerExtension):
             if not new.apply(entry["o"], outcome):
                 status = "repeat"
             else:
-                if new.closed and new.pending == 0 and new.finished_at is None:
+                finishing = new.closed and new.pending == 0 and new.finished_at is None
+                if finishing:
                     new.finished_at = self.owner.node.clock.now()
                 await self.owner.storage.apply(ns, [
                     ("h", self._pack(new)),
                     (f"m:{member}", msgpack.packb({**entry, "o": outcome}))], [])
                 header = self._remember(bid, new)
                 status = "counted"
+                if finishing:
+                    self._event(bid, "finished", header)
             await self._fire_due(bid, header, msg["key"])
         await self._tell_parent(bid)
         return {"status": status}
@@ -299,6 +306,7 @@ class BatchOwner(OwnerExtension):
             new.fired[kind] = self.owner.node.clock.now()
             await self.owner.storage.put(self._ns(bid), "h", self._pack(new))
             header = self._remember(bid, new)
+            self._event(bid, "fired", header, callback=kind, callback_queue=queue)
             log.info("batch %s: callback %s enqueued on queue %s", bid, kind, queue)
 
     async def _tell_parent(self, bid: str) -> None:
@@ -387,6 +395,15 @@ class BatchOwner(OwnerExtension):
                 await self.owner.storage.apply(self._ns(bid), [], keys)
                 await self.owner.storage.delete(self.index_ns, bid)
                 self.open.pop(bid, None)
+
+    def _event(self, bid: str, change: str, header: bs.BatchHeader, **extra: Any) -> None:
+        """A ``batch`` event (once the change is stored): ``change`` is ``opened``,
+        ``closed``, ``finished`` or ``fired`` (``callback``, ``callback_queue``), with the
+        batch id and its counts. It names no job (``job_id`` "")."""
+        self.owner.node.events.emit(JobEvent(
+            self.owner.node.clock.now(), self.owner.node.node_id, self.owner.name, "",
+            ev.BATCH, 0, None, {"batch_id": bid, "change": change, **header.counts(),
+                                **extra}))
 
     def _remember(self, bid: str, header: bs.BatchHeader) -> bs.BatchHeader:
         """Cache ``header`` (once stored); a finished batch joins the pruning heap once."""

@@ -60,7 +60,6 @@ async def until(pred: Callable[[], Awaitable[bool]], timeout_s: float, what: str
 
 
 @pytest.mark.slow
-@pytest.mark.redis
 async def test_batches_across_three_owner_processes_with_a_sigkill_and_an_ha_failover(
         tmp_path: Path) -> None:
     port = free_port()

@@ -59,6 +59,7 @@ def judged(seed: int) -> tuple[Any, dict[str, Any]]:
 
 
 @pytest.mark.slow
+@pytest.mark.fast(False)  # minutes of CPU: the full suite's, not `make check`'s
 @pytest.mark.parametrize("first", range(0, 200, 25))  # 200 seeds, in eight parallel parts
 def test_batch_invariants_hold_over_200_seeds_with_restarts_failovers_partitions(first: int):
     failures, fired, deaths = [], 0, 0

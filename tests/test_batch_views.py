@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from helpers import app_on, wait_events
 from test_batch import Callbacks, declare
+from test_batch_zenoh import cli
 from zenoh_util import isolated_configs, unique_prefix
 
 from istos import Istos, JobContext
@@ -86,6 +87,8 @@ async def test_the_dashboard_shows_a_live_batch_and_its_members():
         batch = await owner.batch(on_success=("cb", "ok"), on_complete=("cb", "all"),
                                   description="four jobs")
         ids = [await batch.add("work", n) for n in range(4)]
+        child = await batch.batch(home="cb", description="an empty child")
+        await child.close()  # empty: done at once, and done in its parent
         await batch.close()
         await wait_events(owner, lambda evs: sum(e.kind == "acked" for e in evs) >= 2)
         lq = attach("cb", configs[1], prefix=prefix)
@@ -95,10 +98,14 @@ async def test_the_dashboard_shows_a_live_batch_and_its_members():
             table, members = dash.batches_table.value, dash.members_table.value
             assert "batches" in list(dash.panels.tab.titles)
             frame = await lq.abatches()
+            endpoints = [cfg["listen"]["endpoints"][0] for cfg in configs]
+            shown = await cli(["batch", child.id], endpoints, prefix)
         finally:
             gate.set()
             await asyncio.to_thread(lq.close)
     assert batch.id in table and "four jobs" in table and "closed" in table
     assert "waits (cb)" in table  # neither callback fired yet
-    assert all(j in members for j in ids) and "2 done, 2 pending" in members
-    assert frame.attrs["total"] == 1 and frame.loc[0, "pending"] == 2
+    assert all(j in members for j in ids) and "3 done, 2 pending" in members  # (the child)
+    assert child.id in members and "an empty child" in table
+    assert frame.attrs["total"] == 2 and frame.loc[0, "pending"] == 2
+    assert f"a member of batch {batch.id}" in shown and "0 members" in shown

@@ -109,3 +109,13 @@ async def test_the_dashboard_shows_a_live_batch_and_its_members():
     assert child.id in members and "an empty child" in table
     assert frame.attrs["total"] == 2 and frame.loc[0, "pending"] == 2
     assert f"a member of batch {batch.id}" in shown and "0 members" in shown
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("limit", [0, 1001, -1, 1.5, "10", None, True])
+def test_a_bad_batches_limit_is_refused_before_anything_is_sent(limit: Any):
+    from istos import ConfigError
+    from istos_nb.live.attach import _check_batch_limit
+
+    with pytest.raises(ConfigError):
+        _check_batch_limit(limit)

@@ -40,12 +40,14 @@ UPDATED: Final = "updated"  # a waiting job edited by app.update (core/edit.py)
 # Dependencies (core/deps.py): a child stored to wait for its parents; moved on to ready.
 WAITING: Final = "waiting"
 UNBLOCKED: Final = "unblocked"
+# A batch changed at its home (owner/batches_ext.py; names no job: detail has the batch id).
+BATCH: Final = "batch"
 
 EventKind = Literal[
     "enqueued", "duplicate_enqueue", "claimed", "acked", "nacked", "lease_expired",
     "retry_scheduled", "dead_lettered", "result_expired", "purged", "owner_up", "owner_down",
     "crashed", "restarted", "lease_extended", "progress", "cancel_requested", "cancelled",
-    "expired", "paused", "resumed", "updated", "waiting", "unblocked",
+    "expired", "paused", "resumed", "updated", "waiting", "unblocked", "batch",
 ]
 """The kind of a :class:`JobEvent` (one of :data:`EVENT_KINDS`)."""
 
@@ -53,7 +55,7 @@ EVENT_KINDS: tuple[EventKind, ...] = (
     ENQUEUED, DUPLICATE_ENQUEUE, CLAIMED, ACKED, NACKED, LEASE_EXPIRED, RETRY_SCHEDULED,
     DEAD_LETTERED, RESULT_EXPIRED, PURGED, OWNER_UP, OWNER_DOWN, CRASHED, RESTARTED,
     LEASE_EXTENDED, PROGRESS, CANCEL_REQUESTED, CANCELLED, EXPIRED, PAUSED, RESUMED, UPDATED,
-    WAITING, UNBLOCKED,
+    WAITING, UNBLOCKED, BATCH,
 )
 
 

@@ -769,9 +769,21 @@ def batch_callbacks(name: str, value: Any) -> None:
         binary(MAX_BODY_BYTES)(f"{name}.{kind}[1]", spec[1])
 
 
+def batch_parent(name: str, value: Any) -> None:
+    """A child batch's parent proof: ``{id, home, key}`` (the parent's id, home queue, key)."""
+    if value is None:
+        return
+    if type(value) is not dict or set(value) != {"id", "home", "key"}:
+        fail(name, "must be a map of exactly id, home, key", value)
+    check_job_id(f"{name}.id", value["id"])
+    text(MAX_JOB_ID_BYTES, empty=False)(f"{name}.home", value["home"])
+    text(64, empty=False)(f"{name}.key", value["key"])
+
+
 SCHEMAS.update({
     "batch_open": (_BATCH_ID, _BATCH_KEY, Field("callbacks", batch_callbacks, required=True),
-                   Field("description", text(MAX_BATCH_DESCRIPTION))),
+                   Field("description", text(MAX_BATCH_DESCRIPTION)),
+                   Field("parent_batch", batch_parent)),
     "batch_reserve": (_BATCH_ID, _BATCH_KEY, Field(
         "kinds", list_of(one_of(*BATCH_KINDS, nil=False), 3, empty=False), required=True)),
     "batch_add": (_BATCH_ID, _BATCH_KEY, _MEMBER,

@@ -104,7 +104,7 @@ async def test_stats_jobs_why_leases_and_follow_in_process():
                 assert leases.attempt[0] == 1 and leases.deadline[0] == why["until"]
                 counts = (await call(lq.stats))["counts"]
                 assert counts == {"ready": 2, "delayed": 1, "leased": 1, "done": 0, "dead": 0,
-                                  "cancelled": 0, "expired": 0}
+                                  "cancelled": 0, "expired": 0, "waiting": 0}
                 release.set()
                 await wait_events(owner, lambda ev: count(ev, "acked") == 3)
                 # The follower sees the same flow, live (bounded: the stream is asynchronous).

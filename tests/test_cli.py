@@ -236,7 +236,7 @@ def test_metrics_scrape_parsed_by_prometheus_client(mesh):
         mesh.run(owner.enqueue("b", {}))
     wait_for(lambda: owner.owners["a"].stats()["counts"] == {
         "ready": 0, "delayed": 0, "leased": 0, "done": 0, "dead": 1,
-        "cancelled": 0, "expired": 0})  # acked: not kept
+        "cancelled": 0, "expired": 0, "waiting": 0})  # acked: not kept
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "istos", "metrics", "a", "b", "absent",

@@ -171,6 +171,15 @@ def field_bad_values(rng: random.Random) -> dict[str, list[Any]]:
                       {"on_success": ["q", "s"]}, {"on_success": ["", b""]},
                       {"on_success": ["bad*name", b""]}],
         "description": [1, [], True, b"d", "d" * 1025],
+        "parent_batch": ["p", 1, [], True, {}, {"id": "p", "home": "cb"},
+                         {"id": "p", "home": "cb", "key": "ab" * 16, "x": 1},
+                         {"id": "", "home": "cb", "key": "ab" * 16},
+                         {"id": "p", "home": "", "key": "ab" * 16},
+                         {"id": "p", "home": "cb", "key": ""},
+                         {"id": "p", "home": "cb", "key": "k" * 65},
+                         {"id": 1, "home": "cb", "key": "ab" * 16},
+                         {"id": "p", "home": "bad*name", "key": "ab" * 16},
+                         {"id": "p", "home": "cb", "key": "ab" * 16}],  # (no such parent)
     }
 
 
@@ -233,7 +242,8 @@ TEMPLATES: dict[str, dict[str, Any]] = {
     "requeue_all_dead": {"error": "e", "limit": 5}, "promote": {"job_ids": ["x"], "limit": 5},
     "purge_dead_older": {"older_than_s": 60.0, "limit": 5},
     "batch_open": {"batch_id": "b", "key": "ab" * 16, "description": "d",
-                   "callbacks": {"on_success": ["idle", b"\xc0"]}},
+                   "callbacks": {"on_success": ["idle", b"\xc0"]},
+                   "parent_batch": {"id": "p", "home": "idle", "key": "ab" * 16}},
     "batch_reserve": {"batch_id": "b", "key": "ab" * 16, "kinds": ["on_success"]},
     "batch_add": {"batch_id": "b", "key": "ab" * 16, "member": "m", "member_queue": "idle",
                   "parent": "p"},

@@ -20,6 +20,11 @@ event or a job listing proves nothing.
 meanwhile and the job then died).
 Every other report changes nothing (a repeat, or a late report of an older attempt).
 
+**Nesting.** A child batch is one member of its parent: its header holds the parent's proof
+(``parent``: ``{id, home, key}``), and once the child is closed and no member of it is pending
+its home reports the child's outcome (:meth:`BatchHeader.outcome`) to the parent's home like a
+member's end, again whenever that outcome changes (a dead member requeued, then done).
+
 **When callbacks are due** (:meth:`BatchHeader.due`), each at most once, only once closed:
 ``on_death`` when at least one member is dead; ``on_complete`` when no member is pending;
 ``on_success`` when every member is done.
@@ -98,6 +103,15 @@ def check_callback_meta(queue: str, job_id: str, entry: Any) -> dict[str, Any]:
     return entry  # type: ignore[no-any-return]
 
 
+def check_parent(entry: Any) -> dict[str, Any]:
+    """Check a child batch's ``parent_batch`` (``{id, home, key}``: the parent's proof);
+    returns it. Raises :class:`InvalidJob`."""
+    _shape("parent_batch", entry, MEMBER_KEYS)
+    _queue("parent_batch", entry["home"])
+    check_proof("parent_batch", entry["id"], entry["key"], entry["home"])
+    return entry  # type: ignore[no-any-return]
+
+
 def callback_job_id(bid: str, kind: str) -> str:
     """The job id of batch ``bid``'s callback ``kind`` (deterministic: a repeat is a no-op)."""
     return f"{bid}.{kind}"
@@ -134,6 +148,19 @@ class BatchHeader:
     cancelled: int = 0
     fired: dict[str, float] = field(default_factory=dict)
     finished_at: float | None = None  # when no member was pending any more, once closed
+    parent: dict[str, Any] | None = None  # a child batch's parent proof {id, home, key}
+    parent_told: str | None = None  # the outcome the parent's home last counted
+
+    def outcome(self) -> str | None:
+        """The batch's end as a member of its parent: None while open or pending; ``done``
+        when every member is done, ``dead`` when one is dead, else ``cancelled``."""
+        if not self.closed or self.pending:
+            return None
+        return DONE if self.done == self.total else DEAD if self.dead else CANCELLED
+
+    def owes_parent(self) -> bool:
+        """Whether the parent's home has not counted this child's current outcome yet."""
+        return self.parent is not None and self.outcome() not in (None, self.parent_told)
 
     @property
     def pending(self) -> int:
@@ -179,6 +206,7 @@ class BatchHeader:
         return {"batch_id": bid, "home": home, "description": self.description,
                 "closed": self.closed, **self.counts(), "created_at": self.created_at,
                 "finished_at": self.finished_at,
+                "parent_id": None if self.parent is None else self.parent["id"],
                 "callbacks": {kind: {"queue": q, "fired_at": self.fired.get(kind)}
                               for kind, (q, _) in self.callbacks.items()}}
 
@@ -187,7 +215,8 @@ class BatchHeader:
                 "description": self.description, "created_at": self.created_at,
                 "closed": self.closed, "total": self.total, "done": self.done,
                 "dead": self.dead, "cancelled": self.cancelled, "fired": self.fired,
-                "finished_at": self.finished_at}
+                "finished_at": self.finished_at, "parent": self.parent,
+                "parent_told": self.parent_told}
 
     @classmethod
     def decode(cls, d: dict[str, Any]) -> BatchHeader:
@@ -198,4 +227,5 @@ class BatchHeader:
                    total=int(d["total"]), done=int(d["done"]), dead=int(d["dead"]),
                    cancelled=int(d["cancelled"]),
                    fired={str(k): float(v) for k, v in d.get("fired", {}).items()},
-                   finished_at=d.get("finished_at"))
+                   finished_at=d.get("finished_at"), parent=d.get("parent"),
+                   parent_told=d.get("parent_told"))

@@ -237,6 +237,41 @@ class LiveQueue:
         """As :meth:`dead_letters`, awaitable: the caller's loop runs while it waits."""
         return await self._awaiting(lambda: self._req.dead(limit), "dead", _ALL_PAGES_S)
 
+    def batches(self, limit: int = 100) -> pd.DataFrame:
+        """The batches this queue is home to, unfinished first, then newest first (at most
+        ``limit``, up to 1,000): batch_id, description, closed, total, pending, done, dead,
+        cancelled, created_at and finished_at (epoch seconds, None while unfinished),
+        parent_id (a child batch's parent), callbacks (``{kind: {queue, fired_at}}``).
+        ``attrs["total"]`` and ``attrs["open"]`` count every batch held. Raises
+        :class:`ConfigError` for a bad ``limit`` and :class:`OwnerUnavailable` if no owner
+        answers."""
+        bound = _check_batch_limit(limit)
+        return self._blocking(lambda: self._req.batches(bound), "batches")
+
+    async def abatches(self, limit: int = 100) -> pd.DataFrame:
+        """As :meth:`batches`, awaitable: the caller's loop runs while it waits."""
+        bound = _check_batch_limit(limit)
+        return await self._awaiting(lambda: self._req.batches(bound), "batches")
+
+    def batch_members(self, batch_id: str, state: str | None = None,
+                      limit: int = 1000) -> pd.DataFrame:
+        """The members of batch ``batch_id`` (whose home is this queue) as it counts them:
+        job_id, queue, state (pending, done, dead, cancelled), in job id order, only those
+        in ``state`` if given, at most ``limit``; ``attrs["more"]`` says whether rows were
+        left out. Raises :class:`JobNotFound` when this queue holds no such batch,
+        :class:`ConfigError` for a bad ``limit`` and :class:`OwnerUnavailable` if no owner
+        answers."""
+        bound = _check_batch_limit(limit)
+        return self._blocking(lambda: self._req.batch_members(str(batch_id), state, bound),
+                              "batch_members")
+
+    async def abatch_members(self, batch_id: str, state: str | None = None,
+                             limit: int = 1000) -> pd.DataFrame:
+        """As :meth:`batch_members`, awaitable: the caller's loop runs while it waits."""
+        bound = _check_batch_limit(limit)
+        return await self._awaiting(
+            lambda: self._req.batch_members(str(batch_id), state, bound), "batch_members")
+
     def series(self, since: Any = None, resolution: Any = None) -> pd.DataFrame:
         """The owner's time series of the queue: one row per second ("1s", the last hour) or
         minute ("1min", the last day) from ``since`` (None: all it keeps) up to now, indexed
@@ -665,3 +700,9 @@ class LiveQueue:
         return (f"{head}, owner={s.get('node')!r}: {counts}; enqueued={totals.get('enqueued')} "
                 f"acked={totals.get('acked')}{extra})")
 
+
+def _check_batch_limit(limit: Any) -> int:
+    """A batches page size: an int in [1, 1000]. Raises :class:`ConfigError`."""
+    if type(limit) is not int or not 1 <= limit <= 1000:
+        raise ConfigError(f"limit must be an integer in [1, 1000], got {limit!r}")
+    return limit

@@ -131,7 +131,10 @@ class SimResult:
                          kept_logs=getattr(self, "kept_logs", []),
                          outbox=getattr(self, "outbox", []),
                          end_t=float(getattr(self, "virtual_s", 0.0)),
-                         outbox_waiting=getattr(self, "outbox_waiting", set()))
+                         outbox_waiting=getattr(self, "outbox_waiting", set()),
+                         batches=getattr(self, "batches", []),
+                         batch_headers=getattr(self, "batch_headers", {}),
+                         until=self.until)
 
     def summary(self) -> str:
         """One line for a human: seed, virtual and wall time, events, and the delivery counts

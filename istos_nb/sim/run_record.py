@@ -35,6 +35,10 @@ class RunRecord:
     outbox: list[dict[str, Any]] = field(default_factory=list)
     outbox_waiting: set[str] = field(default_factory=set)
     end_t: float = 0.0  # the run's end, true time (it may come long after the last event)
+    # Batches the workload opened (sim/batch_workload.py) and their headers in storage at the end.
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    batch_headers: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    until: float = 0.0  # the run's end (virtual s)
 
 
 @dataclass

@@ -110,6 +110,25 @@ class Workload:
             self.world.schedule(t, "outbox_transaction", functools.partial(
                 self.world.outbox.transaction, queue, i, ids, commit))
 
+    def open_batches(self, node: str, n: int, *, members: dict[str, int], callbacks: str,
+                     start: float = 0.0, every: float = 1.0, close: bool = True) -> None:
+        """``n`` batch scenarios through ``node``, one every ``every`` s from ``start``: each
+        opens a batch whose callbacks (and home) are on queue ``callbacks``, adds ``members``
+        (queue -> how many, interleaved; job ids from the workload rng) and closes it
+        (``close``). See ``batches.py``."""
+        sim_node = self.world.node(node)
+        if not isinstance(n, int) or n < 0:
+            raise ScenarioError(f"n must be an integer >= 0, got {n!r}")
+        if not members or any(type(k) is not int or k < 0 for k in members.values()):
+            raise ScenarioError(f"members must map queues to counts >= 0, got {members!r}")
+        if not every > 0:
+            raise ScenarioError(f"every must be > 0 s, got {every!r}")
+        size = sum(members.values())
+        for i in range(n):
+            ids = [f"bm-{self.rng.getrandbits(64):016x}" for _ in range(size)]
+            self.world.schedule(start + i * every, "open_batch", functools.partial(
+                _spawn_batch, self.world, sim_node, dict(members), callbacks, ids, close))
+
     def handler(self, *, service_s: ServiceSpec = 0.0, fail_p: float = 0.0,
                 crash_p: float = 0.0, effect: Callable[[Any], Any] | None = None,
                 log_lines: int = 0, log_line_bytes: int = 0) -> Callable[..., Any]:
@@ -145,6 +164,11 @@ class Workload:
             return effect(job) if effect is not None else None
 
         return handle
+
+
+def _spawn_batch(world: World, node: Any, members: dict[str, int], callbacks: str,
+                 ids: list[str], close: bool) -> None:
+    world.spawn(node, world.batches.run_one(node, members, callbacks, ids, close))
 
 
 def _check_handler_options(fail_p: float, crash_p: float, log_lines: int,

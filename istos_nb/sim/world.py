@@ -29,6 +29,7 @@ from istos.events import JobEvent
 from istos.storage.memory import MemoryStorage
 from istos.transport.local import LocalMesh, LocalTransport
 
+from .batch_workload import SimBatches
 from .errors import ScenarioError
 from .logledger import ledger_context
 from .network import SimNetwork
@@ -68,6 +69,7 @@ class World:
         self.owner_crashes: list[tuple[float, str]] = []
         self.logs: list[dict[str, Any]] = []  # the job-log ledger: what handlers wrote
         self.outbox = SimOutbox(self)  # the application's database (outlives every node)
+        self.batches = SimBatches(self)  # the batches the workload opened (batches.py)
 
     # -- what the parts ask of it ----------------------------------------------------------
     def now(self) -> float:

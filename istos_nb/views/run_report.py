@@ -68,6 +68,12 @@ INVARIANT_MEANING: dict[str, str] = {
     "a child whose parents all finished done is not left waiting":
         "a waiting job whose parents were all acked (long enough before the end for their "
         "reports' retries) was released or ended",
+    "batch callbacks: at most once each, exactly once when due by the end":
+        "each batch callback job was created at most once, and once its batch was closed and "
+        "its condition held (all ended, all done, one dead), it was created",
+    "no batch count lost across owner restarts and failovers":
+        "each batch's home kept as many done, dead and cancelled members as the members' own "
+        "events say, whatever crashed or failed over",
 }
 
 
@@ -122,6 +128,10 @@ _APPLIES: dict[str, tuple[Callable[[SimResult, str], bool], str]] = {
         lambda r, d: d != "no job was enqueued with after=", "no job was enqueued with after="),
     "job logs kept as their attempts wrote them": (
         lambda r, d: not d.startswith(("no handler logged", "no log kept")), ""),
+    "batch callbacks: at most once each, exactly once when due by the end": (
+        lambda r, d: not d.startswith("no batch"), "no batch in this run"),
+    "no batch count lost across owner restarts and failovers": (
+        lambda r, d: not d.startswith("no batch"), "no batch in this run"),
     "no lease expired while its heart-beating holder was alive and connected": (
         lambda r, d: not d.startswith(("no heart-beating", "not checked")), ""),
 }

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import heapq
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -83,6 +84,10 @@ class BatchOwner(OwnerExtension):
         self._reports: dict[str, tuple[dict[str, Any], str]] = {}  # job id -> (entry, outcome)
         self._reporter: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # Finished batches by when they finished (a heap, each batch once): pruning looks at
+        # the oldest only, so a batch_open costs O(pruned * log n), not O(batches held).
+        self._finished: list[tuple[float, str]] = []
+        self._heaped: set[str] = set()
 
     def _ns(self, bid: str) -> str:
         return f"batch:{self.owner.name}:{bid}"
@@ -150,6 +155,9 @@ class BatchOwner(OwnerExtension):
             if not isinstance(spec[1], bytes):
                 raise InvalidJob(f"batch_open: callbacks.{kind} input must be bytes")
             callbacks[kind] = (spec[0], spec[1])
+        parent = msg.get("parent_batch")
+        if parent is not None:
+            parent = bs.check_parent(parent)
         await self._load_all()
         await self._prune()
         async with self._lock(bid):
@@ -161,12 +169,13 @@ class BatchOwner(OwnerExtension):
                     "batches (open, or finished less than a day ago), the most it may")
             now = self.owner.node.clock.now()
             header = bs.BatchHeader(callbacks, description=msg.get("description") or "",
-                                    created_at=now)
+                                    created_at=now, parent=parent)
             await self.owner.storage.put(self.index_ns, bid, msgpack.packb({"at": now}))
             # The key stays with the header: callbacks due after a restart need it.
             await self.owner.storage.apply(self._ns(bid), [
                 ("h", self._pack(header)), ("k", msgpack.packb(msg["key"]))], [])
-            self.open[bid] = header
+            self._remember(bid, header)
+        self._event(bid, "opened", header)
         return {"opened": True}
 
     async def op_add(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -190,7 +199,7 @@ class BatchOwner(OwnerExtension):
             await self.owner.storage.apply(ns, [
                 ("h", self._pack(new)),
                 (f"m:{member}", msgpack.packb({"o": bs.PENDING, "q": msg["member_queue"]}))], [])
-            self.open[bid] = new
+            self._remember(bid, new)
         return {"added": True}
 
     async def op_close(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -202,9 +211,15 @@ class BatchOwner(OwnerExtension):
             if not header.closed:
                 new = _copy(header)
                 new.closed = True
+                if new.pending == 0:  # (an empty batch, or every member ended already)
+                    new.finished_at = self.owner.node.clock.now()
                 await self.owner.storage.put(self._ns(bid), "h", self._pack(new))
-                self.open[bid] = header = new
+                header = self._remember(bid, new)
+                self._event(bid, "closed", header)
+                if header.finished_at is not None:
+                    self._event(bid, "finished", header)
             await self._fire_due(bid, header, msg["key"])
+        await self._tell_parent(bid)
         return {"closed": True}
 
     async def op_report(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -224,14 +239,18 @@ class BatchOwner(OwnerExtension):
             if not new.apply(entry["o"], outcome):
                 status = "repeat"
             else:
-                if new.closed and new.pending == 0 and new.finished_at is None:
+                finishing = new.closed and new.pending == 0 and new.finished_at is None
+                if finishing:
                     new.finished_at = self.owner.node.clock.now()
                 await self.owner.storage.apply(ns, [
                     ("h", self._pack(new)),
                     (f"m:{member}", msgpack.packb({**entry, "o": outcome}))], [])
-                self.open[bid] = header = new
+                header = self._remember(bid, new)
                 status = "counted"
+                if finishing:
+                    self._event(bid, "finished", header)
             await self._fire_due(bid, header, msg["key"])
+        await self._tell_parent(bid)
         return {"status": status}
 
     async def op_status(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -286,8 +305,35 @@ class BatchOwner(OwnerExtension):
             new = _copy(header)
             new.fired[kind] = self.owner.node.clock.now()
             await self.owner.storage.put(self._ns(bid), "h", self._pack(new))
-            self.open[bid] = header = new
+            header = self._remember(bid, new)
+            self._event(bid, "fired", header, callback=kind, callback_queue=queue)
             log.info("batch %s: callback %s enqueued on queue %s", bid, kind, queue)
+
+    async def _tell_parent(self, bid: str) -> None:
+        """A finished child batch reports its outcome to its parent's home, as a member's
+        owner would (outside the batch's lock: a network wait); recorded once counted there.
+        A failure is retried in the background with the firings."""
+        header = self.open.get(bid)
+        if header is None or not header.owes_parent():
+            return
+        parent, outcome = header.parent, header.outcome()
+        assert parent is not None and outcome is not None
+        try:
+            await self._report(parent, bid, outcome)
+        except IstosError as exc:
+            log.warning("batch %s: report to parent batch %s deferred: %s", bid, parent["id"],
+                        exc)
+            key = await self._key_of(bid)
+            if key is not None:
+                self._refire_later(bid, key)
+            return
+        async with self._lock(bid):
+            header = await self._load(bid)
+            if header is not None and header.outcome() == outcome:
+                new = _copy(header)
+                new.parent_told = outcome
+                await self.owner.storage.put(self._ns(bid), "h", self._pack(new))
+                self._remember(bid, new)
 
     def _refire_later(self, bid: str, key: str) -> None:
         if bid in self._refiring or not self.owner.running:
@@ -303,11 +349,12 @@ class BatchOwner(OwnerExtension):
                     try:
                         async with self._lock(bid):
                             header = await self._load(bid)
-                            if header is None or not header.due():
+                            if header is None or not (header.due() or header.owes_parent()):
                                 return
                             self._refiring.discard(bid)  # a failure below schedules anew
                             await self._fire_due(bid, header, key)
-                            return
+                        await self._tell_parent(bid)
+                        return
                     except IstosError as exc:
                         log.warning("batch %s: firing again failed: %s", bid, exc)
             finally:
@@ -318,7 +365,7 @@ class BatchOwner(OwnerExtension):
         """On start: cache this home's batches, fire what is due, prune old finished ones."""
         await self._load_all(force=True)
         for bid, header in list(self.open.items()):
-            if header.due():
+            if header.due() or header.owes_parent():
                 key = await self._key_of(bid)
                 if key is not None:
                     self._refire_later(bid, key)
@@ -326,13 +373,21 @@ class BatchOwner(OwnerExtension):
 
     async def _prune(self) -> None:
         """Delete up to :data:`PRUNE_PER_START` batches finished over a day ago (storage
-        first, then memory); run at start and at each ``batch_open``."""
+        first, then memory), oldest first; run at start and at each ``batch_open``. Looks at
+        no more batches than it prunes (plus one), however many this home holds."""
         now, pruned = self.owner.node.clock.now(), 0
-        for bid, header in list(self.open.items()):
-            if pruned >= PRUNE_PER_START:
+        while self._finished and pruned < PRUNE_PER_START:
+            finished_at, bid = self._finished[0]
+            if now - finished_at < TOMBSTONE_TTL_S:
                 return
-            if header.finished_at is None or now - header.finished_at < TOMBSTONE_TTL_S \
-                    or header.due():
+            heapq.heappop(self._finished)
+            self._heaped.discard(bid)
+            header = self.open.get(bid)
+            if header is None:
+                continue
+            if header.due() or header.owes_parent():  # owed work first: look again later
+                heapq.heappush(self._finished, (now, bid))
+                self._heaped.add(bid)
                 continue
             pruned += 1
             async with self._lock(bid):
@@ -340,6 +395,23 @@ class BatchOwner(OwnerExtension):
                 await self.owner.storage.apply(self._ns(bid), [], keys)
                 await self.owner.storage.delete(self.index_ns, bid)
                 self.open.pop(bid, None)
+
+    def _event(self, bid: str, change: str, header: bs.BatchHeader, **extra: Any) -> None:
+        """A ``batch`` event (once the change is stored): ``change`` is ``opened``,
+        ``closed``, ``finished`` or ``fired`` (``callback``, ``callback_queue``), with the
+        batch id and its counts. It names no job (``job_id`` "")."""
+        self.owner.node.events.emit(JobEvent(
+            self.owner.node.clock.now(), self.owner.node.node_id, self.owner.name, "",
+            ev.BATCH, 0, None, {"batch_id": bid, "change": change, **header.counts(),
+                                **extra}))
+
+    def _remember(self, bid: str, header: bs.BatchHeader) -> bs.BatchHeader:
+        """Cache ``header`` (once stored); a finished batch joins the pruning heap once."""
+        self.open[bid] = header
+        if header.finished_at is not None and bid not in self._heaped:
+            heapq.heappush(self._finished, (header.finished_at, bid))
+            self._heaped.add(bid)
+        return header
 
     async def _key_of(self, bid: str) -> str | None:
         raw = await self.owner.storage.get(self._ns(bid), "k")
@@ -356,7 +428,7 @@ class BatchOwner(OwnerExtension):
             if raw is None:
                 return None
             header = bs.BatchHeader.decode(msgpack.unpackb(raw, raw=False))
-            self.open[bid] = header
+            self._remember(bid, header)
         return header
 
     async def _load_all(self, force: bool = False) -> None:
@@ -400,9 +472,9 @@ class BatchOwner(OwnerExtension):
             return
         await self._report(entry, rec.job_id, bs.DONE)
 
-    async def _report(self, entry: dict[str, Any], job_id: str, outcome: str) -> None:
+    async def _report(self, entry: dict[str, Any], member: str, outcome: str) -> None:
         await self._call(entry["home"], "batch_report", batch_id=entry["id"], key=entry["key"],
-                         member=job_id, outcome=outcome)
+                         member=member, outcome=outcome)
 
     def on_event(self, event: JobEvent) -> None:
         """Events of this owner's queue (``features/batch.py`` routes them here)."""

@@ -31,6 +31,7 @@ from .errors import (
     RemoteError,
     Retry,
     StorageUnavailable,
+    UnsupportedOption,
 )
 from .events import JobEvent
 from .lifecycle import Enqueued
@@ -78,6 +79,7 @@ __all__ = [
     "OwnerConflict",
     "JobCancelled",
     "Retry",
+    "UnsupportedOption",
 ]
 
 __version__ = "0.1.0"

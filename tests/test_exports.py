@@ -16,6 +16,7 @@ EXPECTED = {
     "OwnerUnavailable", "StorageUnavailable", "ProtocolError", "AdminDisabled", "RemoteError",
     "InvalidProgress", "JobTimeout", "JobCancelled", "MeshUnreachable", "Retry",
     "OwnerConflict", "JobNotFound", "CapacityExceeded", "NotAccepted",
+    "UnsupportedOption",
 }
 
 

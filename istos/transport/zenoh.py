@@ -553,12 +553,16 @@ def _start_eagerly(loop: asyncio.AbstractEventLoop,
 
     Python >= 3.12 does this itself (``eager_start``, with the Task current while it runs).
     Before that the first step runs outside any Task, like the loop callback calling it; the
-    handlers served here need no current Task there (``asyncio.wait_for``, which the storage
-    adapters use, makes its own before 3.12).
+    handlers served here need no current Task there (a storage adapter's deadline then takes
+    ``asyncio.wait_for``, which makes its own Task, rather than ``asyncio.timeout``). Called
+    while a Task runs, the coroutine gets a Task of its own instead: its first step must never
+    run in another Task's name (an ``asyncio.timeout`` in it would cancel that Task).
     """
     if _EAGER_START:
         task: asyncio.Task[None] = asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg]
         return None if task.done() else task
+    if asyncio.current_task(loop) is not None:
+        return loop.create_task(coro)
     try:
         pending = coro.send(None)
     except StopIteration:

@@ -32,6 +32,7 @@ from .errors import (
     RemoteError,
     Retry,
     StorageUnavailable,
+    UnsupportedOption,
 )
 from .events import JobEvent
 from .lifecycle import Enqueued
@@ -80,6 +81,7 @@ __all__ = [
     "OwnerConflict",
     "JobCancelled",
     "Retry",
+    "UnsupportedOption",
 ]
 
 __version__ = "0.1.0"

@@ -19,6 +19,7 @@ The tree::
     │   ├── HAConfigError                     ha=True without shared storage
     │   ├── OwnerConflict                     another node already owns this non-HA queue
     │   ├── MeshUnreachable                   a client-mode session reached no router
+    │   ├── UnsupportedOption                 an option the called path does not take (a pipeline's)
     │   └── UsageError                        istos.ops.cli: bad command-line usage (exit 2)
     ├── InvalidJob (also ValueError)          body cannot be encoded, or is too large
     │   └── ParentFailed                      enqueue(after=): a parent already dead or cancelled
@@ -85,6 +86,20 @@ class HAConfigError(ConfigError):
 class OwnerConflict(ConfigError):
     """Another node already serves this queue (declared without ``ha=True``) on the mesh; a
     second owner would lease its jobs twice, so this one refuses to serve. Names the node."""
+
+
+class UnsupportedOption(ConfigError):
+    """An option the called path does not take, though a sibling call does (an ``app.enqueue``
+    option given to a pipeline's ``enqueue``). ``option`` names it; the message says why and
+    what to use instead. Nothing was handed over or sent. A :class:`ConfigError` too."""
+
+    def __init__(self, option: str, why: str) -> None:
+        self.option = option
+        self.why = why
+        super().__init__(f"{option!r} is not supported here: {why}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.option, self.why))
 
 
 class InvalidJob(IstosError, ValueError):

@@ -168,8 +168,9 @@ class Producer:
             _options(fields, window, grp, deadline, _meta, spec, burst)
         # Concurrent calls share one request, unless the reply must name a resolved job.
         coalesce = timeout_s is None and not _meta and spec is None and burst is None
-        if self.tracing is not None:
-            return await self.tracing.enqueue(name, jid, 1, lambda trace: self._send(
+        tracing = self.tracing
+        if tracing is not None and (_meta or not tracing.idle()):
+            return await tracing.enqueue(name, jid, 1, lambda trace: self._send(
                 name, {**fields, "meta": {**(_meta or {}), "trace": trace}} if trace
                 else fields, timeout_s, coalesce), parent=(_meta or {}).get("trace"))
         return await self._send(name, fields, timeout_s, coalesce)

@@ -17,6 +17,7 @@ EXPECTED = {
     "OwnerUnavailable", "StorageUnavailable", "ProtocolError", "AdminDisabled", "RemoteError",
     "InvalidProgress", "JobTimeout", "JobCancelled", "MeshUnreachable", "Retry",
     "OwnerConflict", "JobNotFound", "CapacityExceeded", "NotAccepted",
+    "UnsupportedOption",
 }
 
 

@@ -558,6 +558,29 @@ class QueueState:
         self.dirty.append(fresh)
         return fresh
 
+    def reschedule(self, rec: JobRecord, now: float, start: float, *,
+                   body: bytes | None = None, **detail: Any) -> None:
+        """Edit waiting job ``rec`` (ready or delayed, held by this queue) in one change of
+        its record: it starts at ``start`` (ready now if that is not after ``now``) and,
+        given ``body``, carries that data from now on. Counts an edit, and emits ``updated``
+        with ``detail`` (a debounced burst's further call uses it, ``core/debounce.py``).
+        The write of the change is the caller's (the owner's write path)."""
+        self._save(rec)
+        if body is not None:
+            rec.body = body
+        rec.ready_at = start
+        target: JobState = DELAYED if start > now else READY
+        if rec.state != target:
+            self._move(rec, target)
+        if target == READY:
+            self.heaps.push_ready(rec)
+        else:
+            self.heaps.push_delayed(rec)  # a fresh entry: the old one is stale by its seq
+        rec.edits = (rec.edits or 0) + 1
+        rec.edited_at = now
+        self.dirty.append(rec)
+        self._emit(now, rec, ev.UPDATED, **detail)
+
     def promote(self, job_id: str, now: float) -> bool:
         """Make delayed job ``job_id`` ready now (it queues behind the jobs already ready);
         False when it is not delayed. Emits ``retry_scheduled`` with ``promoted``."""

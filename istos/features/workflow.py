@@ -423,12 +423,12 @@ class ChordBarriers:
         return barrier
 
     async def _store(self, chord_id: str, barrier: Barrier) -> None:
-        await self.owner.storage.put(self.ns, chord_id, barrier.encode())
+        await self.owner.writes.put_aux(self.ns, chord_id, barrier.encode())
 
     async def _prune(self, now: float) -> None:
         while self._tombstones and now - self._tombstones[0][0] >= TOMBSTONE_TTL_S:
             _, chord_id = self._tombstones.popleft()
-            await self.owner.storage.delete(self.ns, chord_id)
+            await self.owner.writes.delete_aux(self.ns, chord_id)
 
     @asynccontextmanager
     async def _lock(self, chord_id: str) -> AsyncIterator[None]:

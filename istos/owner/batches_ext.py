@@ -113,7 +113,7 @@ class BatchOwner(OwnerExtension):
                 group=msg.get("group"))
             if created and "batch_cb" in meta and meta["batch_cb"]["home"] != self.owner.name:
                 # Used: a repeat finds the job, or its dedup window, instead.
-                await self.owner.storage.delete(self.cb_ns, job_id)
+                await self.owner.writes.delete_aux(self.cb_ns, job_id)
             return {"job_id": job_id, "created": created}
         return enqueue
 
@@ -132,8 +132,8 @@ class BatchOwner(OwnerExtension):
         if any(k not in bs.KINDS for k in kinds):
             raise InvalidJob(f"batch_reserve: kinds are among {bs.KINDS}")
         stamp = msgpack.packb({"made_at": self.owner.node.clock.now()})
-        await self.owner.storage.put_many(
-            self.cb_ns, [(bs.callback_job_id(bid, k), stamp) for k in kinds])
+        await self.owner.writes.apply_aux(
+            self.cb_ns, [(bs.callback_job_id(bid, k), stamp) for k in kinds], [])
         return {"reserved": True}
 
     # -- the home side -------------------------------------------------------------------------
@@ -162,9 +162,9 @@ class BatchOwner(OwnerExtension):
             now = self.owner.node.clock.now()
             header = bs.BatchHeader(callbacks, description=msg.get("description") or "",
                                     created_at=now)
-            await self.owner.storage.put(self.index_ns, bid, msgpack.packb({"at": now}))
+            await self.owner.writes.put_aux(self.index_ns, bid, msgpack.packb({"at": now}))
             # The key stays with the header: callbacks due after a restart need it.
-            await self.owner.storage.apply(self._ns(bid), [
+            await self.owner.writes.apply_aux(self._ns(bid), [
                 ("h", self._pack(header)), ("k", msgpack.packb(msg["key"]))], [])
             self.open[bid] = header
         return {"opened": True}
@@ -187,7 +187,7 @@ class BatchOwner(OwnerExtension):
                 return {"added": False}
             new = _copy(header)
             new.apply(None, bs.PENDING)
-            await self.owner.storage.apply(ns, [
+            await self.owner.writes.apply_aux(ns, [
                 ("h", self._pack(new)),
                 (f"m:{member}", msgpack.packb({"o": bs.PENDING, "q": msg["member_queue"]}))], [])
             self.open[bid] = new
@@ -202,7 +202,7 @@ class BatchOwner(OwnerExtension):
             if not header.closed:
                 new = _copy(header)
                 new.closed = True
-                await self.owner.storage.put(self._ns(bid), "h", self._pack(new))
+                await self.owner.writes.put_aux(self._ns(bid), "h", self._pack(new))
                 self.open[bid] = header = new
             await self._fire_due(bid, header, msg["key"])
         return {"closed": True}
@@ -226,7 +226,7 @@ class BatchOwner(OwnerExtension):
             else:
                 if new.closed and new.pending == 0 and new.finished_at is None:
                     new.finished_at = self.owner.node.clock.now()
-                await self.owner.storage.apply(ns, [
+                await self.owner.writes.apply_aux(ns, [
                     ("h", self._pack(new)),
                     (f"m:{member}", msgpack.packb({**entry, "o": outcome}))], [])
                 self.open[bid] = header = new
@@ -285,7 +285,7 @@ class BatchOwner(OwnerExtension):
                 return
             new = _copy(header)
             new.fired[kind] = self.owner.node.clock.now()
-            await self.owner.storage.put(self._ns(bid), "h", self._pack(new))
+            await self.owner.writes.put_aux(self._ns(bid), "h", self._pack(new))
             self.open[bid] = header = new
             log.info("batch %s: callback %s enqueued on queue %s", bid, kind, queue)
 
@@ -337,8 +337,8 @@ class BatchOwner(OwnerExtension):
             pruned += 1
             async with self._lock(bid):
                 keys = [k for k, _ in await self.owner.storage.scan(self._ns(bid))]
-                await self.owner.storage.apply(self._ns(bid), [], keys)
-                await self.owner.storage.delete(self.index_ns, bid)
+                await self.owner.writes.apply_aux(self._ns(bid), [], keys)
+                await self.owner.writes.delete_aux(self.index_ns, bid)
                 self.open.pop(bid, None)
 
     async def _key_of(self, bid: str) -> str | None:

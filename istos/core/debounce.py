@@ -26,8 +26,9 @@ class BurstState(Protocol):
     """What :func:`rebounce` changes of the queue state (``state.QueueState``; a protocol, so
     this module does not import the state that imports it): only its public edit."""
 
-    def reschedule(self, rec: JobRecord, now: float, start: float, *,
-                   body: bytes | None = None, **detail: Any) -> None: ...
+    def edit_waiting(self, rec: JobRecord, now: float, *, body: bytes | None = None,
+                     start: float | None = None, priority: int | None = None,
+                     detail: dict[str, Any] | None = None) -> None: ...
 
 
 __all__ = ["DEBOUNCE_MODES", "DebounceKeys", "DebounceSpec", "Mode", "is_open", "rebounce"]
@@ -83,8 +84,9 @@ def rebounce(state: BurstState, rec: JobRecord, body: bytes, spec: DebounceSpec,
     """A further call of ``rec``'s burst: new data (mode ``last``) and a later start, as one
     change of the record (its write is the caller's: write, then apply)."""
     replace, start = spec.mode == LAST, start_of(rec, spec, now)
-    state.reschedule(rec, now, start, body=body if replace else None,
-                     debounced=spec.key, ready_at=start, data_replaced=replace)
+    state.edit_waiting(rec, now, body=body if replace else None, start=start,
+                       detail={"debounced": spec.key, "ready_at": start,
+                               "data_replaced": replace})
 
 
 class DebounceKeys:

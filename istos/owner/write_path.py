@@ -224,6 +224,11 @@ class WritePath:
         """The number of the last hand-over whose write ended (stored, or rolled back)."""
         return self._durable_seq
 
+    @property
+    def waiting_reads(self) -> int:
+        """How many reads wait now for a write to end before they reply (a gauge)."""
+        return sum(1 for _, fut in self._fence_waiters if not fut.done())
+
     def seen_seq(self) -> int:
         """The sequence number a read computed now must wait for: memory's changes already
         handed over, and one more when memory holds changes not yet handed over (a request

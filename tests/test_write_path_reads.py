@@ -26,6 +26,8 @@ from services import free_port, start_throwaway_redis
 from zenoh_util import wait_until
 
 from istos import Istos, IstosError, RedisStoragePlugin, StorageUnavailable
+from istos.errors import InvalidJob
+from istos.owner.extension import Hooks
 from istos.core import workflow_meta as wf
 from istos.owner.write_path import WritePath
 from istos.transport.local import LocalMesh
@@ -167,6 +169,29 @@ async def test_a_read_of_an_idle_queue_waits_for_nothing(app: Istos, store: Froz
     finally:
         store.thaw()
     assert result["state"] == "leased" and stats["stats"]["counts"]["leased"] == 1
+
+
+async def test_a_change_a_failed_request_left_is_written_and_holds_no_read(
+        app: Istos, store: FrozenStore) -> None:
+    """A handler that changed memory and then raised, without a commit (a bug: none does),
+    leaves no read waiting on a write nobody makes: once no request is in flight, its change
+    is written in the background, and the read then reports it."""
+    owner = app.owners["q"]
+    jid = await app.enqueue("q", {"n": 1}, delay_s=3600.0)
+
+    async def promote_then_fail(msg: dict[str, Any]) -> dict[str, Any]:
+        assert owner.state.promote(jid, owner.node.clock.now())
+        raise InvalidJob("refused after a change, without a commit")
+
+    owner.extend(Hooks(name="buggy", ops={"buggy": promote_then_fail}))
+    reply = await owner.dispatch({"op": "buggy"}, trusted=True)
+    assert reply["ok"] is False
+    # Handed to the persister as the request ended (no await since: the sweeper, which also
+    # writes what it finds, did not run in between).
+    assert not owner.state.dirty
+    stats = await asyncio.wait_for(app.client("q").call("stats"), 10)  # a bound, not a sync
+    assert stats["stats"]["counts"]["ready"] == 1
+    assert await stored_state(store, jid) == "ready"
 
 
 # -- a deposed HA leader's other records ------------------------------------------------------

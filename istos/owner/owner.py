@@ -296,13 +296,11 @@ class QueueOwner:
                 # The read fence: the reply reports only what storage holds (write_path.py).
                 reply = await self.writes.read(handler, msg)
             else:
-                reply = await handler(msg)
+                reply = await self.writes.change(handler, msg)
         except IstosError as exc:
-            self.writes.hand_over_leftovers()
             return error_reply(exc)
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("queue %s: bad %s request: %r", self.name, op, exc)
-            self.writes.hand_over_leftovers()
             return error_reply(ProtocolError(f"bad {op} request: {exc!r}"))
         reply.setdefault("ok", True)
         reply["v"] = codec.PROTOCOL_VERSION

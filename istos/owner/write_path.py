@@ -21,6 +21,10 @@ handed over: the next hand-over takes them all) and waits for :meth:`durable_thr
 rollback happened meanwhile (:attr:`generation` moved), what it computed may be gone: it
 computes again, once; if a rollback comes again, it answers ``StorageUnavailable``. On an idle
 queue (nothing in flight) and on a volatile one a read waits for nothing.
+Every other op is served through :meth:`change`, which makes sure no change is left in memory
+un-handed-over once no such request is in flight, so a read never waits on a write nobody makes.
+The price: under a steady stream of writes a read waits for up to one group commit (the one
+in flight) before it replies.
 
 **Other owner writes.** Everything else an owner stores (chord reservations and barriers, batch
 records, schedule slot marks, pauses) goes through :meth:`apply_aux` (:meth:`put_aux`,
@@ -88,6 +92,7 @@ class WritePath:
         self._applied_seq = 0
         self._durable_seq = 0
         self._fence_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._changing = 0  # requests that may change the queue, in flight (see change())
         persister.on_failure = self.rolled_back
 
     @property
@@ -139,11 +144,18 @@ class WritePath:
         self._publish(events)
         return True
 
-    def hand_over_leftovers(self) -> None:
-        """A request failed: if it left changes in memory that no commit took (none should),
-        write them in the background now, so no read waits on them for the next request."""
-        if self.durable and self.state.dirty:
-            self.after_change()
+    async def change(self, handle: Handler, msg: dict[str, Any]) -> dict[str, Any]:
+        """Serve an op that may change the queue: ``handle`` it (it commits what it changed,
+        or raises). When the last such request in flight ends and memory still holds changes
+        no commit took (a handler that raised between its change and its commit: none
+        should), they are written in the background, so no read waits on them for long."""
+        self._changing += 1
+        try:
+            return await handle(msg)
+        finally:
+            self._changing -= 1
+            if not self._changing and self.durable and self.state.dirty:
+                self.after_change()
 
     def pending(self, job_id: str) -> asyncio.Future[str] | None:
         """The write in flight of a new job with this id, if any."""

@@ -26,9 +26,9 @@ from services import free_port, start_throwaway_redis
 from zenoh_util import wait_until
 
 from istos import Istos, IstosError, RedisStoragePlugin, StorageUnavailable
+from istos.core import workflow_meta as wf
 from istos.errors import InvalidJob
 from istos.owner.extension import Hooks
-from istos.core import workflow_meta as wf
 from istos.owner.write_path import WritePath
 from istos.transport.local import LocalMesh
 

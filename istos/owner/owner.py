@@ -57,7 +57,7 @@ from .nudges import Absorber, Nudges
 from .pause_store import PauseHooks, PauseStore
 from .persist import Persister
 from .sole import SoleOwner
-from .write_path import OwnerSignals, WritePath
+from .write_path import UNFENCED_READS, OwnerSignals, WritePath
 
 log = logging.getLogger("istos.owner")
 
@@ -292,7 +292,9 @@ class QueueOwner:
         try:
             if op in protocol.ADMIN_OPS:
                 self.require_admin(op)
-            if protocol.role_of(op) == "read":
+            if op in UNFENCED_READS:
+                reply = await handler(msg)  # events: published only once stored
+            elif protocol.role_of(op) == "read":
                 # The read fence: the reply reports only what storage holds (write_path.py).
                 reply = await self.writes.read(handler, msg)
             else:

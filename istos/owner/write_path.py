@@ -10,26 +10,27 @@ inserted into memory only once the write succeeded, so nothing half-accepted sta
 outage.
 
 **Reads: the read fence.** Between a change and the end of its write, memory is ahead of
-storage, and a read (an op on the ``read`` role key: ``result``, ``why``, ``stats``, ``jobs``,
-``dead``, ...) computed from memory could report a change that is then rolled back. So the
-rule is *a read answers only with what storage holds*: the owner serves every read op through
-:meth:`read`, which computes the answer from memory and then, before the reply leaves, waits
-until every change the answer could have seen is durable. Each hand-over of changes to the
-persister takes the next number of an applied sequence; :attr:`durable_seq` follows the
-writes that ended. A read notes the sequence it saw (one more if memory holds changes not yet
-handed over: the next hand-over takes them all) and waits for :meth:`durable_through`. If a
-rollback happened meanwhile (:attr:`generation` moved), what it computed may be gone: it
-computes again, once; if a rollback comes again, it answers ``StorageUnavailable``. On an idle
-queue (nothing in flight) and on a volatile one a read waits for nothing.
-Every other op is served through :meth:`change`, which makes sure no change is left in memory
-un-handed-over once no such request is in flight, so a read never waits on a write nobody makes.
-The price: under a steady stream of writes a read waits for up to one group commit (the one
-in flight) before it replies.
+storage, and a read computed from memory could report a change that is then rolled back. The
+rule: *a read answers only with what storage holds*. The owner serves every read op (an op on
+the ``read`` role key: ``result``, ``why``, ``stats``, ``jobs``, ``dead``, ...; not those of
+:data:`UNFENCED_READS`) through :meth:`read`, which computes the answer from memory and then,
+before the reply leaves, waits until every change the answer could have seen is durable. Each
+hand-over of changes to the persister takes the next number of an applied sequence
+(:attr:`applied_seq`); :attr:`durable_seq` follows the writes that ended. A read notes the
+number it saw (one more if memory holds changes not yet handed over: the next hand-over takes
+them all) and waits for :meth:`durable_through`. If a rollback happened meanwhile
+(:attr:`generation` moved), what it computed may be gone: it computes again, once; if a
+rollback comes again, it answers ``StorageUnavailable``. On an idle queue (nothing in flight)
+and on a volatile one a read waits for nothing; under a steady stream of writes it waits for
+up to two group commits (the one in flight, and the one that takes the changes it saw). Every other op is served through :meth:`change`, which
+hands over any change a failed request left in memory once no such request is in flight, so
+a read never waits on a write nobody makes.
 
 **Other owner writes.** Everything else an owner stores (chord reservations and barriers, batch
 records, schedule slot marks, pauses) goes through :meth:`apply_aux` (:meth:`put_aux`,
 :meth:`delete_aux`): written first, with an HA leader's fence, and its memory changed only after
-the write succeeded (each caller's rule); a write the fence refused stops the owner at once,
+the write succeeded (each caller's rule; a fired chord's tombstone is the one stated
+exception, ``features/workflow.py``); a write the fence refused stops the owner at once,
 as for job writes. These records are not job state, so they take no sequence number.
 
 ``generation`` is bumped by every rollback: a handler that read it before it awaited (a
@@ -53,6 +54,12 @@ from .extension import Handler
 from .persist import Persister
 
 log = logging.getLogger("istos.owner")
+
+UNFENCED_READS = frozenset({"ping", "events", "follow", "events_since"})
+"""Read ops served without the read fence: they report events, and an event is published only
+once its change is stored (or they report no queue state at all: ``ping``, ``follow``'s key).
+``follow`` and ``events_since`` may wait for events: fencing them would make a rollback
+during the wait start the wait again."""
 
 
 @dataclass(frozen=True)

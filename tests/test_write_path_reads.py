@@ -196,9 +196,34 @@ async def test_a_change_a_failed_request_left_is_written_and_holds_no_read(
 
 # -- a deposed HA leader's other records ------------------------------------------------------
 
+class HeldRenewals(RedisStoragePlugin):
+    """The leader's store, whose lease renewals the test can hold back (a renewal every
+    0.25 s would find the new epoch too, and stop the leader before its fenced write does)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, key_prefix="t", connect_timeout_s=0.3, op_timeout_s=30.0)
+        self.renewals = asyncio.Event()
+        self.renewals.set()
+        self.renewing = 0  # renewals past the gate, not yet answered
+
+    async def renew_leader(self, name: str, holder: str, epoch: int, *, now: float,
+                           ttl_s: float) -> bool:
+        await self.renewals.wait()
+        self.renewing += 1
+        try:
+            return await super().renew_leader(name, holder, epoch, now=now, ttl_s=ttl_s)
+        finally:
+            self.renewing -= 1
+
+
 async def deposed(app: Istos, store: FrozenStore, queue: str) -> None:
     """Another epoch of ``queue`` begins in the store behind the leader's back (an intruder
-    holding it long past the test): the leader does not know until its next fenced write."""
+    holding it long past the test): with its renewals held, the leader does not know until
+    its next fenced write."""
+    held = app.node.storage
+    assert isinstance(held, HeldRenewals)
+    held.renewals.clear()
+    await wait_until(lambda: held.renewing == 0, 10, "no renewal in flight")
     probe = store.plugin()
     try:
         lease = await probe.read_leader(f"ha:{queue}")
@@ -220,7 +245,8 @@ async def keys_in(store: FrozenStore, ns: str) -> list[str]:
 
 async def test_a_deposed_leaders_chord_reservation_and_barrier_are_refused(
         store: FrozenStore) -> None:
-    app = Istos(storage=store.plugin(), transport=LocalMesh().transport("a"), node_id="a",
+    held = HeldRenewals(f"redis://127.0.0.1:{store.port}/0")
+    app = Istos(storage=held, transport=LocalMesh().transport("a"), node_id="a",
                 shutdown_grace_s=0.0, request_timeout_s=5.0)
     for queue in ("m", "cb"):  # members on m, the callback on cb; long leases: no renewal
         app.queue(queue, ha=True, ha_lease_s=600.0)
@@ -253,3 +279,4 @@ async def test_a_deposed_leaders_chord_reservation_and_barrier_are_refused(
                                         member_queue="m", size=1, key=other)
         assert not leader.running
         assert await keys_in(store, "wf:cb") == [f"cb:{opened}"]
+        # Renewals stay held through the stop: the elections' tasks are cancelled waiting.

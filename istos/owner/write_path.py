@@ -22,9 +22,10 @@ them all) and waits for :meth:`durable_through`. If a rollback happened meanwhil
 (:attr:`generation` moved), what it computed may be gone: it computes again, once; if a
 rollback comes again, it answers ``StorageUnavailable``. On an idle queue (nothing in flight)
 and on a volatile one a read waits for nothing; under a steady stream of writes it waits for
-up to two group commits (the one in flight, and the one that takes the changes it saw). Every other op is served through :meth:`change`, which
-hands over any change a failed request left in memory once no such request is in flight, so
-a read never waits on a write nobody makes.
+up to two group commits (the one in flight, and the one that takes the changes it saw).
+Every other op is served through :meth:`change`, which hands over any change a failed request
+left in memory once no such request is in flight, so a read never waits on a write nobody
+makes.
 
 **Other owner writes.** Everything else an owner stores (chord reservations and barriers, batch
 records, schedule slot marks, pauses) goes through :meth:`apply_aux` (:meth:`put_aux`,

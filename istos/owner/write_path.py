@@ -297,7 +297,7 @@ class WritePath:
         for _ in range(2):
             generation = self._generation
             reply = await compute(msg)
-            seq = self.seen_seq()
+            seq = self._applied_seq + 1 if self.state.dirty else self._applied_seq  # seen_seq
             if seq > self._durable_seq:
                 await self.durable_through(seq)
             if generation == self._generation:

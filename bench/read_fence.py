@@ -26,7 +26,6 @@ from typing import Any
 from bench._common import percentile, unique_prefix
 from istos import Istos, RedisStoragePlugin
 
-
 writes_done = [0]  # claim+ack rounds the writer made during a busy case
 
 

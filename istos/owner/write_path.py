@@ -249,12 +249,6 @@ class WritePath:
         """How many reads wait now for a write to end before they reply (a gauge)."""
         return sum(1 for _, fut in self._fence_waiters if not fut.done())
 
-    def seen_seq(self) -> int:
-        """The sequence number a read computed now must wait for: memory's changes already
-        handed over, and one more when memory holds changes not yet handed over (a request
-        between its change and its commit: the next hand-over drains them all)."""
-        return self._applied_seq + (1 if self.state.dirty else 0)
-
     async def durable_through(self, seq: int) -> None:
         """Return once the writes up to hand-over ``seq`` ended, or a rollback happened
         (the caller compares :attr:`generation`); at once when nothing that old is pending."""
@@ -297,7 +291,9 @@ class WritePath:
         for _ in range(2):
             generation = self._generation
             reply = await compute(msg)
-            seq = self._applied_seq + 1 if self.state.dirty else self._applied_seq  # seen_seq
+            # What it saw: every hand-over so far, and the next one if memory holds changes
+            # not yet handed over (the next hand-over drains them all).
+            seq = self._applied_seq + 1 if self.state.dirty else self._applied_seq
             if seq > self._durable_seq:
                 await self.durable_through(seq)
             if generation == self._generation:

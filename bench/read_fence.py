@@ -1,4 +1,5 @@
-"""What the read fence (``istos/owner/write_path.py``) costs a read, on a durable Redis queue.
+"""What the read fence (``istos/owner/persistence/write_path.py``) costs a read, on a durable
+Redis queue.
 
 One in-process owner on the Redis at ``--redis`` (a key prefix of its own; nothing is flushed).
 Two cases, each as an A/B inside one run, in interleaved rounds (medians of ``--rounds``):

@@ -1,5 +1,8 @@
 """Typed errors. Every error class Istos defines derives from :class:`IstosError`.
 
+One concept at two layers: the engine's error tree here; the simulator's one error
+(``istos_nb/sim/errors.py``) derives from its root.
+
 A bad argument or option, a failed request and a refused write each raise one of the classes
 below. Where an error is also a builtin (``ValueError``, ``LookupError``, ``AssertionError``,
 ``RuntimeError``), it derives from both, so ``except ValueError`` and ``except IstosError``
@@ -18,6 +21,7 @@ The tree::
     │   ├── MeshUnreachable                   a client-mode session reached no router
     │   └── UsageError                        istos.ops.cli: bad command-line usage (exit 2)
     ├── InvalidJob (also ValueError)          body cannot be encoded, or is too large
+    │   └── ParentFailed                      enqueue(after=): a parent already dead or cancelled
     ├── QueueNotFound                         the owner does not serve that queue
     ├── JobNotFound (also LookupError)        the queue holds no job (or dead job) with that id
     │   └── UnknownJob                        istos.ops.cli: the same, as the CLI reports it
@@ -87,12 +91,25 @@ class InvalidJob(IstosError, ValueError):
     """A job body could not be encoded, or exceeds the size limit. Nothing was sent."""
 
 
+class ParentFailed(InvalidJob):
+    """``enqueue(..., after=[...])`` with ``on_parent_failure="cancel"`` named a parent that
+    already ended dead or cancelled (or expired): nothing was enqueued. ``parent`` is its
+    ``(queue, job_id)``, ``state`` its end."""
+
+    def __init__(self, message: str, parent: tuple[str, str] = ("", ""),
+                 state: str = "") -> None:
+        super().__init__(message)
+        self.parent = parent
+        self.state = state
+
+
 class QueueNotFound(IstosError):
     """The owner reached does not serve the named queue."""
 
 
 class JobNotFound(IstosError, LookupError):
-    """The queue holds no job with that id (or, for a requeue, no dead job with it); the
+    """The queue holds no job with that id (or, for a resubmit or a revive, no dead job
+    with it); the
     message names the queue and the id. A ``LookupError`` too."""
 
 

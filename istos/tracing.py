@@ -144,6 +144,8 @@ class Tracing:
         """One ended ``receive`` span per claimed job that carries a trace context, over the
         claim's round trip."""
         try:
+            # Span timestamps are OpenTelemetry's wall-clock nanoseconds (as its SDK stamps the
+            # spans it starts), not engine timing: the simulator never turns tracing on.
             end = time.time_ns()
             start = end - int(max(0.0, round_trip_s) * 1e9)
             for job in jobs:

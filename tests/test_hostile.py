@@ -161,6 +161,9 @@ def field_bad_values(rng: random.Random) -> dict[str, list[Any]]:
                      {"key": "k", "s": 1.0, "mode": "middle"}, {"key": "", "s": 1.0}],
         "run_at": [v for v in bad_numbers(0, protocol.MAX_TIME) if v is not None],
         "batch_id": ids, "member": ids, "parent": ids,
+        "child_id": ids, "parent_id": ids,
+        "child_queue": bad_texts(protocol.MAX_JOB_ID_BYTES, nil=False, empty=False),
+        "parent_queue": bad_texts(protocol.MAX_JOB_ID_BYTES, nil=False, empty=False),
         "outcome": ["frob", 1, None, [], "", "pending"],
         "kinds": [None, [], ["frob"], "on_success", [1], ["on_success"] * 4],
         "callbacks": [None, [], "x", {"frob": ["q", b""]}, {"on_success": "q"},
@@ -238,6 +241,9 @@ TEMPLATES: dict[str, dict[str, Any]] = {
     "batch_report": {"batch_id": "b", "key": "ab" * 16, "member": "m", "outcome": "done"},
     "batch_status": {"batch_id": "b"}, "batches": {"limit": 5},
     "batch_members": {"batch_id": "b", "state": "done", "limit": 5},
+    "dep_watch": {"job_id": "p", "child_queue": "idle", "child_id": "c", "key": "ab" * 16},
+    "dep_report": {"child_id": "c", "parent_queue": "idle", "parent_id": "p",
+                   "outcome": "done", "key": "ab" * 16},
 }
 ADMIN_ONLY = ("requeue_dead", "requeue", "purge_dead", "pause", "resume", "cancel",
               "requeue_all_dead", "promote", "purge_dead_older")

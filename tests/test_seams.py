@@ -2,8 +2,9 @@
 
 - no module but ``istos/core/state.py`` touches a ``_``-prefixed member of the queue state:
   features change it through its public, documented methods;
-- no owner-side module writes storage but through the write path (``owner/write_path.py``,
-  whose job writes go through ``owner/persist.py``): a write there carries an HA leader's fence.
+- no owner-side module writes storage but through the write path
+  (``owner/persistence/write_path.py``, whose job writes go through
+  ``owner/persistence/persist.py``): a write there carries an HA leader's fence.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ NOT_OWNER_STATE = {
     "istos/features/ledger.py": "the worker-side idempotency ledger (put_if_absent claims)",
     "istos/features/evhistory.py": "event history: append-only by put_if_absent sequence, "
                                    "shared by every publisher, not queue state",
-    "istos/owner/persist.py": "the write path's own job writer (fenced: Persister.fence)",
+    "istos/owner/persistence/persist.py": "the write path's job writer (fenced: Persister.fence)",
 }
 """Modules under istos/owner and istos/features that may call a storage write, and why."""
 
@@ -109,7 +110,7 @@ def test_every_read_op_but_the_event_ones_is_fenced() -> None:
     """The owner fences every op of the ``read`` role (``QueueOwner.dispatch``) but these;
     each of them is a read op, so none is a write let through unfenced by a typo."""
     from istos import protocol
-    from istos.owner.write_path import UNFENCED_READS
+    from istos.owner.persistence.write_path import UNFENCED_READS
 
     reads = {op for op in protocol.OP_ROLES if protocol.role_of(op) == "read"}
     assert UNFENCED_READS <= reads

@@ -1,9 +1,10 @@
 """The write path's rule for reads and for an owner's other records, on a private redis-server
 the test freezes (SIGSTOP), thaws or kills (nothing here touches the shared Redis on 6379).
 
-- A read answers only with what storage holds (the read fence, ``owner/write_path.py``): a
-  read racing a write that is slow waits for it and then reports the new state; a read racing
-  a write that fails reports the stored state, never the rolled-back one.
+- A read answers only with what storage holds (the read fence,
+  ``owner/persistence/write_path.py``): a read racing a write that is slow waits for it and
+  then reports the new state; a read racing a write that fails reports the stored state,
+  never the rolled-back one.
 - Every other record an owner stores (chord reservations, chord barriers) goes through the
   write path with an HA leader's fence: a deposed leader's write is refused and it stops.
 
@@ -29,7 +30,7 @@ from istos import Istos, IstosError, RedisStoragePlugin, StorageUnavailable
 from istos.core import workflow_meta as wf
 from istos.errors import InvalidJob
 from istos.owner.extension import Hooks
-from istos.owner.write_path import WritePath
+from istos.owner.persistence.write_path import WritePath
 from istos.transport.local import LocalMesh
 
 pytestmark = pytest.mark.redis  # a private redis-server (the binary), not the shared one

@@ -5,7 +5,7 @@ creator names) keeps this :class:`BatchHeader`: how many members were added, how
 and how, whether the batch is closed, and which callbacks went out. Each member's own owner
 reports the member's end (``done``, ``dead``, ``cancelled``) to the home owner, at least once;
 a report is idempotent by member, because the home owner stores each member's last outcome next
-to the header and writes both in one atomic step (``owner/batches_ext.py``).
+to the header and writes both in one atomic step (``owner/extensions/batches_ext.py``).
 
 **Proof.** The creator picks a random ``key``; the batch id is ``wf:`` + 32 hex digits of
 ``sha256("batch", key, home)`` + ``@`` + the home queue's name (so the id alone finds its
@@ -15,7 +15,7 @@ members' claimers hold (reads strip it, ``workflow_meta.public_meta``): an id re
 event or a job listing proves nothing.
 
 **Transitions of a member.** ``pending`` → ``done`` | ``dead`` | ``cancelled``, ``dead`` →
-``done`` (a dead member requeued with ``app.requeue_dead`` that then succeeds), and ``done`` →
+``done`` (a dead member revived with ``app.revive`` that then succeeds), and ``done`` →
 ``dead`` (the done report went out before an ack that came too late: the lease had expired
 meanwhile and the job then died).
 Every other report changes nothing (a repeat, or a late report of an older attempt).
@@ -44,6 +44,12 @@ CALLBACK_KEYS = ("id", "home", "kind", "key")
 # (DONE, DEAD): a member's done is reported before its ack is applied; an ack that then
 # comes too late (its lease expired meanwhile and the job died) is corrected by the dead report.
 _MOVES = {(PENDING, DONE), (PENDING, DEAD), (PENDING, CANCELLED), (DEAD, DONE), (DONE, DEAD)}
+
+
+def is_move(old: str, new: str) -> bool:
+    """Whether an outcome moving ``old`` -> ``new`` counts (the transitions above); dependencies
+    (``deps.py``) move their parents' outcomes by the same rules."""
+    return (old, new) in _MOVES
 
 
 def batch_id(key: str, home: str) -> str:

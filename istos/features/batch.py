@@ -6,7 +6,7 @@
 on any queue; ``await batch.close()`` says no more members come from outside. A member's
 handler may add more members (``ctx.batch.add``), also after close, while it runs. The home
 owner keeps the counts through its storage and fires each callback once
-(``owner/batches_ext.py``; the rules are in ``core/batch_state.py``).
+(``owner/extensions/batches_ext.py``; the rules are in ``core/batch_state.py``).
 
 Adding is two steps: the home counts the member as pending (``batch_add``), then the member is
 enqueued on its queue with ``meta={"batch": {id, home, key}}``. Both are idempotent by the
@@ -25,7 +25,7 @@ from ..core import batch_state as bs
 from ..core.config import check_queue_name
 from ..errors import ConfigError, IstosError, JobNotFound
 from ..events import JobEvent
-from ..owner.batches_ext import BatchOwner
+from ..owner.extensions.batches_ext import BatchOwner
 
 if TYPE_CHECKING:
     from ..client import OwnerClient
@@ -75,10 +75,13 @@ class Batch:
         ``dedup_s``, ``group``, ``timeout_s``). Idempotent by ``job_id`` (generated if None).
         Raises :class:`InvalidJob` when the batch is closed (and this is not a running
         member's ``ctx.batch.add``) or unknown at its home, :class:`ConfigError` for a bad
-        queue name or option, :class:`OwnerUnavailable` when the home does not answer (nothing
-        added), and :class:`BatchAddFailed` when the member was counted but its enqueue failed.
+        queue name or option (``after`` too: a member cannot wait for parents),
+        :class:`OwnerUnavailable` when the home does not answer (nothing added), and
+        :class:`BatchAddFailed` when the member was counted but its enqueue failed.
         """
         check_queue_name(queue)
+        if "after" in options:  # (a member waiting for parents: not supported together)
+            raise ConfigError("batch.add takes no after=: a member cannot wait for parents")
         b = self._batches
         jid = job_id or b.node.ids.new()
         codec.encode_body(data, queue=queue)  # refuse what cannot be encoded before counting

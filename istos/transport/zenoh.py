@@ -104,6 +104,8 @@ class _PendingQuery:
         self._loop = owner._require_loop()
         self.key = key
         self.fut: asyncio.Future[bytes] = self._loop.create_future()
+        # The query's timeout is already in loop seconds (the caller converted it with its
+        # Clock's to_loop_seconds), so the transport keeps it on the loop's timeline.
         self.deadline = self._loop.time() + timeout_s
         self.error: str | None = None
         self.timer = self._loop.call_later(timeout_s, self._expire)
@@ -263,6 +265,8 @@ class ZenohTransport:
     async def _relax_linger(self) -> None:
         while True:
             relax_zenoh_linger()
+            # The live transport's own housekeeping on the loop (never simulated: the simulator
+            # runs transport/local.py), so the loop's time, not a node's Clock.
             await asyncio.sleep(SWEEP_S)
 
     async def close(self) -> None:

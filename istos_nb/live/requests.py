@@ -18,7 +18,7 @@ from istos.client.pages import dead_pages, jobs_pages, workers_pages
 from istos.core.state import STATES
 from istos.errors import ConfigError, JobNotFound
 from istos.lifecycle import check_update
-from istos.owner.workflow_view import fill_states
+from istos.owner.views.workflow_view import fill_states
 from istos.payload import CodecChain
 from istos.protocol import MAX_EVENTS
 from istos.transport.base import Transport

@@ -130,6 +130,7 @@ class SimResult:
                          logs=getattr(self, "logs", []),
                          kept_logs=getattr(self, "kept_logs", []),
                          outbox=getattr(self, "outbox", []),
+                         end_t=float(getattr(self, "virtual_s", 0.0)),
                          outbox_waiting=getattr(self, "outbox_waiting", set()))
 
     def summary(self) -> str:

@@ -34,6 +34,7 @@ class RunRecord:
     # Outbox transactions (job_id, queue, committed) and the ids still in the outbox at the end.
     outbox: list[dict[str, Any]] = field(default_factory=list)
     outbox_waiting: set[str] = field(default_factory=set)
+    end_t: float = 0.0  # the run's end, true time (it may come long after the last event)
 
 
 @dataclass

@@ -265,6 +265,14 @@ class Simulation:
         or ``poisson`` without a rate."""
         self.workload.enqueue_jobs(node, queue, n, **kwargs)
 
+    def enqueue_children(self, node: str, queue: str, n: int, **kwargs: Any) -> None:
+        """Enqueue ``n`` jobs on ``queue`` through ``node``, each waiting for parents drawn
+        among the jobs already accepted on other queues (see
+        :meth:`~istos_nb.sim.workload.Workload.enqueue_children`: ``parents_of``, ``fan_in``,
+        ``rate``, ``start``, ``on_parent_failure``). Raises :class:`ScenarioError` for an
+        unknown node or a bad option."""
+        self.workload.enqueue_children(node, queue, n, **kwargs)
+
     def handler(self, **kwargs: Any) -> Callable[..., Any]:
         """A worker function for ``@node.worker(...)`` drawing its behaviour from the seed:
         ``service_s`` (a time or a distribution), ``fail_p`` (raise, a nack), ``crash_p`` (the

@@ -72,6 +72,22 @@ class Workload:
                 t += self.rng.expovariate(rate) if poisson else 1.0 / rate
             self.world.at(t, sim_node.enqueue, queue, make(i), priority=priority)
 
+    def enqueue_children(self, node: str, queue: str, n: int, *, parents_of: tuple[str, ...],
+                         fan_in: int = 2, rate: float = 1.0, start: float = 0.0,
+                         on_parent_failure: str = "cancel") -> None:
+        """Enqueue ``n`` children through ``node``, one every ``1/rate`` s from ``start``, each
+        waiting (``after=``) for up to ``fan_in`` parents drawn among the jobs already
+        accepted on the queues ``parents_of`` (``SimNode.enqueue_after``)."""
+        sim_node = self.world.node(node)
+        if not isinstance(n, int) or n < 0 or not rate > 0 or not isinstance(fan_in, int) \
+                or fan_in < 1 or not parents_of:
+            raise ScenarioError("enqueue_children needs n >= 0, rate > 0, fan_in >= 1 and "
+                                "parent queues")
+        for i in range(n):
+            self.world.at(start + i / rate, sim_node.enqueue_after, queue, {"child": i},
+                          parents_of=tuple(parents_of), fan_in=fan_in,
+                          on_parent_failure=on_parent_failure)
+
     def outbox_transactions(self, queue: str, n: int, *, rate: float | None = None,
                             start: float = 0.0, commit_p: float = 0.8, rows: int = 1) -> None:
         """``n`` application transactions from ``start`` (all at once, or one every ``1/rate``

@@ -16,7 +16,7 @@ time charts show, "… – HH:MM:SS UTC (now)"), ``istos-depth-caption`` (under 
 the owner's exact counts in its newest series bucket), the admin row's ``istos-admin``,
 ``istos-admin-<action>``, ``istos-confirm`` with ``istos-confirm-text`` / ``istos-confirm-yes``
 / ``istos-confirm-no`` and ``istos-message`` (see :mod:`istos_nb.views.admin_panel`), and the
-dead letters' ``istos-dead``, ``istos-dead-row``, ``istos-dead-show`` / ``-requeue`` /
+dead letters' ``istos-dead``, ``istos-dead-row``, ``istos-dead-show`` / ``-resubmit`` /
 ``-purge`` (see :mod:`istos_nb.views.deadrows`).
 """
 
@@ -338,8 +338,8 @@ class LiveDashboard(Shown):
 
     # -- admin, behind a confirmation (istos_nb.views.admin_panel) -----------------------------
     def ask(self, action: str, job_id: str | None = None) -> None:
-        """Show the confirmation for admin ``action`` (pause, resume, requeue, purge,
-        purge-all, cancel-job, requeue-all, promote, purge-old) on ``job_id`` (default: the
+        """Show the confirmation for admin ``action`` (pause, resume, resubmit, purge,
+        purge-all, cancel-job, redrive-all, promote, purge-old) on ``job_id`` (default: the
         job tab's); nothing is sent before :meth:`confirm`. Only when the owner said admin
         (else PermissionError)."""
         self.admin_panel.ask(action, job_id)

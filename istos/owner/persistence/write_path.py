@@ -28,7 +28,7 @@ left in memory once no such request is in flight, so a read never waits on a wri
 makes.
 
 **Other owner writes.** Everything else an owner stores (chord reservations and barriers, batch
-records, schedule slot marks, pauses) goes through :meth:`apply_aux` (:meth:`put_aux`,
+records, dependency watches, schedule slot marks, pauses) goes through :meth:`apply_aux` (:meth:`put_aux`,
 :meth:`delete_aux`): written first, with an HA leader's fence, and its memory changed only after
 the write succeeded (each caller's rule; a fired chord's tombstone is the one stated
 exception, ``features/workflow.py``); a write the fence refused stops the owner at once,

@@ -27,12 +27,12 @@ Every other op is served through :meth:`change`, which hands over any change a f
 left in memory once no such request is in flight, so a read never waits on a write nobody
 makes.
 
-**Other owner writes.** Everything else an owner stores (chord reservations and barriers, batch
-records, dependency watches, schedule slot marks, pauses) goes through :meth:`apply_aux` (:meth:`put_aux`,
-:meth:`delete_aux`): written first, with an HA leader's fence, and its memory changed only after
-the write succeeded (each caller's rule; a fired chord's tombstone is the one stated
-exception, ``features/workflow.py``); a write the fence refused stops the owner at once,
-as for job writes. These records are not job state, so they take no sequence number.
+**Other owner writes.** Everything else an owner stores (chord reservations and barriers,
+batch records, dependency watches, schedule slot marks, pauses) goes through :meth:`apply_aux`
+(:meth:`put_aux`, :meth:`delete_aux`): written first, with an HA leader's fence, and its memory
+changed only after the write succeeded (each caller's rule; a fired chord's tombstone is the
+one stated exception, ``features/workflow.py``); a write the fence refused stops the owner at
+once, as for job writes. These records are not job state, so they take no sequence number.
 
 ``generation`` is bumped by every rollback: a handler that read it before it awaited (a
 piggybacked settle, a workflow hook) passes it to :meth:`commit`, which refuses to answer ok

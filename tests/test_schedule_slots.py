@@ -144,7 +144,8 @@ async def test_a_restarted_durable_owner_still_refuses_a_finished_slot(tmp_path)
         clock.t += MIN_HOLD_S
         assert await tick(second, "sched:s:1000") is True  # the hold has passed
         await wait_events(second, lambda ev: count(ev, "acked") == 1)
-        marks = slot_marks.SlotMarks(second.node.storage, "q")
+        owner = second.owners["q"]
+        marks = slot_marks.SlotMarks(owner.storage, owner.writes, "q")
         clock.t += MIN_HOLD_S
         assert await marks.purge(clock.now()) == 1  # the expired mark is swept
         assert await second.node.storage.scan("slots:q") == []

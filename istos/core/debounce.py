@@ -19,23 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
-from .. import events as ev
-from .records import DELAYED, READY, JobRecord, JobState
+from .records import DELAYED, READY, JobRecord
 
 
 class BurstState(Protocol):
     """What :func:`rebounce` changes of the queue state (``state.QueueState``; a protocol, so
-    this module does not import the state that imports it)."""
+    this module does not import the state that imports it): only its public edit."""
 
-    heaps: Any
-    dirty: list[Any]
-
-    def _save(self, rec: JobRecord) -> None: ...
-
-    def _move(self, rec: JobRecord, state: JobState) -> None: ...
-
-    def _emit(self, now: float, rec: JobRecord, kind: ev.EventKind, worker: str | None = None,
-              **detail: Any) -> None: ...
+    def edit_waiting(self, rec: JobRecord, now: float, *, body: bytes | None = None,
+                     start: float | None = None, priority: int | None = None,
+                     detail: dict[str, Any] | None = None) -> None: ...
 
 
 __all__ = ["DEBOUNCE_MODES", "DebounceKeys", "DebounceSpec", "Mode", "is_open", "rebounce"]
@@ -90,22 +83,10 @@ def rebounce(state: BurstState, rec: JobRecord, body: bytes, spec: DebounceSpec,
              now: float) -> None:
     """A further call of ``rec``'s burst: new data (mode ``last``) and a later start, as one
     change of the record (its write is the caller's: write, then apply)."""
-    state._save(rec)
-    if spec.mode == LAST:
-        rec.body = body
-    rec.ready_at = start_of(rec, spec, now)
-    target: JobState = DELAYED if rec.ready_at > now else READY
-    if rec.state != target:
-        state._move(rec, target)
-    if target == READY:
-        state.heaps.push_ready(rec)
-    else:
-        state.heaps.push_delayed(rec)  # a fresh entry: the old one is stale by its seq
-    rec.edits = (rec.edits or 0) + 1
-    rec.edited_at = now
-    state.dirty.append(rec)
-    state._emit(now, rec, ev.UPDATED, debounced=spec.key, ready_at=rec.ready_at,
-                data_replaced=spec.mode == LAST)
+    replace, start = spec.mode == LAST, start_of(rec, spec, now)
+    state.edit_waiting(rec, now, body=body if replace else None, start=start,
+                       detail={"debounced": spec.key, "ready_at": start,
+                               "data_replaced": replace})
 
 
 class DebounceKeys:

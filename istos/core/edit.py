@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import events as ev
-from .records import DELAYED, READY, JobRecord, JobState
+from .records import DELAYED, READY, JobRecord
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -35,32 +34,18 @@ def update_job(state: QueueState, job_id: str, now: float, *, body: bytes | None
         return TOO_LATE if state.marks and state.marks.holds(job_id, now) else UNKNOWN
     if rec.state != READY and rec.state != DELAYED:
         return TOO_LATE
-    state._save(rec)  # a failed write puts the record back (write, then apply)
     detail: dict[str, Any] = {}
     if body is not None:
-        rec.body = body
         detail["data_bytes"] = len(body)
-    moved = False
     if priority is not None and priority != rec.priority:
-        rec.priority = priority
         detail["priority"] = priority
-        moved = True
-    if ready_at is not None:
-        rec.ready_at = max(ready_at, now)
-        detail["ready_at"] = rec.ready_at
-        moved = True
-    if moved:  # a fresh heap entry (the old one is stale by its seq: lazy deletion)
-        target: JobState = DELAYED if rec.ready_at > now else READY
-        if rec.state != target:
-            state._move(rec, target)
-        if target == READY:
-            state.heaps.push_ready(rec)
-        else:
-            state.heaps.push_delayed(rec)
-    rec.edits = (rec.edits or 0) + 1
-    rec.edited_at = now
-    state.dirty.append(rec)
-    state._emit(now, rec, ev.UPDATED, **detail)
+    else:
+        priority = None
+    start = None if ready_at is None else max(ready_at, now)
+    if start is not None:
+        detail["ready_at"] = start
+    # One change of the record; a failed write puts it back (write, then apply).
+    state.edit_waiting(rec, now, body=body, start=start, priority=priority, detail=detail)
     return UPDATED
 
 

@@ -1,9 +1,9 @@
 """PURE: lease renewal (heartbeats), progress and cancellation on a :class:`QueueState`.
 
 Kept apart from ``state.py`` so the seed's transitions read as they were; these functions use
-only the state's public pieces plus the two helpers it exposes for them (``end_cancelled`` and
+only the state's public pieces: its edits (``change``, ``note``, ``end_cancelled``) and
 the lazily-cleaned lease heap, where a renewal pushes a later entry and the earlier one goes
-stale because the record's ``lease_deadline`` moved on).
+stale because the record's ``lease_deadline`` moved on.
 
 Renewing does not write to storage: after a restart every leased job gets a fresh full lease on
 the new owner's clock anyway (``QueueState.restore``), so a stored deadline would never be read.
@@ -62,17 +62,16 @@ def extend(state: QueueState, item: dict[str, Any], now: float) -> str:
         return CANCEL
     rec.lease_deadline = now + state.policy.lease_s
     state.heaps.push_lease(rec, rec.lease_deadline)
-    state._emit(now, rec, ev.LEASE_EXTENDED, worker=rec.lease_worker,
-                deadline=rec.lease_deadline)
+    state.note(now, rec, ev.LEASE_EXTENDED, worker=rec.lease_worker,
+               deadline=rec.lease_deadline)
     return OK
 
 
 def keep_logs(state: QueueState, rec: JobRecord, item: dict[str, Any]) -> None:
     """Add the ``ctx.log()`` lines riding on ``item`` to ``rec``'s current attempt; the
     record is written with the request's commit (logs are kept, unlike renewals)."""
-    state._save(rec)
-    if record_logs(rec, item.get("logs"), item.get("logs_dropped"), item.get("logs_at")):
-        state.dirty.append(rec)
+    state.change(rec, lambda r: record_logs(r, item.get("logs"), item.get("logs_dropped"),
+                                            item.get("logs_at")))
 
 
 def keep_late_logs(state: QueueState, rec: JobRecord, item: dict[str, Any]) -> None:
@@ -91,7 +90,7 @@ def record_progress(state: QueueState, rec: JobRecord, now: float, fraction: obj
     if frac == rec.progress and text == rec.progress_note:
         return
     rec.progress, rec.progress_note = frac, text
-    state._emit(now, rec, ev.PROGRESS, worker=rec.lease_worker, progress=frac, note=text)
+    state.note(now, rec, ev.PROGRESS, worker=rec.lease_worker, progress=frac, note=text)
 
 
 def cancel(state: QueueState, job_id: str, now: float) -> str:
@@ -106,10 +105,16 @@ def cancel(state: QueueState, job_id: str, now: float) -> str:
         return "cancelled"
     if rec.state == LEASED:
         if not rec.cancel_requested:
-            state._save(rec)  # a failed write puts the mark back (write, then apply)
-            rec.cancel_requested = True
-            state.dirty.append(rec)  # a restarted owner still knows, so it never retries it
-            state._emit(now, rec, ev.CANCEL_REQUESTED, worker=rec.lease_worker)
+            # Stored (a restarted owner still knows, so it never retries it); a failed write
+            # puts the mark back (write, then apply).
+            state.change(rec, mark_cancel_requested)
+            state.note(now, rec, ev.CANCEL_REQUESTED, worker=rec.lease_worker)
         return "cancelling"
     assert rec.state in (DONE, DEAD, CANCELLED)
     return "too_late"
+
+
+def mark_cancel_requested(rec: JobRecord) -> bool:
+    """Mark leased ``rec`` to be cancelled (its holder is told on its next heartbeat)."""
+    rec.cancel_requested = True
+    return True

@@ -577,6 +577,56 @@ class QueueState:
         self.dirty.append(fresh)
         return fresh
 
+    # -- the public edits other core modules make (edit.py, debounce.py, leasing.py) --------
+    def edit_waiting(self, rec: JobRecord, now: float, *, body: bytes | None = None,
+                     start: float | None = None, priority: int | None = None,
+                     detail: dict[str, Any] | None = None) -> None:
+        """Edit waiting job ``rec`` (ready or delayed, held by this queue) as one change of
+        its record: given ``body``, it carries that data from now on; given ``priority`` or
+        ``start``, it gets a fresh place in the queue (``start`` not after ``now``: ready,
+        behind the jobs ready already; later: delayed until then). Counts an edit and emits
+        ``updated`` with ``detail``. The write is the caller's (the owner's write path); a
+        failed one puts the record back (it is snapshotted first)."""
+        self._save(rec)
+        if body is not None:
+            rec.body = body
+        moved = False
+        if priority is not None and priority != rec.priority:
+            rec.priority = priority
+            moved = True
+        if start is not None:
+            rec.ready_at = start
+            moved = True
+        if moved:  # a fresh heap entry (the old one is stale by its seq: lazy deletion)
+            target: JobState = DELAYED if rec.ready_at > now else READY
+            if rec.state != target:
+                self._move(rec, target)
+            if target == READY:
+                self.heaps.push_ready(rec)
+            else:
+                self.heaps.push_delayed(rec)
+        rec.edits = (rec.edits or 0) + 1
+        rec.edited_at = now
+        self.dirty.append(rec)
+        self._emit(now, rec, ev.UPDATED, **(detail or {}))
+
+    def change(self, rec: JobRecord, apply: Callable[[JobRecord], bool]) -> bool:
+        """Change held record ``rec`` in place by ``apply`` (which returns whether it changed
+        anything) as one stored change: snapshotted first (a failed write puts it back), and,
+        if changed, written with the next commit. Returns what ``apply`` returned. For
+        fields no transition owns (logs, a cancel mark); its events go by :meth:`note`."""
+        self._save(rec)
+        changed = apply(rec)
+        if changed:
+            self.dirty.append(rec)
+        return changed
+
+    def note(self, now: float, rec: JobRecord, kind: EventKind, worker: str | None = None,
+             **detail: Any) -> None:
+        """Emit event ``kind`` of held job ``rec`` with the next drain: a change made through
+        :meth:`change`, or one that is not stored (a lease renewal, progress)."""
+        self._emit(now, rec, kind, worker, **detail)
+
     def unblock(self, rec: JobRecord, now: float, *, forced: bool = False) -> None:
         """Move waiting ``rec`` on: ready now (behind the jobs already ready), or delayed
         until its ``ready_at`` if its own delay has not passed. Emits ``unblocked``

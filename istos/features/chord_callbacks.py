@@ -11,7 +11,8 @@ job (``{chord id}.callback``, with the chord's key in its meta) only for a chord
 The reservation is checked against the chord id like every workflow job
 (:mod:`istos.core.workflow_meta`): the id is derived from the chord's key, member queue, size
 and this callback queue, so a reservation cannot be made for a chord one only read about.
-Reservations live in the owner's storage (namespace ``wf:{queue}``, key ``cb:{chord id}``)
+Reservations live in the owner's storage (namespace ``wf:{queue}``, key ``cb:{chord id}``),
+written through the owner's write path (with an HA leader's fence),
 and are deleted ``TOMBSTONE_TTL_S`` after their callback was accepted (a callback fired again
 after a crash finds its reservation still there, or its job still held).
 
@@ -74,7 +75,7 @@ class CallbackReservations:
             oldest = next(iter(unused.items()), None)
             if oldest is None or now - oldest[1] < RESERVE_TTL_S:
                 return
-            await self.owner.storage.delete(self.ns, f"cb:{oldest[0]}")
+            await self.owner.writes.delete_aux(self.ns, f"cb:{oldest[0]}")
             unused.pop(oldest[0], None)
 
     async def op_reserve(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -100,8 +101,8 @@ class CallbackReservations:
                 f"chord_reserve: queue {self.owner.name!r} holds {len(unused)} unused chord "
                 f"reservations, the most it may (each expires {RESERVE_TTL_S:g} s after it "
                 "was made, or once its callback is enqueued): try again later")
-        await storage.put(self.ns, f"cb:{chord}",
-                          msgpack.packb({"used_at": None, "made_at": now}))
+        await self.owner.writes.put_aux(self.ns, f"cb:{chord}",
+                                        msgpack.packb({"used_at": None, "made_at": now}))
         unused[chord] = now
         return {"reserved": True}
 
@@ -131,13 +132,14 @@ class CallbackReservations:
                              f"chord {chord!r}'s callback expired (unused for "
                              f"{RESERVE_TTL_S:g} s)")
         if entry.get("used_at") is None:
-            await storage.put(self.ns, f"cb:{chord}", msgpack.packb({"used_at": now}))
+            await self.owner.writes.put_aux(self.ns, f"cb:{chord}",
+                                            msgpack.packb({"used_at": now}))
             self._used.append((now, chord))
             if self._unused is not None:
                 self._unused.pop(chord, None)
         while self._used and now - self._used[0][0] >= TOMBSTONE_TTL_S:
             _, old = self._used.popleft()
-            await storage.delete(self.ns, f"cb:{old}")
+            await self.owner.writes.delete_aux(self.ns, f"cb:{old}")
 
 
 MAX_ASKING_PER_QUEUE = 4  # chord_expects queries one owner has in flight to one callback queue

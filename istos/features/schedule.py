@@ -301,7 +301,7 @@ class SlotEnqueuer:
         self.owner = owner
         self.recent = RecentSlots()
         # Durable storage also keeps the slots across an owner restart or failover.
-        self.marks = SlotMarks(owner.storage, owner.name) if owner.durable else None
+        self.marks = SlotMarks(owner.storage, owner.writes, owner.name) if owner.durable else None
 
     async def op(self, msg: dict[str, Any]) -> dict[str, Any]:
         body, job_id, period = msg.get("body"), msg.get("job_id"), msg.get("period_s")

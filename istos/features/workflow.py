@@ -60,7 +60,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgpack
@@ -330,12 +330,11 @@ class ChordBarriers:
                 return
             index = int(meta["index"])
             if index not in barrier.results:
-                barrier.results[index] = result if result is not None else _NIL
-                try:
-                    await self._store(chord_id, barrier)
-                except IstosError:
-                    del barrier.results[index]  # memory must not run ahead of storage
-                    raise
+                value = result if result is not None else _NIL
+                # Write, then apply: memory never runs ahead of storage.
+                await self._store(chord_id, replace(barrier,
+                                                    results={**barrier.results, index: value}))
+                barrier.results[index] = value
             if len(barrier.results) >= barrier.size:
                 await self._fire(chord_id, barrier, meta, rec.priority,
                                  (rec.meta or {}).get("trace"))
@@ -361,6 +360,8 @@ class ChordBarriers:
                       chord_id, self.owner.name, meta["callback"], exc)
             raise
         now = self.owner.node.clock.now()
+        # Fired in memory before the tombstone is stored: the callback job is stored already
+        # (on its queue), so a redelivered member must not fire it again in this owner's life.
         barrier.fired, barrier.fired_at, barrier.results = True, now, {}
         await self._store(chord_id, barrier)
         del self.cache[chord_id]  # a redelivered member (rare) reloads the tombstone
@@ -431,12 +432,12 @@ class ChordBarriers:
         return barrier
 
     async def _store(self, chord_id: str, barrier: Barrier) -> None:
-        await self.owner.storage.put(self.ns, chord_id, barrier.encode())
+        await self.owner.writes.put_aux(self.ns, chord_id, barrier.encode())
 
     async def _prune(self, now: float) -> None:
         while self._tombstones and now - self._tombstones[0][0] >= TOMBSTONE_TTL_S:
             _, chord_id = self._tombstones.popleft()
-            await self.owner.storage.delete(self.ns, chord_id)
+            await self.owner.writes.delete_aux(self.ns, chord_id)
 
     @asynccontextmanager
     async def _lock(self, chord_id: str) -> AsyncIterator[None]:

@@ -39,7 +39,7 @@ class OwnerHandle(Protocol):
     hungry: HungryNodes
     running: bool  # serving now (a timer set before a stop must not nudge after it)
     fence: Fence | None  # an HA leader's (leader lease and epoch); None otherwise
-    storage: Storage  # the node's storage, fenced for an HA leader
+    storage: Storage  # for reads; an owner's writes go through ``writes`` (apply_aux, ...)
     pauses: PauseStore  # the queue's stored pauses (pause, resume: stored, then applied)
 
     def require_admin(self, action: str) -> None:

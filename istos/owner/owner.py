@@ -58,7 +58,7 @@ from .leadership import registry
 from .leadership.sole import SoleOwner
 from .persistence.pause_store import PauseHooks, PauseStore
 from .persistence.persist import Persister
-from .persistence.write_path import OwnerSignals, WritePath
+from .persistence.write_path import UNFENCED_READS, OwnerSignals, WritePath
 from .views import eventlog
 
 log = logging.getLogger("istos.owner")
@@ -80,19 +80,21 @@ class QueueOwner:
         if self.durable:
             self.state.track_undo()
         self.fence = fence
+        # Reads of the owner's other records; their writes go through the write path
+        # (``writes.apply_aux``), which writes them through this view: an HA leader's fence.
+        self.storage: Storage = node.storage if fence is None else FencedStorage(
+            node.storage, fence, self._storage_fenced)
         self.writes = WritePath(
             config.name, self.state, Persister(node.storage, f"jobs:{config.name}", fence=fence),
             durable=self.durable, signals=OwnerSignals(
                 publish=self._publish, deadline_changed=self._sooner_deadline,
                 wake_sweeper=self._wake_sweeper, write_failed=self._write_failed,
-                fenced=self.fenced))
+                fenced=self.fenced), aux=self.storage)
         self.failed_at: float | None = None  # clock time of the last failed write
         # An HA leader's view of its lease: it serves only until then unless renewed, and
         # wakes the election when it finds it lapsed or its epoch gone.
         self._lease_until = float("inf")
         self._wake_election: Callable[[], None] | None = None
-        self.storage: Storage = node.storage if fence is None else FencedStorage(
-            node.storage, fence, self._storage_fenced)
         self._handle: Any = None
         self._rpc_base = ""
         self.sole: SoleOwner | None = None  # a non-HA owner's token (leadership/sole.py)
@@ -112,7 +114,7 @@ class QueueOwner:
         self.nudges = Nudges(node, self.name, self.hungry, self._on_nudge, lambda: self.running)
         self.running = False
         # Stored pauses of the queue and its groups (persistence/pause_store.py), loaded at start.
-        self.pauses = PauseStore(self.name, node.node_id, self.state, self.storage,
+        self.pauses = PauseStore(self.name, node.node_id, self.state, self.storage, self.writes,
                                  durable=self.durable, clock=node.clock,
                                  hooks=PauseHooks(node.events.emit, self.nudge))
         self.job_ops = JobOps(self)
@@ -292,7 +294,13 @@ class QueueOwner:
         try:
             if op in protocol.ADMIN_OPS:
                 self.require_admin(op)
-            reply = await handler(msg)
+            if op in UNFENCED_READS:
+                reply = await handler(msg)  # events: published only once stored
+            elif protocol.role_of(op) == "read":
+                # The read fence: the reply reports only what storage holds (write_path.py).
+                reply = await self.writes.read(handler, msg)
+            else:
+                reply = await self.writes.change(handler, msg)
         except IstosError as exc:
             return error_reply(exc)
         except (KeyError, TypeError, ValueError) as exc:

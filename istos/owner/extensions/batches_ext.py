@@ -118,7 +118,7 @@ class BatchOwner(OwnerExtension):
                 group=msg.get("group"))
             if created and "batch_cb" in meta and meta["batch_cb"]["home"] != self.owner.name:
                 # Used: a repeat finds the job, or its dedup window, instead.
-                await self.owner.storage.delete(self.cb_ns, job_id)
+                await self.owner.writes.delete_aux(self.cb_ns, job_id)
             return {"job_id": job_id, "created": created}
         return enqueue
 
@@ -137,8 +137,8 @@ class BatchOwner(OwnerExtension):
         if any(k not in bs.KINDS for k in kinds):
             raise InvalidJob(f"batch_reserve: kinds are among {bs.KINDS}")
         stamp = msgpack.packb({"made_at": self.owner.node.clock.now()})
-        await self.owner.storage.put_many(
-            self.cb_ns, [(bs.callback_job_id(bid, k), stamp) for k in kinds])
+        await self.owner.writes.apply_aux(
+            self.cb_ns, [(bs.callback_job_id(bid, k), stamp) for k in kinds], [])
         return {"reserved": True}
 
     # -- the home side -------------------------------------------------------------------------
@@ -170,9 +170,9 @@ class BatchOwner(OwnerExtension):
             now = self.owner.node.clock.now()
             header = bs.BatchHeader(callbacks, description=msg.get("description") or "",
                                     created_at=now, parent=parent)
-            await self.owner.storage.put(self.index_ns, bid, msgpack.packb({"at": now}))
+            await self.owner.writes.put_aux(self.index_ns, bid, msgpack.packb({"at": now}))
             # The key stays with the header: callbacks due after a restart need it.
-            await self.owner.storage.apply(self._ns(bid), [
+            await self.owner.writes.apply_aux(self._ns(bid), [
                 ("h", self._pack(header)), ("k", msgpack.packb(msg["key"]))], [])
             self._remember(bid, header)
         self._event(bid, "opened", header)
@@ -196,7 +196,7 @@ class BatchOwner(OwnerExtension):
                 return {"added": False}
             new = _copy(header)
             new.apply(None, bs.PENDING)
-            await self.owner.storage.apply(ns, [
+            await self.owner.writes.apply_aux(ns, [
                 ("h", self._pack(new)),
                 (f"m:{member}", msgpack.packb({"o": bs.PENDING, "q": msg["member_queue"]}))], [])
             self._remember(bid, new)
@@ -213,7 +213,7 @@ class BatchOwner(OwnerExtension):
                 new.closed = True
                 if new.pending == 0:  # (an empty batch, or every member ended already)
                     new.finished_at = self.owner.node.clock.now()
-                await self.owner.storage.put(self._ns(bid), "h", self._pack(new))
+                await self.owner.writes.put_aux(self._ns(bid), "h", self._pack(new))
                 header = self._remember(bid, new)
                 self._event(bid, "closed", header)
                 if header.finished_at is not None:
@@ -242,7 +242,7 @@ class BatchOwner(OwnerExtension):
                 finishing = new.closed and new.pending == 0 and new.finished_at is None
                 if finishing:
                     new.finished_at = self.owner.node.clock.now()
-                await self.owner.storage.apply(ns, [
+                await self.owner.writes.apply_aux(ns, [
                     ("h", self._pack(new)),
                     (f"m:{member}", msgpack.packb({**entry, "o": outcome}))], [])
                 header = self._remember(bid, new)
@@ -304,7 +304,7 @@ class BatchOwner(OwnerExtension):
                 return
             new = _copy(header)
             new.fired[kind] = self.owner.node.clock.now()
-            await self.owner.storage.put(self._ns(bid), "h", self._pack(new))
+            await self.owner.writes.put_aux(self._ns(bid), "h", self._pack(new))
             header = self._remember(bid, new)
             self._event(bid, "fired", header, callback=kind, callback_queue=queue)
             log.info("batch %s: callback %s enqueued on queue %s", bid, kind, queue)
@@ -332,7 +332,7 @@ class BatchOwner(OwnerExtension):
             if header is not None and header.outcome() == outcome:
                 new = _copy(header)
                 new.parent_told = outcome
-                await self.owner.storage.put(self._ns(bid), "h", self._pack(new))
+                await self.owner.writes.put_aux(self._ns(bid), "h", self._pack(new))
                 self._remember(bid, new)
 
     def _refire_later(self, bid: str, key: str) -> None:
@@ -392,8 +392,8 @@ class BatchOwner(OwnerExtension):
             pruned += 1
             async with self._lock(bid):
                 keys = [k for k, _ in await self.owner.storage.scan(self._ns(bid))]
-                await self.owner.storage.apply(self._ns(bid), [], keys)
-                await self.owner.storage.delete(self.index_ns, bid)
+                await self.owner.writes.apply_aux(self._ns(bid), [], keys)
+                await self.owner.writes.delete_aux(self.index_ns, bid)
                 self.open.pop(bid, None)
 
     def _event(self, bid: str, change: str, header: bs.BatchHeader, **extra: Any) -> None:

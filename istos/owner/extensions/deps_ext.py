@@ -241,12 +241,12 @@ class DepsOwner(OwnerExtension):
             if len(held) >= deps.MAX_CHILDREN:
                 raise CapacityExceeded(f"dep_watch: job {parent!r} has {len(held)} children "
                                        "waiting for it, the most it may")
-            await self.owner.storage.put(self.ns, watch.wkey, msgpack.packb(
+            await self.owner.writes.put_aux(self.ns, watch.wkey, msgpack.packb(
                 [parent, watch.child_queue, watch.child_id, watch.key]))
             rec = self.owner.state.jobs.get(parent)  # (it may have ended during the write)
             ended = deps.DONE if rec is None else deps.outcome_of_state(rec.state)
             if ended in FINAL:
-                await self.owner.storage.delete(self.ns, watch.wkey)
+                await self.owner.writes.delete_aux(self.ns, watch.wkey)
                 return {"state": ended}
             self.watches.setdefault(parent, {})[watch.wkey] = watch
         return {"state": ended or deps.PENDING}
@@ -300,7 +300,7 @@ class DepsOwner(OwnerExtension):
                      watch.child_id, exc)
             outcome = deps.DONE
         if outcome in FINAL:
-            await self.owner.storage.delete(self.ns, watch.wkey)
+            await self.owner.writes.delete_aux(self.ns, watch.wkey)
             held = self.watches.get(watch.parent, {})
             held.pop(watch.wkey, None)
             if not held:
@@ -308,7 +308,7 @@ class DepsOwner(OwnerExtension):
 
     async def _drop(self, parent: str) -> None:
         for watch in list(self.watches.get(parent, {}).values()):
-            await self.owner.storage.delete(self.ns, watch.wkey)
+            await self.owner.writes.delete_aux(self.ns, watch.wkey)
         self.watches.pop(parent, None)
 
     async def _recover(self) -> None:

@@ -30,6 +30,7 @@ from ...errors import CapacityExceeded
 from ...events import EventKind, JobEvent
 from ...protocol import MAX_PAUSED_GROUPS
 from ...storage.base import Storage
+from .write_path import WritePath
 
 log = logging.getLogger("istos.owner")
 
@@ -50,12 +51,14 @@ class PauseHooks:
 class PauseStore:
     """One queue's pauses (see the module doc)."""
 
-    def __init__(self, queue: str, node_id: str, state: QueueState, storage: Storage, *,
+    def __init__(self, queue: str, node_id: str, state: QueueState, storage: Storage,
+                 writes: WritePath, *,
                  durable: bool, clock: Clock, hooks: PauseHooks) -> None:
         self.queue = queue
         self.node_id = node_id
         self.state = state
-        self.storage = storage
+        self.storage = storage  # reads; writes go through the write path
+        self.writes = writes
         self.durable = durable
         self.clock = clock
         self.hooks = hooks
@@ -96,7 +99,7 @@ class PauseStore:
             at = self.clock.now() if was is None else was.at
             pause = Pause(at, by, reason, group)
             if self.durable:
-                await self.storage.apply(self.ns, [(pause_key(group), pause.encode())], [])
+                await self.writes.apply_aux(self.ns, [(pause_key(group), pause.encode())], [])
             self.pauses.put(pause)
             if group is None:
                 self.state.paused = True
@@ -113,7 +116,7 @@ class PauseStore:
             if was is None:
                 return None
             if self.durable:
-                await self.storage.apply(self.ns, [], [pause_key(group)])
+                await self.writes.apply_aux(self.ns, [], [pause_key(group)])
             self.pauses.drop(group)
             if group is None:
                 self.state.paused = False

@@ -18,6 +18,7 @@ import math
 
 from ...errors import StorageUnavailable
 from ...storage.base import Storage
+from .write_path import WritePath
 
 log = logging.getLogger("istos.schedule")
 
@@ -27,8 +28,9 @@ PURGE_EVERY = 256
 class SlotMarks:
     """The durable marks of one queue's accepted schedule slots."""
 
-    def __init__(self, storage: Storage, queue: str) -> None:
-        self.storage = storage
+    def __init__(self, storage: Storage, writes: WritePath, queue: str) -> None:
+        self.storage = storage  # reads; writes go through the owner's write path
+        self.writes = writes
         self.ns = f"slots:{queue}"
         self._since_purge = 0
 
@@ -40,7 +42,7 @@ class SlotMarks:
         """Hold ``slot_id`` until ``until``; a failed write is logged, not raised (the slot's
         job is already stored and will run)."""
         try:
-            await self.storage.put(self.ns, slot_id, repr(float(until)).encode())
+            await self.writes.put_aux(self.ns, slot_id, repr(float(until)).encode())
         except StorageUnavailable as exc:
             log.warning("%s: slot %s is enqueued but not marked in storage (%s): an owner "
                         "restart before %s could enqueue it again", self.ns, slot_id, exc, until)
@@ -57,7 +59,7 @@ class SlotMarks:
         """Delete the marks whose hold has passed; returns how many."""
         stale = [key for key, raw in await self.storage.scan(self.ns) if _until(raw) <= now]
         for key in stale:
-            await self.storage.delete(self.ns, key)
+            await self.writes.delete_aux(self.ns, key)
         return len(stale)
 
 

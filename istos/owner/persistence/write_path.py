@@ -1,11 +1,38 @@
-"""The owner's write path: write, then apply, as one object every op handler receives.
+"""The owner's write path: every write an owner makes, and the rule that no reply, and no
+read, reports a state storage does not hold.
 
-A handler changes the pure :class:`~istos.core.state.QueueState`, then calls :meth:`commit`:
-with durable storage the changed records are written through (group commit, ``persist.py``)
-before the request is answered and before their events are published; a failed write puts
-memory back as storage holds it (``rollback``) and the request gets ``StorageUnavailable``.
-New jobs go the other way round (:meth:`store_new`): stored first, inserted into memory only
-once the write succeeded, so nothing half-accepted stays behind an outage.
+**Job changes.** A handler changes the pure :class:`~istos.core.state.QueueState`, then calls
+:meth:`commit`: with durable storage the changed records are written through (group commit,
+``persist.py``) before the request is answered and before their events are published; a
+failed write puts memory back as storage holds it (``rollback``) and the request gets
+``StorageUnavailable``. New jobs go the other way round (:meth:`store_new`): stored first,
+inserted into memory only once the write succeeded, so nothing half-accepted stays behind an
+outage.
+
+**Reads: the read fence.** Between a change and the end of its write, memory is ahead of
+storage, and a read computed from memory could report a change that is then rolled back. The
+rule: *a read answers only with what storage holds*. The owner serves every read op (an op on
+the ``read`` role key: ``result``, ``why``, ``stats``, ``jobs``, ``dead``, ...; not those of
+:data:`UNFENCED_READS`) through :meth:`read`, which computes the answer from memory and then,
+before the reply leaves, waits until every change the answer could have seen is durable. Each
+hand-over of changes to the persister takes the next number of an applied sequence
+(:attr:`applied_seq`); :attr:`durable_seq` follows the writes that ended. A read notes the
+number it saw (one more if memory holds changes not yet handed over: the next hand-over takes
+them all) and waits for :meth:`durable_through`. If a rollback happened meanwhile
+(:attr:`generation` moved), what it computed may be gone: it computes again, once; if a
+rollback comes again, it answers ``StorageUnavailable``. On an idle queue (nothing in flight)
+and on a volatile one a read waits for nothing; under a steady stream of writes it waits for
+up to two group commits (the one in flight, and the one that takes the changes it saw).
+Every other op is served through :meth:`change`, which hands over any change a failed request
+left in memory once no such request is in flight, so a read never waits on a write nobody
+makes.
+
+**Other owner writes.** Everything else an owner stores (chord reservations and barriers,
+batch records, dependency watches, schedule slot marks, pauses) goes through :meth:`apply_aux`
+(:meth:`put_aux`, :meth:`delete_aux`): written first, with an HA leader's fence, and its memory
+changed only after the write succeeded (each caller's rule; a fired chord's tombstone is the
+one stated exception, ``features/workflow.py``); a write the fence refused stops the owner at
+once, as for job writes. These records are not job state, so they take no sequence number.
 
 ``generation`` is bumped by every rollback: a handler that read it before it awaited (a
 piggybacked settle, a workflow hook) passes it to :meth:`commit`, which refuses to answer ok
@@ -18,14 +45,22 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ...core.state import Change, JobRecord, QueueState, Snapshot
 from ...errors import FencedOut, StorageUnavailable
 from ...events import JobEvent
-from ...storage.base import TxStep
+from ...storage.base import Storage, TxStep
+from ..extension import Handler
 from .persist import Persister
 
 log = logging.getLogger("istos.owner")
+
+UNFENCED_READS = frozenset({"ping", "events", "follow", "events_since"})
+"""Read ops served without the read fence: they report events, and an event is published only
+once its change is stored (or they report no queue state at all: ``ping``, ``follow``'s key).
+``follow`` and ``events_since`` may wait for events: fencing them would make a rollback
+during the wait start the wait again."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +79,9 @@ class WritePath:
     :class:`OwnerSignals` and hands it to its handlers."""
 
     def __init__(self, name: str, state: QueueState, persister: Persister, *, durable: bool,
-                 signals: OwnerSignals) -> None:
+                 signals: OwnerSignals, aux: Storage) -> None:
+        """``aux``: the storage the owner's other records go to (:meth:`apply_aux`): for an
+        HA leader, the view that carries its fence (``storage.base.FencedStorage``)."""
         self.name = name
         self.state = state
         self.persister = persister
@@ -57,6 +94,13 @@ class WritePath:
         self._generation = 0
         # Ids whose record is being written right now (a duplicate enqueue waits on it).
         self._pending: dict[str, asyncio.Future[str]] = {}
+        self._aux = aux
+        # The read fence (module doc): hand-overs to the persister numbered in order, and the
+        # highest number whose write ended (stored, or failed and rolled back).
+        self._applied_seq = 0
+        self._durable_seq = 0
+        self._fence_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._changing = 0  # requests that may change the queue, in flight (see change())
         persister.on_failure = self.rolled_back
 
     @property
@@ -81,7 +125,7 @@ class WritePath:
             raise StorageUnavailable(f"queue {self.name!r}: a storage write failed while this "
                                      "request ran; nothing it changed was kept")
         dirty, events = state.drain()
-        await self.persister.write(dirty, state.take_undo())
+        await self._write(dirty, state.take_undo())
         self._publish(events)
         self.after_change()
 
@@ -101,12 +145,25 @@ class WritePath:
                             undo: dict[str, Snapshot]) -> bool:
         """A write nobody waits on (the sweeper's): False, logged and rolled back, on failure."""
         try:
-            await self.persister.write(dirty, undo)
+            await self._write(dirty, undo)
         except StorageUnavailable as exc:
             log.warning("queue %s: background write failed: %s", self.name, exc)
             return False
         self._publish(events)
         return True
+
+    async def change(self, handle: Handler, msg: dict[str, Any]) -> dict[str, Any]:
+        """Serve an op that may change the queue: ``handle`` it (it commits what it changed,
+        or raises). When the last such request in flight ends and memory still holds changes
+        no commit took (a handler that raised between its change and its commit: none
+        should), they are written in the background, so no read waits on them for long."""
+        self._changing += 1
+        try:
+            return await handle(msg)
+        finally:
+            self._changing -= 1
+            if not self._changing and self.durable and self.state.dirty:
+                self.after_change()
 
     def pending(self, job_id: str) -> asyncio.Future[str] | None:
         """The write in flight of a new job with this id, if any."""
@@ -161,4 +218,105 @@ class WritePath:
     def roll_back(self, undo: dict[str, Snapshot]) -> None:
         self._generation += 1
         self.state.rollback(undo)
+        self._wake_fenced_reads(rolled_back=True)  # a read that saw it computes again
         self._wake_sweeper()  # restored leases may be due
+
+    # -- the read fence (module doc) --
+    async def _write(self, dirty: list[Change], undo: dict[str, Snapshot]) -> None:
+        """Hand drained changes to the persister under the next applied sequence number."""
+        self._applied_seq += 1
+        seq = self._applied_seq
+        try:
+            await self.persister.write(dirty, undo)
+        finally:
+            # Batches are written in order: this write's end is the end of all before it.
+            if seq > self._durable_seq:
+                self._durable_seq = seq
+            self._wake_fenced_reads()
+
+    @property
+    def applied_seq(self) -> int:
+        """The number of the last hand-over of changes to the persister."""
+        return self._applied_seq
+
+    @property
+    def durable_seq(self) -> int:
+        """The number of the last hand-over whose write ended (stored, or rolled back)."""
+        return self._durable_seq
+
+    @property
+    def waiting_reads(self) -> int:
+        """How many reads wait now for a write to end before they reply (a gauge)."""
+        return sum(1 for _, fut in self._fence_waiters if not fut.done())
+
+    async def durable_through(self, seq: int) -> None:
+        """Return once the writes up to hand-over ``seq`` ended, or a rollback happened
+        (the caller compares :attr:`generation`); at once when nothing that old is pending."""
+        if seq <= self._durable_seq:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._fence_waiters.append((seq, fut))
+        try:
+            await fut
+        finally:
+            if not fut.done():  # cancelled: forget it
+                self._fence_waiters = [(s, f) for s, f in self._fence_waiters if f is not fut]
+
+    def _wake_fenced_reads(self, *, rolled_back: bool = False) -> None:
+        """Wake the reads whose changes are now durable; after a rollback, every read (each
+        compares :attr:`generation`, and computes again)."""
+        if not self._fence_waiters:
+            return
+        waiting = []
+        for seq, fut in self._fence_waiters:
+            if fut.done():
+                continue
+            if rolled_back or seq <= self._durable_seq:
+                fut.set_result(None)
+            else:
+                waiting.append((seq, fut))
+        self._fence_waiters = waiting
+
+    async def read(self, compute: Handler, msg: dict[str, Any]) -> dict[str, Any]:
+        """Serve a read op: ``compute`` its reply from memory, then wait until everything
+        the reply could have seen is durable (the read fence, module doc). Volatile storage,
+        or nothing in flight: no wait.
+
+        Raises:
+            StorageUnavailable: a rollback happened while this read waited, twice (what it
+                saw was not kept, and not again on the second try).
+        """
+        if not self.durable:
+            return await compute(msg)
+        for _ in range(2):
+            generation = self._generation
+            reply = await compute(msg)
+            # What it saw: every hand-over so far, and the next one if memory holds changes
+            # not yet handed over (the next hand-over drains them all).
+            seq = self._applied_seq + 1 if self.state.dirty else self._applied_seq
+            if seq > self._durable_seq:
+                await self.durable_through(seq)
+            if generation == self._generation:
+                return reply
+        raise StorageUnavailable(f"queue {self.name!r}: a storage write failed while this "
+                                 "read waited for it, twice; try again")
+
+    # -- the owner's other records (module doc) --
+    async def apply_aux(self, ns: str, puts: list[tuple[str, bytes]],
+                        deletes: list[str]) -> None:
+        """Store ``puts`` and delete ``deletes`` in ``ns`` (not a job namespace), in one call,
+        with an HA leader's fence. The caller changes its memory only after this returned.
+
+        Raises:
+            StorageUnavailable: the write failed.
+            FencedOut: the fence refused it (the owner has stopped serving).
+        """
+        await self._aux.apply(ns, puts, deletes)
+
+    async def put_aux(self, ns: str, key: str, value: bytes) -> None:
+        """:meth:`apply_aux` of one put (raises as it does)."""
+        await self._aux.apply(ns, [(key, value)], [])
+
+    async def delete_aux(self, ns: str, key: str) -> None:
+        """:meth:`apply_aux` of one delete (raises as it does)."""
+        await self._aux.apply(ns, [], [key])

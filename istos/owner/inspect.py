@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .. import codec, keys, protocol
 from .. import events as ev
+from ..clock import Clock
+from ..codec import Packed, Spliced
 from ..core.config import QueueConfig
 from ..core.edit import lifecycle_fields
 from ..core.state import (
@@ -40,7 +42,7 @@ from .fit import fit_why
 from .handle import OwnerHandle
 from .job_ops import dead_letter_fields
 from .sequence import EventSequence
-from .slicing import count_sliced, page_sliced, pause
+from .slicing import CHECK_EVERY, Slicer, packed_page, pause
 
 FOLLOW_TTL_S = protocol.MAX_FOLLOW_TTL_S
 MAX_PAGE = protocol.MAX_PAGE
@@ -48,6 +50,7 @@ MAX_EVENTS_PER_REPLY = protocol.MAX_EVENTS  # and never more bytes than a page h
 SCAN_SLICE = 256  # a payload search yields to the loop at least this often...
 REQUEUED_MEMORY = 10_000  # requeue ids remembered after their job was forgotten
 SCAN_SLICE_S = 0.004  # ...and after this long, so claims and stats keep flowing
+AHEAD_CHUNK = 1024  # records `why` compares between two looks at the clock
 
 
 class Inspector(OwnerExtension):
@@ -68,6 +71,7 @@ class Inspector(OwnerExtension):
         self._batch_seq = 0
         self._requeued: dict[str, None] = {}  # ids made by requeue, oldest first (bounded)
         self._seqs: list[int] = []  # the sequence numbers of the events in _outbox
+        self._packed_events: dict[int, bytes] = {}  # the last events page, by number in the log
         # A new epoch per owner life (and the HA leader's epoch in it, when there is one); from
         # the node and its start time, not the id source, so simulations replay unchanged.
         life = f"{owner.node.node_id}\0{owner.name}\0{owner.node.clock.now()!r}".encode()
@@ -203,11 +207,12 @@ class Inspector(OwnerExtension):
         rec = self.owner.state.jobs.get(msg["job_id"])
         ahead = None
         if rec is not None and rec.state == READY:  # counted in slices: O(jobs)
-            key = (-rec.priority, rec.ready_at, rec.seq)
-            ahead = await count_sliced(
-                list(self.owner.state.jobs.values()),
-                lambda r: r.state == READY and r is not rec
-                and (-r.priority, r.ready_at, r.seq) < key, self.owner.node.clock)
+            ahead = 0
+            records = list(self.owner.state.jobs.values())
+            slicer = Slicer(self.owner.node.clock)
+            for start in range(0, len(records), AHEAD_CHUNK):
+                ahead += count_ahead(records[start:start + AHEAD_CHUNK], rec)
+                await slicer.tick(CHECK_EVERY)
         return {"why": explain(self.owner, msg["job_id"], ahead)}
 
     async def op_events(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -215,11 +220,12 @@ class Inspector(OwnerExtension):
         first; ``more`` says older ones were left out."""
         limit = min(MAX_EVENTS_PER_REPLY, msg.get("limit", 1000))
         name = self.owner.name
-        ring = list(self.owner.node.events.newest_first())  # a snapshot: we yield below
-        mine = (e for e in ring if e.queue == name)
-        events, more = await page_sliced(mine, JobEvent.to_dict, limit, self.owner.node.clock)
+        ring = list(self.owner.node.events.newest_first_numbered())  # a snapshot: we yield
+        mine = (entry for entry in ring if entry[1].queue == name)
+        events, more, self._packed_events = await page_sliced_events(
+            mine, limit, self.owner.node.clock, self._packed_events)
         events.reverse()
-        return {"events": events, "more": more}
+        return Spliced(events=Packed(events), more=more)
 
     async def op_follow(self, msg: dict[str, Any]) -> dict[str, Any]:
         ttl = min(FOLLOW_TTL_S, max(1.0, float(msg.get("ttl_s", FOLLOW_TTL_S))))
@@ -273,6 +279,20 @@ class Inspector(OwnerExtension):
         was = await self.owner.pauses.resume(group=group)
         return {"paused": self.owner.pauses.get(group) is not None,
                 "was": None if was is None else was.to_dict(), "group": group}
+
+
+async def page_sliced_events(entries: Iterator[tuple[int, JobEvent]], limit: int, clock: Clock,
+                             cache: dict[int, bytes]) -> tuple[list[bytes], bool, dict[int, bytes]]:
+    """A page of numbered events from the log, newest first, packed (see :func:`packed_page`)."""
+    return await packed_page(entries, _log_number, _log_event, limit, clock, cache)
+
+
+def _log_number(entry: tuple[int, JobEvent]) -> int:
+    return entry[0]
+
+
+def _log_event(entry: tuple[int, JobEvent]) -> dict[str, Any]:
+    return entry[1].to_dict()
 
 
 def queue_policy(config: QueueConfig) -> dict[str, Any]:
@@ -442,6 +462,14 @@ def iter_state(state: QueueState, which: str | None = None) -> Iterator[JobRecor
 
 def ready_ahead_of(state: QueueState, rec: JobRecord) -> int:
     """How many ready jobs would be claimed before ``rec`` (O(n): inspection only)."""
-    key = (-rec.priority, rec.ready_at, rec.seq)
-    return sum(1 for r in state.jobs.values() if r.state == READY and r is not rec
-               and (-r.priority, r.ready_at, r.seq) < key)
+    return count_ahead(state.jobs.values(), rec)
+
+
+def count_ahead(records: Iterable[JobRecord], rec: JobRecord) -> int:
+    """How many of ``records`` are ready and ordered before ``rec`` in the ready queue: by
+    ``(-priority, ready_at, seq)``, compared field by field (a tuple per record cost twice
+    as much; ``seq`` is unique, so ``rec`` itself never counts)."""
+    p, at, seq = rec.priority, rec.ready_at, rec.seq
+    return sum(1 for r in records if r.state == READY and (
+        r.priority > p or r.priority == p and (r.ready_at < at or r.ready_at == at
+                                               and r.seq < seq)))

@@ -136,15 +136,25 @@ class EventLog:
 
     def newest_first(self) -> Iterator[JobEvent]:
         """Walk the ring from the newest event back, without copying it."""
-        return (event for _, event in self.newest_first_numbered())
-
-    def newest_first_numbered(self) -> Iterator[tuple[int, JobEvent]]:
-        """:meth:`newest_first` with each event's number in this log (1 for the first event
-        emitted, then counting up: a number names one event for the log's life)."""
         if not self._renewals:
-            return reversed(self._ring)
-        return heapq.merge(reversed(self._ring), reversed(self._renewals),
-                           key=lambda entry: -entry[0])
+            return (event for _, event in reversed(self._ring))
+        merged = heapq.merge(reversed(self._ring), reversed(self._renewals),
+                             key=lambda entry: -entry[0])
+        return (event for _, event in merged)
+
+    def snapshot_newest_first(self) -> Iterator[tuple[int, JobEvent]]:
+        """The events held now, newest first, each with its number in this log (1 for the
+        first event emitted, then counting up: a number names one event for the log's life).
+
+        The rings are copied at once (one C-level copy each) and merged as the iterator is
+        consumed, so the caller may yield between items while new events arrive."""
+        ring = list(self._ring)
+        ring.reverse()
+        if not self._renewals:
+            return iter(ring)
+        renewals = list(self._renewals)
+        renewals.reverse()
+        return heapq.merge(ring, renewals, key=lambda entry: -entry[0])
 
     def recent(self, limit: int | None = None) -> list[JobEvent]:
         """The ring's events, oldest first (the last ``limit`` of them)."""

@@ -45,8 +45,16 @@ async def test_event_pages_over_the_mesh_read_as_the_events_themselves(mesh: Loc
         await owner.enqueue_many("q", [{"i": i} for i in range(20)])
         await nack_all(owner, 7, "boom \u2603")
         remote, local = reader.client("q"), owner.client("q")
+        # Renewals: the log keeps them in a ring of their own, merged into a page by number.
+        held = (await local.call("claim", workers=[f"{WORKER}#r"], node="t"))["jobs"][0]
+        for _ in range(3):
+            assert (await remote.call("extend", items=[
+                {"job_id": held["job_id"], "token": held["token"]}]))["statuses"] == ["ok"]
+        await owner.enqueue("q", {"after": "renewals"})
         assert not remote.owner_is_local() and local.owner_is_local()
         want = queue_events(owner)
+        assert [e["kind"] for e in want[-5:]] == ["claimed"] + ["lease_extended"] * 3 + [
+            "enqueued"]
         for _ in range(2):  # the second read finds its entries packed already
             over_mesh = await remote.call("events", limit=5000)
             assert over_mesh["events"] == want and over_mesh["more"] is False

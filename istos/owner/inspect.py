@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import islice
 from typing import Any
 
 from .. import codec, keys, protocol
@@ -171,9 +172,9 @@ class Inspector(OwnerExtension):
 
         A snapshot of the records, walked in slices: a search over a deep queue (a payload
         decode, or just 100k records to skip) must not stall the owner's claims and acks."""
+        if test is None:  # no walk in Python: the C iterator skips to the offset
+            return list(islice(self.owner.state.jobs.values(), offset, offset + want))
         records = list(self.owner.state.jobs.values())
-        if test is None:
-            return records[offset:offset + want]
         matched: list[JobRecord] = []
         skipped, start = 0, 0
         clock = self.owner.node.clock
@@ -220,7 +221,7 @@ class Inspector(OwnerExtension):
         first; ``more`` says older ones were left out."""
         limit = min(MAX_EVENTS_PER_REPLY, msg.get("limit", 1000))
         name = self.owner.name
-        ring = list(self.owner.node.events.newest_first_numbered())  # a snapshot: we yield
+        ring = self.owner.node.events.snapshot_newest_first()  # (merged as the walk goes)
         mine = (entry for entry in ring if entry[1].queue == name)
         events, more, self._packed_events = await page_sliced_events(
             mine, limit, self.owner.node.clock, self._packed_events)

@@ -174,12 +174,12 @@ class Inspector(OwnerExtension):
         decode, or just 100k records to skip) must not stall the owner's claims and acks."""
         if test is None:  # no walk in Python: the C iterator skips to the offset
             return list(islice(self.owner.state.jobs.values(), offset, offset + want))
+        clock = self.owner.node.clock
+        slice_end = clock.monotonic() + SCAN_SLICE_S  # (the copy spends the first slice)
         records = list(self.owner.state.jobs.values())
         matched: list[JobRecord] = []
         skipped, start = 0, 0
-        clock = self.owner.node.clock
         while start < len(records) and len(matched) < want:
-            slice_end = clock.monotonic() + SCAN_SLICE_S
             for rec in records[start:start + SCAN_SLICE]:
                 if (start & 7) == 7 and clock.monotonic() >= slice_end:
                     break  # this slice took its time: let others in (a big body is slow)
@@ -194,6 +194,7 @@ class Inspector(OwnerExtension):
                     break
             if start < len(records):
                 await pause()
+                slice_end = clock.monotonic() + SCAN_SLICE_S
         return matched
 
     async def op_leases(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -209,8 +210,8 @@ class Inspector(OwnerExtension):
         ahead = None
         if rec is not None and rec.state == READY:  # counted in slices: O(jobs)
             ahead = 0
+            slicer = Slicer(self.owner.node.clock)  # (the copy below spends the first slice)
             records = list(self.owner.state.jobs.values())
-            slicer = Slicer(self.owner.node.clock)
             for start in range(0, len(records), AHEAD_CHUNK):
                 ahead += count_ahead(records[start:start + AHEAD_CHUNK], rec)
                 await slicer.tick(CHECK_EVERY)

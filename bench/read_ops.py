@@ -9,6 +9,7 @@ state, ``why`` of the newest ready job, ``resolve`` with no match, ``events`` an
 slices (``istos/owner/slicing.py``), so the p99 should stay within a few slices of the idle one.
 
     .venv/bin/python -m bench.read_ops [--jobs 100000] [--seconds 5] [--gc-freeze off|on|ab]
+        [--only why,events]
 
 Beside the latency, the owner reports the CPU time of its loop steps (p99 and longest) and of
 its full cyclic-GC passes during each case (``bench/_loopmeter.py``): those say how long the owner
@@ -169,6 +170,8 @@ async def main(args: argparse.Namespace) -> None:
               f"{'step p99':>9} {'step max':>9} {'full GCs':>8} {'GC max':>8}")
         modes = {"off": ["thaw"], "on": ["freeze"], "ab": ["thaw", "freeze"]}[args.gc_freeze]
         for op, fields in CASES:
+            if args.only and op not in ("(none)", *args.only.split(",")):
+                continue
             fields = {k: (last if v == "LAST" else v) for k, v in fields.items()}
             for mode in modes:
                 reader = None if op == "(none)" else spawn(
@@ -200,6 +203,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--only", default="", help="comma-separated ops to run (and the case "
+                                                     "without readers); default: every case")
     parser.add_argument("--gc-freeze", choices=("off", "on", "ab"), default="off",
                         help="gc.freeze() the owner's objects before each case (on), or run "
                              "each case without and then with it (ab; F marks frozen rows)")

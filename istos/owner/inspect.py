@@ -26,6 +26,7 @@ from ..clock import Clock
 from ..codec import Packed, Spliced
 from ..core.config import QueueConfig
 from ..core.edit import lifecycle_fields
+from ..core.ready_order import ReadyOrder
 from ..core.state import (
     CANCELLED,
     DEAD,
@@ -208,14 +209,36 @@ class Inspector(OwnerExtension):
     async def op_why(self, msg: dict[str, Any]) -> dict[str, Any]:
         rec = self.owner.state.jobs.get(msg["job_id"])
         ahead = None
-        if rec is not None and rec.state == READY:  # counted in slices: O(jobs)
-            ahead = 0
-            slicer = Slicer(self.owner.node.clock)  # (the copy below spends the first slice)
-            records = list(self.owner.state.jobs.values())
-            for start in range(0, len(records), AHEAD_CHUNK):
-                ahead += count_ahead(records[start:start + AHEAD_CHUNK], rec)
-                await slicer.tick(CHECK_EVERY)
+        if rec is not None and rec.state == READY:
+            order = await self._ready_order()
+            if order is not None:
+                ahead = order.ahead_of(rec.job_id)  # O(log n)
+            elif rec.state == READY:  # another `why` is making the index: count, in slices
+                ahead = 0
+                slicer = Slicer(self.owner.node.clock)  # (the copy spends the first slice)
+                records = list(self.owner.state.jobs.values())
+                for start in range(0, len(records), AHEAD_CHUNK):
+                    ahead += count_ahead(records[start:start + AHEAD_CHUNK], rec)
+                    await slicer.tick(CHECK_EVERY)
         return {"why": explain(self.owner, msg["job_id"], ahead)}
+
+    async def _ready_order(self) -> ReadyOrder | None:
+        """The queue's index of ready jobs, made (and seeded, in slices) at the first call;
+        None while another call is seeding it."""
+        state = self.owner.state
+        order = state.heaps.order
+        if order is not None:
+            return order if order.complete else None
+        order = state.heaps.order = ReadyOrder()  # records every change from now on
+        slicer = Slicer(self.owner.node.clock)
+        records = list(state.jobs.values())
+        for start in range(0, len(records), AHEAD_CHUNK):
+            order.seed(records[start:start + AHEAD_CHUNK], state.jobs)
+            await slicer.tick(CHECK_EVERY)
+        if state.heaps.order is not order:  # (the state's heaps were replaced meanwhile)
+            return None
+        order.complete = True
+        return order
 
     async def op_events(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The newest events of this queue (at most ``limit`` and one page of bytes), oldest
@@ -463,8 +486,11 @@ def iter_state(state: QueueState, which: str | None = None) -> Iterator[JobRecor
 
 
 def ready_ahead_of(state: QueueState, rec: JobRecord) -> int:
-    """How many ready jobs would be claimed before ``rec`` (O(n): inspection only)."""
-    return count_ahead(state.jobs.values(), rec)
+    """How many ready jobs would be claimed before ``rec``: from the queue's index of the
+    ready jobs (O(log n)), or counted (O(n)) if it does not hold ``rec``."""
+    order = state.heaps.order
+    ahead = order.ahead_of(rec.job_id) if order is not None and order.complete else None
+    return count_ahead(state.jobs.values(), rec) if ahead is None else ahead
 
 
 def count_ahead(records: Iterable[JobRecord], rec: JobRecord) -> int:

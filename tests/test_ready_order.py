@@ -116,11 +116,11 @@ def test_the_index_holds_exactly_the_ready_jobs_in_claim_order(seed: int, steps:
     rnd = random.Random(seed)
     state = QueueState("q", QueuePolicy(max_attempts=3, group_concurrency=1))
     now = 1000.0
-    snapshot: list[JobRecord] = []
+    snapshot: list[tuple[int, float, int, str]] = []
     for n in range(steps):
         if n == made_at:
             state.heaps.order = ReadyOrder()
-            snapshot = list(state.jobs.values())
+            snapshot = state.heaps.ready_entries()
         order = state.heaps.order
         if order is not None and not order.complete:
             piece, snapshot = snapshot[:max(1, len(snapshot) // seed_pieces)], \

@@ -57,6 +57,14 @@ class JobHeaps:
         if self.groups is not None:
             self.groups.push_rest()
 
+    def ready_entries(self) -> list[tuple[int, float, int, str]]:
+        """A snapshot of every ready heap entry, grouped or not, stale ones included (the
+        seed of the index of ready jobs: ready_order.py)."""
+        entries = list(self.ready)
+        if self.groups is not None:
+            entries += self.groups.entries()
+        return entries
+
     def grouped(self) -> Groups:
         """The queue's groups (made at the first grouped job)."""
         groups = self.groups

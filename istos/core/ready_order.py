@@ -13,8 +13,8 @@ Kept by the queue's state at each change of a ready job (``JobHeaps.push_ready``
 pushed again (an edit, a retry) replaces its old entry. That costs about a microsecond per
 enqueue and per claim, so a queue has no index until someone asks: the first ``why`` makes one
 (``JobHeaps.order``), which records every change from then on, and :meth:`ReadyOrder.seed`
-adds the jobs that were ready already, in slices of the caller's; until it is ``complete`` the
-caller counts instead.
+adds the jobs that were ready already (from the heaps' entries), in slices of the caller's;
+until it is ``complete`` the caller counts instead.
 """
 
 from __future__ import annotations
@@ -39,15 +39,20 @@ class ReadyOrder:
         self._keys: dict[str, Key] = {}
         self.complete = False  # every ready job is in (seed ended); until then, count instead
 
-    def seed(self, records: Iterable[JobRecord], jobs: dict[str, JobRecord]) -> None:
-        """Add those of ``records`` (a snapshot taken after this index was made, walked in
-        any number of calls) that are still the queue's (``jobs``), ready, and not recorded:
-        a job that changed since the index was made was recorded (or dropped) by that
-        change, so its entry here is already right."""
+    def seed(self, entries: Iterable[Key], jobs: dict[str, JobRecord]) -> None:
+        """Add those of the heaps' ``entries`` (a snapshot taken after this index was made,
+        walked in any number of calls) that are live: their job is the queue's (``jobs``),
+        ready, pushed by that entry (its ``seq``), and not recorded yet. A job that changed
+        since the index was made was recorded (or dropped) by that change, so its entry here
+        is already right; a stale or twin entry is skipped. The tuples are the heaps' own."""
         keys = self._keys
-        for rec in records:
-            if rec.state == READY and rec.job_id not in keys and jobs.get(rec.job_id) is rec:
-                self.add(rec.job_id, (-rec.priority, rec.ready_at, rec.seq, rec.job_id))
+        for entry in entries:
+            job_id = entry[3]
+            if job_id in keys:
+                continue
+            rec = jobs.get(job_id)
+            if rec is not None and rec.state == READY and rec.seq == entry[2]:
+                self.add(job_id, entry)
 
     def __len__(self) -> int:
         return len(self._keys)

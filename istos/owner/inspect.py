@@ -231,9 +231,9 @@ class Inspector(OwnerExtension):
             return order if order.complete else None
         order = state.heaps.order = ReadyOrder()  # records every change from now on
         slicer = Slicer(self.owner.node.clock)
-        records = list(state.jobs.values())
-        for start in range(0, len(records), AHEAD_CHUNK):
-            order.seed(records[start:start + AHEAD_CHUNK], state.jobs)
+        entries = state.heaps.ready_entries()
+        for start in range(0, len(entries), AHEAD_CHUNK):
+            order.seed(entries[start:start + AHEAD_CHUNK], state.jobs)
             await slicer.tick(CHECK_EVERY)
         if state.heaps.order is not order:  # (the state's heaps were replaced meanwhile)
             return None

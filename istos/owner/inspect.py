@@ -44,7 +44,7 @@ from .fit import fit_why
 from .handle import OwnerHandle
 from .job_ops import dead_letter_fields
 from .sequence import EventSequence
-from .slicing import CHECK_EVERY, Slicer, packed_page, pause
+from .slicing import CHECK_EVERY, FIRST_SLICE_S, Slicer, packed_page, pause
 
 FOLLOW_TTL_S = protocol.MAX_FOLLOW_TTL_S
 MAX_PAGE = protocol.MAX_PAGE
@@ -176,7 +176,7 @@ class Inspector(OwnerExtension):
         if test is None:  # no walk in Python: the C iterator skips to the offset
             return list(islice(self.owner.state.jobs.values(), offset, offset + want))
         clock = self.owner.node.clock
-        slice_end = clock.monotonic() + SCAN_SLICE_S  # (the copy spends the first slice)
+        slice_end = clock.monotonic() + FIRST_SLICE_S  # (short: see slicing.Slicer)
         records = list(self.owner.state.jobs.values())
         matched: list[JobRecord] = []
         skipped, start = 0, 0

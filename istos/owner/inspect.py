@@ -44,7 +44,7 @@ from .fit import fit_why
 from .handle import OwnerHandle
 from .job_ops import dead_letter_fields
 from .sequence import EventSequence
-from .slicing import CHECK_EVERY, FIRST_SLICE_S, Slicer, packed_page, pause
+from .slicing import CHECK_EVERY, Slicer, packed_page, pause
 
 FOLLOW_TTL_S = protocol.MAX_FOLLOW_TTL_S
 MAX_PAGE = protocol.MAX_PAGE
@@ -175,8 +175,9 @@ class Inspector(OwnerExtension):
         decode, or just 100k records to skip) must not stall the owner's claims and acks."""
         if test is None:  # no walk in Python: the C iterator skips to the offset
             return list(islice(self.owner.state.jobs.values(), offset, offset + want))
+        await pause()  # the copy below in a step of its own (see slicing.Slicer)
         clock = self.owner.node.clock
-        slice_end = clock.monotonic() + FIRST_SLICE_S  # (short: see slicing.Slicer)
+        slice_end = clock.monotonic() + SCAN_SLICE_S
         records = list(self.owner.state.jobs.values())
         matched: list[JobRecord] = []
         skipped, start = 0, 0
@@ -215,6 +216,7 @@ class Inspector(OwnerExtension):
                 ahead = order.ahead_of(rec.job_id)  # O(log n)
             elif rec.state == READY:  # another `why` is making the index: count, in slices
                 ahead = 0
+                await pause()  # the copy below in a step of its own (see slicing.Slicer)
                 slicer = Slicer(self.owner.node.clock)  # (the copy spends the first slice)
                 records = list(self.owner.state.jobs.values())
                 for start in range(0, len(records), AHEAD_CHUNK):
@@ -230,6 +232,7 @@ class Inspector(OwnerExtension):
         if order is not None:
             return order if order.complete else None
         order = state.heaps.order = ReadyOrder()  # records every change from now on
+        await pause()  # the copy below in a step of its own (see slicing.Slicer)
         slicer = Slicer(self.owner.node.clock)
         entries = state.heaps.ready_entries()
         for start in range(0, len(entries), AHEAD_CHUNK):

@@ -44,7 +44,9 @@ class Slicer:
         self._clock = clock
         # The first slice is short: the transport runs each request's first step eagerly, in
         # the loop step that took it in, so a burst of reads would run their first slices
-        # back to back in one step (two 4 ms slices: an 8 ms stall).
+        # back to back in one step (two 4 ms slices: an 8 ms stall). For the same reason a
+        # read that copies a snapshot of 100k records first yields once (`pause`), so the
+        # copy (a few ms) has a step of its own.
         self._until = clock.monotonic() + FIRST_SLICE_S
         self._n = 0
 

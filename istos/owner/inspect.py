@@ -171,22 +171,26 @@ class Inspector(OwnerExtension):
                         want: int) -> list[JobRecord]:
         """Up to ``want`` records passing ``test`` after skipping ``offset`` of them.
 
-        A snapshot of the records, walked in slices: a search over a deep queue (a payload
+        A snapshot of the job ids, walked in slices: a search over a deep queue (a payload
         decode, or just 100k records to skip) must not stall the owner's claims and acks."""
         if test is None:  # no walk in Python: the C iterator skips to the offset
             return list(islice(self.owner.state.jobs.values(), offset, offset + want))
         await pause()  # the copy below in a step of its own (see slicing.Slicer)
         clock = self.owner.node.clock
-        slice_end = clock.monotonic() + SCAN_SLICE_S
-        records = list(self.owner.state.jobs.values())
+        slice_end = clock.monotonic() + SCAN_SLICE_S  # (the copy spends the first slice)
+        # A snapshot of the ids, not the records: a list of 100k records kept across yields
+        # makes every young collection touch each record's GC header (milliseconds each).
+        jobs = self.owner.state.jobs
+        ids = list(jobs)
         matched: list[JobRecord] = []
         skipped, start = 0, 0
-        while start < len(records) and len(matched) < want:
-            for rec in records[start:start + SCAN_SLICE]:
+        while start < len(ids) and len(matched) < want:
+            for job_id in ids[start:start + SCAN_SLICE]:
                 if (start & 7) == 7 and clock.monotonic() >= slice_end:
                     break  # this slice took its time: let others in (a big body is slow)
                 start += 1  # (after the look: the record a slice ends at is the next's first)
-                if not test(rec):
+                rec = jobs.get(job_id)
+                if rec is None or not test(rec):  # (gone since the snapshot: skipped)
                     continue
                 if skipped < offset:
                     skipped += 1
@@ -194,7 +198,7 @@ class Inspector(OwnerExtension):
                 matched.append(rec)
                 if len(matched) >= want:
                     break
-            if start < len(records):
+            if start < len(ids):
                 await pause()
                 slice_end = clock.monotonic() + SCAN_SLICE_S
         return matched

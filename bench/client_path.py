@@ -8,7 +8,10 @@ each of these setups, interleaved round by round (order rotated):
 - ``remote``: the owner in another process (an Istos app on a private loopback mesh);
 - ``local``: the owner in this process (the call goes straight to its dispatch);
 - ``ping``, ``transport``: to the remote owner, ``OwnerClient.call("ping")`` and a bare
-  ``ZenohTransport.query`` of the same key: the layers under ``remote``.
+  ``ZenohTransport.query`` of the same key: the layers under ``remote``;
+- ``transport get``, ``remote get``: ``transport`` and ``remote`` with the transport's
+  ``use_queriers`` off (each query through ``Session.get`` rather than a declared Querier):
+  an A/B of the querier in the same run.
 
 Per setup: p50 / mean microseconds per call and the event-loop iterations per call (a loop
 iteration is one pass of ``select`` and the ready callbacks: each hop between threads or tasks
@@ -41,7 +44,8 @@ if str(BENCH) not in sys.path:
 from _common import zenoh_configs  # noqa: E402
 
 QUEUE = "bench/client"
-SETUPS = ("transport", "ping", "remote", "local")
+SETUPS = ("transport", "transport get", "ping", "remote", "remote get", "local")
+SESSION_GET = ("transport get", "remote get")  # use_queriers off
 BODY = {"i": 0, "pad": "x" * 70}
 
 
@@ -122,13 +126,16 @@ async def run(args: argparse.Namespace) -> None:
             ping_msg = b"\x82\xa1v\x01\xa2op\xa4ping"
             calls = {
                 "transport": lambda: transport.query(ping_key, ping_msg, 5.0),
+                "transport get": lambda: transport.query(ping_key, ping_msg, 5.0),
                 "ping": lambda: client.call("ping"),
                 "remote": lambda: remote.enqueue(QUEUE, BODY),
+                "remote get": lambda: remote.enqueue(QUEUE, BODY),
                 "local": lambda: local.enqueue(QUEUE, BODY),
             }
             for r in range(args.rounds):
                 order = list(SETUPS[r % len(SETUPS):] + SETUPS[:r % len(SETUPS)])
                 for name in order:
+                    transport.use_queriers = name not in SESSION_GET  # type: ignore[attr-defined]
                     row = await measure(calls[name], args.n, counter)
                     rows[name].append(row)
                     print(f"  round {r + 1} {name}: p50 {row['p50_us']:.1f} us, mean "

@@ -6,7 +6,8 @@ p99 of claim+ack; in each case but the first, two closed-loop readers (another p
 one read op as fast as it is answered: ``jobs`` without a filter at a large offset, ``jobs`` by
 state, ``why`` of the newest ready job, ``resolve`` with no match, ``events`` and
 ``events_since`` with limit 5,000, ``workers``, ``leases``. Read ops walk their records in 4 ms
-slices (``istos/owner/slicing.py``), so the p99 should stay within a few slices of the idle one.
+slices (``istos/owner/views/slicing.py``), so the p99 should stay within a few slices of the idle
+one.
 
     .venv/bin/python -m bench.read_ops [--jobs 100000] [--seconds 5] [--gc-freeze off|on|ab]
         [--only why,events]

@@ -26,11 +26,13 @@ from .errors import (
     NotAccepted,
     OwnerConflict,
     OwnerUnavailable,
+    ParentFailed,
     ProtocolError,
     QueueNotFound,
     RemoteError,
     Retry,
     StorageUnavailable,
+    UnsupportedOption,
 )
 from .events import JobEvent
 from .lifecycle import Enqueued
@@ -63,6 +65,7 @@ __all__ = [
     "CronError",
     "HAConfigError",
     "InvalidJob",
+    "ParentFailed",
     "QueueNotFound",
     "JobNotFound",
     "OwnerUnavailable",
@@ -78,6 +81,7 @@ __all__ = [
     "OwnerConflict",
     "JobCancelled",
     "Retry",
+    "UnsupportedOption",
 ]
 
 __version__ = "0.1.0"

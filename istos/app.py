@@ -27,22 +27,23 @@ from .delegate import delegate
 from .errors import ConfigError, HAConfigError, IstosError, ProtocolError
 from .events import EventLog
 from .features.batch import Batches
+from .features.deps import Dependencies
 from .features.ledger import Ledger
 from .features.pubsub import PubSub, Subscription
 from .features.schedule import Schedules
 from .features.workflow import Workflows
 from .ids import IdSource
 from .node import Node, RunSync
-from .owner.election import Election
+from .owner.composition import compose
 from .owner.extension import Hooks
-from .owner.inspect import Inspector
-from .owner.leases_ext import LeaseOps
-from .owner.lookup import IdLookup
-from .owner.operator_ext import operator_extensions
+from .owner.extensions.leases_ext import LeaseOps
+from .owner.extensions.parking import ParkedClaims
+from .owner.leadership.election import Election
 from .owner.owner import QueueOwner
-from .owner.parking import ParkedClaims
-from .owner.pipeline import compose
-from .owner.series import SeriesKeeper
+from .owner.views.inspect import Inspector
+from .owner.views.lookup import IdLookup
+from .owner.views.operator_ext import operator_extensions
+from .owner.views.series import SeriesKeeper
 from .payload import CodecChain, PayloadCodec
 from .pipeline import DEFAULT_MAX_IN_FLIGHT, Pipeline
 from .producer import Producer
@@ -89,7 +90,8 @@ class Istos:
     chain = delegate("workflows", Workflows.chain)
     group = delegate("workflows", Workflows.group)
     chord = delegate("workflows", Workflows.chord)
-    requeue_dead = delegate("workflows", Workflows.requeue_dead)
+    revive = delegate("workflows", Workflows.revive)
+    requeue_dead = delegate("workflows", Workflows.requeue_dead)  # deprecated: revive
     batch = delegate("batches", Batches.batch)
     batch_status = delegate("batches", Batches.batch_status)
     schedule = delegate("schedules", Schedules.schedule)
@@ -166,6 +168,7 @@ class Istos:
         self.workflows = Workflows(self.node, self.enqueue, self.client, self._require_serving)
         self.batches = Batches(self.node, self.producer.enqueue, self.client,
                                self._require_serving)
+        self.dependencies = Dependencies(self.node, self.client)
 
     @property
     def node_id(self) -> str:
@@ -202,7 +205,7 @@ class Istos:
         capped, each delay times a factor in ``[1-j, 1+j]``), ``keep_results`` and
         ``result_ttl_s`` (keep returned values for :meth:`result`), ``sweep_interval_s``
         (default ``min(1, lease_s / 4)``), ``ha`` and ``ha_lease_s`` (replicas sharing durable
-        storage elect a leader), ``admin`` (allow cancel, requeue, purge, pause).
+        storage elect a leader), ``admin`` (allow cancel, resubmit, revive, purge, pause).
         ``rate_limit=(n, per_s)``: at most ``n`` claims in any ``per_s`` seconds, across all
         workers. Jobs enqueued with a ``group`` are handed out round-robin between groups;
         ``group_concurrency`` caps each group's leased jobs and ``group_rate_limit=(n, per_s)``
@@ -364,7 +367,7 @@ class Istos:
 
     def _setup_owner(self, owner: QueueOwner) -> None:
         """Install the extensions every owner of this app serves (before it binds its queue),
-        in the declared order of the owner pipeline (``owner/pipeline.py``)."""
+        in the declared order of the owner pipeline (``owner/composition.py``)."""
         compose(owner, [
             self.schedules.owner_extension(owner),
             self.workflows.owner_extension(owner),
@@ -377,6 +380,7 @@ class Istos:
             Hooks(name="local_nudge",
                   on_nudge=lambda n, to: self._nudge_local(owner.name, to)),
             ParkedClaims(owner),
+            self.dependencies.owner_extension(owner),
         ])
 
     async def _continue_hook(self, meta: dict[str, Any], result: Any) -> None:

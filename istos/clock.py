@@ -1,5 +1,8 @@
 """The Clock port: where the engine reads time and waits.
 
+One concept at two layers: this is the port (and its live clock); the simulator's clocks
+implementing it are ``istos_nb/sim/clock.py``.
+
 The engine never calls ``time.time()`` or ``asyncio.sleep`` for its own timers; it asks the node's
 clock. The simulator supplies a clock with skew and drift on virtual time.
 """

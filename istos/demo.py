@@ -1,5 +1,8 @@
 """The live half of `make demo`: an owner, a worker and a producer in one process on real Zenoh.
 
+One concept at two layers: ``make demo``'s live half here, its simulated half in
+``istos_nb/demo.py``.
+
 One job succeeds; one fails every time, is retried with capped exponential backoff and ends in
 the dead-letter list. The owner's events for both are printed as a table. The simulated half
 (``python -m istos_nb.demo``) runs on the notebook side, which needs the ``notebook`` extra.
@@ -50,7 +53,7 @@ async def main() -> None:
         bad = await app.enqueue("jobs/email", {"to": "bounce@example.invalid", "body": "hi"})
         await asyncio.wait_for(finished.wait(), 30)
         while not await app.dead_letters("jobs/email"):
-            await asyncio.sleep(0.01)
+            await app.node.clock.sleep(0.01)
         events = [e for e in app.events.recent() if e.job_id in (ok, bad)]
         t0 = events[0].t
         rows = [(f"{e.t - t0:7.3f}", e.job_id[:8], e.kind, str(e.attempt), e.worker or "",

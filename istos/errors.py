@@ -1,5 +1,8 @@
 """Typed errors. Every error class Istos defines derives from :class:`IstosError`.
 
+One concept at two layers: the engine's error tree here; the simulator's one error
+(``istos_nb/sim/errors.py``) derives from its root.
+
 A bad argument or option, a failed request and a refused write each raise one of the classes
 below. Where an error is also a builtin (``ValueError``, ``LookupError``, ``AssertionError``,
 ``RuntimeError``), it derives from both, so ``except ValueError`` and ``except IstosError``
@@ -16,8 +19,10 @@ The tree::
     │   ├── HAConfigError                     ha=True without shared storage
     │   ├── OwnerConflict                     another node already owns this non-HA queue
     │   ├── MeshUnreachable                   a client-mode session reached no router
+    │   ├── UnsupportedOption                 an option the called path does not take (a pipeline's)
     │   └── UsageError                        istos.ops.cli: bad command-line usage (exit 2)
     ├── InvalidJob (also ValueError)          body cannot be encoded, or is too large
+    │   └── ParentFailed                      enqueue(after=): a parent already dead or cancelled
     ├── QueueNotFound                         the owner does not serve that queue
     ├── JobNotFound (also LookupError)        the queue holds no job (or dead job) with that id
     │   └── UnknownJob                        istos.ops.cli: the same, as the CLI reports it
@@ -83,8 +88,34 @@ class OwnerConflict(ConfigError):
     second owner would lease its jobs twice, so this one refuses to serve. Names the node."""
 
 
+class UnsupportedOption(ConfigError):
+    """An option the called path does not take, though a sibling call does (an ``app.enqueue``
+    option given to a pipeline's ``enqueue``). ``option`` names it; the message says why and
+    what to use instead. Nothing was handed over or sent. A :class:`ConfigError` too."""
+
+    def __init__(self, option: str, why: str) -> None:
+        self.option = option
+        self.why = why
+        super().__init__(f"{option!r} is not supported here: {why}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.option, self.why))
+
+
 class InvalidJob(IstosError, ValueError):
     """A job body could not be encoded, or exceeds the size limit. Nothing was sent."""
+
+
+class ParentFailed(InvalidJob):
+    """``enqueue(..., after=[...])`` with ``on_parent_failure="cancel"`` named a parent that
+    already ended dead or cancelled (or expired): nothing was enqueued. ``parent`` is its
+    ``(queue, job_id)``, ``state`` its end."""
+
+    def __init__(self, message: str, parent: tuple[str, str] = ("", ""),
+                 state: str = "") -> None:
+        super().__init__(message)
+        self.parent = parent
+        self.state = state
 
 
 class QueueNotFound(IstosError):
@@ -92,7 +123,8 @@ class QueueNotFound(IstosError):
 
 
 class JobNotFound(IstosError, LookupError):
-    """The queue holds no job with that id (or, for a requeue, no dead job with it); the
+    """The queue holds no job with that id (or, for a resubmit or a revive, no dead job
+    with it); the
     message names the queue and the id. A ``LookupError`` too."""
 
 

@@ -37,12 +37,17 @@ EXPIRED: Final = "expired"
 PAUSED: Final = "paused"
 RESUMED: Final = "resumed"
 UPDATED: Final = "updated"  # a waiting job edited by app.update (core/edit.py)
+# Dependencies (core/deps.py): a child stored to wait for its parents; moved on to ready.
+WAITING: Final = "waiting"
+UNBLOCKED: Final = "unblocked"
+# A batch changed at its home (owner/batches_ext.py; names no job: detail has the batch id).
+BATCH: Final = "batch"
 
 EventKind = Literal[
     "enqueued", "duplicate_enqueue", "claimed", "acked", "nacked", "lease_expired",
     "retry_scheduled", "dead_lettered", "result_expired", "purged", "owner_up", "owner_down",
     "crashed", "restarted", "lease_extended", "progress", "cancel_requested", "cancelled",
-    "expired", "paused", "resumed", "updated",
+    "expired", "paused", "resumed", "updated", "waiting", "unblocked", "batch",
 ]
 """The kind of a :class:`JobEvent` (one of :data:`EVENT_KINDS`)."""
 
@@ -50,6 +55,7 @@ EVENT_KINDS: tuple[EventKind, ...] = (
     ENQUEUED, DUPLICATE_ENQUEUE, CLAIMED, ACKED, NACKED, LEASE_EXPIRED, RETRY_SCHEDULED,
     DEAD_LETTERED, RESULT_EXPIRED, PURGED, OWNER_UP, OWNER_DOWN, CRASHED, RESTARTED,
     LEASE_EXTENDED, PROGRESS, CANCEL_REQUESTED, CANCELLED, EXPIRED, PAUSED, RESUMED, UPDATED,
+    WAITING, UNBLOCKED, BATCH,
 )
 
 
@@ -63,7 +69,9 @@ class JobEvent:
     kind-specific fields: ``priority``/``delay_s``/``ready_at`` on enqueued, ``deadline`` and
     ``lease_s`` on claimed, ``error`` on nacked/dead_lettered, ``delay_s``/``ready_at`` on
     retry_scheduled, ``deadline`` on lease_extended, ``progress``/``note`` on progress,
-    what changed on updated (``app.update`` or a call joining a debounce burst).
+    what changed on updated (``app.update`` or a call joining a debounce burst),
+    ``priority``/``ready_at``/``parents`` on waiting, ``delay_s``/``ready_at``/``priority``
+    (and ``forced`` for an operator's promote) on unblocked.
     """
 
     t: float

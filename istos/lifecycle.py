@@ -34,16 +34,20 @@ class Enqueued(str):
     ``"job_id"`` (the queue holds that id, or keeps it reserved by ``dedup_s``),
     ``"unique_key"`` (another job holds the key; the id is that job's) or ``"debounce_key"``
     (the call joined an open burst: the id is the burst's job, its data and start changed).
+    ``queue``: the queue it is on (None when not known), so it names a parent in another
+    enqueue's ``after=[...]``.
     """
 
     created: bool
     reason: str | None
+    queue: str | None
 
-    def __new__(cls, job_id: str, created: bool = True, reason: str | None = None
-                ) -> Enqueued:
+    def __new__(cls, job_id: str, created: bool = True, reason: str | None = None,
+                queue: str | None = None) -> Enqueued:
         self = super().__new__(cls, job_id)
         self.created = created
         self.reason = None if created else reason
+        self.queue = queue
         return self
 
     @property
@@ -57,12 +61,12 @@ class Enqueued(str):
         return self.reason
 
     @classmethod
-    def from_reply(cls, reply: dict[str, Any]) -> Enqueued:
-        """From an ``enqueue`` reply (``job_id``, ``created``, ``reason?``)."""
+    def from_reply(cls, reply: dict[str, Any], queue: str | None = None) -> Enqueued:
+        """From an ``enqueue`` reply (``job_id``, ``created``, ``reason?``) on ``queue``."""
         created = reply.get("created", True)
         reason = reply.get("reason")
         return cls(str(reply["job_id"]), created is not False,
-                   reason if isinstance(reason, str) else "job_id")
+                   reason if isinstance(reason, str) else "job_id", queue)
 
 
 def check_unique(unique_key: object, unique: object, unique_s: object) -> UniqueSpec | None:

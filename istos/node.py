@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,13 +32,17 @@ async def run_inline(call: Callable[[], Any]) -> Any:
 
 
 class LocalOwner(Protocol):
-    """An owner serving in this process, as the request path sees it: calls to its queue go
-    straight to ``dispatch`` instead of over the mesh (the worker never imports the owner)."""
+    """An owner serving in this process, as the request path and the process's registry of
+    running owners (``owner/leadership/registry.py``) see it: calls to its queue go straight to
+    ``dispatch`` instead of over the mesh (the worker and the client never import the owner)."""
 
+    name: str
+    node: Node
     running: bool
+    durable: bool
 
     def dispatch(self, msg: dict[str, Any], *, trusted: bool = False,
-                 role: str | None = None) -> Awaitable[dict[str, Any]]: ...
+                 role: str | None = None) -> Coroutine[Any, Any, dict[str, Any]]: ...
 
 
 def no_local_owner(queue: str) -> LocalOwner | None:
@@ -72,5 +76,6 @@ class Node:
 
     def worker_token_key(self, queue: str, node_id: str | None = None) -> str:
         """The liveliness token a node whose workers park claims on ``queue`` declares while
-        it serves (``owner/parking.py``); without ``node_id``, the owner's watch of them all."""
+        it serves (``owner/extensions/parking.py``); without ``node_id``, the owner's watch of them
+        all."""
         return keys.worker_token_key(self.prefix, queue, node_id)

@@ -26,10 +26,63 @@ from .errors import (
     NotAccepted,
     OwnerUnavailable,
     ProtocolError,
+    UnsupportedOption,
 )
-from .producer import Producer, check_enqueue
+from .producer import Producer, check_enqueue, deadline_fields
 
 DEFAULT_MAX_IN_FLIGHT = 4
+
+_KEYED = ("a pipeline's enqueue returns the job's own id at once, while a keyed call may "
+          "resolve to another job (its reply names it): use app.enqueue (or "
+          "enqueue_many's unique_keys)")
+UNSUPPORTED_OPTIONS: dict[str, str] = {
+    "unique_key": _KEYED, "unique": _KEYED, "unique_s": _KEYED,
+    "debounce_key": _KEYED, "debounce_s": _KEYED, "debounce_max_s": _KEYED,
+    "debounce": _KEYED,
+    "timeout_s": "a pipeline's requests carry several jobs each: give timeout_s to the "
+                 "pipeline itself",
+}
+"""``app.enqueue`` options a pipeline's ``enqueue`` refuses (:class:`UnsupportedOption`),
+each with the reason the error gives."""
+
+
+def pipeline_item(producer: Producer, name: str, data: Any, *,  # noqa: PLR0913 (its options)
+                  delay_s: float, priority: int,
+                  job_id: str | None, dedup_s: float | None, group: str | None,
+                  expires_s: float | None, start_by: Any,
+                  options: dict[str, Any]) -> dict[str, Any]:
+    """One job as a pipeline's ``enqueue_many`` request carries it (its id chosen), after
+    every check ``app.enqueue`` makes; what both pipelines' ``enqueue`` share.
+
+    Raises :class:`UnsupportedOption` for an ``app.enqueue`` option in ``options``
+    (:data:`UNSUPPORTED_OPTIONS`), ``TypeError`` for any other name there, and what
+    ``app.enqueue`` raises for a bad job or option.
+    """
+    for option in options:
+        why = UNSUPPORTED_OPTIONS.get(option)
+        if why is not None:
+            raise UnsupportedOption(option, why)
+        raise TypeError(f"enqueue() got an unexpected keyword argument {option!r}")
+    body, delay, prio, window, grp = check_enqueue(
+        name, data, delay_s=delay_s, priority=priority, job_id=job_id,
+        dedup_s=dedup_s, group=group, name_checked=True)
+    deadline = None if expires_s is None and start_by is None else \
+        deadline_fields(expires_s, start_by, delay, producer.node.clock.now())
+    if producer.payload.codecs:
+        body = producer.payload.wrap(body, queue=name)
+    producer.require_serving()
+    item: dict[str, Any] = {"body": body, "job_id": job_id or producer.node.ids.new()}
+    if delay:
+        item["delay_s"] = delay
+    if prio:
+        item["priority"] = prio
+    if window:
+        item["dedup_s"] = window
+    if grp is not None:
+        item["group"] = grp
+    if deadline:
+        item.update(deadline)
+    return item
 
 
 def check_max_in_flight(value: object) -> int:
@@ -110,34 +163,28 @@ class Pipeline:
 
     def enqueue(self, data: Any, *, delay_s: float = 0, priority: int = 0,
                 job_id: str | None = None, dedup_s: float | None = None,
-                group: str | None = None) -> str:
+                group: str | None = None, expires_s: float | None = None,
+                start_by: Any = None, **options: Any) -> str:
         """Hand a job to the pipeline; returns its id at once (sent, not accepted: see
-        :class:`Pipeline`). The options mean what they mean for ``app.enqueue``.
+        :class:`Pipeline`). The options mean what they mean for ``app.enqueue`` (a start
+        deadline, ``expires_s`` or ``start_by``, included); its keyed options
+        (``unique_key``, ``unique``, ``unique_s``, ``debounce_key``, ``debounce_s``,
+        ``debounce_max_s``, ``debounce``) and ``timeout_s`` are refused
+        (:data:`UNSUPPORTED_OPTIONS`).
 
-        Raises, with nothing handed over: :class:`ConfigError` for a bad ``delay_s``,
-        ``priority``, ``job_id``, ``dedup_s`` or ``group``; :class:`InvalidJob` for a body
+        Raises, with nothing handed over: :class:`UnsupportedOption` (a ``ConfigError``) for
+        one of those; :class:`ConfigError` for a bad ``delay_s``, ``priority``, ``job_id``,
+        ``dedup_s``, ``group``, ``expires_s`` or ``start_by``; :class:`InvalidJob` for a body
         msgpack cannot encode, one over the size limit, or an id the wire refuses;
         :class:`IstosError` when the app is not serving. Never waits.
         """
         producer = self._producer
-        body, delay, prio, window, grp = check_enqueue(
-            self.name, data, delay_s=delay_s, priority=priority, job_id=job_id,
-            dedup_s=dedup_s, group=group, name_checked=True)
-        if producer.payload.codecs:
-            body = producer.payload.wrap(body, queue=self.name)
-        producer.require_serving()
+        item = pipeline_item(producer, self.name, data, delay_s=delay_s, priority=priority,
+                             job_id=job_id, dedup_s=dedup_s, group=group,
+                             expires_s=expires_s, start_by=start_by, options=options)
         if self._client is None:
             self._client = producer.client(self.name)
-        jid = job_id or producer.node.ids.new()
-        item: dict[str, Any] = {"body": body, "job_id": jid}
-        if delay:
-            item["delay_s"] = delay
-        if prio:
-            item["priority"] = prio
-        if window:
-            item["dedup_s"] = window
-        if grp is not None:
-            item["group"] = grp
+        jid: str = item["job_id"]
         self._buffer.append(item)
         self._outstanding.add(jid)
         self._idle.clear()

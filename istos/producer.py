@@ -12,7 +12,9 @@ from typing import Any, Protocol
 
 from . import codec, protocol
 from .client import OwnerClient, batches
+from .client.deps import watch_parents
 from .clock import Clock
+from .core import deps
 from .core.config import (
     check_dedup,
     check_delay,
@@ -71,6 +73,8 @@ class Producer:
                       debounce_s: float | None = None, debounce_max_s: float | None = None,
                       debounce: str | None = None,
                       expires_s: float | None = None, start_by: Any = None,
+                      after: Iterable[Any] | None = None,
+                      on_parent_failure: str = deps.DEFAULT_MODE,
                       _meta: dict[str, Any] | None = None) -> Enqueued:
         """Put a job on queue ``name``; returns its id (an :class:`~istos.Enqueued`, a ``str``
         that also says whether the job is new and, if not, why).
@@ -112,6 +116,19 @@ class Producer:
         :class:`StorageUnavailable` if the owner's storage refused the write (nothing added),
         or the typed error the owner answered with (:class:`QueueNotFound`, ...).
 
+        ``after``: the job's parents, each a ``(queue, job_id)`` pair or the
+        :class:`~istos.Enqueued` an enqueue returned (docs/dependencies.md). The job is stored
+        at once in state ``waiting`` and becomes ready (in its queue's order) once every
+        parent is done. ``on_parent_failure``: what a parent that ends dead or cancelled does
+        to it: ``"cancel"`` (the default: the job ends cancelled), ``"run"`` (it runs once
+        every parent ended) or ``"wait"`` (it waits until an operator requeues the parent,
+        promotes or cancels it). Raises, besides the above: :class:`ConfigError` for a
+        malformed ``after`` (empty, over 64 parents, the job itself), a bad
+        ``on_parent_failure``, or ``after`` with a unique key, a debounce key or a start
+        deadline; :class:`JobNotFound` for a parent its queue does not hold; and
+        :class:`~istos.ParentFailed` for a parent already dead or cancelled with
+        ``"cancel"``. Nothing is enqueued then.
+
         To a remote owner, the calls made in one event-loop turn (``asyncio.gather`` of many
         enqueues) after its first travel as one ``enqueue_many`` request; the first (a lone
         call) goes out at once. Each call still returns its own id or raises its own error.
@@ -138,30 +155,31 @@ class Producer:
             body = self.payload.encode_body(data, queue=name)
         elif self.payload.codecs:
             body = self.payload.wrap(body, queue=name)
+        parents = deps.check_after(name, job_id, after, on_parent_failure,
+                                   alone=not (spec or burst or deadline or _meta))
         self.require_serving()
         # The id is chosen here, not by the owner, so a retried request cannot create a twin.
         jid = job_id or self.node.ids.new()
+        if parents:  # watched first: a parent unknown or failed refuses the job
+            _meta = await self._watch_parents(name, jid, parents, on_parent_failure, timeout_s)
         fields: dict[str, Any] = {"body": body, "job_id": jid, "delay_s": delay,
                                   "priority": prio}
-        if window:
-            fields["dedup_s"] = window
-        if grp is not None:
-            fields["group"] = grp
-        if deadline:
-            fields.update(deadline)
-        if _meta:
-            fields["meta"] = _meta
-        if spec is not None:  # (alone: the reply names the job the key resolved to)
-            fields["unique"] = spec.to_wire()
-        if burst is not None:
-            fields["debounce"] = burst.to_wire()
+        if window or grp is not None or deadline or _meta or spec or burst:
+            _options(fields, window, grp, deadline, _meta, spec, burst)
         # Concurrent calls share one request, unless the reply must name a resolved job.
         coalesce = timeout_s is None and not _meta and spec is None and burst is None
-        if self.tracing is not None:
-            return await self.tracing.enqueue(name, jid, 1, lambda trace: self._send(
+        tracing = self.tracing
+        if tracing is not None and (_meta or not tracing.idle()):
+            return await tracing.enqueue(name, jid, 1, lambda trace: self._send(
                 name, {**fields, "meta": {**(_meta or {}), "trace": trace}} if trace
                 else fields, timeout_s, coalesce), parent=(_meta or {}).get("trace"))
         return await self._send(name, fields, timeout_s, coalesce)
+
+    async def _watch_parents(self, name: str, jid: str, parents: list[tuple[str, str]],
+                             mode: str, timeout_s: float | None) -> dict[str, Any]:
+        """The ``deps`` meta of child ``jid`` once each parent's owner watches it for it."""
+        return {deps.META: await watch_parents(self.client, name, jid, parents, mode,
+                                               self.node.ids.token(), timeout_s)}
 
     async def _send(self, name: str, fields: dict[str, Any], timeout_s: float | None,
                     coalesce: bool) -> Enqueued:
@@ -169,7 +187,7 @@ class Producer:
             reply = await self.client(name).enqueue(fields)
         else:
             reply = await self.client(name).call("enqueue", timeout_s, **fields)
-        return Enqueued.from_reply(reply)
+        return Enqueued.from_reply(reply, name)
 
     async def enqueue_many(self, name: str, items: Iterable[Any], *,  # noqa: PLR0913
                            delay_s: float = 0,
@@ -433,3 +451,22 @@ def decode_result(reply: dict[str, Any], payload: CodecChain | None = None) -> d
     if reply.get("error") is not None:
         out["error"] = reply["error"]
     return out
+
+
+def _options(fields: dict[str, Any], window: float | None, grp: str | None,
+             deadline: dict[str, Any] | None, meta: dict[str, Any] | None,
+             spec: Any, burst: Any) -> None:
+    """Add an enqueue's optional fields to ``fields`` (only those given: the common request
+    stays as small as it was)."""
+    if window:
+        fields["dedup_s"] = window
+    if grp is not None:
+        fields["group"] = grp
+    if deadline:
+        fields.update(deadline)
+    if meta:
+        fields["meta"] = meta
+    if spec is not None:  # (alone: the reply names the job the key resolved to)
+        fields["unique"] = spec.to_wire()
+    if burst is not None:
+        fields["debounce"] = burst.to_wire()

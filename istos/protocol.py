@@ -81,7 +81,7 @@ MAX_TIME = 1e11  # epoch seconds a time range may name (year 5138)
 MAX_PARK_S = 60.0  # the longest a claim may wait at the owner for a job (parked claims)
 
 SETTLE_OPS = ("ack", "nack")
-JOB_STATES = ("ready", "delayed", "leased", "done", "dead", "cancelled", "expired")
+JOB_STATES = ("ready", "delayed", "leased", "done", "dead", "cancelled", "expired", "waiting")
 MAX_EXTEND_ITEMS = 1024  # leases renewed by one heartbeat request
 MAX_ENQUEUE_ITEMS = 4096  # jobs in one enqueue_many request (and bytes: under PAGE_BUDGET)
 _TOKEN = re.compile(r"[0-9A-Za-z._:-]+")
@@ -748,7 +748,7 @@ class RejectLog:
         return True
 
 
-# -- batches (features/batch.py, owner/batches_ext.py) ------------------------------------------
+# -- batches (features/batch.py, owner/extensions/batches_ext.py) ----------------------------------
 BATCH_KINDS = ("on_death", "on_complete", "on_success")
 BATCH_OUTCOMES = ("done", "dead", "cancelled")
 MAX_BATCH_DESCRIPTION = 1024  # bytes of a batch's description
@@ -770,9 +770,21 @@ def batch_callbacks(name: str, value: Any) -> None:
         binary(MAX_BODY_BYTES)(f"{name}.{kind}[1]", spec[1])
 
 
+def batch_parent(name: str, value: Any) -> None:
+    """A child batch's parent proof: ``{id, home, key}`` (the parent's id, home queue, key)."""
+    if value is None:
+        return
+    if type(value) is not dict or set(value) != {"id", "home", "key"}:
+        fail(name, "must be a map of exactly id, home, key", value)
+    check_job_id(f"{name}.id", value["id"])
+    text(MAX_JOB_ID_BYTES, empty=False)(f"{name}.home", value["home"])
+    text(64, empty=False)(f"{name}.key", value["key"])
+
+
 SCHEMAS.update({
     "batch_open": (_BATCH_ID, _BATCH_KEY, Field("callbacks", batch_callbacks, required=True),
-                   Field("description", text(MAX_BATCH_DESCRIPTION))),
+                   Field("description", text(MAX_BATCH_DESCRIPTION)),
+                   Field("parent_batch", batch_parent)),
     "batch_reserve": (_BATCH_ID, _BATCH_KEY, Field(
         "kinds", list_of(one_of(*BATCH_KINDS, nil=False), 3, empty=False), required=True)),
     "batch_add": (_BATCH_ID, _BATCH_KEY, _MEMBER,
@@ -796,3 +808,32 @@ REPLIES.update({op: (frozenset(always.split()), frozenset(optional.split()))
 OP_ROLES.update({**dict.fromkeys(("batch_open", "batch_reserve", "batch_add", "batch_close",
                                   "batch_report"), "produce"),
                  **dict.fromkeys(("batch_status", "batches", "batch_members"), "read")})
+
+
+# -- dependencies (core/deps.py, client/deps.py, owner/extensions/deps_ext.py) ------------
+# The child's key proves a report (the producer made it and handed it to each parent's owner
+# with the watch); both ops are on the produce key, as a batch's reports are.
+DEP_STATES = ("pending", *BATCH_OUTCOMES)
+_KEY_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_")
+
+
+def dep_key(name: str, value: Any) -> None:
+    """A child's key: 16-64 characters of ``[A-Za-z0-9_-]`` (the producer makes 32 hex)."""
+    if type(value) is not str or not 16 <= len(value) <= 64 or not _KEY_CHARS.issuperset(value):
+        fail(name, "must be a dependency key (16-64 characters of [A-Za-z0-9_-])", value)
+
+
+_DEP_KEY = Field("key", dep_key, required=True)
+SCHEMAS.update({
+    "dep_watch": (Field("job_id", check_job_id, required=True),
+                  Field("child_queue", text(MAX_JOB_ID_BYTES, empty=False), required=True),
+                  Field("child_id", check_job_id, required=True), _DEP_KEY),
+    "dep_report": (Field("child_id", check_job_id, required=True),
+                   Field("parent_queue", text(MAX_JOB_ID_BYTES, empty=False), required=True),
+                   Field("parent_id", check_job_id, required=True),
+                   Field("outcome", one_of(*BATCH_OUTCOMES, nil=False), required=True),
+                   _DEP_KEY),
+})
+REPLIES.update({"dep_watch": (frozenset({"state"}), frozenset()),
+                "dep_report": (frozenset({"status"}), frozenset())})
+OP_ROLES.update(dict.fromkeys(("dep_watch", "dep_report"), "produce"))

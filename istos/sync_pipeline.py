@@ -28,8 +28,8 @@ from .errors import (
     OwnerUnavailable,
     ProtocolError,
 )
-from .pipeline import DEFAULT_MAX_IN_FLIGHT, check_max_in_flight
-from .producer import Producer, check_enqueue
+from .pipeline import DEFAULT_MAX_IN_FLIGHT, check_max_in_flight, pipeline_item
+from .producer import Producer
 from .transport.base import NoResponder, TransportError
 from .transport.zenoh_blocking import SentQuery, send_query
 
@@ -75,7 +75,6 @@ class SyncPipeline:
         self.name = name
         self._session = session
         self._producer = producer
-        self._payload = producer.payload  # the producer's codecs
         self._inline = inline
         self._timeout_s = timeout_s
         self._max_in_flight = check_max_in_flight(max_in_flight)
@@ -102,31 +101,24 @@ class SyncPipeline:
 
     def enqueue(self, data: Any, *, delay_s: float = 0, priority: int = 0,
                 job_id: str | None = None, dedup_s: float | None = None,
-                group: str | None = None) -> str:
+                group: str | None = None, expires_s: float | None = None,
+                start_by: Any = None, **options: Any) -> str:
         """Hand a job to the pipeline; returns its id (sent, not accepted: see
-        :class:`SyncPipeline`). The options mean what they mean for ``enqueue``.
+        :class:`SyncPipeline`). The options mean what they mean for ``enqueue`` (a start
+        deadline, ``expires_s`` or ``start_by``, included); its keyed options and
+        ``timeout_s`` are refused, as by :meth:`istos.pipeline.Pipeline.enqueue`.
 
-        Raises, with nothing handed over: :class:`ConfigError` for a bad option,
+        Raises, with nothing handed over: :class:`~istos.errors.UnsupportedOption` (a
+        ``ConfigError``) for one of those; :class:`ConfigError` for a bad option;
         :class:`InvalidJob` for a body msgpack cannot encode or over the size limit, or an id
         the wire refuses; :class:`IstosError` once the producer is closed. Does not wait for
         an answer.
         """
         self._producer.require_serving()
-        body, delay, prio, window, grp = check_enqueue(
-            self.name, data, delay_s=delay_s, priority=priority, job_id=job_id,
-            dedup_s=dedup_s, group=group, name_checked=True)
-        if self._payload.codecs:
-            body = self._payload.wrap(body, queue=self.name)
-        jid = job_id or self._producer.node.ids.new()
-        item: dict[str, Any] = {"body": body, "job_id": jid}
-        if delay:
-            item["delay_s"] = delay
-        if prio:
-            item["priority"] = prio
-        if window:
-            item["dedup_s"] = window
-        if grp is not None:
-            item["group"] = grp
+        item = pipeline_item(self._producer, self.name, data, delay_s=delay_s,
+                             priority=priority, job_id=job_id, dedup_s=dedup_s, group=group,
+                             expires_s=expires_s, start_by=start_by, options=options)
+        jid: str = item["job_id"]
         self._buffer.append(item)
         self._outstanding.add(jid)
         self._pump()

@@ -14,12 +14,13 @@ source).
 the thread that runs its event loop; if that loop also serves the queue's owner, a blocking
 query would wait for an answer the owner can only give once the call returned. So each request
 first looks for a running owner of the queue on the calling thread's own loop
-(:mod:`istos.owner.registry`): if there is one, the request is dispatched to it in-process and
-runs to completion in this call (an in-memory owner answers without awaiting anything). An owner
-whose answer needs its loop (durable storage waits for its write there) cannot answer inside a
-blocking call on that loop: such a call raises :class:`~istos.errors.ConfigError` at once, before
-anything is sent, naming the fix (``await app.enqueue(...)`` in that cell, or call from another
-thread). Owners elsewhere (another thread's loop, another process) are queried over the mesh.
+(:mod:`istos.owner.leadership.registry`): if there is one, the request is dispatched to it
+in-process and runs to completion in this call (an in-memory owner answers without awaiting
+anything). An owner whose answer needs its loop (durable storage waits for its write there) cannot
+answer inside a blocking call on that loop: such a call raises :class:`~istos.errors.ConfigError` at
+once, before anything is sent, naming the fix (``await app.enqueue(...)`` in that cell, or call from
+another thread). Owners elsewhere (another thread's loop, another process) are queried over the
+mesh.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from .client.blocking import BlockingClock, run_to_end
 from .core.config import check_queue_name
 from .errors import ConfigError, OwnerUnavailable
 from .lifecycle import UNSET
-from .owner import registry
+from .node import LocalOwner
+from .owner.leadership import registry
 from .payload import CodecChain, PayloadCodec
 from .pipeline import DEFAULT_MAX_IN_FLIGHT
 from .producer import Producer, check_job_id
@@ -99,19 +101,23 @@ class SyncProducer:
                 unique: str | None = None, unique_s: float | None = None,
                 debounce_key: str | None = None, debounce_s: float | None = None,
                 debounce_max_s: float | None = None, debounce: str | None = None,
-                expires_s: float | None = None, start_by: Any = None) -> str:
+                expires_s: float | None = None, start_by: Any = None,
+                after: Iterable[Any] | None = None,
+                on_parent_failure: str = "cancel") -> str:
         """Put a job on queue ``name``; returns its id (an :class:`~istos.Enqueued`) once the
         owner stored it (as :meth:`Istos.enqueue`: idempotent by ``job_id``, and by
         ``unique_key`` within its ``unique`` scope; one run per burst of calls with a
         ``debounce_key``; ``expires_s`` or ``start_by``: its start deadline, past which a job
-        not started ends ``expired``).
+        not started ends ``expired``; ``after``: its parents, ``(queue, job_id)`` pairs or
+        returned ids, with ``on_parent_failure``: it waits until they are done).
 
         Raises, before sending: :class:`ConfigError` for a bad name, ``delay_s``,
         ``priority``, ``job_id``, ``unique_key``, ``unique``, ``unique_s``, a debounce
-        option, ``expires_s`` or ``start_by``, :class:`InvalidJob` for a body msgpack cannot
-        encode or over the size limit; after: :class:`OwnerUnavailable` when no owner answers
-        within ``request_timeout_s``, or the owner's typed error. Blocks the calling thread
-        only.
+        option, ``expires_s``, ``start_by``, ``after`` or ``on_parent_failure``,
+        :class:`InvalidJob` for a body msgpack cannot encode or over the size limit; after
+        sending: :class:`JobNotFound` or :class:`~istos.ParentFailed` for a parent
+        (``after``), :class:`OwnerUnavailable` when no owner answers within
+        ``request_timeout_s``, or the owner's typed error. Blocks the calling thread only.
         """
         # An explicit timeout: one request per call (coalescing needs a loop turn).
         return self._run(name, lambda p: p.enqueue(name, data, delay_s=delay_s,
@@ -123,7 +129,9 @@ class SyncProducer:
                                                    debounce_s=debounce_s,
                                                    debounce_max_s=debounce_max_s,
                                                    debounce=debounce,
-                                                   expires_s=expires_s, start_by=start_by))
+                                                   expires_s=expires_s, start_by=start_by,
+                                                   after=after,
+                                                   on_parent_failure=on_parent_failure))
 
     def enqueue_many(self, name: str, items: Iterable[Any], *,  # noqa: PLR0913
                      delay_s: float = 0,
@@ -224,7 +232,7 @@ class SyncProducer:
             return _run_inline(call(self._inline_producer(owner, queue)), owner, queue)
         return run_to_end(call(self._producer))
 
-    def _inline_producer(self, owner: registry.RunningOwner, queue: str) -> Producer:
+    def _inline_producer(self, owner: LocalOwner, queue: str) -> Producer:
         """A producer whose client dispatches to ``owner`` in-process (the same code path as
         an app's call to its own owner)."""
         remote = dataclasses.replace(self._remote,
@@ -233,7 +241,7 @@ class SyncProducer:
                         tracing=self._tracing)
 
 
-def _run_inline(coro: Coroutine[Any, Any, T], owner: registry.RunningOwner, queue: str) -> T:
+def _run_inline(coro: Coroutine[Any, Any, T], owner: LocalOwner, queue: str) -> T:
     """Run one call to an owner of the calling thread's loop, within this call."""
     if owner.durable:
         coro.close()  # never started: nothing was sent
@@ -258,7 +266,7 @@ async def _finish(coro: Any, pending: Any) -> None:
     to its end, as its Task would have."""
     while True:
         if pending is None:
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a bare yield, as its Task would have made: no clock
         else:
             await asyncio.wait([pending])
         try:

@@ -1,5 +1,8 @@
 """The simulated half of `make demo`: an hour of a faulty mesh under virtual time.
 
+One concept at two layers: ``make demo``'s simulated half here, its live half in
+``istos/demo.py``.
+
 The same engine as ``python -m istos.demo`` (the live half, on real Zenoh) runs 1,000 jobs
 through worker crashes, an owner restart, lost acks, message loss and skewed clocks in a second
 or two; the invariant checker then reports on the run. It lives on the notebook side because the

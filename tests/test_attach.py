@@ -104,7 +104,7 @@ async def test_stats_jobs_why_leases_and_follow_in_process():
                 assert leases.attempt[0] == 1 and leases.deadline[0] == why["until"]
                 counts = (await call(lq.stats))["counts"]
                 assert counts == {"ready": 2, "delayed": 1, "leased": 1, "done": 0, "dead": 0,
-                                  "cancelled": 0, "expired": 0}
+                                  "cancelled": 0, "expired": 0, "waiting": 0}
                 release.set()
                 await wait_events(owner, lambda ev: count(ev, "acked") == 3)
                 # The follower sees the same flow, live (bounded: the stream is asynchronous).
@@ -121,7 +121,7 @@ async def test_stats_jobs_why_leases_and_follow_in_process():
             assert stats["totals"]["acked"] == 3 and stats["totals"]["nacked"] == 1
             assert stats["counts"]["delayed"] == 1
 
-            for op, args in (("pause", ()), ("resume", ()), ("requeue", (fail_id,)),
+            for op, args in (("pause", ()), ("resume", ()), ("resubmit", (fail_id,)),
                              ("purge_dead", ()), ("cancel", (fail_id,))):
                 with pytest.raises(AdminDisabled, match="admin=True"):
                     await call(getattr(lq, op), *args)
@@ -189,12 +189,14 @@ async def test_admin_ops_when_the_queue_opted_in():
             assert done[j] == {"n": 3} and sum(handed) == 1
 
             poison["on"] = False
-            new_id = await call(lq.requeue, d1)
+            new_id = await call(lq.resubmit, d1)
             assert new_id not in (d1, d2)
+            with pytest.warns(DeprecationWarning, match="LiveQueue.aresubmit"):
+                assert await lq.arequeue(d1) == new_id  # the old name: the same, idempotent
             await wait_events(owner, lambda ev: count(ev, "acked", new_id) == 1)
             assert done[new_id] == {"poison": 1, "n": 1}
             with pytest.raises(LookupError, match="no dead job"):
-                await call(lq.requeue, "no-such-job")
+                await call(lq.resubmit, "no-such-job")
 
             late = await owner.enqueue("q", {"n": 4}, delay_s=60)
             assert await call(lq.cancel, late) == "cancelled"

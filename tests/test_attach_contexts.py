@@ -299,8 +299,8 @@ def test_the_package_exports_the_dashboards_and_the_twins():
 
     assert istos_nb.queues is queues and istos_nb.aqueues is aqueues
     for name in ("stats", "jobs", "job", "why", "leases", "dead_letters", "events", "follow",
-                 "unfollow", "requeue", "purge_dead", "pause", "resume", "close", "workers",
-                 "requeue_dead", "promote"):
+                 "unfollow", "resubmit", "purge_dead", "pause", "resume", "close", "workers",
+                 "redrive_dead", "promote"):
         assert asyncio.iscoroutinefunction(getattr(LiveQueue, "a" + name)), name
 
 

@@ -3,7 +3,7 @@ Chromium opens it against a live owner behind a Zenoh router with a backlog of 2
 Jobs tab pages past its first 200, a dead job shows "–" (no ready or lease time), the time
 charts end at the refresh instant, one job is shown in detail, and admin actions go through
 their confirmation right under the admin row ("No, keep" sends nothing; a dead letter's own
-Requeue button and "Yes, requeue" requeue it) whose outcome outlives the next refresh.
+Resubmit button and "Yes, resubmit" resubmit it) whose outcome outlives the next refresh.
 
 Needs /usr/bin/chromium (see tests/browser_util.py); skipped locally without it, a failure with
 ``CI=true``. Leaves test-artifacts/live-dashboard.png always, page HTML and log on failure.
@@ -208,11 +208,11 @@ def test_istos_dashboard_job_detail_and_confirmed_admin_in_chromium(browser, tmp
             # A dead letter's own Requeue button, through the same confirmation.
             page.get_by_role("tab", name="dead letters", exact=True).click()
             row = page.locator(".istos-dead-row", has_text=dead_id)
-            row.locator("button.istos-dead-requeue").click()
+            row.locator("button.istos-dead-resubmit").click()
             confirm.wait_for(state="visible", timeout=20_000)
             assert dead_id in confirm.inner_text()
             assert state.jobs[dead_id].state == "dead"  # nothing sent before "Yes"
-            page.locator("button.istos-confirm-yes", has_text="Yes, requeue").click()
+            page.locator("button.istos-confirm-yes", has_text="Yes, resubmit").click()
             message.locator("text=done: Requeue").wait_for(timeout=20_000)
             new_id = re.search(r"→ (\S+)", message.inner_text()).group(1)  # type: ignore[union-attr]
             assert state.jobs[new_id].state == "ready" and new_id not in ids

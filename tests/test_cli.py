@@ -163,9 +163,9 @@ def test_cli_on_a_live_owner_through_a_router(mesh):
     assert json.loads(cli("stats", "jobs/email", *common, "--json").stdout)[
         "jobs/email"]["paused"] is True
     assert cli("resume", "jobs/email", *common).stdout.strip() == "queue jobs/email resumed"
-    requeued = json.loads(cli("requeue", "jobs/email", dead_id, *common, "--json").stdout)
-    assert requeued["job_id"] not in (dead_id, held_id, *ids)
-    missing = cli("requeue", "jobs/email", "no-such-job", *common)
+    resubmitted = json.loads(cli("resubmit", "jobs/email", dead_id, *common, "--json").stdout)
+    assert resubmitted["job_id"] not in (dead_id, held_id, *ids)
+    missing = cli("resubmit", "jobs/email", "no-such-job", *common)
     assert missing.returncode == 1 and "no dead job" in missing.stderr
     assert cli("purge-dead", "jobs/email", *common).returncode == 2  # ids or --all
     assert "purged 1" in cli("purge-dead", "jobs/email", "--all", *common).stdout
@@ -181,7 +181,7 @@ def test_cli_on_a_live_owner_through_a_router(mesh):
 
 
 def _following(owner: Any) -> bool:
-    # The owner publishes only once a follower asked (istos.owner.inspect.Inspector).
+    # The owner publishes only once a follower asked (istos.owner.views.inspect.Inspector).
     follow = owner.handler("follow")
     return bool(follow.__self__._follow_until)
 
@@ -236,7 +236,7 @@ def test_metrics_scrape_parsed_by_prometheus_client(mesh):
         mesh.run(owner.enqueue("b", {}))
     wait_for(lambda: owner.owners["a"].stats()["counts"] == {
         "ready": 0, "delayed": 0, "leased": 0, "done": 0, "dead": 1,
-        "cancelled": 0, "expired": 0})  # acked: not kept
+        "cancelled": 0, "expired": 0, "waiting": 0})  # acked: not kept
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "istos", "metrics", "a", "b", "absent",

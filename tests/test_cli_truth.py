@@ -1,6 +1,6 @@
 """The CLI's contracts as real subprocesses against live owners through a Zenoh router:
 ``--json`` prints a JSON object on every outcome, exit codes as the CLI reference
-(docs/reference/cli.rst) says, unique id prefixes resolve, requeue is idempotent, and queues
+(docs/reference/cli.rst) says, unique id prefixes resolve, resubmit is idempotent, and queues
 answer independently."""
 
 from __future__ import annotations
@@ -66,13 +66,14 @@ def test_cli_contracts_on_a_live_owner(mesh: Mesh) -> None:
     assert unknown.stderr.startswith("istos: queue 'q' holds no job 'no-such-job'")
     assert cli("why", "q", "no-such-job", *common).stdout == ""
 
-    # Requeue twice (by prefix, then whole id): one new job, the same id both times.
-    first = json.loads(cli("requeue", "q", "feedc0", *common, "--json").stdout)
+    # Resubmit twice (by prefix, then whole id, under the command's old name `requeue`, kept
+    # one release): one new job, the same id both times.
+    first = json.loads(cli("resubmit", "q", "feedc0", *common, "--json").stdout)
     second = cli("requeue", "q", dead_id, *common)
     assert first["status"] == "requeued" and first["dead_job_id"] == dead_id
     assert second.returncode == 0 and \
-        second.stdout.strip() == f"{dead_id} was already requeued as {first['job_id']}"
-    # (the requeued job is poison too: it dies again, but only one of it ever existed)
+        second.stdout.strip() == f"{dead_id} was already resubmitted as {first['job_id']}"
+    # (the resubmitted job is poison too: it dies again, but only one of it ever existed)
     assert owner.owners["q"].stats()["counts"]["ready"] \
         + owner.owners["q"].stats()["counts"]["leased"] \
         + owner.owners["q"].stats()["counts"]["dead"] == 2

@@ -22,7 +22,7 @@ storage_factory = test_durable.storage_factory  # memory, Redis, PostgreSQL, SQL
 
 
 def _call(state: QueueState, jid: str, body: bytes, spec: DebounceSpec, now: float) -> str:
-    """What the owner does for one call (owner/debounce_gate.py and accept.py), purely."""
+    """What the owner does for one call (owner/handlers/debounce_gate.py and accept.py), purely."""
     rec = state.debounce.open_job(spec.key, state.jobs)
     if rec is not None:
         rebounce(state, rec, body, spec, now)

@@ -161,6 +161,9 @@ def field_bad_values(rng: random.Random) -> dict[str, list[Any]]:
                      {"key": "k", "s": 1.0, "mode": "middle"}, {"key": "", "s": 1.0}],
         "run_at": [v for v in bad_numbers(0, protocol.MAX_TIME) if v is not None],
         "batch_id": ids, "member": ids, "parent": ids,
+        "child_id": ids, "parent_id": ids,
+        "child_queue": bad_texts(protocol.MAX_JOB_ID_BYTES, nil=False, empty=False),
+        "parent_queue": bad_texts(protocol.MAX_JOB_ID_BYTES, nil=False, empty=False),
         "outcome": ["frob", 1, None, [], "", "pending"],
         "kinds": [None, [], ["frob"], "on_success", [1], ["on_success"] * 4],
         "callbacks": [None, [], "x", {"frob": ["q", b""]}, {"on_success": "q"},
@@ -168,6 +171,15 @@ def field_bad_values(rng: random.Random) -> dict[str, list[Any]]:
                       {"on_success": ["q", "s"]}, {"on_success": ["", b""]},
                       {"on_success": ["bad*name", b""]}],
         "description": [1, [], True, b"d", "d" * 1025],
+        "parent_batch": ["p", 1, [], True, {}, {"id": "p", "home": "cb"},
+                         {"id": "p", "home": "cb", "key": "ab" * 16, "x": 1},
+                         {"id": "", "home": "cb", "key": "ab" * 16},
+                         {"id": "p", "home": "", "key": "ab" * 16},
+                         {"id": "p", "home": "cb", "key": ""},
+                         {"id": "p", "home": "cb", "key": "k" * 65},
+                         {"id": 1, "home": "cb", "key": "ab" * 16},
+                         {"id": "p", "home": "bad*name", "key": "ab" * 16},
+                         {"id": "p", "home": "cb", "key": "ab" * 16}],  # (no such parent)
     }
 
 
@@ -230,7 +242,8 @@ TEMPLATES: dict[str, dict[str, Any]] = {
     "requeue_all_dead": {"error": "e", "limit": 5}, "promote": {"job_ids": ["x"], "limit": 5},
     "purge_dead_older": {"older_than_s": 60.0, "limit": 5},
     "batch_open": {"batch_id": "b", "key": "ab" * 16, "description": "d",
-                   "callbacks": {"on_success": ["idle", b"\xc0"]}},
+                   "callbacks": {"on_success": ["idle", b"\xc0"]},
+                   "parent_batch": {"id": "p", "home": "idle", "key": "ab" * 16}},
     "batch_reserve": {"batch_id": "b", "key": "ab" * 16, "kinds": ["on_success"]},
     "batch_add": {"batch_id": "b", "key": "ab" * 16, "member": "m", "member_queue": "idle",
                   "parent": "p"},
@@ -238,6 +251,9 @@ TEMPLATES: dict[str, dict[str, Any]] = {
     "batch_report": {"batch_id": "b", "key": "ab" * 16, "member": "m", "outcome": "done"},
     "batch_status": {"batch_id": "b"}, "batches": {"limit": 5},
     "batch_members": {"batch_id": "b", "state": "done", "limit": 5},
+    "dep_watch": {"job_id": "p", "child_queue": "idle", "child_id": "c", "key": "ab" * 16},
+    "dep_report": {"child_id": "c", "parent_queue": "idle", "parent_id": "p",
+                   "outcome": "done", "key": "ab" * 16},
 }
 ADMIN_ONLY = ("requeue_dead", "requeue", "purge_dead", "pause", "resume", "cancel",
               "requeue_all_dead", "promote", "purge_dead_older")

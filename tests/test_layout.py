@@ -24,15 +24,16 @@ PLANTS = {
     "The engine never imports the notebook side": ("istos/errors.py", "import istos_nb"),
     "The pure core does no I/O": ("istos/core/backoff.py", "import istos.storage.memory"),
     "Transports and storage never import the owner":
-        ("istos/storage/memory.py", "import istos.owner.persist"),
-    "Owner and worker are siblings": ("istos/owner/nudges.py", "import istos.worker.heartbeat"),
+        ("istos/storage/memory.py", "import istos.owner.persistence.persist"),
+    "Owner and worker are siblings":
+        ("istos/owner/handlers/nudges.py", "import istos.worker.heartbeat"),
     "The simulator reaches the engine through its public ports":
         ("istos_nb/sim/clock.py", "import istos.owner.owner"),
     "The notebook side is layered": ("istos_nb/data/frames.py", "import istos_nb.sim.network"),
     "The producers reach owners through the client":
         ("istos/sync_producer.py", "import istos.worker.waiting"),
     "The client imports neither the owner nor the worker":
-        ("istos/client/pages.py", "import istos.owner.persist"),
+        ("istos/client/pages.py", "import istos.owner.persistence.persist"),
 }
 
 
@@ -239,3 +240,25 @@ def test_notebook_modules_sharing_a_file_name_are_one_concept_at_two_layers() ->
                     other in doc for other in dotted if other != me)):
                 unexplained.append(me)
     assert unexplained == []
+
+
+# A shared file name is one concept at two (or three) layers, and each module says so.
+SAME_CONCEPT = ("one module at two layers", "one concept at", "one role in")
+
+
+def _words(path: Path) -> str:
+    """A module's docstring, lower case, one space between words."""
+    return " ".join((ast.get_docstring(ast.parse(path.read_text())) or "").split()).lower()
+
+
+def test_modules_that_share_a_file_name_say_they_are_one_concept() -> None:
+    by_name: dict[str, list[Path]] = {}
+    for package in ("istos", "istos_nb"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.name != "__init__.py":
+                by_name.setdefault(path.name, []).append(path)
+    silent = [str(path.relative_to(ROOT)) for paths in by_name.values() if len(paths) > 1
+              for path in paths
+              if not any(words in _words(path) for words in SAME_CONCEPT)]
+    assert silent == [], f"same file name as another module, and not said to be one concept: "\
+                         f"{silent} (rename, or say so in the module docstring)"

@@ -119,7 +119,7 @@ async def test_live_dashboard_policy_jobs_tab_detail_and_confirmed_admin():
             assert "admin" in dash.stats_line.value
             panel = dash.admin_panel
             assert dash.admin and panel.row.layout.display is None
-            assert dead_row.requeue.layout.display is None  # admin: the row's actions shown
+            assert dead_row.resubmit.layout.display is None  # admin: the row's actions shown
             dead_row.show.click()  # the row's Show: that job in the job tab
             assert dash.panels.tab.titles[dash.panels.tab.selected_index] == "job"
             assert dash.job_id.value == dead_id and "always fails" in dash.detail.value
@@ -146,21 +146,25 @@ async def test_live_dashboard_policy_jobs_tab_detail_and_confirmed_admin():
             dash.cancel()
             assert lq.stats()["paused"] is False and panel.confirm_box.layout.display == "none"
             assert "kept: nothing sent" in dash.message.value
-            # A dead letter's own Requeue button: the same confirmation, for that row's job.
+            # A dead letter's own Resubmit button: the same confirmation, for that row's job.
             dash.job_id.value = ""
-            dead_row.requeue.click()
-            assert dead_id in panel.text.value and panel.yes.description == "Yes, requeue"
+            dead_row.resubmit.click()
+            assert dead_id in panel.text.value and panel.yes.description == "Yes, resubmit"
             assert dash.message.value == ""  # a new question: the old outcome is gone
             assert lq.why(dead_id)["state"] == "dead"  # nothing sent yet
             panel.yes.click()
-            assert "done: Requeue dead job" in dash.message.value
+            assert "done: Resubmit dead job" in dash.message.value
             new_id = re.search(r"→ (\S+)", dash.message.value).group(1)  # type: ignore[union-attr]
             assert new_id not in (dead_id, done_id, *ids)
             assert (lq.jobs(state="ready", limit=None).job_id == new_id).any()
             status = dash.status.value
             dash.refresh()  # the outcome outlives refreshes; the status line moves on
-            assert new_id in dash.message.value and "done: Requeue" not in dash.status.value
+            assert new_id in dash.message.value and "done: Resubmit" not in dash.status.value
             assert status.startswith("refreshed")
+            with pytest.warns(DeprecationWarning, match="'resubmit'"):
+                dash.ask("requeue", dead_id)  # the action's old name, kept one release
+            assert panel.pending is not None and panel.pending.action == "resubmit"
+            dash.cancel()
             dash.job_id.value = new_id
             dash.ask("cancel-job")
             assert new_id in panel.text.value

@@ -20,7 +20,7 @@ from istos import Istos, JobContext, codec, protocol
 from istos.core.records import QueuePolicy
 from istos.core.state import QueueState
 from istos.ops.operator import Operator
-from istos.owner.job_ops import dead_letter
+from istos.owner.handlers.job_ops import dead_letter
 from istos_nb import aattach
 
 REPO = Path(__file__).resolve().parents[1]
@@ -166,8 +166,8 @@ async def test_bulk_admin_actions_and_searches_over_zenoh():
         assert out.returncode == 0 and len(json.loads(out.stdout)["jobs"]) == 3, out.stderr
         out = await cli(configs, prefix, "jobs", "q", "--enqueued-after", "1h", "--json")
         assert len(json.loads(out.stdout)["jobs"]) == 9
-        out = await cli(configs, prefix, "requeue-dead", "q", "--error", "smtp")
-        assert out.returncode == 0 and out.stdout.strip() == "requeued 3 dead letter(s)"
+        out = await cli(configs, prefix, "redrive-dead", "q", "--error", "smtp")
+        assert out.returncode == 0 and out.stdout.strip() == "3 dead letter(s) back to ready"
         counts = q.stats()["counts"]
         assert (counts["ready"], counts["dead"], counts["delayed"]) == (4, 2, 3)
         assert all(q.state.jobs[j].attempts == 0 for j in q.state.jobs
@@ -193,7 +193,9 @@ async def test_bulk_admin_actions_and_searches_over_zenoh():
             assert len(await lq.ajobs("dead", worker="wk:")) == 2
             assert len(await lq.ajobs(enqueued=(before, None))) == 9
             assert await lq.apurge_dead(older_than_s=0) == 2
-            assert await lq.arequeue_dead() == 0
+            assert await lq.aredrive_dead() == 0
+            with pytest.warns(DeprecationWarning, match="LiveQueue.aredrive_dead"):
+                assert await lq.arequeue_dead() == 0  # the old name, kept one release
             with pytest.raises(ValueError, match="after, before"):
                 await lq.ajobs(enqueued=before)
         finally:

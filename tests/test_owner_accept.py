@@ -1,4 +1,5 @@
-"""The owner's one path of new jobs (``owner/accept.py``): a twin in flight decides a retry.
+"""The owner's one path of new jobs (``owner/handlers/accept.py``): a twin in flight decides a
+retry.
 
 A single enqueue shares its in-flight twin's fate (stored: ``created`` False and no second
 event; failed: it fails too); a batch waits for the twin, then checks the queue again.

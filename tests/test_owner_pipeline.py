@@ -8,13 +8,13 @@ import pytest
 from helpers import count, wait_events
 
 from istos import ConfigError, Istos
+from istos.owner.composition import OWNER_PIPELINE, compose
 from istos.owner.extension import Handler, Hooks, OwnerExtension
 from istos.owner.owner import QueueOwner
-from istos.owner.pipeline import OWNER_PIPELINE, compose
 from istos.transport.local import LocalMesh
 
 PINNED = ("schedules", "workflows", "batches", "inspect", "lookup", "series", "leases", "workers",
-          "bulk_admin", "latency", "workflow_view", "announce", "local_nudge", "parking")
+          "bulk_admin", "latency", "workflow_view", "announce", "local_nudge", "parking", "deps")
 
 
 def test_the_pipeline_order_is_pinned() -> None:

@@ -22,7 +22,7 @@ from zenoh_util import isolated_configs, query_when_served, unique_prefix, wait_
 from istos import Istos, JobContext, MemoryStorage, codec, protocol
 from istos.core.records import LEASED, READY
 from istos.owner.extension import Hooks
-from istos.owner.parking import ParkedClaims
+from istos.owner.extensions.parking import ParkedClaims
 from istos.transport.zenoh import ZenohTransport
 
 POLL = 60.0  # longer than every bounded wait below: the poll never explains a pickup

@@ -206,3 +206,75 @@ async def test_pipelines_apply_the_payload_codecs():
         assert chain.decode_body(jobs[async_id].body) == {"to": "async"}
         assert chain.decode_body(jobs[sync_id].body) == {"to": "sync"}
         assert b"async" not in jobs[async_id].body  # encoded, not plain msgpack
+
+
+# -- options: what the pipelines take of app.enqueue's, and what they refuse -----------------
+async def test_pipelines_carry_a_start_deadline():
+    """expires_s and start_by reach the owner as app.enqueue's do (its clock and ours are the
+    same machine's: a deadline an hour out lands within a minute of now + 3600)."""
+    import time
+
+    configs, prefix = isolated_configs(3), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+    producer = Istos(zenoh=configs[1], prefix=prefix, request_timeout_s=10.0)
+    at = time.time() + 7200
+
+    def sync_side() -> list[str]:
+        with SyncProducer(configs[2], prefix=prefix, request_timeout_s=10) as sp:
+            with sp.pipeline("q") as p:
+                return [p.enqueue("s1", expires_s=3600), p.enqueue("s2", start_by=at)]
+
+    async with owner.serving(), producer.serving():
+        async with producer.pipeline("q") as p:
+            a1 = p.enqueue("a1", expires_s=3600)
+            a2 = p.enqueue("a2", start_by=at)
+            plain = p.enqueue("a3")
+            with pytest.raises(ConfigError, match="start_by"):
+                p.enqueue("both", expires_s=5, start_by=at)
+        s1, s2 = await asyncio.to_thread(sync_side)
+        jobs = owner.owners["q"].state.jobs
+        now = time.time()
+        for jid in (a1, s1):
+            assert jobs[jid].start_by is not None and abs(jobs[jid].start_by - now - 3600) < 60
+        for jid in (a2, s2):
+            assert jobs[jid].start_by == pytest.approx(at)
+        assert jobs[plain].start_by is None
+
+
+_REFUSED: dict[str, Any] = {"unique_key": "k", "unique": "queued", "unique_s": 1.0,
+                           "debounce_key": "k", "debounce_s": 1.0, "debounce_max_s": 2.0,
+                           "debounce": "last", "timeout_s": 1.0}
+
+
+def _refuses_each_by_name(p: Any) -> None:
+    from istos import UnsupportedOption
+
+    for option, value in _REFUSED.items():
+        with pytest.raises(UnsupportedOption) as info:
+            p.enqueue("x", **{option: value})
+        assert isinstance(info.value, ConfigError) and info.value.option == option
+        assert repr(option) in str(info.value)
+    with pytest.raises(TypeError, match="no_such_option"):
+        p.enqueue("x", no_such_option=1)
+    assert p.pending == 0
+
+
+async def test_pipelines_refuse_keyed_options_by_name():
+    from istos.pipeline import UNSUPPORTED_OPTIONS
+
+    assert set(UNSUPPORTED_OPTIONS) == set(_REFUSED)
+    configs, prefix = isolated_configs(2), unique_prefix()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    owner.queue("q")
+
+    def sync_side() -> None:
+        with SyncProducer(configs[1], prefix=prefix, request_timeout_s=10) as sp:
+            with sp.pipeline("q") as p:
+                _refuses_each_by_name(p)
+
+    async with owner.serving():
+        async with owner.pipeline("q") as p:
+            _refuses_each_by_name(p)
+        await asyncio.to_thread(sync_side)
+        assert owner.owners["q"].state.jobs == {}

@@ -16,7 +16,7 @@ from istos import Istos, codec
 from istos.clock import ManualClock
 from istos.core import workflow_meta as wf
 from istos.features import chord_callbacks
-from istos.owner.workers import MAX_WORKERS
+from istos.owner.views.workers import MAX_WORKERS
 from istos.transport.zenoh import ZenohTransport
 
 CAP = 48  # the reservation cap, lowered so the test fills it in a few round trips

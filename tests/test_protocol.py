@@ -321,7 +321,7 @@ async def test_fate_changing_ops_need_admin_from_the_app_and_the_wire(mesh, op):
             await owner.client("q").call(op, **fields)
         if op == "requeue_dead":
             with pytest.raises(AdminDisabled):
-                await owner.requeue_dead("q", "j")
+                await owner.revive("q", "j")
         assert (await raw(probe, "adm", op=op, **fields))["ok"] is True
 
 
@@ -415,7 +415,10 @@ async def test_every_op_replies_with_the_fields_the_protocol_names(mesh):
             "batch_add": {**batch, "member": "b1", "member_queue": "q"},
             "batch_report": {**batch, "member": "b1", "outcome": "dead"},
             "batch_close": batch, "batch_status": {"batch_id": BATCH}, "batches": {},
-            "batch_members": {"batch_id": BATCH}})
+            "batch_members": {"batch_id": BATCH},
+            "dep_watch": {"job_id": "j1", "child_queue": "q", "child_id": "c1", "key": KEY},
+            "dep_report": {"child_id": "c1", "parent_queue": "q", "parent_id": "j1",
+                           "outcome": "done", "key": KEY}})
         assert set(calls) == set(protocol.SCHEMAS) == set(protocol.REPLIES)
         replies = {op: await raw(probe, "q", op=op, **fields) for op, fields in calls.items()}
     for op, reply in replies.items():

@@ -216,6 +216,18 @@ async def test_a_client_built_from_the_doc_exercises_every_op():
         assert (await client.ok("q", "batches"))["total"] == 1
         assert (await client.ok("q", "batch_members", batch_id=bid))["members"] == [
             {"job_id": "bm", "queue": "q", "state": "dead"}]
+        dkey = "cd" * 16  # a child "dc" waiting for parent "dp" (docs/dependencies.md)
+        assert (await client.ok("q", "enqueue", body=b"\xc0", job_id="dp"))["created"] is True
+        assert (await client.ok("q", "dep_watch", job_id="dp", child_queue="q", child_id="dc",
+                                key=dkey))["state"] == "pending"
+        waits = {"deps": {"after": [["q", "dp"]], "o": ["pending"], "mode": "cancel",
+                          "key": dkey}}
+        assert (await client.ok("q", "enqueue", body=b"\xc0", job_id="dc", meta=waits)
+                )["created"] is True
+        assert (await client.ok("q", "states", job_ids=["dc"]))["states"]["dc"] == "waiting"
+        assert (await client.ok("q", "dep_report", child_id="dc", parent_queue="q",
+                                parent_id="dp", outcome="done", key=dkey))["status"] == "counted"
+        assert (await client.ok("q", "states", job_ids=["dc"]))["states"]["dc"] == "ready"
         since = await client.ok("q", "events_since", epoch=None, after=0)
         assert since["events"] and len(since["seqs"]) == len(since["events"])
         logs = await client.ok("q", "logs", job_id="j1", after=0)
@@ -229,7 +241,7 @@ async def test_a_client_built_from_the_doc_exercises_every_op():
                                                "events_since", "logs", "batch_reserve",
                                                "batch_open", "batch_add", "batch_report",
                                                "batch_close", "batch_status", "batches",
-                                               "batch_members"}
+                                               "batch_members", "dep_watch", "dep_report"}
         assert exercised == set(OPS)
 
 

@@ -1,5 +1,5 @@
 """Event pages are packed as the owner walks them and spliced into the reply as bytes
-(``istos/owner/slicing.py``): over the mesh they read exactly as the events themselves, an
+(``istos/owner/views/slicing.py``): over the mesh they read exactly as the events themselves, an
 in-process caller gets the same values, a read repeated (whose entries the owner kept packed)
 or made after new events is still exact, and a page is cut by bytes as before."""
 

@@ -17,7 +17,7 @@ from istos.core.edit import update_job
 from istos.core.ready_order import LOAD, ReadyOrder
 from istos.core.records import QueuePolicy
 from istos.core.state import READY, JobRecord, QueueState
-from istos.owner.inspect import count_ahead
+from istos.owner.views.inspect import count_ahead
 
 pytestmark = pytest.mark.fast
 

@@ -162,7 +162,7 @@ def test_istos_why_says_how_many_lines_a_reply_left_out():
 
 
 def test_a_why_still_over_the_frame_after_its_logs_leaves_the_body_out():
-    from istos.owner.fit import fit_why
+    from istos.owner.handlers.fit import fit_why
 
     entry = {"attempt": 1, "worker": SLOT, "claimed_at": 1.0, "finished_at": 2.0,
              "outcome": "nacked", "error": ERROR[:512], "backoff_s": 1.0,

@@ -41,7 +41,8 @@ def test_checks_that_did_not_apply_say_n_a_not_ok(result: Any) -> None:
     lines = report_lines(result)
     na = [line for line in lines if "[n/a]" in line]
     for name in ("chord callback", "heart-beating holder", "cancelled job",
-                 "dead only after max_attempts", "job logs kept"):
+                 "dead only after max_attempts", "job logs kept", "batch callbacks",
+                 "no batch count lost"):
         assert any(name in line for line in na), (name, lines)
         assert not any(name in line and "[ok]" in line for line in lines)
     assert any("[ok]" in line and "one live lease per job" in line for line in lines)

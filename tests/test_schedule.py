@@ -147,18 +147,31 @@ def test_default_zone_is_the_nodes_iana_zone_or_utc(monkeypatch):
 # -- intervals --
 
 async def test_interval_ticks_on_the_grid(mesh):
-    app = app_on(mesh, "solo")
-    app.queue("beat")
-    app.schedule("beat", {"kind": "tick"}, every_s=0.05, name="fast")
-    async with app.serving():
-        events = await wait_events(app, lambda ev: count(ev, "enqueued") >= 4, timeout_s=3.0)
-        job = app.owners["beat"].state.jobs[enqueued_ids(app, "beat")[0]]
+    """Ticks land on the ``every_s`` grid, one per slot, never early. The beat runs on a clock
+    the test moves slot by slot: on the loop's clock a loaded machine made it miss a 50 ms slot
+    (missed ticks are not replayed), which is a feature, not what this test is about."""
+    clock = ManualClock(1000.0)
+    beat, owner = app_on(mesh, "beat", clock=clock), app_on(mesh, "owner")
+    owner.queue("beat")
+    beat.schedule("beat", {"kind": "tick"}, every_s=0.05, name="fast")
+    seen_at: list[float] = []  # the beat's clock when each tick reached the owner
+    owner.events.subscribe(lambda e: seen_at.append(clock.now()) if e.kind == "enqueued" else None)
+    async with owner.serving(), beat.serving():
+        for k in range(1, 8):  # bounded: four ticks take at most one slot more than four
+            if len(seen_at) >= 4:
+                break
+            await clock.asleep()
+            clock.set(1000.0 + 0.05 * k + 1e-7)  # just past the slot: float grid points
+            await wait_events(owner, lambda ev, n=len(seen_at): count(ev, "enqueued") > n,
+                              timeout_s=5.0)
+        events = owner.events.recent()
+        job = owner.owners["beat"].state.jobs[enqueued_ids(owner, "beat")[0]]
     ticks = [e for e in events if e.kind == "enqueued"][:4]
     slots = [float(e.job_id.rsplit(":", 1)[1]) for e in ticks]
     assert all(e.job_id.startswith("sched:fast:") for e in ticks)
     gaps = [b - a for a, b in zip(slots, slots[1:])]
     assert gaps == pytest.approx([0.05, 0.05, 0.05], abs=2e-6)  # ids carry 6 decimals
-    assert all(e.t >= slot - 1e-3 for e, slot in zip(ticks, slots))  # never early
+    assert all(at >= slot for at, slot in zip(seen_at, slots))  # never early
     assert job.body == b"\x81\xa4kind\xa4tick"
 
 

@@ -109,7 +109,7 @@ async def test_a_restarted_durable_owner_still_refuses_a_finished_slot(tmp_path)
     """The slot memory survives the owner (failover or restart) when the storage is durable:
     marks are written after the job and swept once their hold has passed."""
     from istos import SQLAlchemyStoragePlugin
-    from istos.owner import slot_marks
+    from istos.owner.persistence import slot_marks
 
     clock = ManualClock(1000.0)
     url = f"sqlite+aiosqlite:///{tmp_path / 'slots.db'}"

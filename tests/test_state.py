@@ -15,6 +15,7 @@ from istos.core.state import (
     EXPIRED,
     LEASED,
     READY,
+    WAITING,
     QueuePolicy,
     QueueState,
 )
@@ -163,7 +164,7 @@ def test_counts_track_states():
         s.enqueue(f"j{i}", b"x", 0.0, delay_s=1.0 if i == 4 else 0.0)
     s.claim(["a", "b"], 0.0)
     assert s.counts == {READY: 2, DELAYED: 1, LEASED: 2, DONE: 0, DEAD: 0, CANCELLED: 0,
-                        EXPIRED: 0}
+                        EXPIRED: 0, WAITING: 0}
 
 
 def test_history_is_bounded_and_keeps_the_first_attempt():

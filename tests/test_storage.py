@@ -254,6 +254,50 @@ async def test_redis_silent_server_times_out() -> None:
             await storage.close()
 
 
+async def test_redis_call_deadline_holds_in_a_task_and_outside_any() -> None:
+    """The whole-call deadline (beyond the socket timeouts) ends a call that never completes
+    with StorageUnavailable, from a Task (asyncio.timeout) and from a request's eager first
+    step that runs outside any Task before Python 3.12 (wait_for)."""
+    from istos.transport.zenoh import _start_eagerly
+
+    storage = RedisStoragePlugin(redis_url(), connect_timeout_s=0.05, op_timeout_s=0.05)
+    storage._deadline_s = 0.2  # (the cap itself; the socket timeouts play no part below)
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def hangs(_client: object) -> None:
+        await asyncio.shield(never)
+
+    async def in_a_task() -> str:
+        assert asyncio.current_task() is not None
+        try:
+            await storage._call("apply", hangs)
+        except StorageUnavailable as exc:
+            return str(exc)
+        return "returned"
+
+    seen: list[str] = []
+
+    async def eager() -> None:
+        try:
+            await storage._call("apply", hangs)
+        except StorageUnavailable as exc:
+            seen.append(str(exc))
+
+    try:
+        assert "during apply" in await asyncio.wait_for(in_a_task(), 10)
+        loop = asyncio.get_running_loop()
+        started: asyncio.Future[asyncio.Task[None] | None] = loop.create_future()
+        # As the Zenoh transport serves a request: from a loop callback, outside any Task.
+        loop.call_soon(lambda: started.set_result(_start_eagerly(loop, eager())))
+        task = await started
+        assert task is not None
+        await asyncio.wait_for(task, 10)
+        assert len(seen) == 1 and "during apply" in seen[0]
+    finally:
+        never.cancel()
+        await storage.close()
+
+
 async def test_postgres_silent_server_times_out() -> None:
     with _Blackhole() as port:
         url = f"postgresql+asyncpg://postgres:s3cret@127.0.0.1:{port}/test"

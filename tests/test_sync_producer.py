@@ -46,20 +46,22 @@ async def test_enqueue_result_and_dead_letters_from_a_thread_without_a_loop():
             assert sp.enqueue("q", 99, job_id="one") == "one"  # idempotent by id
             many = sp.enqueue_many("q", list(range(5000)))  # two enqueue_many frames
             dead_id = sp.enqueue("bad", "x")
+            sp.enqueue("q", 50, job_id="child", after=[one])  # waits for "one" (a parent ref)
             return {"sp": sp, "one": one, "many": many, "dead": dead_id}
 
     async with owner.serving(), worker.serving():
         got = await asyncio.to_thread(produce)
         assert got["one"] == "one" and len(set(got["many"])) == 5000
-        await wait_events(owner, lambda ev: count(ev, "acked") == 5001
+        await wait_events(owner, lambda ev: count(ev, "acked") == 5002
                           and count(ev, "dead_lettered") == 1, timeout_s=60)
 
-        def ask() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        def ask() -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
             with SyncProducer(configs[2], prefix=prefix, request_timeout_s=20) as sp:
-                return sp.result("q", "one"), sp.dead_letters("bad")
+                return sp.result("q", "one"), sp.dead_letters("bad"), sp.result("q", "child")
 
-        result, dead = await asyncio.to_thread(ask)
+        result, dead, child = await asyncio.to_thread(ask)
     assert result == {"state": "done", "result": 42}
+    assert child == {"state": "done", "result": 100}
     assert [d["job_id"] for d in dead] == [got["dead"]]
     assert dead[0]["data"] == "x" and "no x" in dead[0]["last_error"]
     with pytest.raises(IstosError, match="closed"):

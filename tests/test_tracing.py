@@ -311,3 +311,35 @@ async def test_a_chords_callback_continues_the_trace_of_its_members():
     # The owner (which does not trace here) passed on the last member's context.
     creates = {s.context.span_id for s in spans(exporter, "create jobs")}
     assert cb.parent is not None and cb.parent.span_id in creates
+
+
+def test_an_enqueue_skips_the_span_only_when_it_would_be_a_no_op_carrying_nothing():
+    """In a fresh process (no provider set globally): Tracing(None) is idle, and its enqueue
+    carries nothing; with a valid span current (context propagated, no SDK) it is not idle
+    and the job carries that trace; once a provider is set globally, or with an app's own
+    provider, it is never idle."""
+    code = """
+import asyncio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from istos.tracing import Tracing
+
+t = Tracing(None)
+assert t.idle()
+carried = []
+async def send(entry):
+    carried.append(entry)
+    return "id"
+assert asyncio.run(t.enqueue("q", "j", 1, send)) == "id" and carried == [None]
+ctx = SpanContext(trace_id=0x1234, span_id=0x99, is_remote=True,
+                  trace_flags=TraceFlags(TraceFlags.SAMPLED))
+with trace.use_span(NonRecordingSpan(ctx)):
+    assert not t.idle()
+    asyncio.run(t.enqueue("q", "j", 1, send))
+assert carried[1] and carried[1]["traceparent"].startswith("00-" + format(0x1234, "032x"))
+assert not Tracing(TracerProvider()).idle()
+trace.set_tracer_provider(TracerProvider())
+assert not t.idle()
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -259,6 +259,43 @@ async def test_publisher_cache_eviction_keeps_delivering(
     assert [g for g in got if "/k" in g[0]] == expected
 
 
+async def test_querier_cache_answers_across_steps_eviction_and_absence(
+    pair: list[ZenohTransport], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys asked again go through declared queriers (one per timeout step, two kept here):
+    every query gets its own answer whatever path it took, a timeout past the last step goes
+    through Session.get, and a key nobody serves any more answers NoResponder quickly."""
+    monkeypatch.setattr(zmod, "_QUERIERS_MAX", 2)
+    server, client = pair
+    prefix = unique_prefix()
+
+    async def echo(key: str, data: bytes) -> bytes:
+        return key.encode() + b"|" + data
+
+    handle = await server.declare_queryable(f"{prefix}/**", echo)
+    first = await query_when_served(client, f"{prefix}/k0", b"probe")
+    assert first == f"{prefix}/k0|probe".encode()
+    for r, timeout_s in enumerate((0.4, 4.0, 1000.0, 4.0)):
+        for i in range(5):
+            key = f"{prefix}/k{i}"
+            payload = f"{r}-{i}".encode()
+            assert await client.query(key, payload, timeout_s) == key.encode() + b"|" + payload
+    assert 0 < len(client._queriers._queriers) <= 2  # declared, and the LRU bound held
+    handle.close()
+
+    async def unserved() -> bool:
+        try:
+            await asyncio.wait_for(client.query(f"{prefix}/k4", b"x", 10.0), 5.0)
+        except NoResponder:
+            return True
+        return False
+
+    await wait_until(unserved, what="a querier's query to an unserved key ends NoResponder")
+    client.use_queriers = False  # the Session.get path of the same transport still works
+    with pytest.raises(NoResponder):
+        await asyncio.wait_for(client.query(f"{prefix}/k4", b"x", 10.0), 5.0)
+
+
 # ---------------------------------------------------------------------- liveliness
 async def test_liveliness_tokens_appear_and_drop(trio: list[ZenohTransport]) -> None:
     node_a, watcher, node_c = trio

@@ -1,5 +1,5 @@
-"""Issue 25 on the in-process mesh: requeue is idempotent, short id prefixes resolve, the
-owner's series agree with its counts, and queues answer independently."""
+"""Issue 25 on the in-process mesh: resubmit (the ``requeue`` op) is idempotent, short id
+prefixes resolve, the owner's series agree with its counts, and queues answer independently."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ async def _dead_job(mesh: LocalMesh) -> tuple[Istos, Istos, str]:
     return owner, client, job_id
 
 
-async def test_requeueing_a_dead_job_twice_makes_one_job():
+async def test_resubmitting_a_dead_job_twice_makes_one_job():
     mesh = LocalMesh()
     owner, client, dead_id = await _dead_job(mesh)
     try:
@@ -45,7 +45,22 @@ async def test_requeueing_a_dead_job_twice_makes_one_job():
         assert sorted([first["status"], second["status"]]) == ["already_requeued", "requeued"]
         assert again["status"] == "already_requeued"
         enqueued = [e for e in owner.events.recent() if e.kind == "enqueued"]
-        assert len(enqueued) == 2  # the poison job, and its one requeue
+        assert len(enqueued) == 2  # the poison job, and its one resubmit
+    finally:
+        await client.stop()
+        await owner.stop()
+
+
+async def test_the_old_name_of_revive_warns_and_still_revives():
+    mesh = LocalMesh()
+    owner, client, dead_id = await _dead_job(mesh)
+    try:
+        with pytest.warns(DeprecationWarning, match="use revive"):
+            revived = client.requeue_dead("q", dead_id)  # warns at the call, not the await
+        assert await revived == dead_id
+        await wait_events(owner, lambda es: [e.kind for e in es if e.job_id == dead_id].count(
+            "dead_lettered") == 2)  # back under its own id: it ran (and died) once more
+        assert await client.revive("q", dead_id) == dead_id  # the new name
     finally:
         await client.stop()
         await owner.stop()

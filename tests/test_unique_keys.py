@@ -23,7 +23,7 @@ storage_factory = test_durable.storage_factory  # memory, Redis, PostgreSQL, SQL
 
 
 def _add(state: QueueState, jid: str, spec: UniqueSpec, now: float) -> bool:
-    """What the owner's accept path does for one job (owner/accept.py), purely."""
+    """What the owner's accept path does for one job (owner/handlers/accept.py), purely."""
     if state.unique.holder(spec.key, state.jobs, now) is not None:
         return False
     rec = spec.apply(state.new_record(jid, b"x", now))

@@ -108,7 +108,7 @@ async def test_update_over_zenoh_on_every_storage_survives_a_restart(storage_fac
 
 async def test_why_shows_the_unique_key_the_burst_and_the_edits():
     from istos.ops.render import why_text
-    from istos.owner.inspect import explain
+    from istos.owner.views.inspect import explain
 
     owner = Istos(transport=LocalMesh().transport("o"))
     owner.queue("q")

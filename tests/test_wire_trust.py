@@ -220,8 +220,9 @@ async def test_a_second_non_ha_owner_of_a_queue_refuses_with_owner_conflict():
                              job_id="only"))["created"]
         # The second owner links to the first only and looks for a rival once that link is
         # up: a session opens after 20 ms (peer_config), and a look before the link (a loaded
-        # machine) sees nobody; the owners then meet as after a healed partition (owner/sole.py:
-        # the later one logs an error and serves), which is not what this test is about.
+        # machine) sees nobody; the owners then meet as after a healed partition
+        # (owner/leadership/sole.py: the later one logs an error and serves), which is not what this
+        # test is about.
         endpoint = f"tcp/127.0.0.1:{free_port()}"
         second = spawn_owner(peer_config(endpoint, configs[0]["listen"]["endpoints"]), prefix,
                              "jobs/email", peers=1)

@@ -283,9 +283,9 @@ async def test_chord_member_redelivered_after_lease_expiry_fires_callback_once(m
     assert count(events, "enqueued", f"{chord_id}.callback") == 1
 
 
-async def test_stalled_chord_is_released_by_requeue_dead(mesh):
+async def test_stalled_chord_is_released_by_revive(mesh):
     owner, worker = app_on(mesh, "owner"), app_on(mesh, "worker")
-    owner.queue("shard", max_attempts=1, admin=True)  # requeue_dead changes a job's fate
+    owner.queue("shard", max_attempts=1, admin=True)  # revive changes a job's fate
     owner.queue("reduce")
     calls, fired = reducer(worker)
     fixed = False
@@ -307,14 +307,14 @@ async def test_stalled_chord_is_released_by_requeue_dead(mesh):
         assert not fired.is_set()
         assert count(owner.events.recent(), "enqueued", f"{chord_id}.callback") == 0
         fixed = True
-        assert await worker.requeue_dead("shard", member) == member  # over the mesh
+        assert await worker.revive("shard", member) == member  # over the mesh
         await wait_for(fired)
         events = await wait_events(owner, lambda ev: count(ev, "acked", member) == 1)
         assert await owner.dead_letters("shard") == []
         with pytest.raises(IstosError, match="no dead job"):
-            await worker.requeue_dead("shard", member)
-    requeued = [e for e in events if e.job_id == member and e.kind == "claimed"]
-    assert [e.attempt for e in requeued] == [1, 1]  # a fresh attempt count
+            await worker.revive("shard", member)
+    revived = [e for e in events if e.job_id == member and e.kind == "claimed"]
+    assert [e.attempt for e in revived] == [1, 1]  # a fresh attempt count
     assert calls == [{"results": [0, 1, 2], "input": "in"}]
     assert count(events, "enqueued", f"{chord_id}.callback") == 1
 

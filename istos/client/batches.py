@@ -4,7 +4,7 @@
 (by bytes, under :data:`~istos.protocol.PAGE_BUDGET`, and by count, at most
 :data:`~istos.protocol.MAX_ENQUEUE_ITEMS`), and :func:`send_many` sends them one round trip
 each. The owner stores each request's jobs in one write, all or none
-(:mod:`istos.owner.bulk`).
+(:mod:`istos.owner.handlers.bulk`).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ The one follower of ``istos follow``, ``istos record`` and ``istos_nb``'s ``Live
 
 The follower subscribes to the owner's event key and keeps asking it to publish (the ``follow``
 op) every :func:`renew_interval`; that renewal doubles as the owner's pulse. Besides events
-(each with ``seq``: ``[epoch, n]``, see :mod:`istos.owner.sequence`) it yields markers, dicts
-whose ``kind`` is
+(each with ``seq``: ``[epoch, n]``, see :mod:`istos.owner.persistence.sequence`) it yields markers,
+dicts whose ``kind`` is
 
 - ``owner_lost``: a renewal got no answer within the request timeout, so the follower knows
   within ~1.25 x that timeout; it keeps trying;

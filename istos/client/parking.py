@@ -1,11 +1,14 @@
 """Parked claims, the client's side: how a claim asks to park, and how a parked claim ends.
 
+One concept at three layers: parked claims' request side here, the worker's in
+``worker/parking.py``, the owner's in ``owner/extensions/parking.py``.
+
 A claim that carries ``park_s`` may wait at the owner up to that long for a job; its request
 timeout is then the park plus the usual (:func:`claim_timeout`). Ending one (the worker stops)
 is the ``unpark`` request, sent again every :data:`UNPARK_RETRY_S` until the claim came back,
 since the unpark may overtake the claim it ends (:func:`unpark_until_back`). When to park and
 what to do after is the worker's policy (``istos/worker/parking.py``); the owner's side is
-``istos/owner/parking.py``.
+``istos/owner/extensions/parking.py``.
 """
 
 from __future__ import annotations

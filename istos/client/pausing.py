@@ -2,8 +2,8 @@
 
 Every caller (``Istos.pause``, the CLI's ``istos pause``, ``LiveQueue.pause``) checks its
 arguments here before anything is sent, then sends one ``pause`` or ``resume`` request (admin
-role). The owner stores the pause before claims see it (``istos/owner/pause_store.py``), so it
-outlives the owner's process and an HA failover.
+role). The owner stores the pause before claims see it (``istos/owner/persistence/pause_store.py``),
+so it outlives the owner's process and an HA failover.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Recording a queue: follow it for a while and keep what a trace file needs.
 
+One concept at three layers: the recording here; ``ops/record.py`` writes it as a file,
+``istos_nb/live/record.py`` builds a Trace of it.
+
 The one recording of ``istos record`` (which writes it as a trace file, :mod:`istos.tracefile`)
 and ``istos_nb``'s ``LiveQueue.record`` (which builds a ``Trace`` of it). It follows the owner's
 event stream (:class:`~istos.client.follow.Follower`) for ``seconds`` from the moment the owner

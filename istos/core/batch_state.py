@@ -5,7 +5,7 @@ creator names) keeps this :class:`BatchHeader`: how many members were added, how
 and how, whether the batch is closed, and which callbacks went out. Each member's own owner
 reports the member's end (``done``, ``dead``, ``cancelled``) to the home owner, at least once;
 a report is idempotent by member, because the home owner stores each member's last outcome next
-to the header and writes both in one atomic step (``owner/batches_ext.py``).
+to the header and writes both in one atomic step (``owner/extensions/batches_ext.py``).
 
 **Proof.** The creator picks a random ``key``; the batch id is ``wf:`` + 32 hex digits of
 ``sha256("batch", key, home)`` + ``@`` + the home queue's name (so the id alone finds its
@@ -15,10 +15,15 @@ members' claimers hold (reads strip it, ``workflow_meta.public_meta``): an id re
 event or a job listing proves nothing.
 
 **Transitions of a member.** ``pending`` → ``done`` | ``dead`` | ``cancelled``, ``dead`` →
-``done`` (a dead member requeued with ``app.requeue_dead`` that then succeeds), and ``done`` →
+``done`` (a dead member revived with ``app.revive`` that then succeeds), and ``done`` →
 ``dead`` (the done report went out before an ack that came too late: the lease had expired
 meanwhile and the job then died).
 Every other report changes nothing (a repeat, or a late report of an older attempt).
+
+**Nesting.** A child batch is one member of its parent: its header holds the parent's proof
+(``parent``: ``{id, home, key}``), and once the child is closed and no member of it is pending
+its home reports the child's outcome (:meth:`BatchHeader.outcome`) to the parent's home like a
+member's end, again whenever that outcome changes (a dead member requeued, then done).
 
 **When callbacks are due** (:meth:`BatchHeader.due`), each at most once, only once closed:
 ``on_death`` when at least one member is dead; ``on_complete`` when no member is pending;
@@ -44,6 +49,12 @@ CALLBACK_KEYS = ("id", "home", "kind", "key")
 # (DONE, DEAD): a member's done is reported before its ack is applied; an ack that then
 # comes too late (its lease expired meanwhile and the job died) is corrected by the dead report.
 _MOVES = {(PENDING, DONE), (PENDING, DEAD), (PENDING, CANCELLED), (DEAD, DONE), (DONE, DEAD)}
+
+
+def is_move(old: str, new: str) -> bool:
+    """Whether an outcome moving ``old`` -> ``new`` counts (the transitions above); dependencies
+    (``deps.py``) move their parents' outcomes by the same rules."""
+    return (old, new) in _MOVES
 
 
 def batch_id(key: str, home: str) -> str:
@@ -92,6 +103,15 @@ def check_callback_meta(queue: str, job_id: str, entry: Any) -> dict[str, Any]:
     return entry  # type: ignore[no-any-return]
 
 
+def check_parent(entry: Any) -> dict[str, Any]:
+    """Check a child batch's ``parent_batch`` (``{id, home, key}``: the parent's proof);
+    returns it. Raises :class:`InvalidJob`."""
+    _shape("parent_batch", entry, MEMBER_KEYS)
+    _queue("parent_batch", entry["home"])
+    check_proof("parent_batch", entry["id"], entry["key"], entry["home"])
+    return entry  # type: ignore[no-any-return]
+
+
 def callback_job_id(bid: str, kind: str) -> str:
     """The job id of batch ``bid``'s callback ``kind`` (deterministic: a repeat is a no-op)."""
     return f"{bid}.{kind}"
@@ -128,6 +148,19 @@ class BatchHeader:
     cancelled: int = 0
     fired: dict[str, float] = field(default_factory=dict)
     finished_at: float | None = None  # when no member was pending any more, once closed
+    parent: dict[str, Any] | None = None  # a child batch's parent proof {id, home, key}
+    parent_told: str | None = None  # the outcome the parent's home last counted
+
+    def outcome(self) -> str | None:
+        """The batch's end as a member of its parent: None while open or pending; ``done``
+        when every member is done, ``dead`` when one is dead, else ``cancelled``."""
+        if not self.closed or self.pending:
+            return None
+        return DONE if self.done == self.total else DEAD if self.dead else CANCELLED
+
+    def owes_parent(self) -> bool:
+        """Whether the parent's home has not counted this child's current outcome yet."""
+        return self.parent is not None and self.outcome() not in (None, self.parent_told)
 
     @property
     def pending(self) -> int:
@@ -173,6 +206,7 @@ class BatchHeader:
         return {"batch_id": bid, "home": home, "description": self.description,
                 "closed": self.closed, **self.counts(), "created_at": self.created_at,
                 "finished_at": self.finished_at,
+                "parent_id": None if self.parent is None else self.parent["id"],
                 "callbacks": {kind: {"queue": q, "fired_at": self.fired.get(kind)}
                               for kind, (q, _) in self.callbacks.items()}}
 
@@ -181,7 +215,8 @@ class BatchHeader:
                 "description": self.description, "created_at": self.created_at,
                 "closed": self.closed, "total": self.total, "done": self.done,
                 "dead": self.dead, "cancelled": self.cancelled, "fired": self.fired,
-                "finished_at": self.finished_at}
+                "finished_at": self.finished_at, "parent": self.parent,
+                "parent_told": self.parent_told}
 
     @classmethod
     def decode(cls, d: dict[str, Any]) -> BatchHeader:
@@ -192,4 +227,5 @@ class BatchHeader:
                    total=int(d["total"]), done=int(d["done"]), dead=int(d["dead"]),
                    cancelled=int(d["cancelled"]),
                    fired={str(k): float(v) for k, v in d.get("fired", {}).items()},
-                   finished_at=d.get("finished_at"))
+                   finished_at=d.get("finished_at"), parent=d.get("parent"),
+                   parent_told=d.get("parent_told"))

@@ -17,7 +17,17 @@ from typing import Any
 from .. import events as ev
 from ..context import check_progress
 from .joblogs import record_logs
-from .state import CANCELLED, DEAD, DELAYED, DONE, LEASED, READY, JobRecord, QueueState
+from .state import (
+    CANCELLED,
+    DEAD,
+    DELAYED,
+    DONE,
+    LEASED,
+    READY,
+    WAITING,
+    JobRecord,
+    QueueState,
+)
 
 MAX_EXTEND_ITEMS = 1024  # per request: 1024 maximal items stay well inside one frame
 
@@ -91,7 +101,7 @@ def cancel(state: QueueState, job_id: str, now: float) -> str:
     rec = state.jobs.get(job_id)
     if rec is None:
         return "unknown"
-    if rec.state in (READY, DELAYED):
+    if rec.state in (READY, DELAYED, WAITING):
         state.end_cancelled(rec, now)
         return "cancelled"
     if rec.state == LEASED:

@@ -2,9 +2,9 @@
 
 A pause says who asked for it (``by``, as the caller named itself), why (``reason``) and when
 (``at``, the owner's wall clock). The owner keeps them in their own storage namespace, written
-before memory changes (``owner/pause_store.py``), so a restarted owner or a newly elected HA
-leader starts paused. This module is the record and the set of them, with their wire shapes;
-it does no I/O.
+before memory changes (``owner/persistence/pause_store.py``), so a restarted owner or a newly
+elected HA leader starts paused. This module is the record and the set of them, with their wire
+shapes; it does no I/O.
 
 Storage keys: :data:`QUEUE_KEY` for the whole queue, ``group:{name}`` for a group.
 """

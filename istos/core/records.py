@@ -4,7 +4,9 @@ States: ``ready`` (claimable), ``delayed`` (claimable from ``ready_at``), ``leas
 holds it until ``lease_deadline``), ``done`` (kept only with results, until ``expires_at``),
 ``dead``, ``cancelled`` (by ``app.cancel``; kept like a done job until ``expires_at``) and
 ``expired`` (its start deadline ``start_by`` passed before any worker started it: never run,
-kept like a done job until ``expires_at``; ``expiry.py``).
+kept like a done job until ``expires_at``; ``expiry.py``) and ``waiting`` (enqueued with
+``after=``: stored, not claimable until its parents ended as its ``on_parent_failure`` needs,
+then ``ready`` or ``delayed``; ``deps.py``).
 The transitions between them live in ``state.py``.
 """
 
@@ -17,7 +19,8 @@ import msgpack
 
 from .backoff import BackoffPolicy
 
-JobState = Literal["ready", "delayed", "leased", "done", "dead", "cancelled", "expired"]
+JobState = Literal["ready", "delayed", "leased", "done", "dead", "cancelled", "expired",
+                   "waiting"]
 """The state of a job (``JobRecord.state``, the keys of ``QueueState.counts``)."""
 
 READY: Final = "ready"
@@ -27,7 +30,9 @@ DONE: Final = "done"
 DEAD: Final = "dead"
 CANCELLED: Final = "cancelled"
 EXPIRED: Final = "expired"
-STATES: tuple[JobState, ...] = (READY, DELAYED, LEASED, DONE, DEAD, CANCELLED, EXPIRED)
+WAITING: Final = "waiting"
+STATES: tuple[JobState, ...] = (READY, DELAYED, LEASED, DONE, DEAD, CANCELLED, EXPIRED,
+                                WAITING)
 LEASE_EXPIRED_ERROR = "lease expired"
 SPARED_ERROR = "lease expired during a storage outage (attempt not counted)"
 RELEASED = "released"

@@ -1,6 +1,9 @@
 """Time series of one queue, kept by whoever sees its events (the owner, or a simulation's
 event log): bounded time buckets, pure (no clock reads, no I/O).
 
+One concept at three layers: the pure series here, the owner's op that serves it in
+``owner/views/series.py``, its DataFrame shape in ``istos_nb/data/series.py``.
+
 Two resolutions: :data:`FINE_S` (1 s) buckets for the last :data:`FINE_N` (one hour) and
 :data:`COARSE_S` (1 min) buckets for the last :data:`COARSE_N` (one day). Only buckets in which
 something happened are stored; a row for a quiet bucket repeats the counts before it with zero
@@ -31,7 +34,7 @@ from .. import events as ev
 FINE_S, FINE_N = 1.0, 3600
 COARSE_S, COARSE_N = 60.0, 1440
 RESOLUTIONS = (FINE_S, COARSE_S)
-STATE_COLUMNS = ("ready", "delayed", "leased", "done", "dead", "cancelled")
+STATE_COLUMNS = ("ready", "delayed", "leased", "done", "dead", "cancelled", "waiting")
 EVENT_COLUMNS = ("enqueued", "claimed", "acked", "nacked", "expired", "dead_lettered",
                  "cancelled_n")
 QUANTILES = (50, 95, 99)

@@ -25,6 +25,7 @@ from typing import Any, TypeAlias
 
 from .. import events as ev
 from ..events import EventKind, JobEvent
+from . import deps_rules as deps
 from .backoff import backoff
 from .debounce import DebounceKeys
 from .dedup import DedupMark, DedupMarks
@@ -44,6 +45,7 @@ from .records import (
     RELEASED,
     SPARED_ERROR,
     STATES,
+    WAITING,
     Attempt,
     JobRecord,
     JobState,
@@ -57,7 +59,7 @@ Change: TypeAlias = JobRecord | str | DedupMark
 
 __all__ = [
     "CANCELLED", "DEAD", "DELAYED", "DONE", "EXPIRED", "LEASED", "LEASE_EXPIRED_ERROR", "READY",
-    "RELEASED",
+    "RELEASED", "WAITING",
     "Change", "SPARED_ERROR", "STATES", "Attempt", "JobRecord", "JobState", "QueuePolicy",
     "QueueState", "Snapshot",
 ]
@@ -134,6 +136,8 @@ class QueueState:
                         start_by=start_by)
         rec.ready_at = now + max(0.0, delay_s)
         rec.state = DELAYED if delay_s > 0 else READY
+        if meta is not None and deps.waits(meta):
+            rec.state = WAITING  # its parents release it (deps.py); its delay counts from now
         return rec
 
     def insert(self, rec: JobRecord, now: float) -> None:
@@ -145,6 +149,9 @@ class QueueState:
         self.counts[rec.state] += 1
         if rec.state == READY:
             self.heaps.push_ready(rec)
+        elif rec.state == WAITING:  # in no heap: only its parents' reports move it
+            self._inserted_waiting(rec, now)
+            return
         else:
             self.heaps.push_delayed(rec)
         if rec.debounce_key is not None:
@@ -170,6 +177,16 @@ class QueueState:
             return
         self._emit(now, rec, ev.ENQUEUED, priority=rec.priority,
                    delay_s=max(0.0, rec.ready_at - now), ready_at=rec.ready_at)
+
+    def _inserted_waiting(self, rec: JobRecord, now: float) -> None:
+        """The rest of :meth:`insert` for a child stored to wait: its keys are held as
+        any job's; its start deadline counts once it is released (:meth:`unblock`)."""
+        if rec.debounce_key is not None:
+            self.debounce.note(rec, self.jobs)
+        if rec.unique_key is not None:
+            self.unique.note(rec)
+        self._emit(now, rec, ev.WAITING, priority=rec.priority, ready_at=rec.ready_at,
+                   parents=len(rec.meta[deps.META]["after"]) if rec.meta else 0)
 
     def enqueue(self, job_id: str, body: bytes, now: float, *,  # noqa: PLR0913 (as new_record)
                 delay_s: float = 0.0,
@@ -554,14 +571,48 @@ class QueueState:
             return None
         self._forget(rec)  # queues a delete, which the write of the fresh record overrides
         fresh = self.new_record(job_id, rec.body, now, priority=rec.priority, meta=rec.meta)
+        if fresh.state == WAITING:  # a child that ran once (promoted) waits no more
+            fresh.state = READY
         self.insert(fresh, now)  # emits "enqueued" and makes it claimable
         self.dirty.append(fresh)
         return fresh
 
+    def unblock(self, rec: JobRecord, now: float, *, forced: bool = False) -> None:
+        """Move waiting ``rec`` on: ready now (behind the jobs already ready), or delayed
+        until its ``ready_at`` if its own delay has not passed. Emits ``unblocked``
+        (``forced``: an operator's promote, not its parents)."""
+        self._save(rec)
+        rec.ready_at = max(rec.ready_at, now)
+        if rec.ready_at > now:
+            self._move(rec, DELAYED)
+            self.heaps.push_delayed(rec)
+        else:
+            self._move(rec, READY)
+            self.heaps.push_ready(rec)
+        if rec.start_by is not None:
+            self.heaps.starts.push(rec)
+        self.dirty.append(rec)
+        detail: dict[str, Any] = {"delay_s": rec.ready_at - now, "ready_at": rec.ready_at,
+                                  "priority": rec.priority}
+        if forced:
+            detail["forced"] = True
+        self._emit(now, rec, ev.UNBLOCKED, **detail)
+
+    def set_meta(self, rec: JobRecord, meta: dict[str, Any]) -> None:
+        """Replace ``rec``'s meta (a new dict: an undo snapshot keeps the old one)."""
+        self._save(rec)
+        rec.meta = meta
+        self.dirty.append(rec)
+
     def promote(self, job_id: str, now: float) -> bool:
         """Make delayed job ``job_id`` ready now (it queues behind the jobs already ready);
-        False when it is not delayed. Emits ``retry_scheduled`` with ``promoted``."""
+        False when it is neither delayed nor waiting. Emits ``retry_scheduled`` with
+        ``promoted``; a waiting job (an operator releasing it whatever its parents) emits
+        ``unblocked`` with ``forced``."""
         rec = self.jobs.get(job_id)
+        if rec is not None and rec.state == WAITING:
+            self.unblock(rec, now, forced=True)
+            return True
         if rec is None or rec.state != DELAYED:
             return False
         self._save(rec)

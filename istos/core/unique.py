@@ -11,10 +11,10 @@ nothing and is answered with the holder's id. The holder's scope says how long i
 
 Exact, not best effort: the owner serialises every enqueue of its queue, and a key whose first
 job's write is still in flight makes the next enqueue with that key wait for that write (the
-owner's side, ``owner/accept.py``). The key, scope and window are stored with the job's record,
-so an owner restart or an HA failover rebuilds the index from the records it reloads; a
-``finished`` key whose record is forgotten before its window ended (acked without results) is
-kept by the dedup mark written in place of the record (``dedup.py``), which carries the key.
+owner's side, ``owner/handlers/accept.py``). The key, scope and window are stored with the job's
+record, so an owner restart or an HA failover rebuilds the index from the records it reloads; a
+``finished`` key whose record is forgotten before its window ended (acked without results) is kept
+by the dedup mark written in place of the record (``dedup.py``), which carries the key.
 
 Cost: one dict lookup per enqueue with a key; none for a queue that never uses one. Memory: one
 entry per key whose job is still held or whose window is open.

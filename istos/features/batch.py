@@ -6,7 +6,7 @@
 on any queue; ``await batch.close()`` says no more members come from outside. A member's
 handler may add more members (``ctx.batch.add``), also after close, while it runs. The home
 owner keeps the counts through its storage and fires each callback once
-(``owner/batches_ext.py``; the rules are in ``core/batch_state.py``).
+(``owner/extensions/batches_ext.py``; the rules are in ``core/batch_state.py``).
 
 Adding is two steps: the home counts the member as pending (``batch_add``), then the member is
 enqueued on its queue with ``meta={"batch": {id, home, key}}``. Both are idempotent by the
@@ -25,7 +25,7 @@ from ..core import batch_state as bs
 from ..core.config import check_queue_name
 from ..errors import ConfigError, IstosError, JobNotFound
 from ..events import JobEvent
-from ..owner.batches_ext import BatchOwner
+from ..owner.extensions.batches_ext import BatchOwner
 
 if TYPE_CHECKING:
     from ..client import OwnerClient
@@ -75,10 +75,13 @@ class Batch:
         ``dedup_s``, ``group``, ``timeout_s``). Idempotent by ``job_id`` (generated if None).
         Raises :class:`InvalidJob` when the batch is closed (and this is not a running
         member's ``ctx.batch.add``) or unknown at its home, :class:`ConfigError` for a bad
-        queue name or option, :class:`OwnerUnavailable` when the home does not answer (nothing
-        added), and :class:`BatchAddFailed` when the member was counted but its enqueue failed.
+        queue name or option (``after`` too: a member cannot wait for parents),
+        :class:`OwnerUnavailable` when the home does not answer (nothing added), and
+        :class:`BatchAddFailed` when the member was counted but its enqueue failed.
         """
         check_queue_name(queue)
+        if "after" in options:  # (a member waiting for parents: not supported together)
+            raise ConfigError("batch.add takes no after=: a member cannot wait for parents")
         b = self._batches
         jid = job_id or b.node.ids.new()
         codec.encode_body(data, queue=queue)  # refuse what cannot be encoded before counting
@@ -106,6 +109,19 @@ class Batch:
         """The batch's counts and callbacks (:meth:`Batches.batch_status`)."""
         return await self._batches.batch_status(self.id)
 
+    async def batch(self, **options: Any) -> Batch:
+        """Open a child batch that counts as one member of this one: as
+        :meth:`Batches.batch` (``on_success``, ``on_complete``, ``on_death``, ``description``,
+        ``home``; the home defaults to the first callback's queue, else this batch's home).
+
+        Once the child is closed and no member of it is pending, it ends in this batch as a
+        member would: ``done`` when every member of it is done, ``dead`` when one is dead,
+        else ``cancelled``. The same rules as :meth:`add` apply (closed batches, and a running
+        member's ``ctx.batch.batch`` also after close). Raises as :meth:`Batches.batch`, and
+        as :meth:`add` when this batch refuses the child (the child is then open but counted
+        nowhere: nothing waits for it)."""
+        return await self._batches.batch(parent=self, **options)
+
 
 class Batches:
     """``app.batch`` and ``app.batch_status``; :meth:`owner_extension` is the owner side."""
@@ -122,7 +138,7 @@ class Batches:
     async def batch(self, *, on_success: tuple[str, Any] | None = None,
                     on_complete: tuple[str, Any] | None = None,
                     on_death: tuple[str, Any] | None = None, description: str = "",
-                    home: str | None = None) -> Batch:
+                    home: str | None = None, parent: Batch | None = None) -> Batch:
         """Open a batch; add members with :meth:`Batch.add`, then :meth:`Batch.close` it.
 
         Each callback is ``(queue, data)``; its job's body is ``{"batch_id", "kind",
@@ -130,30 +146,19 @@ class Batches:
         After close, ``on_complete`` fires once no member is pending (each done, dead or
         cancelled), ``on_success`` once every member is done, ``on_death`` once a member is
         dead: each at most once. ``home``: the queue whose owner keeps the batch (default:
-        the queue of ``on_complete``, else ``on_success``, else ``on_death``).
+        the queue of ``on_complete``, else ``on_success``, else ``on_death``, else the
+        parent's home). ``parent``: a batch this one is a member of (:meth:`Batch.batch`).
 
-        Raises :class:`ConfigError` for a malformed callback, a bad queue name, no callback
-        and no ``home``, or a description over 1024 bytes; :class:`InvalidJob` for callback
-        data msgpack cannot encode; :class:`OwnerUnavailable` when the home (or a callback
-        queue's owner, which must expect the callback) does not answer.
+        Raises :class:`ConfigError` for a malformed callback, a bad queue name, no callback,
+        no ``home`` and no ``parent``, or a description over 1024 bytes; :class:`InvalidJob`
+        for callback data msgpack cannot encode (or a ``parent`` that refuses the child);
+        :class:`OwnerUnavailable` when the home (or a callback queue's owner, which must
+        expect the callback) does not answer.
         """
         self._require_serving()
-        callbacks: dict[str, tuple[str, bytes]] = {}
-        for kind, spec in (("on_complete", on_complete), ("on_success", on_success),
-                           ("on_death", on_death)):
-            if spec is None:
-                continue
-            if not isinstance(spec, (tuple, list)) or len(spec) != 2:
-                raise ConfigError(f"{kind} must be a (queue, data) pair, got {spec!r}")
-            queue = check_queue_name(spec[0])
-            callbacks[kind] = (queue, codec.encode_body(spec[1], queue=queue))
-        if home is None:
-            if not callbacks:
-                raise ConfigError("a batch needs a callback or a home queue")
-            home = next(iter(callbacks.values()))[0]
-        check_queue_name(home)
-        if len(home.encode()) > MAX_HOME_BYTES:
-            raise ConfigError(f"a batch's home queue name is at most {MAX_HOME_BYTES} bytes")
+        callbacks = _callbacks(on_complete=on_complete, on_success=on_success,
+                               on_death=on_death)
+        home = _home(home, callbacks, parent)
         if not isinstance(description, str) or \
                 len(description.encode()) > protocol.MAX_BATCH_DESCRIPTION:
             raise ConfigError("description must be a string of at most "
@@ -166,10 +171,23 @@ class Batches:
                 foreign.setdefault(queue, []).append(kind)
         for queue, kinds in foreign.items():  # on its produce key: only who may enqueue there
             await self.client(queue).call("batch_reserve", batch_id=bid, key=key, kinds=kinds)
+        fields: dict[str, Any] = {}
+        if parent is not None:
+            fields["parent_batch"] = {"id": parent.id, "home": parent.home, "key": parent._key}
         await self.client(home).call(
             "batch_open", batch_id=bid, key=key, description=description,
-            callbacks={k: [q, b] for k, (q, b) in callbacks.items()})
+            callbacks={k: [q, b] for k, (q, b) in callbacks.items()}, **fields)
+        if parent is not None:
+            await self._join(parent, bid, home)
         return Batch(bid, home, key, self)
+
+    async def _join(self, parent: Batch, bid: str, home: str) -> None:
+        """Count child batch ``bid`` as one pending member of ``parent``, at its home."""
+        joined: dict[str, Any] = {"batch_id": parent.id, "key": parent._key, "member": bid,
+                                  "member_queue": home}
+        if parent._parent is not None:  # a running member's ctx.batch: may add after close
+            joined["parent"] = parent._parent
+        await self.client(parent.home).call("batch_add", **joined)
 
     async def batch_status(self, batch_id: str) -> dict[str, Any]:
         """The batch's ``total``, ``pending``, ``done``, ``dead``, ``cancelled``, ``closed``,
@@ -207,6 +225,37 @@ class Batches:
         ext = self._owners.get(event.queue)
         if ext is not None and ext.owner.running and event.kind in ROUTED:
             ext.on_event(event)
+
+
+def _callbacks(**specs: tuple[str, Any] | None) -> dict[str, tuple[str, bytes]]:
+    """``{kind: (queue, encoded data)}`` from ``app.batch``'s callback arguments (in order)."""
+    callbacks: dict[str, tuple[str, bytes]] = {}
+    for kind, spec in specs.items():
+        if spec is None:
+            continue
+        if not isinstance(spec, (tuple, list)) or len(spec) != 2:
+            raise ConfigError(f"{kind} must be a (queue, data) pair, got {spec!r}")
+        queue = check_queue_name(spec[0])
+        callbacks[kind] = (queue, codec.encode_body(spec[1], queue=queue))
+    return callbacks
+
+
+def _home(home: str | None, callbacks: dict[str, tuple[str, bytes]],
+          parent: Batch | None) -> str:
+    """The batch's home queue: ``home``, else the first callback's queue, else the parent's."""
+    if parent is not None and not isinstance(parent, Batch):
+        raise ConfigError(f"parent must be a Batch (app.batch's handle), got {parent!r}")
+    if home is None:
+        if callbacks:
+            home = next(iter(callbacks.values()))[0]
+        elif parent is not None:
+            home = parent.home
+        else:
+            raise ConfigError("a batch needs a callback or a home queue (or a parent batch)")
+    check_queue_name(home)
+    if len(home.encode()) > MAX_HOME_BYTES:
+        raise ConfigError(f"a batch's home queue name is at most {MAX_HOME_BYTES} bytes")
+    return home
 
 
 ROUTED = frozenset({"owner_up", "dead_lettered", "cancelled"})

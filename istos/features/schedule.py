@@ -33,10 +33,10 @@ a bounded :class:`~istos.core.slots.RecentSlots` for ``max(2 periods, 60 s)``, r
 same slot again in that time even after its job finished. So declare a schedule on every
 replica, under the same name, and it runs once per slot (nodes whose clocks differ by more than
 that hold could still tick a slot twice). With durable storage the owner also marks each
-accepted slot there (:mod:`~istos.owner.slot_marks`), so a restarted or failed-over owner
-still refuses it; an in-memory owner's restart forgets the finished slots.
-A failed enqueue (for example :class:`OwnerUnavailable`) is logged and the schedule carries on
-with its next slot; another node declaring the schedule may still enqueue that slot.
+accepted slot there (:mod:`~istos.owner.persistence.slot_marks`), so a restarted or failed-over
+owner still refuses it; an in-memory owner's restart forgets the finished slots. A failed enqueue
+(for example :class:`OwnerUnavailable`) is logged and the schedule carries on with its next slot;
+another node declaring the schedule may still enqueue that slot.
 
 High availability: when the schedule's queue is declared on this app with ``ha=True``, a slot is
 enqueued only while ``app.is_active_owner(queue)`` holds, so only the elected leader ticks and
@@ -62,7 +62,7 @@ from ..core.config import check_queue_name
 from ..core.slots import RecentSlots, hold_s
 from ..errors import ConfigError, ProtocolError
 from ..owner.extension import Hooks, OwnerExtension
-from ..owner.slot_marks import SlotMarks
+from ..owner.persistence.slot_marks import SlotMarks
 
 if TYPE_CHECKING:
     from ..client import OwnerClient

@@ -48,7 +48,7 @@ since they now live in the callback job); the owner deletes its tombstones after
 fired just before an owner restart are not tracked by the new owner and stay (a few bytes each).
 
 **A dead member stalls its chord.** ``app.enqueue(queue, dead["data"])`` makes a NEW job without
-chord meta, which will run but will NOT release the chord. :meth:`Workflows.requeue_dead`
+chord meta, which will run but will NOT release the chord. :meth:`Workflows.revive`
 moves the dead job itself back to ready, under the same id with its data and meta, so the chord
 can finish.
 """
@@ -58,7 +58,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -70,6 +70,7 @@ from ..core import workflow_meta as wf
 from ..core.config import check_priority, check_queue_name
 from ..core.state import JobRecord
 from ..core.workflow_meta import check_workflow_meta
+from ..deprecation import renamed
 from ..errors import ConfigError, InvalidJob, IstosError, JobNotFound, ProtocolError
 from ..owner.extension import Hooks, OwnerExtension
 from ..payload import compose
@@ -97,10 +98,10 @@ class Enqueue(Protocol):
 
 
 class Workflows:
-    """``chain``, ``group``, ``chord`` and ``requeue_dead`` of one app (``app.workflows``).
+    """``chain``, ``group``, ``chord`` and ``revive`` of one app (``app.workflows``).
 
     Built on the app's ``enqueue``, its per-queue ``client`` and its ``require_serving``
-    check; :meth:`owner_extension` is the owner side (chord barriers, ``requeue_dead``) on
+    check; :meth:`owner_extension` is the owner side (chord barriers, ``revive``'s op) on
     each owner the app starts, and :meth:`continue_after` is the worker's continuation hook.
     """
 
@@ -152,7 +153,7 @@ class Workflows:
 
         ``callback`` is ``(callback_queue, extra)``; the callback job's body is
         ``{"results": [one per item, in item order], "input": extra}``. Returns the chord id.
-        Members that dead-letter stall the chord until :meth:`requeue_dead` brings them back.
+        Members that dead-letter stall the chord until :meth:`revive` brings them back.
         Raises :class:`ConfigError` for a malformed callback and :class:`InvalidJob` (before
         anything is sent) for an item or ``extra`` msgpack cannot encode.
         """
@@ -196,8 +197,8 @@ class Workflows:
                                _meta=meta)
         return chord_id
 
-    async def requeue_dead(self, queue: str, job_id: str) -> str:
-        """Move dead job ``job_id`` of ``queue`` back to ready; returns its id.
+    async def revive(self, queue: str, job_id: str) -> str:
+        """Move dead job ``job_id`` of ``queue`` back to ready under its own id; returns its id.
 
         The job keeps its id, data, priority and ``meta`` (so a chord member still counts
         towards its chord, and a chain step still continues its chain) and starts afresh:
@@ -207,30 +208,37 @@ class Workflows:
 
         This is deliberate, like re-enqueueing a dead letter by hand: fix the cause first.
         It changes a job's fate, so the owner's queue must be declared with ``admin=True``
-        (:class:`AdminDisabled` otherwise), like ``requeue`` and ``purge_dead``.
-        A plain ``enqueue`` of the dead job's data is a different job with no workflow meta and
-        does not release a stalled chord.
+        (:class:`AdminDisabled` otherwise), like ``resubmit`` and ``purge_dead``.
+        A plain ``enqueue`` of the dead job's data (or ``LiveQueue.resubmit``, a copy under a
+        new id) is a different job with no workflow meta and does not release a stalled chord.
+        Sent as the ``requeue_dead`` op.
         """
         check_queue_name(queue)
         self._require_serving()
         reply = await self.client(queue).call("requeue_dead", job_id=job_id)
         if reply.get("status") != "requeued":
             raise JobNotFound(f"queue {queue!r} holds no dead job {job_id!r} (its state: "
-                              f"{reply.get('state', 'unknown')}); nothing was requeued")
+                              f"{reply.get('state', 'unknown')}); nothing was revived")
         return str(reply["job_id"])
+
+    def requeue_dead(self, queue: str, job_id: str) -> Coroutine[Any, Any, str]:
+        """Deprecated alias of :meth:`revive` (kept one release): warns with a
+        :class:`DeprecationWarning`, then is that call, raising what it raises."""
+        renamed("requeue_dead", "revive")
+        return self.revive(queue, job_id)
 
     # -- hooks --
     def owner_extension(self, owner: OwnerHandle) -> OwnerExtension:
-        """Serve chords (barriers, ``chord_open``) and ``requeue_dead`` on ``owner``; its
-        enqueues with workflow meta are checked by the chord barriers."""
+        """Serve chords (barriers, ``chord_open``) and :meth:`revive` (the ``requeue_dead``
+        op) on ``owner``; its enqueues with workflow meta are checked by the chord barriers."""
         barriers = ChordBarriers(owner, self)
         owner.check_meta_with(barriers.check_meta)
 
-        async def requeue(msg: dict[str, Any]) -> dict[str, Any]:
-            return await requeue_dead_op(owner, msg["job_id"])  # admin-gated by dispatch
+        async def revive(msg: dict[str, Any]) -> dict[str, Any]:
+            return await revive_op(owner, msg["job_id"])  # admin-gated by dispatch
 
         return Hooks(name="workflows",
-                     ops={"chord_open": barriers.op_open, "requeue_dead": requeue,
+                     ops={"chord_open": barriers.op_open, "requeue_dead": revive,
                           "chord_reserve": barriers.callbacks.op_reserve,
                           "chord_expects": barriers.callbacks.op_expects},
                      before_ack=barriers.on_ack, before_ack_meta_only=True)
@@ -258,8 +266,8 @@ def callback_meta(chord_id: str, queue: str, size: int, key: str) -> dict[str, A
     return {"callback": {"id": chord_id, "queue": queue, "size": size, "key": key}}
 
 
-async def requeue_dead_op(owner: OwnerHandle, job_id: str) -> dict[str, Any]:
-    """The owner side of :meth:`Workflows.requeue_dead` (the ``requeue_dead`` op)."""
+async def revive_op(owner: OwnerHandle, job_id: str) -> dict[str, Any]:
+    """The owner side of :meth:`Workflows.revive` (the ``requeue_dead`` op)."""
     state = owner.state
     if state.revive_dead(job_id, owner.node.clock.now()) is None:
         held = state.jobs.get(job_id)

@@ -73,6 +73,8 @@ async def batch(op: Operator, args: argparse.Namespace, out: Any, emit: Emit) ->
                                          if status["description"] else ""),
              f"  home {home}, {'closed' if status['closed'] else 'open'}, created "
              f"{_when(status['created_at'])}, finished {_when(status['finished_at'])}",
+             *([f"  a member of batch {status['parent_id']}"] if status.get("parent_id")
+               else []),
              f"  {_counts(status)}", f"  callbacks: {_callbacks(status)}",
              f"  {state} members" + (" (first shown)" if members["more"] else "") + ":"]
     lines += [f"    {m['queue']}  {m['job_id']}" for m in members["members"]] or ["    none"]

@@ -1,7 +1,7 @@
 """``istos``, the operator's command line: look at live queues without writing Python.
 
 ``istos stats|jobs|why|dead|leases|follow QUEUE [...] --zenoh CONFIG --prefix P [--json]``, the
-admin commands ``requeue``, ``purge-dead``, ``pause``, ``resume``, ``cancel`` (refused unless
+admin commands ``resubmit``, ``purge-dead``, ``pause``, ``resume``, ``cancel`` (refused unless
 the queue was declared with ``admin=True``), ``istos metrics QUEUE... --port N`` (Prometheus text on
 ``/metrics``), ``istos dashboard QUEUE`` (the LiveDashboard through Voila on 127.0.0.1) and
 ``istos record QUEUE --seconds N -o FILE`` (a trace for ``istos_nb.sim.replay``: record.py).
@@ -11,8 +11,9 @@ Tables are for people (local times, ages, one-line payloads); ``--json`` prints 
 1 the owner refused (admin disabled, no such job), 2 bad usage, 3 no owner answered (of several
 queues: none did); errors are one line on stderr, never a traceback, and with ``--json`` also a
 JSON object ``{"error": TYPE, "message": ...}`` on stdout. Job ids may be given as a unique
-prefix of at least 6 characters (``why``, ``cancel``, ``update``, ``requeue``), as demos and
-charts print them. Nothing here imports ``istos_nb`` (``dashboard`` starts Voila, whose kernel
+prefix of at least 6 characters (``why``, ``cancel``, ``update``, ``resubmit``), as demos and
+charts print them. Renamed commands keep their old names, unlisted, for one release
+(:data:`OLD_COMMANDS`). Nothing here imports ``istos_nb`` (``dashboard`` starts Voila, whose kernel
 does).
 """
 
@@ -38,6 +39,8 @@ from .record import add_command as add_record_command
 from .record import run_record
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_OWNER = 0, 1, 2, 3
+OLD_COMMANDS = {"requeue": "resubmit", "requeue-dead": "redrive-dead"}
+"""Old command names that still work, unlisted, for one release: old name -> the command."""
 
 
 class UsageError(ConfigError):
@@ -79,7 +82,8 @@ def _more_commands(command: Any) -> None:
     BC.add_commands(command)
 
 
-def parser() -> argparse.ArgumentParser:
+# ``old_names=False`` leaves out OLD_COMMANDS: the reference documents the current names only.
+def parser(old_names: bool = True) -> argparse.ArgumentParser:
     top = _Parser(
         prog="istos", description="Look at live Istos queues (and, where a queue allows it, "
         "act on them) without writing Python. Exit status: 0 ok, 1 refused by the owner, "
@@ -118,7 +122,7 @@ def parser() -> argparse.ArgumentParser:
     p = command("follow", "print live events as they happen (Ctrl-C stops)")
     p.add_argument("--count", type=int, default=0, help="stop after N events (0: never)")
     p.add_argument("--seconds", type=float, default=0.0, help="stop after S seconds (0: never)")
-    p = command("requeue", "admin: enqueue a dead job's body again under a new id")
+    p = command("resubmit", "admin: enqueue a dead job's body again as a new job (a new id)")
     p.add_argument("job_id", metavar="JOB_ID")
     p = command("purge-dead", "admin: delete dead letters (the given ids, or --all)")
     p.add_argument("job_ids", nargs="*", metavar="JOB_ID")
@@ -148,6 +152,21 @@ def parser() -> argparse.ArgumentParser:
                    help="end a closed page's kernel after S seconds idle (default 60)")
     _more_commands(command)
     add_record_command(sub, _common)
+    return _with_old_names(top, sub) if old_names else top
+
+
+def documented_parser() -> argparse.ArgumentParser:
+    """The parser as docs/reference/cli.rst documents it: without the old command names."""
+    return parser(old_names=False)
+
+
+def _with_old_names(top: argparse.ArgumentParser, sub: Any) -> argparse.ArgumentParser:
+    """``top`` with each of :data:`OLD_COMMANDS` parsed as the command it names (its
+    arguments copied); given no help, argparse leaves them out of the listing."""
+    for old, new in OLD_COMMANDS.items():
+        alias = sub.add_parser(old, parents=[sub.choices[new]], add_help=False,
+                               description=f"the old name of `istos {new}` (kept one release)")
+        alias.set_defaults(command=new)
     return top
 
 
@@ -296,15 +315,15 @@ async def _follow(op: Operator, args: argparse.Namespace, out: Any) -> int:
     return EXIT_OK
 
 
-async def _requeue(op: Operator, args: argparse.Namespace, out: Any) -> int:
+async def _resubmit(op: Operator, args: argparse.Namespace, out: Any) -> int:
     job_id = await resolve_id(op, args.queue, args.job_id)
-    reply = await op.call(args.queue, "requeue", job_id=job_id)
+    reply = await op.call(args.queue, "requeue", job_id=job_id)  # the op's wire name
     new_id = reply.get("job_id")
     if new_id is None:
         raise UnknownJob(f"queue {args.queue!r} holds no dead job {job_id!r}")
-    status = str(reply.get("status") or "requeued")
-    text = (f"{job_id} was already requeued as {new_id}" if status == "already_requeued"
-            else f"requeued {job_id} as {new_id}")
+    status = str(reply.get("status") or "requeued")  # the wire's status words, in --json too
+    text = (f"{job_id} was already resubmitted as {new_id}" if status == "already_requeued"
+            else f"resubmitted {job_id} as {new_id}")
     return _emit(out, args, {"job_id": new_id, "dead_job_id": job_id, "status": status}, text)
 
 
@@ -334,12 +353,13 @@ async def _cancel(op: Operator, args: argparse.Namespace, out: Any) -> int:
 
 
 _HANDLERS = {"stats": _stats, "jobs": _jobs, "why": _why, "dead": _dead, "leases": _leases,
-             "series": _series, "follow": _follow, "requeue": _requeue, "purge-dead": _purge,
+             "series": _series, "follow": _follow, "resubmit": _resubmit,
+             "purge-dead": _purge,
              "pause": _pause_resume, "resume": _pause_resume, "cancel": _cancel,
              "update": lambda op, a, out: update_cmd.update(op, a, out, _emit, resolve_id,
                                                             UnknownJob),
              "workers": lambda op, a, out: OC.workers(op, a, out, _emit),
-             "requeue-dead": lambda op, a, out: OC.requeue_dead(op, a, out, _emit, UsageError),
+             "redrive-dead": lambda op, a, out: OC.redrive_dead(op, a, out, _emit, UsageError),
              "promote": lambda op, a, out: OC.promote(op, a, out, _emit),
              "queues": lambda op, a, out: OC.queues(op, a, out, _emit), "record": run_record,
              "batches": lambda op, a, out: BC.batches(op, a, out, _emit),

@@ -1,5 +1,8 @@
 """``istos metrics``: Prometheus text exposition of live queues on ``/metrics`` (read-only).
 
+One concept at two layers: the exporter here; the outbox's gauges it adds with ``--outbox``
+are ``outbox/metrics.py``.
+
 Each scrape asks every queue's owner for its ``stats`` at once, each within its own budget
 (``--budget``, default :data:`SCRAPE_BUDGET_S`), so an unreachable queue costs a scrape that
 budget and never delays or hides the others, and reports, with a ``queue`` label:

@@ -4,7 +4,7 @@ own numbers (its ``stats`` and its ``workers`` table):
 - ``istos_wait_seconds`` and ``istos_run_seconds`` (histograms, ``queue`` label): how long jobs
   waited claimable before a claim, and how long deliveries were held (claim to ack, nack or
   lease expiry), since the owner started. Buckets (``le``, seconds): 0.005, 0.01, 0.025, 0.05,
-  0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, +Inf (``istos.owner.latency``);
+  0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, +Inf (``istos.owner.views.latency``);
 - ``istos_workers`` (gauge): workers the owner saw claim or renew lately;
 - ``istos_batches_open`` (gauge): batches this queue is home to that have not finished
   (``docs/batches.md``);

@@ -84,7 +84,7 @@ class Operator:
 
         young = SETTLE_S - (self.node.clock.monotonic() - self._opened)
         return await discover(self._transport, self.node.prefix, self.node.request_timeout_s,
-                              settle_s=max(0.0, young))
+                              settle_s=max(0.0, young), clock=self.node.clock)
 
     async def queue_names(self, given: list[str] | None = None) -> list[str]:
         """``given`` if any, else every queue discovered (none found: OwnerUnavailable)."""

@@ -1,5 +1,5 @@
 """The operator commands kept apart from ``cli.py``: ``istos workers``,
-``istos requeue-dead``, ``istos promote``, the ``--older-than`` of ``purge-dead`` and the
+``istos redrive-dead``, ``istos promote``, the ``--older-than`` of ``purge-dead`` and the
 search options of ``jobs`` (``--error``, ``--worker``, ``--enqueued-after``, ...).
 
 Bulk actions are one bounded request each on the owner (at most a thousand jobs); the command
@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from ..owner.workflow_view import fill_states
+from ..owner.views.workflow_view import fill_states
 from . import render as R
 from .discovery import queue_rows
 from .operator import Operator
@@ -60,7 +60,8 @@ def add_commands(command: Command) -> None:
     command("workers", "worker nodes that claimed or renewed lately: slots, held jobs, counts "
             "(none given: every queue discovered)", "any")
     command("queues", "every queue under the prefix: owner, HA role, counts, rates", "none")
-    p = command("requeue-dead", "admin: dead letters back to ready under their ids (afresh)")
+    p = command("redrive-dead", "admin: dead letters back to ready under their own ids "
+                "(afresh)")
     p.add_argument("--error", metavar="TEXT", help="only those whose last error contains TEXT")
     p.add_argument("--all", action="store_true", help="every dead letter")
     p = command("promote", "admin: delayed jobs ready now (the given ids, or all)")
@@ -141,13 +142,14 @@ async def queues(op: Operator, args: argparse.Namespace, out: Any,
     return emit(out, args, {"queues": rows}, queues_text(rows))
 
 
-async def requeue_dead(op: Operator, args: argparse.Namespace, out: Any,
+async def redrive_dead(op: Operator, args: argparse.Namespace, out: Any,
                        emit: Callable[..., int], bad: Callable[[str], Exception]) -> int:
     if bool(args.all) == (args.error is not None):
-        raise bad("requeue-dead: give --error TEXT or --all (not both)")
+        raise bad("redrive-dead: give --error TEXT or --all (not both)")
     fields = {} if args.all else {"error": args.error}
     n = await bulk(op, args.queue, "requeue_all_dead", "requeued", **fields)
-    return emit(out, args, {"requeued": n}, f"requeued {n} dead letter(s)")
+    # --json keeps the wire's field name (``requeued``) for scripts written against it.
+    return emit(out, args, {"requeued": n}, f"{n} dead letter(s) back to ready")
 
 
 async def promote(op: Operator, args: argparse.Namespace, out: Any,

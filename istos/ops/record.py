@@ -1,5 +1,8 @@
 """``istos record QUEUE --seconds N -o FILE``: save a queue's live events as a replayable trace.
 
+One concept at three layers: the recording is ``client/record.py``; this writes it as a
+file for the CLI; ``istos_nb/live/record.py`` builds a Trace of it.
+
 The command records the queue (:func:`istos.client.record.record`: its events for ``N``
 seconds and its policy) and writes it as a trace file (:mod:`istos.tracefile`), which
 ``istos_nb.sim.Trace.load`` reads and ``istos_nb.sim.replay`` runs. It lives in ``istos`` (the

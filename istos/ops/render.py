@@ -134,7 +134,8 @@ def _short(seconds: float) -> str:
 
 
 def jobs_text(rows: list[dict[str, Any]], total: int | None, offset: int, now: float) -> str:
-    body = table(["job", "state", "enqueued", "attempts", "prio", "worker", "last error",
+    # "slot": the wire's ``worker`` field holds the slot id (node:function#i), glossary "slot"
+    body = table(["job", "state", "enqueued", "attempts", "prio", "slot", "last error",
                   "payload"],
                  [[r["job_id"], r["state"], when(r.get("enqueued_at"), now), r.get("attempts"),
                    r.get("priority"), r.get("worker"), cut(r.get("last_error") or "", 40),
@@ -150,9 +151,10 @@ def why_text(job_id: str, why: dict[str, Any]) -> str:
     until = why.get("until")
     if until is not None and now:
         lines.append(f"  until {when(float(until), now)}")
-    for key in ("attempts", "worker", "ahead", "last_error"):
+    for key, label in (("attempts", "attempts"), ("worker", "slot"), ("ahead", "ahead"),
+                       ("last_error", "last error")):  # the wire's ``worker``: a slot id
         if why.get(key) not in (None, ""):
-            lines.append(f"  {key.replace('_', ' ')}: {why[key]}")
+            lines.append(f"  {label}: {why[key]}")
     start_by = (why.get("job") or {}).get("start_by")
     if isinstance(start_by, (int, float)) and now:
         lines.append(f"  start deadline {when(float(start_by), now)}")
@@ -164,6 +166,7 @@ def why_text(job_id: str, why: dict[str, Any]) -> str:
                                      else f"({size:,} bytes, too big to show)" if size
                                      else "none"))
     lines.extend(workflow_lines(why.get("workflow")))
+    lines.extend(waits_for_lines(why.get("waits_for")))
     tb = latest_traceback(history_of(why))
     if tb:
         lines.append("  traceback of the last failed attempt:")
@@ -186,6 +189,19 @@ def lifecycle_lines(why: dict[str, Any], now: float) -> list[str]:
         last = f", last {when(float(at), now)}" if at is not None and now else ""
         out.append(f"  edited {why['edits']} time(s) while waiting{last}")
     return out
+
+
+def waits_for_lines(waits: Any) -> list[str]:
+    """A child's parents (``after=``) as ``why`` reports them, one line each."""
+    if not isinstance(waits, dict):
+        return []
+    head = (f"  parents (on_parent_failure={waits.get('on_parent_failure')}, "
+            f"{waits.get('pending')} pending"
+            + (", needs an operator" if waits.get("needs_operator") else "") + "):")
+    rows = [[p.get("queue"), p.get("job_id"), p.get("state")]
+            for p in waits.get("parents") or [] if isinstance(p, dict)]
+    return [head] + ["    " + line for line in table(["queue", "job", "state"],
+                                                        rows).split("\n")[1:]]
 
 
 def workflow_lines(flow: Any) -> list[str]:
@@ -245,7 +261,7 @@ def dead_text(dead: list[dict[str, Any]], now: float) -> str:
 def leases_text(leases: list[dict[str, Any]], now: float) -> str:
     if not leases:
         return "no live leases"
-    return table(["job", "worker", "attempt", "lease ends"],
+    return table(["job", "slot", "attempt", "lease ends"],  # the wire's ``worker``: a slot id
                  [[x["job_id"], x.get("worker"), x.get("attempt"), when(x.get("deadline"), now)]
                   for x in leases])
 

@@ -2,6 +2,9 @@
 database at each scrape, within a budget, so a database that does not answer costs the scrape
 that long and reports ``istos_outbox_up 0``:
 
+One concept at two layers: the outbox's gauges here; the exporter that serves them is
+``ops/metrics.py``.
+
 - ``istos_outbox_up`` 1 when the database answered this scrape;
 - ``istos_outbox_depth`` rows waiting (claimed ones included);
 - ``istos_outbox_claimed`` rows a relay holds right now;

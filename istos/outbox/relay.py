@@ -43,7 +43,7 @@ from .. import protocol
 from ..client import batches
 from ..core.config import check_queue_name
 from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
-from ..owner import bulk
+from ..owner.handlers import bulk
 from .store import OutboxRow, OutboxStore
 
 if TYPE_CHECKING:
@@ -137,11 +137,13 @@ class OutboxRelay:
                 log.log(logging.WARNING if known else logging.ERROR,
                         "outbox relay: %s (retrying in %.2fs)", exc, backoff,
                         exc_info=not known)
-                await asyncio.sleep(backoff)  # not cut short by a commit: the fault is elsewhere
+                # not cut short by a commit: the fault is elsewhere
+                await self.app.node.clock.sleep(backoff)
                 continue
             if claimed < self.batch:
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                    await asyncio.wait_for(self._wake.wait(),
+                                           self.app.node.clock.to_loop_seconds(self.poll_s))
 
     async def round(self) -> int:
         """One claim-send-delete round; returns how many rows it claimed. Raises

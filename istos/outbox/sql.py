@@ -5,6 +5,12 @@ never holds a row lock across a wait on the network: the claim is one ``UPDATE .
 (SELECT .. ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED) RETURNING ..`` that commits at once.
 On PostgreSQL :meth:`SQLOutboxStore.listen` holds its own asyncpg connection on the table's
 channel (the writers' ``pg_notify`` is delivered when their transaction commits).
+
+On PostgreSQL the relay's own statements (claim, delete or release, stats) go straight to an
+asyncpg pool, as SQL text asyncpg prepares once per connection: a claim is then one round
+trip, where the same statement through SQLAlchemy's async layer cost several times as much
+(it sits between a commit and its job's pickup). SQLAlchemy still creates the table, serves
+SQLite, and builds the delete step the queue's own SQL storage runs in its transaction.
 """
 
 from __future__ import annotations
@@ -41,6 +47,22 @@ class SQLOutboxStore:
         self.default_poll_s = 1.0 if self.pg else 0.1
         self.op_timeout_s = op_timeout_s
         self._engine: Any = None
+        self._pool: Any = None  # asyncpg's, PostgreSQL only
+        name = f'"{self.table.name}"'  # checked by outbox_table: letters, digits and '_'
+        cols = ", ".join(_COLUMNS)
+        due = "(claimed_until IS NULL OR claimed_until <= $3)"
+        pick = f"SELECT id FROM {name} WHERE {due}{{queues}} ORDER BY id LIMIT $4 " \
+               "FOR UPDATE SKIP LOCKED"
+        claim = f"UPDATE {name} SET claim_token = $1, claimed_until = $2 WHERE id IN " \
+                f"({pick}) RETURNING {cols}"
+        self._sql = {
+            "claim": claim.format(queues=""),
+            "claim_queues": claim.format(queues=" AND queue = ANY($5::text[])"),
+            "delete": f"DELETE FROM {name} WHERE id = ANY($1::bigint[]) AND claim_token = $2",
+            "release": f"UPDATE {name} SET claim_token = NULL, claimed_until = NULL "
+                       "WHERE id = ANY($1::bigint[]) AND claim_token = $2",
+            "stats": f"SELECT count(*), count(claim_token), min(created_at) FROM {name}",
+        }
 
     async def open(self) -> None:
         """Connect and create the table if missing."""
@@ -59,11 +81,50 @@ class SQLOutboxStore:
             kwargs["connect_args"] = {"timeout": self.op_timeout_s}
         self._engine = create_async_engine(self.url, **kwargs)
         await self._db("create", self._create)
+        if self.pg:
+            import asyncpg
+
+            ms = str(round(self.op_timeout_s * 1000))
+            try:
+                self._pool = await asyncio.wait_for(asyncpg.create_pool(
+                    self._dsn(), min_size=1, max_size=4, timeout=self.op_timeout_s,
+                    command_timeout=self.op_timeout_s,
+                    server_settings={"lock_timeout": ms, "statement_timeout": ms}),
+                    self.op_timeout_s)
+            except (asyncio.TimeoutError, OSError, asyncpg.PostgresError,
+                    asyncpg.InterfaceError) as exc:
+                raise StorageUnavailable(f"outbox {self.table.name!r}: connect failed: "
+                                         f"{type(exc).__name__}: {exc}") from exc
 
     async def close(self) -> None:
         engine, self._engine = self._engine, None
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.terminate()
         if engine is not None:
             await engine.dispose()
+
+    def _dsn(self) -> str:
+        """The URL as libpq/asyncpg spells it (SQLAlchemy's driver name dropped)."""
+        from sqlalchemy.engine import make_url
+
+        return make_url(self.url).set(drivername="postgresql").render_as_string(
+            hide_password=False)
+
+    async def _raw(self, op: str, method: str, sql: str, *args: Any) -> Any:
+        """One autocommitted statement on the asyncpg pool under ``op_timeout_s``;
+        StorageUnavailable on any failure (a broken connection is replaced by the pool)."""
+        import asyncpg
+
+        pool = self._pool
+        if pool is None:
+            raise StorageUnavailable(f"outbox {self.table.name!r}: {op}: not open")
+        try:
+            return await asyncio.wait_for(getattr(pool, method)(sql, *args), self.op_timeout_s)
+        except (asyncio.TimeoutError, OSError, asyncpg.PostgresError,
+                asyncpg.InterfaceError) as exc:
+            raise StorageUnavailable(f"outbox {self.table.name!r}: {op} failed: "
+                                     f"{type(exc).__name__}: {exc}") from exc
 
     async def _db(self, op: str, fn: Callable[[Any], Awaitable[T]]) -> T:
         """``fn(conn)`` in one short transaction under ``op_timeout_s``; StorageUnavailable."""
@@ -96,6 +157,15 @@ class SQLOutboxStore:
                     queues: list[str] | None) -> list[OutboxRow]:
         from sqlalchemy import or_, select, update
 
+        if self.pg:
+            if queues is None:
+                found = await self._raw("claim", "fetch", self._sql["claim"], token,
+                                        now + claim_s, now, limit)
+            else:
+                found = await self._raw("claim", "fetch", self._sql["claim_queues"], token,
+                                        now + claim_s, now, limit, list(queues))
+            return sorted((OutboxRow(**{**dict(r), "body": bytes(r["body"])}) for r in found),
+                          key=lambda r: r.id)
         t = self.table
         pick = select(t.c.id).where(or_(t.c.claimed_until.is_(None), t.c.claimed_until <= now))
         if queues is not None:
@@ -143,6 +213,10 @@ class SQLOutboxStore:
         from sqlalchemy import delete as sql_delete
         from sqlalchemy import update
 
+        if self.pg:
+            op = "delete" if delete else "release"
+            await self._raw(op, "execute", self._sql[op], list(ids), token)
+            return
         t = self.table
         where = (t.c.id.in_(ids), t.c.claim_token == token)
         stmt = sql_delete(t).where(*where) if delete else \
@@ -152,6 +226,10 @@ class SQLOutboxStore:
     async def stats(self, now: float) -> dict[str, Any]:
         from sqlalchemy import func, select
 
+        if self.pg:
+            depth, claimed, oldest = await self._raw("stats", "fetchrow", self._sql["stats"])
+            return {"depth": int(depth), "claimed": int(claimed),
+                    "oldest_age_s": None if oldest is None else max(0.0, now - oldest)}
         t = self.table
 
         async def read(conn: Any) -> Any:
@@ -168,10 +246,8 @@ class SQLOutboxStore:
         if not self.pg:
             return
         import asyncpg
-        from sqlalchemy.engine import make_url
 
-        dsn = make_url(self.url).set(drivername="postgresql").render_as_string(
-            hide_password=False)
+        dsn = self._dsn()
         while True:
             conn = None
             try:
@@ -186,4 +262,5 @@ class SQLOutboxStore:
             finally:
                 if conn is not None and not conn.is_closed():
                     conn.terminate()
+            # The adapter's own reconnect pause (live PostgreSQL only, never simulated).
             await asyncio.sleep(1.0)

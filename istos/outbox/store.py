@@ -104,6 +104,8 @@ class MemoryOutbox:
 
     async def _check(self) -> None:
         if self.latency_s:
+            # The database's round trip, on the loop's (the true) timeline: it is the stand-in
+            # store's own delay, not a node's timer, so no node's clock (with its skew) measures it.
             await asyncio.sleep(self.latency_s)
         if not self.available:
             raise StorageUnavailable("the outbox database is unavailable (simulated)")

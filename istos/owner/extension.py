@@ -4,7 +4,7 @@ An extension *declares* what it does to the owner's ops: ``serves`` names the op
 (:meth:`OwnerExtension.ops` gives their handlers) and ``wraps`` the ops it wraps (the owner
 hands it the handler serving each one so far, :meth:`OwnerExtension.wrap`, and serves the
 wrapper from then on). The order in which extensions wrap is data, not code: the owner pipeline
-(``owner/pipeline.py``) names every extension an app installs, in order, and builds the chain
+(``owner/composition.py``) names every extension an app installs, in order, and builds the chain
 once. An extension also hooks into three moments of the owner's life: before an ack is applied
 (workflow barriers), when the owner stops, and when it nudges idle workers. Subclass
 :class:`OwnerExtension` and override what you need, or wrap plain callables in :class:`Hooks`.
@@ -31,7 +31,7 @@ class OwnerExtension:
     """Base of owner extensions; every method is a no-op until overridden."""
 
     name: str = ""
-    """The extension's name in the owner pipeline (``owner/pipeline.py``)."""
+    """The extension's name in the owner pipeline (``owner/composition.py``)."""
     serves: tuple[str, ...] = ()
     """The ops this extension adds (the keys of :meth:`ops`)."""
     wraps: tuple[str, ...] = ()

@@ -1,8 +1,9 @@
 """What op handlers and extensions may use of an owner: an interface, not the owner's class.
 
-``job_ops.py`` and ``bulk.py`` are built by the owner (``owner.py`` imports them), so they take
-this protocol rather than :class:`~istos.owner.owner.QueueOwner`: no import circle, and the
-write path (:class:`~istos.owner.write_path.WritePath`) is the only way they make a change count.
+``handlers/job_ops.py`` and ``handlers/bulk.py`` are built by the owner (``owner.py`` imports them),
+so they take this protocol rather than :class:`~istos.owner.owner.QueueOwner`: no import circle, and
+the write path (:class:`~istos.owner.persistence.write_path.WritePath`) is the only way they make a
+change count.
 
 An extension changes nothing of the owner's but through the named registrations below (a meta
 check, a nudge absorber, the leader's deadline and wake); it never assigns an owner's
@@ -20,9 +21,9 @@ from ..core.state import QueueState
 from ..node import Node
 from ..storage.base import Fence, Storage
 from .extension import Handler, OwnerExtension
-from .nudges import Absorber
-from .pause_store import PauseStore
-from .write_path import WritePath
+from .handlers.nudges import Absorber
+from .persistence.pause_store import PauseStore
+from .persistence.write_path import WritePath
 
 MetaCheck = Callable[[str, "dict[str, Any] | None"], Awaitable[None]]
 """Checks an enqueue's job meta (or reserved id) before anything is stored; raises to refuse."""

@@ -5,8 +5,8 @@ only on its role's key, so access control can grant roles apart; see docs/protoc
 writes every change through to storage before replying (when the storage is durable), sweeps
 expired leases on a timer that sleeps until the next deadline, nudges idle workers when jobs
 become claimable, and emits one :class:`JobEvent` per state change into the node's event log.
-The job ops (claim, settle, ack, ...) are in ``job_ops.py``; everything else an owner serves
-comes from its extensions (``extension.py``: inspection, leases, workflows, schedules).
+The job ops (claim, settle, ack, ...) are in ``handlers/job_ops.py``; everything else an owner
+serves comes from its extensions (``extension.py``: inspection, leases, workflows, schedules).
 
 Write, then apply (durable storage): a change counts only once its write succeeded. A failed
 write puts memory back as storage holds it (:meth:`QueueState.rollback`), emits nothing, and the
@@ -48,16 +48,18 @@ from ..node import Node
 from ..storage.base import Fence, FencedStorage, Storage
 from ..wakeup import Wakeup
 from ..wire_lifecycle import debounce_spec, unique_spec
-from . import bulk, eventlog, registry, update
-from .accept import NewJob, accept_new, accept_one
 from .extension import Handler, OwnerExtension, overrides
 from .handle import MetaCheck
-from .job_ops import JobOps
-from .nudges import Absorber, Nudges
-from .pause_store import PauseHooks, PauseStore
-from .persist import Persister
-from .sole import SoleOwner
-from .write_path import OwnerSignals, WritePath
+from .handlers import bulk, update
+from .handlers.accept import NewJob, accept_new, accept_one
+from .handlers.job_ops import JobOps
+from .handlers.nudges import Absorber, Nudges
+from .leadership import registry
+from .leadership.sole import SoleOwner
+from .persistence.pause_store import PauseHooks, PauseStore
+from .persistence.persist import Persister
+from .persistence.write_path import OwnerSignals, WritePath
+from .views import eventlog
 
 log = logging.getLogger("istos.owner")
 
@@ -93,7 +95,7 @@ class QueueOwner:
             node.storage, fence, self._storage_fenced)
         self._handle: Any = None
         self._rpc_base = ""
-        self.sole: SoleOwner | None = None  # a non-HA owner's token (sole.py)
+        self.sole: SoleOwner | None = None  # a non-HA owner's token (leadership/sole.py)
         self._timer: asyncio.Task[None] | None = None
         self._reschedule = Wakeup()
         self._timer_target = float("inf")
@@ -109,7 +111,7 @@ class QueueOwner:
         self._on_nudge: list[OwnerExtension] = []
         self.nudges = Nudges(node, self.name, self.hungry, self._on_nudge, lambda: self.running)
         self.running = False
-        # Stored pauses of the queue and its groups (pause_store.py), loaded at start.
+        # Stored pauses of the queue and its groups (persistence/pause_store.py), loaded at start.
         self.pauses = PauseStore(self.name, node.node_id, self.state, self.storage,
                                  durable=self.durable, clock=node.clock,
                                  hooks=PauseHooks(node.events.emit, self.nudge))
@@ -130,7 +132,7 @@ class QueueOwner:
         served by its wrapper around the handler serving it so far, each op it ``serves`` by
         its handler (replacing one of that name: a test's stand-in); its hooks run after those
         of the extensions installed before it (``first``: before). An app installs its
-        extensions once, in the declared order (:func:`istos.owner.pipeline.compose`).
+        extensions once, in the declared order (:func:`istos.owner.composition.compose`).
 
         Raises:
             ConfigError: the extension wraps an op nobody serves yet, or its ``ops()`` are
@@ -346,7 +348,7 @@ class QueueOwner:
                       start_by: float | None = None) -> bool:
         """Accept a job; returns False when the queue already holds ``job_id`` (idempotent),
         or holds it reserved (a dedup window, ``core/dedup.py``). The one path of new jobs
-        (``accept.py``): with durable storage the record is stored before the queue accepts
+        (``handlers/accept.py``): with durable storage the record is stored before the queue accepts
         it, so a storage outage makes the enqueue fail (StorageUnavailable) and nothing
         half-accepted remains in memory; a twin of ``job_id`` in flight decides this one."""
         job = NewJob(job_id, body, delay_s, priority, meta, dedup_s, group, start_by=start_by)
@@ -393,7 +395,8 @@ class QueueOwner:
                 eventlog.log_event(self.name, event, self.state.jobs.get(event.job_id))
             if event.kind == ev.ENQUEUED and event.detail.get("delay_s", 0) <= 0:
                 claimable += 1
-            elif event.kind == ev.RETRY_SCHEDULED and event.detail.get("delay_s", 0) <= 0:
+            elif event.kind in (ev.RETRY_SCHEDULED, ev.UNBLOCKED) \
+                    and event.detail.get("delay_s", 0) <= 0:
                 claimable += 1
         if claimable:
             self.nudge(claimable)
@@ -403,7 +406,7 @@ class QueueOwner:
                                        kind, 0, None, detail))
 
     def nudge(self, count: int) -> None:
-        """Tell idle workers that ``count`` jobs became claimable (``nudges.py``)."""
+        """Tell idle workers that ``count`` jobs became claimable (``handlers/nudges.py``)."""
         self.nudges.nudge(count)
 
     # -- the sweeper --

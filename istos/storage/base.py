@@ -1,5 +1,8 @@
 """The Storage port: a namespaced key/value store of job records and workflow state.
 
+One role in two port packages: each port package keeps its port in ``base.py`` (this one, and
+``transport/base.py``), its adapters beside it.
+
 Every method is O(1) round trips (``scan`` excepted, which recovery uses once at start-up).
 Values are opaque bytes. Adapters raise :class:`istos.errors.StorageUnavailable` when the backend
 cannot be reached or refuses a write, so the caller can refuse the operation that caused it.

@@ -123,6 +123,9 @@ local base = 3
 # which costs the client less to build and parse per group commit.
 _APPLY_LUA = "local base = 1\n" + _WRITES_LUA
 
+# asyncio.timeout (3.11+): a deadline on the calling Task itself; None before 3.11.
+_TIMEOUT_CM: Callable[[float], Any] | None = getattr(asyncio, "timeout", None)
+
 _RELEASED = "-1e300"  # an expiry before any caller's clock
 _SCAN_PAGE = 1000
 
@@ -235,6 +238,12 @@ class RedisStoragePlugin:
 
         client = self._ensure_client()
         try:
+            if _TIMEOUT_CM is not None and asyncio.current_task() is not None:
+                # The deadline without wait_for's extra Task (one more loop iteration per
+                # call before 3.12): a write-through's round trip is the owner's reply time.
+                async with _TIMEOUT_CM(self._deadline_s):
+                    return await fn(client)
+            # Outside any Task (a request's eager first step before 3.12): wait_for's own.
             return await asyncio.wait_for(fn(client), self._deadline_s)
         except (RedisError, OSError, asyncio.TimeoutError) as exc:
             raise StorageUnavailable(

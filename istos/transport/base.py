@@ -1,5 +1,8 @@
 """The Transport port: what the engine asks of the mesh.
 
+One role in two port packages: each port package keeps its port in ``base.py`` (this one, and
+``storage/base.py``), its adapters beside it.
+
 Two adapters implement it: :mod:`istos.transport.zenoh` (live) and :mod:`istos.transport.local`
 (the in-process mesh the simulator runs on). Every callback the engine registers is invoked on
 the asyncio loop that called ``start()``, never on a foreign thread.

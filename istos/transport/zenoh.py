@@ -51,6 +51,9 @@ ZenohConfigLike: TypeAlias = "zenoh.Config | dict[str, Any] | str | os.PathLike[
 # and a late Zenoh "Timeout" error reply is never mistaken for a handler error.
 _ZENOH_TIMEOUT_SLACK_S = 0.1
 _PUBLISHERS_MAX = 256
+_QUERIERS_MAX = 256
+# Zenoh timeouts a declared querier may have (seconds, before the slack): see _Queriers.
+_QUERIER_STEPS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 _SEEN_KEYS_MAX = 4096
 _rx_warned = False  # the missing-receive-limit warning is logged once per process
 
@@ -104,6 +107,8 @@ class _PendingQuery:
         self._loop = owner._require_loop()
         self.key = key
         self.fut: asyncio.Future[bytes] = self._loop.create_future()
+        # The query's timeout is already in loop seconds (the caller converted it with its
+        # Clock's to_loop_seconds), so the transport keeps it on the loop's timeline.
         self.deadline = self._loop.time() + timeout_s
         self.error: str | None = None
         self.timer = self._loop.call_later(timeout_s, self._expire)
@@ -204,6 +209,65 @@ class _Publishers:
                 pass
 
 
+class _Queriers:
+    """Declared queriers for keys queried more than once; a first query goes through
+    ``Session.get``.
+
+    A Querier's ``get`` skips the per-call key expression and options work of
+    ``Session.get`` (about 10 us of its ~60 us here: ``bench.client_path``). Its Zenoh
+    timeout is fixed when it is declared, so each key gets one querier per step of
+    :data:`_QUERIER_STEPS_S` used: a call takes the smallest step at or above its own timeout
+    (Zenoh's timeout then stays past the call's, as with ``Session.get``, and the asyncio
+    timer decides); a call longer than the last step uses ``Session.get``. Both maps are
+    bounded LRUs.
+    """
+
+    def __init__(self) -> None:
+        self._queriers: OrderedDict[tuple[str, float], zenoh.Querier] = OrderedDict()
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def get(self, session: zenoh.Session, key: str, callback: Callback[zenoh.Reply],
+            payload: bytes, timeout_s: float, express: bool) -> None:
+        step = next((s for s in _QUERIER_STEPS_S if s >= timeout_s), None)
+        if step is None or key not in self._seen:
+            if step is not None:
+                self._seen[key] = None
+                if len(self._seen) > _SEEN_KEYS_MAX:
+                    self._seen.popitem(last=False)
+            session.get(key, callback, payload=payload,
+                        timeout=timeout_s + _ZENOH_TIMEOUT_SLACK_S,
+                        consolidation=zenoh.ConsolidationMode.NONE,  # replies as they arrive
+                        express=express)
+            return
+        self._seen.move_to_end(key)
+        querier = self._queriers.get((key, step))
+        if querier is None:
+            querier = session.declare_querier(
+                key, timeout=step + _ZENOH_TIMEOUT_SLACK_S,
+                consolidation=zenoh.ConsolidationMode.NONE, express=express)
+            self._queriers[(key, step)] = querier
+            if len(self._queriers) > _QUERIERS_MAX:
+                _, old = self._queriers.popitem(last=False)
+                _undeclare(old)
+        else:
+            self._queriers.move_to_end((key, step))
+        querier.get(callback, payload=payload)
+
+    def close(self) -> None:
+        queriers = list(self._queriers.values())
+        self._queriers.clear()
+        self._seen.clear()
+        for querier in queriers:
+            _undeclare(querier)
+
+
+def _undeclare(entity: Any) -> None:
+    try:
+        entity.undeclare()
+    except zenoh.ZError:
+        pass
+
+
 class ZenohTransport:
     """:class:`istos.transport.base.Transport` over one Zenoh session.
 
@@ -219,6 +283,11 @@ class ZenohTransport:
     #: throughput cost (bench/remote_enqueue.py, bench/README.md). Settable per instance.
     express: bool = False
 
+    #: Queries to a key asked before go through a declared Zenoh Querier (``_Queriers``)
+    #: rather than ``Session.get``: the same query, cheaper to send. A class attribute, settable
+    #: per instance (``bench.client_path`` compares the two in one run).
+    use_queriers: bool = True
+
     def __init__(self, config: ZenohConfigLike = None, *, node_id: str) -> None:
         self.node_id = node_id
         self._config = to_zenoh_config(config)
@@ -229,6 +298,7 @@ class ZenohTransport:
         self._tasks: set[asyncio.Task[None]] = set()
         self._inflight: set[_PendingQuery] = set()
         self._publishers = _Publishers()
+        self._queriers = _Queriers()
         self._inbox: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._drain_scheduled = False
         self._linger_task: asyncio.Task[None] | None = None
@@ -263,6 +333,8 @@ class ZenohTransport:
     async def _relax_linger(self) -> None:
         while True:
             relax_zenoh_linger()
+            # The live transport's own housekeeping on the loop (never simulated: the simulator
+            # runs transport/local.py), so the loop's time, not a node's Clock.
             await asyncio.sleep(SWEEP_S)
 
     async def close(self) -> None:
@@ -284,6 +356,7 @@ class ZenohTransport:
         for pending in list(self._inflight):
             pending._fail(TransportError(f"transport of node {self.node_id!r} closed"))
         self._publishers.close()
+        self._queriers.close()
         session, self._session = self._session, None
         if session is not None:
             await asyncio.to_thread(session.close)
@@ -370,17 +443,17 @@ class ZenohTransport:
         session = self._require_session()
         pending = _PendingQuery(self, key, timeout_s)
         self._inflight.add(pending)
+        # indirect=False: run inline on Zenoh's thread instead of spawning a Python thread
+        # per get (measured 11k vs 4.4k gets/s); the callbacks only hop.
+        callback = Callback(pending.on_reply, pending.on_done, indirect=False)
         try:
-            session.get(
-                key,
-                # indirect=False: run inline on Zenoh's thread instead of spawning a Python
-                # thread per get (measured 11k vs 4.4k gets/s); the callbacks only hop.
-                Callback(pending.on_reply, pending.on_done, indirect=False),
-                payload=payload,
-                timeout=timeout_s + _ZENOH_TIMEOUT_SLACK_S,
-                consolidation=zenoh.ConsolidationMode.NONE,  # deliver replies as they arrive
-                express=self.express,
-            )
+            if self.use_queriers:
+                self._queriers.get(session, key, callback, payload, timeout_s, self.express)
+            else:
+                session.get(key, callback, payload=payload,
+                            timeout=timeout_s + _ZENOH_TIMEOUT_SLACK_S,
+                            consolidation=zenoh.ConsolidationMode.NONE,  # replies as they come
+                            express=self.express)
         except zenoh.ZError as exc:
             pending._fail(TransportError(f"query on {key!r} failed: {exc}"))
         return await pending.fut
@@ -553,12 +626,16 @@ def _start_eagerly(loop: asyncio.AbstractEventLoop,
 
     Python >= 3.12 does this itself (``eager_start``, with the Task current while it runs).
     Before that the first step runs outside any Task, like the loop callback calling it; the
-    handlers served here need no current Task there (``asyncio.wait_for``, which the storage
-    adapters use, makes its own before 3.12).
+    handlers served here need no current Task there (a storage adapter's deadline then takes
+    ``asyncio.wait_for``, which makes its own Task, rather than ``asyncio.timeout``). Called
+    while a Task runs, the coroutine gets a Task of its own instead: its first step must never
+    run in another Task's name (an ``asyncio.timeout`` in it would cancel that Task).
     """
     if _EAGER_START:
         task: asyncio.Task[None] = asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg]
         return None if task.done() else task
+    if asyncio.current_task(loop) is not None:
+        return loop.create_task(coro)
     try:
         pending = coro.send(None)
     except StopIteration:

@@ -1,4 +1,8 @@
-"""The worker's side of parked claims (the owner's side and the why: ``owner/parking.py``).
+"""The worker's side of parked claims (the owner's side and the why:
+``owner/extensions/parking.py``).
+
+One concept at three layers: parked claims' worker side here, the owner's side in
+``owner/extensions/parking.py``, the request's in ``client/parking.py``.
 
 A dispatcher with every slot it may fill still empty asks its claim to park at a remote owner,
 up to its poll interval, and claims again as soon as a parked claim comes back: the parked
@@ -116,8 +120,8 @@ class ClaimParking:
 async def declare_worker_tokens(node: Node, queues: set[str]) -> list[Handle]:
     """One liveliness token per queue whose workers on ``node`` park their claims, held while
     the node serves: when the process dies its session ends and the token with it, which tells
-    the owner to end that node's parked claims (``owner/parking.py``). A token that cannot be
-    declared (an odd key) only loses that protection: the worker serves on."""
+    the owner to end that node's parked claims (``owner/extensions/parking.py``). A token that
+    cannot be declared (an odd key) only loses that protection: the worker serves on."""
     handles: list[Handle] = []
     if node.transport is None:
         return handles

@@ -136,7 +136,7 @@ class WorkerRunner:
                                    claim_rtt=lambda: self._avg_claim_s,
                                    send_release=self._send_release, tasks=self._settling)
         self.stats = WorkerStats(slot_ids=list(self.slot_ids))
-        # What the owner's `workers` table shows of this runner (owner/workers.py).
+        # What the owner's `workers` table shows of this runner (owner/views/workers.py).
         self._info = [held, config.concurrency,
                       -1 if config.prefetch is None else config.prefetch, int(config.heartbeat)]
         self.leases = HeldLeases(self)

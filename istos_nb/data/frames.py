@@ -1,5 +1,7 @@
 """Turn a JobEvent stream into pandas DataFrames.
 
+One module at two layers: this implementation, and its public name :mod:`istos_nb.frames`.
+
 Every function here accepts the events in any of the forms the notebook side meets: a list (or
 any iterable) of :class:`istos.events.JobEvent`, a list of ``JobEvent.to_dict()``-shaped dicts,
 or a DataFrame with those columns (``detail`` as a dict column, or its fields already flattened
@@ -69,12 +71,13 @@ _EVENT_DTYPE_NAMES = [str(pd.Series([], dtype=d).dtype) for d in _EVENT_SCHEMA.v
 _JOB_KINDS = frozenset({
     ev.ENQUEUED, ev.DUPLICATE_ENQUEUE, ev.CLAIMED, ev.ACKED, ev.NACKED, ev.LEASE_EXPIRED,
     ev.RETRY_SCHEDULED, ev.DEAD_LETTERED, ev.RESULT_EXPIRED, ev.PURGED,
-    ev.CANCELLED, ev.PROGRESS, ev.EXPIRED, ev.UPDATED,
+    ev.CANCELLED, ev.PROGRESS, ev.EXPIRED, ev.UPDATED, ev.WAITING, ev.UNBLOCKED,
 })
 _FIXED_STATE = {
     ev.CLAIMED: "leased", ev.ACKED: "done", ev.DEAD_LETTERED: "dead",
     ev.RESULT_EXPIRED: "expired", ev.PURGED: "purged", ev.CANCELLED: "cancelled",
     ev.EXPIRED: "expired",  # its start deadline passed before it started
+    ev.WAITING: "waiting",  # enqueued with after=: claimable once its parents release it
 }
 _LEASE_CLOSE = {ev.ACKED: "acked", ev.NACKED: "nacked", ev.LEASE_EXPIRED: "expired"}
 _DEPTH_STATES = ("ready", "leased", "delayed", "dead", "done")
@@ -192,8 +195,9 @@ def _is_normalised(df: pd.DataFrame) -> bool:
 def events_frame(events: EventsLike) -> pd.DataFrame:
     """Normalise ``events`` into one row per event.
 
-    Columns: t, node, queue, job_id, kind, attempt, worker, detail, error, delay_s, ready_at,
-    deadline, priority (the last five flattened from ``detail``; absent fields are None/NaN/NA).
+    Columns: t, node, queue, job_id, kind, attempt, worker (the slot id ``node:function#i``,
+    as the event's field is named), detail, error, delay_s, ready_at, deadline, priority (the
+    last five flattened from ``detail``; absent fields are None/NaN/NA).
     Rows are sorted stably by ``t``: events with equal ``t`` keep their input order, which is
     the order the owner emitted them. Passing an already normalised frame returns it cheaply.
     None and a DataFrame without rows (whatever its columns) count as no events. Raises
@@ -223,7 +227,7 @@ def _lists(df: pd.DataFrame, *names: str) -> list[list[Any]]:
 def _target_state(kind: str, t: float, delay_s: float, ready_at: float) -> str | None:
     """The state a job enters on ``kind`` (None: no change). A delay whose ready_at is not in
     the future of the event counts as ready at once, so jobs and depth frames agree."""
-    if kind in (ev.ENQUEUED, ev.RETRY_SCHEDULED):
+    if kind in (ev.ENQUEUED, ev.RETRY_SCHEDULED, ev.UNBLOCKED):
         return "delayed" if delay_s > 0 and _ready_time(t, delay_s, ready_at) > t else "ready"
     if kind == ev.UPDATED:  # a waiting job's new start (app.update, a debounce call), if any
         return None if math.isnan(ready_at) else "delayed" if ready_at > t else "ready"
@@ -262,7 +266,7 @@ def _apply(job: _Job, t: float, kind: str, row: tuple[Any, ...]) -> None:
         job.progress, job.progress_note = _num(detail.get("progress")), detail.get("note")
         return
     job.attempts = max(job.attempts, attempt)
-    if kind == ev.ENQUEUED:
+    if kind in (ev.ENQUEUED, ev.WAITING):
         if math.isnan(job.enqueued_at):
             job.enqueued_at = t
         job.priority = priority
@@ -290,7 +294,8 @@ def jobs_frame(events: EventsLike) -> pd.DataFrame:
     than once, e.g. a redelivery after a lost ack).
 
     ``state`` is the state after the job's last event: ready, delayed, leased, done, dead,
-    cancelled, purged or expired. ``delayed`` means a pending delay/retry whose ready_at is after
+    cancelled, purged, expired or waiting (for its parents, ``after=``; ``depth_frame`` does not
+    count waiting jobs). ``delayed`` means a pending delay/retry whose ready_at is after
     the last event of the whole stream; once that time has passed the job counts as ready.
     progress and progress_note: the latest ``progress`` event (a holder's ``ctx.progress()``;
     NaN/None without one). A job first
@@ -362,9 +367,9 @@ def _deliveries(df: pd.DataFrame) -> list[list[Any]]:
 def leases_frame(events: EventsLike) -> pd.DataFrame:
     """One row per claimed event, in claim order.
 
-    Columns: job_id, queue, attempt, worker, node (worker text before ':'), start (claim t),
-    end (t of the acked/nacked/lease_expired with the same job_id and attempt; NaN while open),
-    deadline (the latest: heartbeats move it), outcome ("acked", "nacked", "expired",
+    Columns: job_id, queue, attempt, worker (the slot id), node (its text before ':'), start
+    (claim t), end (t of the acked/nacked/lease_expired with the same job_id and attempt; NaN
+    while open), deadline (the latest: heartbeats move it), outcome ("acked", "nacked", "expired",
     "cancelled" or "open"), error (the nack's error), renewals (lease_extended events).
     """
     rows = [(*r[:10], r[12]) for r in _deliveries(events_frame(events))]

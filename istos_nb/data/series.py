@@ -1,6 +1,9 @@
 """Queue series as DataFrames: the owner's (``LiveQueue.series()``) and a simulation's
 (``SimResult.series()``) in one shape, so one chart function draws both worlds.
 
+One concept at three layers: the pure series is ``istos/core/series.py``, the owner's op
+``istos/owner/views/series.py``, its DataFrame shape here.
+
 One row per bucket, indexed by the bucket's start as a UTC ``DatetimeIndex`` (``t``):
 counts by state at the bucket's end (ready, delayed, leased, done, dead, cancelled), events in
 it (enqueued, claimed, acked, nacked, expired, dead_lettered, cancelled_n) and wait/run

@@ -2,6 +2,8 @@
 and, only where the queue opted in with ``admin=True``, act on it. ``with attach("jobs/email")
 as q: q.stats(); q.jobs(state="ready"); q.why(job_id); q.job(job_id); q.follow().events()``.
 
+One module at two layers: this implementation, and its public name :mod:`istos_nb.attach`.
+
 Threading: a LiveQueue owns a private asyncio loop in a daemon thread (``loop.py``), and its
 Zenoh session lives on that loop; every request runs there. Plain methods submit to it and wait
 with a bound, so they work from a script, from any thread, and from a Jupyter cell: when the
@@ -33,6 +35,7 @@ import pandas as pd
 from istos.client.follow import Follower
 from istos.client.pausing import pause_fields, resume_fields
 from istos.core.config import check_queue_name
+from istos.deprecation import renamed
 from istos.errors import ConfigError, IstosError, JobNotFound
 from istos.lifecycle import UNSET
 from istos.payload import CodecChain, PayloadCodec
@@ -234,6 +237,41 @@ class LiveQueue:
         """As :meth:`dead_letters`, awaitable: the caller's loop runs while it waits."""
         return await self._awaiting(lambda: self._req.dead(limit), "dead", _ALL_PAGES_S)
 
+    def batches(self, limit: int = 100) -> pd.DataFrame:
+        """The batches this queue is home to, unfinished first, then newest first (at most
+        ``limit``, up to 1,000): batch_id, description, closed, total, pending, done, dead,
+        cancelled, created_at and finished_at (epoch seconds, None while unfinished),
+        parent_id (a child batch's parent), callbacks (``{kind: {queue, fired_at}}``).
+        ``attrs["total"]`` and ``attrs["open"]`` count every batch held. Raises
+        :class:`ConfigError` for a bad ``limit`` and :class:`OwnerUnavailable` if no owner
+        answers."""
+        bound = _check_batch_limit(limit)
+        return self._blocking(lambda: self._req.batches(bound), "batches")
+
+    async def abatches(self, limit: int = 100) -> pd.DataFrame:
+        """As :meth:`batches`, awaitable: the caller's loop runs while it waits."""
+        bound = _check_batch_limit(limit)
+        return await self._awaiting(lambda: self._req.batches(bound), "batches")
+
+    def batch_members(self, batch_id: str, state: str | None = None,
+                      limit: int = 1000) -> pd.DataFrame:
+        """The members of batch ``batch_id`` (whose home is this queue) as it counts them:
+        job_id, queue, state (pending, done, dead, cancelled), in job id order, only those
+        in ``state`` if given, at most ``limit``; ``attrs["more"]`` says whether rows were
+        left out. Raises :class:`JobNotFound` when this queue holds no such batch,
+        :class:`ConfigError` for a bad ``limit`` and :class:`OwnerUnavailable` if no owner
+        answers."""
+        bound = _check_batch_limit(limit)
+        return self._blocking(lambda: self._req.batch_members(str(batch_id), state, bound),
+                              "batch_members")
+
+    async def abatch_members(self, batch_id: str, state: str | None = None,
+                             limit: int = 1000) -> pd.DataFrame:
+        """As :meth:`batch_members`, awaitable: the caller's loop runs while it waits."""
+        bound = _check_batch_limit(limit)
+        return await self._awaiting(
+            lambda: self._req.batch_members(str(batch_id), state, bound), "batch_members")
+
     def series(self, since: Any = None, resolution: Any = None) -> pd.DataFrame:
         """The owner's time series of the queue: one row per second ("1s", the last hour) or
         minute ("1min", the last day) from ``since`` (None: all it keeps) up to now, indexed
@@ -428,22 +466,36 @@ class LiveQueue:
                               on_start)
 
     # -- admin (the owner refuses these with AdminDisabled unless admin=True) ------------------
+    def resubmit(self, job_id: str) -> str:
+        """Enqueue dead job ``job_id``'s body again under a new id, returned (a new job: no
+        workflow meta; ``app.revive`` brings the dead job itself back). The dead letter stays
+        (purge it to drop it); resubmitting it again returns the same id and makes no second
+        job. Raises :class:`JobNotFound` (a ``LookupError``) if the queue holds no such dead
+        job, and :class:`AdminDisabled` on a queue declared without ``admin=True``. Sent as
+        the ``requeue`` op."""
+        return self._resubmitted(job_id, self._blocking(
+            lambda: self._req.admin("requeue", job_id=str(job_id)), "requeue"))
+
+    async def aresubmit(self, job_id: str) -> str:
+        """As :meth:`resubmit`, awaitable: the caller's loop runs while it waits."""
+        return self._resubmitted(job_id, await self._awaiting(
+            lambda: self._req.admin("requeue", job_id=str(job_id)), "requeue"))
+
     def requeue(self, job_id: str) -> str:
-        """Enqueue dead job ``job_id``'s body again under a new id, returned. The dead letter
-        stays (purge it to drop it); requeueing it again returns the same id and makes no
-        second job. Raises :class:`JobNotFound` (a ``LookupError``) if the queue holds no such
-        dead job, and :class:`AdminDisabled` on a queue declared without ``admin=True``."""
-        return self._requeued(job_id, self._blocking(
-            lambda: self._req.admin("requeue", job_id=str(job_id)), "requeue"))
+        """Deprecated alias of :meth:`resubmit` (kept one release): warns with a
+        :class:`DeprecationWarning`, then is that call, raising what it raises."""
+        renamed("LiveQueue.requeue", "LiveQueue.resubmit")
+        return self.resubmit(job_id)
 
-    async def arequeue(self, job_id: str) -> str:
-        """As :meth:`requeue`, awaitable: the caller's loop runs while it waits."""
-        return self._requeued(job_id, await self._awaiting(
-            lambda: self._req.admin("requeue", job_id=str(job_id)), "requeue"))
+    def arequeue(self, job_id: str) -> Coroutine[Any, Any, str]:
+        """Deprecated alias of :meth:`aresubmit` (kept one release): warns with a
+        :class:`DeprecationWarning`, then is that call, raising what it raises."""
+        renamed("LiveQueue.arequeue", "LiveQueue.aresubmit")
+        return self.aresubmit(job_id)
 
-    def _requeued(self, job_id: str, reply: dict[str, Any]) -> str:
+    def _resubmitted(self, job_id: str, reply: dict[str, Any]) -> str:
         if reply.get("job_id") is None:
-            raise JobNotFound(f"queue {self.queue!r} holds no dead job {job_id!r} to requeue "
+            raise JobNotFound(f"queue {self.queue!r} holds no dead job {job_id!r} to resubmit "
                               "(see dead_letters())")
         return str(reply["job_id"])
 
@@ -471,19 +523,32 @@ class LiveQueue:
         reply = await self._req.admin("purge_dead", **purge_fields(job_ids))
         return int(reply["purged"])
 
-    def requeue_dead(self, error: str | None = None) -> int:
+    def redrive_dead(self, error: str | None = None) -> int:
         """Every dead letter (only those whose last error contains ``error``, if given) back
-        to ready under its own id, afresh; returns how many. Bounded requests, repeated.
-        Raises :class:`AdminDisabled` on a queue declared without ``admin=True``."""
-        return self._blocking(lambda: self._requeue_all(error), "requeue_all_dead",
+        to ready under its own id, afresh, as ``app.revive`` does for one; returns how many.
+        Bounded requests (the ``requeue_all_dead`` op), repeated. Raises
+        :class:`AdminDisabled` on a queue declared without ``admin=True``."""
+        return self._blocking(lambda: self._redrive_all(error), "requeue_all_dead",
                               _ALL_PAGES_S)
 
-    async def arequeue_dead(self, error: str | None = None) -> int:
-        """As :meth:`requeue_dead`, awaitable: the caller's loop runs while it waits."""
-        return await self._awaiting(lambda: self._requeue_all(error), "requeue_all_dead",
+    async def aredrive_dead(self, error: str | None = None) -> int:
+        """As :meth:`redrive_dead`, awaitable: the caller's loop runs while it waits."""
+        return await self._awaiting(lambda: self._redrive_all(error), "requeue_all_dead",
                                     _ALL_PAGES_S)
 
-    async def _requeue_all(self, error: str | None) -> int:
+    def requeue_dead(self, error: str | None = None) -> int:
+        """Deprecated alias of :meth:`redrive_dead` (kept one release): warns with a
+        :class:`DeprecationWarning`, then is that call, raising what it raises."""
+        renamed("LiveQueue.requeue_dead", "LiveQueue.redrive_dead")
+        return self.redrive_dead(error)
+
+    def arequeue_dead(self, error: str | None = None) -> Coroutine[Any, Any, int]:
+        """Deprecated alias of :meth:`aredrive_dead` (kept one release): warns with a
+        :class:`DeprecationWarning`, then is that call, raising what it raises."""
+        renamed("LiveQueue.arequeue_dead", "LiveQueue.aredrive_dead")
+        return self.aredrive_dead(error)
+
+    async def _redrive_all(self, error: str | None) -> int:
         fields = {} if error is None else {"error": str(error)}
         return await self._req.bulk("requeue_all_dead", "requeued", **fields)
 
@@ -635,3 +700,9 @@ class LiveQueue:
         return (f"{head}, owner={s.get('node')!r}: {counts}; enqueued={totals.get('enqueued')} "
                 f"acked={totals.get('acked')}{extra})")
 
+
+def _check_batch_limit(limit: Any) -> int:
+    """A batches page size: an int in [1, 1000]. Raises :class:`ConfigError`."""
+    if type(limit) is not int or not 1 <= limit <= 1000:
+        raise ConfigError(f"limit must be an integer in [1, 1000], got {limit!r}")
+    return limit

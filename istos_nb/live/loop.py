@@ -113,10 +113,10 @@ class Stream:
     when following started; the follower's ``batches``, ``bad`` (undecodable batches),
     ``renewals`` and ``renew_errors`` of the follow. ``ttl_s`` is the follow's ttl as last
     granted by the owner. What the owner's sequence numbers say (see
-    ``istos.owner.sequence``): ``epoch`` and ``last_seq`` of the newest event, ``missed``
-    events the follower could not fetch back (no longer in the owner's ring), and
-    ``owner_restarts`` (a new epoch appeared); ``owner_up`` is False from a renewal that got
-    no answer until one does (``owner_lost`` and ``owner_back`` count those changes).
+    ``istos.owner.persistence.sequence``): ``epoch`` and ``last_seq`` of the newest event,
+    ``missed`` events the follower could not fetch back (no longer in the owner's ring), and
+    ``owner_restarts`` (a new epoch appeared); ``owner_up`` is False from a renewal that got no
+    answer until one does (``owner_lost`` and ``owner_back`` count those changes).
     """
 
     def __init__(self, window: int, ttl_s: float) -> None:

@@ -1,5 +1,8 @@
 """``LiveQueue.record(seconds)``: a live queue's recording as a replayable Trace.
 
+One concept at three layers: the recording is ``istos/client/record.py``; the CLI writes it
+as a file (``istos/ops/record.py``); this builds a Trace of it.
+
 The recording is the engine's (:func:`istos.client.record.record`, the one ``istos record``
 writes as a file): it runs on the LiveQueue's own loop thread with a follow stream of its own
 (a follow the caller already runs is left alone), so a notebook cell that waits for it keeps its

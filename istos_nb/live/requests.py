@@ -18,12 +18,15 @@ from istos.client.pages import dead_pages, jobs_pages, workers_pages
 from istos.core.state import STATES
 from istos.errors import ConfigError, JobNotFound
 from istos.lifecycle import check_update
-from istos.owner.workflow_view import fill_states
+from istos.owner.views.workflow_view import fill_states
 from istos.payload import CodecChain
 from istos.protocol import MAX_EVENTS
 from istos.transport.base import Transport
 
 from . import reply_tables as lf
+
+BATCH_COLUMNS = ["batch_id", "description", "closed", "total", "pending", "done", "dead",
+                 "cancelled", "created_at", "finished_at", "parent_id", "callbacks"]
 
 
 class OwnerRequests:
@@ -144,6 +147,21 @@ class OwnerRequests:
 
     async def workers(self) -> pd.DataFrame:
         return lf.workers_table(await workers_pages(self.clients(self.queue)))
+
+    async def batches(self, limit: int) -> pd.DataFrame:
+        """The batches this queue is home to (``batches``): open ones first."""
+        reply = await self.ask("batches", limit=limit)
+        frame = pd.DataFrame(reply["batches"], columns=BATCH_COLUMNS)
+        frame.attrs.update(total=reply["total"], open=reply["open"])
+        return frame
+
+    async def batch_members(self, batch_id: str, state: str | None,
+                            limit: int) -> pd.DataFrame:
+        """One batch's members as this queue (its home) counts them (``batch_members``)."""
+        reply = await self.ask("batch_members", batch_id=batch_id, state=state, limit=limit)
+        frame = pd.DataFrame(reply["members"], columns=["job_id", "queue", "state"])
+        frame.attrs["more"] = bool(reply["more"])
+        return frame
 
     async def bulk(self, op: str, count_key: str, **fields: Any) -> int:
         """One bulk admin op repeated until the owner says none is left; the total."""

@@ -21,6 +21,8 @@ from typing import Any
 
 from istos.core.backoff import delay_bounds
 
+from .checker_batches import batch_findings
+from .checker_deps import deps_findings
 from .checker_expiry import expiry_findings, pause_findings
 from .checker_leases import lease_findings
 from .checker_logs import job_log_finding
@@ -35,7 +37,8 @@ EPS = 1e-6
 
 def delivery_counts(rec: RunRecord) -> dict[str, int]:
     done = Counter(e["job_id"] for e in rec.effects)
-    known = {e["job_id"] for e in rec.events if e["kind"] == "enqueued"}
+    # (a job enqueued with after= is accepted as "waiting", with no "enqueued" event)
+    known = {e["job_id"] for e in rec.events if e["kind"] in ("enqueued", "waiting")}
     tried = [a for a in rec.attempts if a["job_id"] is not None]
     # A job that expired (its start deadline passed, checker_expiry.py) ended unrun by design.
     expired = {e["job_id"] for e in rec.events if e["kind"] == "expired"}
@@ -78,6 +81,8 @@ def check(rec: RunRecord) -> list[Finding]:
         _dead_after_max(rec), _fifo_within_priority(rec), _chord_once(rec),
         _dedup_windows(rec), _rate_limits(rec), _group_limits(rec), *lease_findings(rec),
         job_log_finding(rec), unique_finding(rec), *expiry_findings(rec), *pause_findings(rec),
+        *deps_findings(rec),
+        *batch_findings(rec),
     ]
     if rec.outbox:
         ok, detail = outbox_finding(rec.outbox, rec.events, rec.effects, rec.outbox_waiting)
@@ -197,8 +202,9 @@ def _fifo_within_priority(rec: RunRecord) -> Finding:
         model = models[(key[0], key[1], group_of.get(e["job_id"]))]
         if kind == "enqueued":
             model.add(e["job_id"], e["detail"]["priority"], e["detail"]["ready_at"])
-        elif kind == "retry_scheduled":
-            model.add(e["job_id"], model.priority.get(e["job_id"], 0), e["detail"]["ready_at"])
+        elif kind in ("retry_scheduled", "unblocked"):  # (a waiting job: ready once unblocked)
+            model.add(e["job_id"], e["detail"].get("priority", model.priority.get(e["job_id"], 0)),
+                      e["detail"]["ready_at"])
         elif kind == "updated" and e["job_id"] in model.key:  # app.update or a debounce call
             d, old = e["detail"], model.key[e["job_id"]]
             model.add(e["job_id"], d.get("priority", model.priority.get(e["job_id"], 0)),

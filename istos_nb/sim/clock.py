@@ -1,6 +1,8 @@
 """Per-node clocks on the simulation's timeline, with an offset (skew) and a rate error
 (drift). Skew and drift change what a node *reads*; the true timeline is the loop's time.
 
+One concept at two layers: the port is ``istos/clock.py``; these are its simulated clocks.
+
 Both can change during a run (the ``clock_skew`` and ``clock_drift`` faults): a step moves the
 wall clock (``now``) only, as a stepped system clock leaves ``CLOCK_MONOTONIC`` alone; a new
 rate bends both from that moment on, continuously."""

@@ -1,4 +1,8 @@
-"""The simulator's error: a scenario that asks for something impossible."""
+"""The simulator's error: a scenario that asks for something impossible.
+
+One concept at two layers: the error tree is ``istos/errors.py``; this is the simulator's
+leaf of it.
+"""
 
 from __future__ import annotations
 

@@ -130,7 +130,11 @@ class SimResult:
                          logs=getattr(self, "logs", []),
                          kept_logs=getattr(self, "kept_logs", []),
                          outbox=getattr(self, "outbox", []),
-                         outbox_waiting=getattr(self, "outbox_waiting", set()))
+                         end_t=float(getattr(self, "virtual_s", 0.0)),
+                         outbox_waiting=getattr(self, "outbox_waiting", set()),
+                         batches=getattr(self, "batches", []),
+                         batch_headers=getattr(self, "batch_headers", {}),
+                         until=self.until)
 
     def summary(self) -> str:
         """One line for a human: seed, virtual and wall time, events, and the delivery counts

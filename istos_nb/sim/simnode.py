@@ -61,6 +61,10 @@ class NodeWorld(Protocol):
     async def enqueue_via(self, node: SimNode, queue: str, data: Any,
                           **kwargs: Any) -> str | None: ...
 
+    def accepted_on(self, queues: tuple[str, ...]) -> list[tuple[str, str]]: ...
+
+    def draw(self, population: list[tuple[str, str]], k: int) -> list[tuple[str, str]]: ...
+
 
 class SimNode:
     """Declare queues, workers, schedules and subscriptions exactly as on ``Istos``.
@@ -133,6 +137,17 @@ class SimNode:
     async def enqueue(self, queue: str, data: Any, **kwargs: Any) -> str | None:
         """Enqueue through this node; recorded for the checker whatever the outcome."""
         return await self.world.enqueue_via(self, queue, data, **kwargs)
+
+    async def enqueue_after(self, queue: str, data: Any, *, parents_of: tuple[str, ...],
+                            fan_in: int = 2, **kwargs: Any) -> str | None:
+        """Enqueue a child waiting for up to ``fan_in`` parents drawn (workload rng) among the
+        jobs already accepted on the queues ``parents_of``; recorded as :meth:`enqueue` is,
+        with its parents. Without any accepted job there yet, nothing is sent."""
+        accepted = self.world.accepted_on(parents_of)
+        if not accepted:
+            return None
+        parents = self.world.draw(accepted, min(fan_in, len(accepted)))
+        return await self.world.enqueue_via(self, queue, data, after=parents, **kwargs)
 
     async def publish(self, key: str, data: Any, **kwargs: Any) -> Any:
         return await self.app.publish(key, data, **kwargs)

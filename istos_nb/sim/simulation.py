@@ -256,6 +256,18 @@ class Simulation:
         self.world.schedule(at, "outbox_outage", lambda: self.outbox.set_available(False))
         self.world.schedule(until, "outbox_back", lambda: self.outbox.set_available(True))
 
+    # -- batches (batches.py) --
+    def open_batches(self, node: str, n: int, *, members: dict[str, int], callbacks: str,
+                     **kwargs: Any) -> None:
+        """``n`` batches opened through ``node``, each with ``members`` (queue -> how many)
+        and its three callbacks on queue ``callbacks`` (its home), then closed; ``start``,
+        ``every`` (s between batches), ``close``. The checker's batch invariants judge them.
+        Raises :class:`ScenarioError` for an unknown node, ``n < 0``, bad counts, or
+        volatile storage (a restarted volatile home forgets its batches by design)."""
+        if self.storage_mode != "durable":
+            raise ScenarioError("open_batches needs Simulation(storage='durable')")
+        self.workload.open_batches(node, n, members=members, callbacks=callbacks, **kwargs)
+
     # workload helpers (see workload.py)
     def enqueue_jobs(self, node: str, queue: str, n: int, **kwargs: Any) -> None:
         """Enqueue ``n`` jobs on ``queue`` through ``node`` (see
@@ -264,6 +276,14 @@ class Simulation:
         owner). Raises :class:`ScenarioError` for an unknown node, ``n < 0``, ``rate <= 0``
         or ``poisson`` without a rate."""
         self.workload.enqueue_jobs(node, queue, n, **kwargs)
+
+    def enqueue_children(self, node: str, queue: str, n: int, **kwargs: Any) -> None:
+        """Enqueue ``n`` jobs on ``queue`` through ``node``, each waiting for parents drawn
+        among the jobs already accepted on other queues (see
+        :meth:`~istos_nb.sim.workload.Workload.enqueue_children`: ``parents_of``, ``fan_in``,
+        ``rate``, ``start``, ``on_parent_failure``). Raises :class:`ScenarioError` for an
+        unknown node or a bad option."""
+        self.workload.enqueue_children(node, queue, n, **kwargs)
 
     def handler(self, **kwargs: Any) -> Callable[..., Any]:
         """A worker function for ``@node.worker(...)`` drawing its behaviour from the seed:
@@ -391,6 +411,8 @@ class Simulation:
                          kept_logs=kept_logs(serving, stored_records),
                          outbox=list(world.outbox.txns),
                          outbox_waiting=world.outbox.waiting(),
+                         batches=world.batches.record(),
+                         batch_headers=world.batches.headers(self.shared_storage),
                          virtual_s=world.now(), wall_s=wall_s,
                          interrupted=interrupted, seed=self.seed)
 

@@ -72,6 +72,22 @@ class Workload:
                 t += self.rng.expovariate(rate) if poisson else 1.0 / rate
             self.world.at(t, sim_node.enqueue, queue, make(i), priority=priority)
 
+    def enqueue_children(self, node: str, queue: str, n: int, *, parents_of: tuple[str, ...],
+                         fan_in: int = 2, rate: float = 1.0, start: float = 0.0,
+                         on_parent_failure: str = "cancel") -> None:
+        """Enqueue ``n`` children through ``node``, one every ``1/rate`` s from ``start``, each
+        waiting (``after=``) for up to ``fan_in`` parents drawn among the jobs already
+        accepted on the queues ``parents_of`` (``SimNode.enqueue_after``)."""
+        sim_node = self.world.node(node)
+        if not isinstance(n, int) or n < 0 or not rate > 0 or not isinstance(fan_in, int) \
+                or fan_in < 1 or not parents_of:
+            raise ScenarioError("enqueue_children needs n >= 0, rate > 0, fan_in >= 1 and "
+                                "parent queues")
+        for i in range(n):
+            self.world.at(start + i / rate, sim_node.enqueue_after, queue, {"child": i},
+                          parents_of=tuple(parents_of), fan_in=fan_in,
+                          on_parent_failure=on_parent_failure)
+
     def outbox_transactions(self, queue: str, n: int, *, rate: float | None = None,
                             start: float = 0.0, commit_p: float = 0.8, rows: int = 1) -> None:
         """``n`` application transactions from ``start`` (all at once, or one every ``1/rate``
@@ -93,6 +109,25 @@ class Workload:
             ids = [f"ob-{self.rng.getrandbits(64):016x}" for _ in range(rows)]
             self.world.schedule(t, "outbox_transaction", functools.partial(
                 self.world.outbox.transaction, queue, i, ids, commit))
+
+    def open_batches(self, node: str, n: int, *, members: dict[str, int], callbacks: str,
+                     start: float = 0.0, every: float = 1.0, close: bool = True) -> None:
+        """``n`` batch scenarios through ``node``, one every ``every`` s from ``start``: each
+        opens a batch whose callbacks (and home) are on queue ``callbacks``, adds ``members``
+        (queue -> how many, interleaved; job ids from the workload rng) and closes it
+        (``close``). See ``batches.py``."""
+        sim_node = self.world.node(node)
+        if not isinstance(n, int) or n < 0:
+            raise ScenarioError(f"n must be an integer >= 0, got {n!r}")
+        if not members or any(type(k) is not int or k < 0 for k in members.values()):
+            raise ScenarioError(f"members must map queues to counts >= 0, got {members!r}")
+        if not every > 0:
+            raise ScenarioError(f"every must be > 0 s, got {every!r}")
+        size = sum(members.values())
+        for i in range(n):
+            ids = [f"bm-{self.rng.getrandbits(64):016x}" for _ in range(size)]
+            self.world.schedule(start + i * every, "open_batch", functools.partial(
+                _spawn_batch, self.world, sim_node, dict(members), callbacks, ids, close))
 
     def handler(self, *, service_s: ServiceSpec = 0.0, fail_p: float = 0.0,
                 crash_p: float = 0.0, effect: Callable[[Any], Any] | None = None,
@@ -129,6 +164,11 @@ class Workload:
             return effect(job) if effect is not None else None
 
         return handle
+
+
+def _spawn_batch(world: World, node: Any, members: dict[str, int], callbacks: str,
+                 ids: list[str], close: bool) -> None:
+    world.spawn(node, world.batches.run_one(node, members, callbacks, ids, close))
 
 
 def _check_handler_options(fail_p: float, crash_p: float, log_lines: int,

@@ -29,6 +29,7 @@ from istos.events import JobEvent
 from istos.storage.memory import MemoryStorage
 from istos.transport.local import LocalMesh, LocalTransport
 
+from .batch_workload import SimBatches
 from .errors import ScenarioError
 from .logledger import ledger_context
 from .network import SimNetwork
@@ -68,6 +69,7 @@ class World:
         self.owner_crashes: list[tuple[float, str]] = []
         self.logs: list[dict[str, Any]] = []  # the job-log ledger: what handlers wrote
         self.outbox = SimOutbox(self)  # the application's database (outlives every node)
+        self.batches = SimBatches(self)  # the batches the workload opened (batches.py)
 
     # -- what the parts ask of it ----------------------------------------------------------
     def now(self) -> float:
@@ -162,6 +164,9 @@ class World:
         """Enqueue through ``node``'s app, recorded as an attempt whatever the outcome."""
         row: dict[str, Any] = {"job_id": None, "queue": queue, "node": node.name,
                                "t": self.now(), "status": "failed", "error": None}
+        if "after" in kwargs:  # a child: the checker needs its parents and mode (checker_deps)
+            row["after"] = [list(ref) for ref in kwargs["after"]]
+            row["mode"] = kwargs.get("on_parent_failure", "cancel")
         self.attempts.append(row)
         if node.incarnation is None:
             row["error"] = "node down"
@@ -178,6 +183,15 @@ class World:
         # A unique or debounce key may resolve to another job: that job is the one accepted.
         row["job_id"] = job_id = str(got)
         return job_id
+
+    def accepted_on(self, queues: tuple[str, ...]) -> list[tuple[str, str]]:
+        """(queue, job id) of every enqueue accepted so far on ``queues``, in order."""
+        return [(a["queue"], a["job_id"]) for a in self.attempts
+                if a["status"] == "ok" and a["queue"] in queues and a["job_id"]]
+
+    def draw(self, population: list[tuple[str, str]], k: int) -> list[tuple[str, str]]:
+        """``k`` of ``population``, drawn with the workload rng (the seed decides)."""
+        return self.workload_rng.sample(population, k)
 
     # -- the nodes' lives --------------------------------------------------------------------
     def task_factory(self, loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:

@@ -2,7 +2,7 @@
 ``admin=True``), the confirmation right under it, and the outcome message.
 
 Nothing is sent before the confirmation's "Yes, <action>" button; "No, keep" sends nothing.
-The outcome ("done: Requeue dead job ... → new id", or the error) stays in the message line,
+The outcome ("done: Resubmit dead job ... → new id", or the error) stays in the message line,
 which refreshes never touch: the next action replaces it and it clears itself after
 :data:`MESSAGE_S`. DOM classes: ``istos-admin`` (the button row), ``istos-admin-<action>``,
 ``istos-confirm`` (the confirmation row) with ``istos-confirm-text``, ``istos-confirm-yes`` and
@@ -13,6 +13,7 @@ optional reason the Pause button sends, a text field beside it).
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape as esc
@@ -22,17 +23,19 @@ import ipywidgets as W
 
 from istos.errors import ConfigError
 
-__all__ = ["ACTIONS", "MESSAGE_S", "AdminPanel"]
+__all__ = ["ACTIONS", "MESSAGE_S", "RENAMED_ACTIONS", "AdminPanel"]
 
 MESSAGE_S = 120.0  # an outcome stays this long unless the next action replaces it
 
 # action -> (button label, whether it needs a job id)
 ACTIONS: dict[str, tuple[str, bool]] = {
     "pause": ("Pause queue", False), "resume": ("Resume queue", False),
-    "requeue": ("Requeue dead job", True), "purge": ("Purge dead job", True),
+    "resubmit": ("Resubmit dead job", True), "purge": ("Purge dead job", True),
     "purge-all": ("Purge all dead", False), "cancel-job": ("Cancel job", True),
-    "requeue-all": ("Requeue all dead", False), "promote": ("Promote delayed", False),
+    "redrive-all": ("Redrive all dead", False), "promote": ("Promote delayed", False),
     "purge-old": ("Purge dead > 1 h", False)}
+RENAMED_ACTIONS = {"requeue": "resubmit", "requeue-all": "redrive-all"}
+"""Old action names :meth:`AdminPanel.ask` still takes for one release (with a warning)."""
 
 
 @dataclass(frozen=True)
@@ -51,15 +54,15 @@ def _pending(lq: Any, action: str, job: str, reason: str = "") -> Pending:
     table: dict[str, tuple[str, str, Callable[[], Any]]] = {
         "pause": (pause_question, "pause", (lambda: lq.pause(reason)) if reason else lq.pause),
         "resume": ("Resume claiming on this queue?", "resume", lq.resume),
-        "requeue": (f"Requeue dead job {job} under a new id?", "requeue",
-                    lambda: lq.requeue(job)),
+        "resubmit": (f"Resubmit dead job {job}'s body as a new job (a new id)?", "resubmit",
+                     lambda: lq.resubmit(job)),
         "purge": (f"Delete dead job {job} for good?", "delete", lambda: lq.purge_dead([job])),
         "purge-all": ("Delete ALL dead letters for good?", "delete all",
                       lambda: lq.purge_dead()),
         "cancel-job": (f"Cancel job {job}? (a running job is stopped by its worker)",
                        "cancel the job", lambda: lq.cancel(job)),
-        "requeue-all": ("Requeue EVERY dead letter (under its own id, afresh)?", "requeue all",
-                        lambda: lq.requeue_dead()),
+        "redrive-all": ("Redrive EVERY dead letter back to ready (under its own id, afresh)?",
+                        "redrive all", lambda: lq.redrive_dead()),
         "promote": ("Make every delayed job ready now?", "promote", lambda: lq.promote()),
         "purge-old": ("Delete every dead letter older than 1 h for good?", "delete them",
                       lambda: lq.purge_dead(older_than_s=3600.0)),
@@ -122,6 +125,11 @@ class AdminPanel:
         the owner said admin, ConfigError (a ValueError) for an unknown action."""
         if not self.admin:
             raise PermissionError("this queue was not declared with admin=True")
+        if action in RENAMED_ACTIONS:
+            warnings.warn(f"admin action {action!r} is deprecated and goes in the next "
+                          f"release: use {RENAMED_ACTIONS[action]!r}", DeprecationWarning,
+                          stacklevel=2)
+            action = RENAMED_ACTIONS[action]
         if action not in ACTIONS:
             raise ConfigError(f"unknown admin action {action!r} (one of {', '.join(ACTIONS)})")
         job = (self._job_id() if job_id is None else str(job_id)).strip()

@@ -1,5 +1,7 @@
 """Matplotlib figures built from the frames in :mod:`istos_nb.data.frames`.
 
+One module at two layers: this implementation, and its public name :mod:`istos_nb.charts`.
+
 Every chart accepts events in any form ``events_frame`` accepts, plus optional ``ax`` (draw into
 an existing Axes; the returned Figure is that Axes' root figure) and ``title``. Charts use the
 object-oriented API only (``Figure`` + ``fig.subplots()``), never pyplot's global state, so they

@@ -1,11 +1,12 @@
 """The live dashboard's dead letters tab: one row per dead letter with its own actions (show the
-job; requeue and purge, only with admin=True, each behind the dashboard's confirmation), a
+job; resubmit and purge, only with admin=True, each behind the dashboard's confirmation), a
 page of :data:`DEAD_ROWS` at a time.
 
 The row widgets are made once and refilled at each refresh (a refresh every 2 s must not create
 and drop hundreds of widgets). DOM classes: ``istos-dead`` (the tab), ``istos-dead-note``
 ("1–20 of 31 dead letters"), ``istos-dead-row`` (one per dead letter shown, its job id in its
-text), ``istos-dead-show`` / ``istos-dead-requeue`` / ``istos-dead-purge`` (its buttons), and
+text), ``istos-dead-show`` / ``istos-dead-resubmit`` / ``istos-dead-purge`` (its buttons;
+the Resubmit button keeps its old class ``istos-dead-requeue`` too, for one release), and
 the pager's ``istos-dead-pager`` / ``istos-dead-prev`` / ``istos-dead-next``.
 """
 
@@ -44,16 +45,16 @@ class _Row:
         self.cells = W.HTML()
         self.cells.add_class("istos-dead-cells")
         self.show = W.Button(description="Show", layout=W.Layout(width="auto"))
-        self.requeue = W.Button(description="Requeue…", layout=W.Layout(width="auto"))
+        self.resubmit = W.Button(description="Resubmit…", layout=W.Layout(width="auto"))
         self.purge = W.Button(description="Purge…", layout=W.Layout(width="auto"))
-        self.widget = W.HBox([self.cells, self.show, self.requeue, self.purge],
+        self.widget = W.HBox([self.cells, self.show, self.resubmit, self.purge],
                              layout=W.Layout(display="none", align_items="center"))
         self.widget.add_class("istos-dead-row")
-        for button, name in ((self.show, "show"), (self.requeue, "requeue"),
-                             (self.purge, "purge")):
+        for button, name in ((self.show, "show"), (self.resubmit, "resubmit"),
+                             (self.resubmit, "requeue"), (self.purge, "purge")):
             button.add_class(f"istos-dead-{name}")
         self.show.on_click(lambda _b: self._on(lambda job: on_show(job)))
-        self.requeue.on_click(lambda _b: self._on(lambda job: on_action("requeue", job)))
+        self.resubmit.on_click(lambda _b: self._on(lambda job: on_action("resubmit", job)))
         self.purge.on_click(lambda _b: self._on(lambda job: on_action("purge", job)))
 
     def _on(self, act: Callable[[str], None]) -> None:
@@ -68,13 +69,13 @@ class _Row:
         self.job_id = str(record.get("job_id") or "")
         self.cells.value = _table("".join(lt.dead_cells(record, now)))
         admin_display = None if admin else "none"
-        self.requeue.layout.display = self.purge.layout.display = admin_display
+        self.resubmit.layout.display = self.purge.layout.display = admin_display
         self.widget.layout.display = None
 
 
 class DeadRows:
     """Dead letters, a page at a time, each row with Show (``on_show(job_id)``) and, when the
-    owner says admin, Requeue… and Purge… (``on_action("requeue" | "purge", job_id)``: the
+    owner says admin, Resubmit… and Purge… (``on_action("resubmit" | "purge", job_id)``: the
     dashboard asks for confirmation before anything is sent)."""
 
     def __init__(self, on_show: Callable[[str], None], on_action: Callable[[str, str], None],
@@ -93,7 +94,7 @@ class DeadRows:
 
     def show(self, dead: pd.DataFrame, now: pd.Timestamp, admin: bool) -> None:
         """Fill the rows with the current page of ``dead`` (all the dead letters, oldest
-        first); a page past the end (letters were requeued or purged) moves back."""
+        first); a page past the end (letters were resubmitted, redriven or purged) moves back."""
         total = len(dead)
         self.pager.clamp(total)
         offset = self.pager.offset

@@ -16,7 +16,7 @@ time charts show, "… – HH:MM:SS UTC (now)"), ``istos-depth-caption`` (under 
 the owner's exact counts in its newest series bucket), the admin row's ``istos-admin``,
 ``istos-admin-<action>``, ``istos-confirm`` with ``istos-confirm-text`` / ``istos-confirm-yes``
 / ``istos-confirm-no`` and ``istos-message`` (see :mod:`istos_nb.views.admin_panel`), and the
-dead letters' ``istos-dead``, ``istos-dead-row``, ``istos-dead-show`` / ``-requeue`` /
+dead letters' ``istos-dead``, ``istos-dead-row``, ``istos-dead-show`` / ``-resubmit`` /
 ``-purge`` (see :mod:`istos_nb.views.deadrows`).
 """
 
@@ -32,11 +32,12 @@ import ipywidgets as W
 import pandas as pd
 from matplotlib.figure import Figure
 
-from istos.errors import IstosError
+from istos.errors import IstosError, JobNotFound
 from istos.ops.cli import parse_where
 from istos_nb.views import charts
 
 from ..data.frames import events_frame
+from . import batchview as bv
 from . import livetables as lt
 from . import opviews as ov
 from .admin_panel import AdminPanel
@@ -152,6 +153,9 @@ class LiveDashboard(Shown):
         self.detail = W.HTML()
         self.timeline = W.Image(format="png", layout=W.Layout(display="none", max_width="640px",
                                                               height="auto"))
+        self.batch_id = W.Combobox(placeholder="batch id (this queue's)", ensure_option=False)
+        self.batches_table = W.HTML(_esc("Waiting for the first refresh (press Refresh)."))
+        self.members_table = W.HTML()
         self.admin_panel = AdminPanel(self.live_queue, lambda: self.job_id.value,
                                       self.refresh)
         self.dead_rows = DeadRows(self.open_job, self._ask_quietly, self._refresh_quietly,
@@ -164,7 +168,9 @@ class LiveDashboard(Shown):
                             (self.show_job, "istos-job-show"), (self.detail, "istos-job-detail"),
                             (self.window_line, "istos-chart-window"),
                             (self.depth_caption, "istos-depth-caption"),
-                            (self.timeline, "istos-chart")):
+                            (self.timeline, "istos-chart"), (self.batch_id, "istos-batch-id"),
+                            (self.batches_table, "istos-batches-pane"),
+                            (self.members_table, "istos-batch-members-pane")):
             widget.add_class(cls)
 
     @property
@@ -188,11 +194,12 @@ class LiveDashboard(Shown):
         tab, panes = self.panels.tab, self.panels.panes
         panes["depth"].children = (*panes["depth"].children, self.depth_caption)
         self.replay = ReplayPanel(self.live_queue)  # record the last minutes, run what-ifs
+        batches_pane = W.VBox([self.batches_table, self.batch_id, self.members_table])
         tab.children = [*(panes[n] for n in self.panels.images), jobs_pane,
                         self.dead_rows.widget, job_pane, panes["workers"], panes["latency"],
-                        self.replay.widget]
+                        batches_pane, self.replay.widget]
         tab.titles = [*self.panels.images, "jobs", "dead letters", "job", "workers", "latency",
-                      "replay"]
+                      "batches", "replay"]
         self.widget = W.VBox([W.HBox([self.interval, self.pause_toggle, self.button,
                                       self.status]), self.stats_line, self.admin_panel.widget,
                               self.window_line, tab,
@@ -250,6 +257,8 @@ class LiveDashboard(Shown):
                 self.panels.hide_hint("workers")
             self.panels.tables["latency"].value = ov.latency_html(stats)
             self.panels.hide_hint("latency")
+            if hasattr(lq, "batches"):
+                self._show_batches(lq, now)
             self.stats_line.value = _esc(lt.stats_text(stats))
             if self.job_id.value and hasattr(lq, "job"):
                 self._show_job(self.job_id.value, events)
@@ -258,6 +267,27 @@ class LiveDashboard(Shown):
             self.status.value = _esc(
                 f"refreshed {_utc(now.timestamp())} UTC ({len(frame)} events)")
             self._idle.refreshed(stats)
+
+    def _show_batches(self, lq: Any, now: pd.Timestamp) -> None:
+        """The Batches tab: this queue's batches, and the chosen one's members (an owner that
+        cannot list batches says so in the tab; the rest of the refresh goes on)."""
+        try:
+            frame = lq.batches(limit=200)
+        except IstosError as exc:
+            self.batches_table.value = _esc(f"batches: {type(exc).__name__}: {exc}")
+            return
+        self.batches_table.value = bv.batches_html(frame, now, frame.attrs.get("total"))
+        self.batch_id.options = tuple(frame["batch_id"])
+        chosen = self.batch_id.value or (frame["batch_id"].iloc[0] if len(frame) else "")
+        if not chosen:
+            self.members_table.value = ""
+            return
+        try:
+            members = lq.batch_members(chosen)
+        except JobNotFound:
+            self.members_table.value = _esc(f"this queue holds no batch {chosen}")
+            return
+        self.members_table.value = bv.members_html(members, chosen, members.attrs.get("more"))
 
     def _series_draws(self, frame: pd.DataFrame, series: pd.DataFrame | None,
                       window: tuple[float, float] | None) -> dict[str, Callable[[], Figure]]:
@@ -338,8 +368,8 @@ class LiveDashboard(Shown):
 
     # -- admin, behind a confirmation (istos_nb.views.admin_panel) -----------------------------
     def ask(self, action: str, job_id: str | None = None) -> None:
-        """Show the confirmation for admin ``action`` (pause, resume, requeue, purge,
-        purge-all, cancel-job, requeue-all, promote, purge-old) on ``job_id`` (default: the
+        """Show the confirmation for admin ``action`` (pause, resume, resubmit, purge,
+        purge-all, cancel-job, redrive-all, promote, purge-old) on ``job_id`` (default: the
         job tab's); nothing is sent before :meth:`confirm`. Only when the owner said admin
         (else PermissionError)."""
         self.admin_panel.ask(action, job_id)

@@ -133,7 +133,7 @@ _JOB_COLS: tuple[_Col, ...] = (
     ("enqueued", lambda r, n: _cell(local_time(r.get("enqueued_at"), n))),
     ("attempts", lambda r, n: _cell(_text(r.get("attempts")))),
     ("priority", lambda r, n: _cell(_text(r.get("priority")))),
-    ("worker", lambda r, n: _cell(_text(r.get("worker")))),
+    ("slot", lambda r, n: _cell(_text(r.get("worker")))),  # the wire's worker: a slot id
     ("ready / lease ends", lambda r, n: _cell(_due(r, n))),
     ("last error", lambda r, n: _cell(_text(r.get("last_error")), limit=60)),
     ("payload", _payload),
@@ -148,7 +148,7 @@ _DEAD_COLS: tuple[_Col, ...] = (
 )
 _ATTEMPT_COLS: tuple[_Col, ...] = (
     ("attempt", lambda r, n: _cell(_text(r.get("attempt")))),
-    ("worker", lambda r, n: _cell(_text(r.get("worker")))),
+    ("slot", lambda r, n: _cell(_text(r.get("worker")))),  # the wire's worker: a slot id
     ("claimed", lambda r, n: _cell(local_time(r.get("claimed_at"), n))),
     ("took", lambda r, n: _cell("" if absent(r.get("finished_at")) else
                                 ago((_ts(r.get("finished_at")) - _ts(r.get("claimed_at")))
@@ -192,8 +192,8 @@ def detail_html(detail: dict[str, Any], now: pd.Timestamp) -> str:
             facts.append((key.removesuffix("_at"), f"{local_time(rec[key], now)} "
                           f"({rel if rel.startswith('in ') else rel + ' ago'})"))
     for key in ("priority", "attempts", "worker", "last_error"):
-        if not absent(rec.get(key)):
-            facts.append((key.replace("_", " "), _text(rec[key])))
+        if not absent(rec.get(key)):  # the wire's ``worker`` holds a slot id: shown as such
+            facts.append(("slot" if key == "worker" else key.replace("_", " "), _text(rec[key])))
     dl = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in facts)
     payload = json.dumps(detail.get("data"), indent=2, ensure_ascii=False, default=str)
     attempts = detail.get("attempts")

@@ -62,6 +62,18 @@ INVARIANT_MEANING: dict[str, str] = {
         "while a pause held (stored: across restarts and failovers), no claim got its jobs",
     "never two jobs holding one unique key within its scope":
         "an enqueue whose unique key another job held within its scope added no job",
+    "no child ran before its parents were done":
+        "a job enqueued with after= was first claimed only after each parent's first ack (with "
+        "on_parent_failure='run': after each parent ended), unless an operator promoted it",
+    "a child whose parents all finished done is not left waiting":
+        "a waiting job whose parents were all acked (long enough before the end for their "
+        "reports' retries) was released or ended",
+    "batch callbacks: at most once each, exactly once when due by the end":
+        "each batch callback job was created at most once, and once its batch was closed and "
+        "its condition held (all ended, all done, one dead), it was created",
+    "no batch count lost across owner restarts and failovers":
+        "each batch's home kept as many done, dead and cancelled members as the members' own "
+        "events say, whatever crashed or failed over",
 }
 
 
@@ -110,8 +122,16 @@ _APPLIES: dict[str, tuple[Callable[[SimResult, str], bool], str]] = {
                                                           "nothing was paused"),
     "never two jobs holding one unique key within its scope": (
         lambda r, d: _has_unique_key(r), "no job was enqueued with a unique key"),
+    "no child ran before its parents were done": (
+        lambda r, d: d != "no job was enqueued with after=", "no job was enqueued with after="),
+    "a child whose parents all finished done is not left waiting": (
+        lambda r, d: d != "no job was enqueued with after=", "no job was enqueued with after="),
     "job logs kept as their attempts wrote them": (
         lambda r, d: not d.startswith(("no handler logged", "no log kept")), ""),
+    "batch callbacks: at most once each, exactly once when due by the end": (
+        lambda r, d: not d.startswith("no batch"), "no batch in this run"),
+    "no batch count lost across owner restarts and failovers": (
+        lambda r, d: not d.startswith("no batch"), "no batch in this run"),
     "no lease expired while its heart-beating holder was alive and connected": (
         lambda r, d: not d.startswith(("no heart-beating", "not checked")), ""),
 }

@@ -1,5 +1,7 @@
 """Notebook dashboards: a simulator playground and a live queue monitor.
 
+One module at two layers: this implementation, and its public name :mod:`istos_nb.widgets`.
+
 Built from ipywidgets, matplotlib and pandas only — no custom JavaScript — so the same code runs
 in JupyterLab, Notebook 7, VS Code, Colab and Voila. Charts are PNG bytes in ``Image`` widgets
 and tables are ``HTML`` widgets rather than ``Output`` + ``display``: an ``Output`` written while

@@ -9,11 +9,17 @@ state, ``why`` of the newest ready job, ``resolve`` with no match, ``events`` an
 slices (``istos/owner/views/slicing.py``), so the p99 should stay within a few slices of the idle
 one.
 
-    .venv/bin/python -m bench.read_ops [--jobs 100000] [--seconds 5]
+    .venv/bin/python -m bench.read_ops [--jobs 100000] [--seconds 5] [--gc-freeze off|on|ab]
+        [--only why,events]
 
 Beside the latency, the owner reports the CPU time of its loop steps (p99 and longest) and of
 its full cyclic-GC passes during each case (``bench/_loopmeter.py``): those say how long the owner
 itself held the loop, whatever else shared the cores.
+
+``--gc-freeze ab`` runs each case twice, the second time after the owner called
+``gc.collect(); gc.freeze()`` (rows marked F): the held records leave the cyclic GC's full
+passes (see docs/event-loop.md). At the end, the owner times one full collection as it is
+and one after ``gc.freeze()``.
 
 Measure on an idle machine (1-min load < 1): two busy processes share the cores with the owner.
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import subprocess
@@ -33,6 +40,8 @@ from bench._common import percentile, unique_prefix, zenoh_configs
 from bench._loopmeter import LoopMeter
 from istos import Istos, codec
 from istos.transport.zenoh import ZenohTransport
+
+COMMANDS = ("take", "freeze", "thaw", "probe")
 
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("(none)", {}),
@@ -63,15 +72,36 @@ async def owner(config: dict[str, Any], prefix: str, jobs: int) -> None:
         meter = LoopMeter()
         meter.install()
         print("READY", flush=True)
-        # "take" answers the loop's figures since the last take; anything else ends it
-        while (await asyncio.to_thread(sys.stdin.readline)).strip() == "take":
+        # "take" answers the loop's figures since the last take; "freeze" / "thaw" move the
+        # objects held now out of the cyclic GC's walks and back; anything else ends it
+        while (line := (await asyncio.to_thread(sys.stdin.readline)).strip()) in COMMANDS:
+            if line == "freeze":
+                gc.collect()  # (what is garbage now would never be collected once frozen)
+                gc.freeze()
+            elif line == "thaw":
+                gc.unfreeze()
+            elif line == "probe":  # one full collection as things are, and one frozen
+                gc.unfreeze()
+                t0 = time.thread_time()
+                gc.collect()
+                held = time.thread_time() - t0
+                gc.freeze()
+                t0 = time.thread_time()
+                gc.collect()
+                frozen = time.thread_time() - t0
+                gc.unfreeze()
+                print(json.dumps({"full_gc_ms": held * 1e3, "frozen_full_gc_ms": frozen * 1e3,
+                                  "tracked": len(gc.get_objects())}), flush=True)
+                continue
+            await asyncio.sleep(0)  # this step (the collection's) ends before the take
             print(json.dumps(meter.take()), flush=True)
 
 
-def take(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    """The owner's loop figures since the last take (see bench/_loopmeter.py)."""
+def take(proc: subprocess.Popen[str], command: str = "take") -> dict[str, Any]:
+    """The owner's loop figures since the last take (see bench/_loopmeter.py), after
+    ``command`` (one of :data:`COMMANDS`)."""
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write("take\n")
+    proc.stdin.write(f"{command}\n")
     proc.stdin.flush()
     figures: dict[str, Any] = json.loads(proc.stdout.readline())
     return figures
@@ -139,22 +169,31 @@ async def main(args: argparse.Namespace) -> None:
         print(f"(1-min load at the start: {os.getloadavg()[0]:.2f})")
         print(f"{'op':<14} {'fields':<42} {'claim+ack p50':>14} {'p99':>10} {'n':>7} "
               f"{'step p99':>9} {'step max':>9} {'full GCs':>8} {'GC max':>8}")
+        modes = {"off": ["thaw"], "on": ["freeze"], "ab": ["thaw", "freeze"]}[args.gc_freeze]
         for op, fields in CASES:
+            if args.only and op not in ("(none)", *args.only.split(",")):
+                continue
             fields = {k: (last if v == "LAST" else v) for k, v in fields.items()}
-            reader = None if op == "(none)" else spawn(
-                "--role", "readers", json.dumps(configs[2]), prefix, op, json.dumps(fields))
-            take(own)
-            try:
-                samples = await claim_ack(t, prefix, args.seconds)
-            finally:
-                loop = take(own)
-                if reader is not None:
-                    stop(reader)
-            ms = [s * 1000 for s in samples]
-            print(f"{op:<14} {json.dumps(fields)[:42]:<42} {percentile(ms, 50):>11.2f} ms "
-                  f"{percentile(ms, 99):>7.2f} ms {len(ms):>7} {loop['step_p99_ms']:>6.2f} ms "
-                  f"{loop['step_max_ms']:>6.2f} ms {loop['full_gcs']:>8} "
-                  f"{loop['full_gc_max_ms']:>5.1f} ms", flush=True)
+            for mode in modes:
+                reader = None if op == "(none)" else spawn(
+                    "--role", "readers", json.dumps(configs[2]), prefix, op, json.dumps(fields))
+                take(own, mode)
+                try:
+                    samples = await claim_ack(t, prefix, args.seconds)
+                finally:
+                    loop = take(own)
+                    if reader is not None:
+                        stop(reader)
+                ms = [s * 1000 for s in samples]
+                label = op if len(modes) == 1 else f"{op} {'F' if mode == 'freeze' else '-'}"
+                print(f"{label:<14} {json.dumps(fields)[:42]:<42} {percentile(ms, 50):>11.2f} ms "
+                      f"{percentile(ms, 99):>7.2f} ms {len(ms):>7} "
+                      f"{loop['step_p99_ms']:>6.2f} ms {loop['step_max_ms']:>6.2f} ms "
+                      f"{loop['full_gcs']:>8} {loop['full_gc_max_ms']:>5.1f} ms", flush=True)
+        probe = take(own, "probe")
+        print(f"one full GC in the owner ({probe['tracked']:,} objects tracked): "
+              f"{probe['full_gc_ms']:.1f} ms of CPU; after gc.freeze(): "
+              f"{probe['frozen_full_gc_ms']:.3f} ms")
     finally:
         await t.close()
         stop(own)
@@ -165,6 +204,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--only", default="", help="comma-separated ops to run (and the case "
+                                                     "without readers); default: every case")
+    parser.add_argument("--gc-freeze", choices=("off", "on", "ab"), default="off",
+                        help="gc.freeze() the owner's objects before each case (on), or run "
+                             "each case without and then with it (ab; F marks frozen rows)")
     parser.add_argument("--role", default="main")
     parser.add_argument("rest", nargs="*")
     ns = parser.parse_args()

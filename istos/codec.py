@@ -58,6 +58,53 @@ def encode_message(msg: dict[str, Any]) -> bytes:
     return _pack(msg)
 
 
+class Packed:
+    """A list whose items are already msgpack-encoded, spliced as they are into a
+    :class:`Spliced` message when it is encoded (an owner packs a page of events in slices of
+    its loop's time and keeps only bytes, which the cyclic GC never walks)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[bytes]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def encoded(self) -> bytes:
+        """The msgpack array of the items."""
+        n = len(self.items)
+        head = bytes((0x90 | n,)) if n < 16 else \
+            b"\xdc" + n.to_bytes(2, "big") if n < 1 << 16 else b"\xdd" + n.to_bytes(4, "big")
+        return head + b"".join(self.items)
+
+    def decoded(self) -> list[Any]:
+        """The items as plain values (what the same list would decode to off the wire)."""
+        value: list[Any] = msgpack.unpackb(self.encoded(), raw=False, strict_map_key=False)
+        return value
+
+
+class Spliced(dict[str, Any]):
+    """A message some of whose values are :class:`Packed`: :func:`encode_spliced` writes
+    their bytes in place; :meth:`plain` is the same message with every value decoded."""
+
+    def plain(self) -> dict[str, Any]:
+        """The message as a plain dict (for an in-process caller, which never encodes it)."""
+        return {k: v.decoded() if isinstance(v, Packed) else v for k, v in self.items()}
+
+
+def encode_spliced(msg: Spliced) -> bytes:
+    """Encode ``msg`` as :func:`encode_message` would its :meth:`Spliced.plain` form, without
+    decoding the packed values (the bytes are the same)."""
+    n = len(msg)
+    parts = [bytes((0x80 | n,)) if n < 16 else
+             b"\xde" + n.to_bytes(2, "big") if n < 1 << 16 else b"\xdf" + n.to_bytes(4, "big")]
+    for key, value in msg.items():
+        parts.append(_pack(key))
+        parts.append(value.encoded() if isinstance(value, Packed) else _pack(value))
+    return b"".join(parts)
+
+
 def decode_message(raw: bytes) -> dict[str, Any]:
     """Decode a wire message; raise :class:`ProtocolError` if it is not one of ours."""
     if len(raw) > MAX_MESSAGE_BYTES:

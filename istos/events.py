@@ -150,6 +150,20 @@ class EventLog:
                              key=lambda entry: -entry[0])
         return (event for _, event in merged)
 
+    def snapshot_newest_first(self) -> Iterator[tuple[int, JobEvent]]:
+        """The events held now, newest first, each with its number in this log (1 for the
+        first event emitted, then counting up: a number names one event for the log's life).
+
+        The rings are copied at once (one C-level copy each) and merged as the iterator is
+        consumed, so the caller may yield between items while new events arrive."""
+        ring = list(self._ring)
+        ring.reverse()
+        if not self._renewals:
+            return iter(ring)
+        renewals = list(self._renewals)
+        renewals.reverse()
+        return heapq.merge(ring, renewals, key=lambda entry: -entry[0])
+
     def recent(self, limit: int | None = None) -> list[JobEvent]:
         """The ring's events, oldest first (the last ``limit`` of them)."""
         if self._renewals:

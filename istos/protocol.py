@@ -664,7 +664,8 @@ def error_reply(exc: BaseException) -> dict[str, Any]:
 def encode_reply(reply: dict[str, Any]) -> bytes:
     """Encode a reply; one that cannot be encoded or is over the frame cap becomes an error."""
     try:
-        raw = codec.encode_message(reply)
+        raw = codec.encode_spliced(reply) if type(reply) is codec.Spliced \
+            else codec.encode_message(reply)
     except (TypeError, ValueError, OverflowError) as exc:
         return codec.encode_message(error_reply(ProtocolError(f"reply not encodable: {exc}")))
     if len(raw) > FRAME_CAP:

@@ -2,7 +2,8 @@
 the records, so claims and acks keep flowing. Measured as behaviour, not time: a clock whose
 monotonic reading moves 0.5 ms at every look makes each slice end after a known amount of work,
 and a task beside the read counts the turns the loop gave it while the read ran (a read that
-never yields gives it none). The p99 figures are in ``bench/read_ops.py``. Group rotation: a
+never yields gives it none); ``why`` walks once, to make an index it reads from then on. The
+p99 figures are in ``bench/read_ops.py``. Group rotation: a
 claim looks at a bounded number of groups however many wait at their cap, and a group whose
 lease ends takes the next turn."""
 
@@ -48,7 +49,7 @@ async def turns_while(call: Any) -> tuple[Any, int]:
 READS: list[tuple[str, dict[str, Any]]] = [
     ("jobs", {"state": "ready", "offset": N_JOBS - 10, "limit": 5}),
     ("leases", {"offset": 100_000}),
-    ("why", {"job_id": f"j{N_JOBS - 1}"}),
+    ("why", {"job_id": f"j{N_JOBS - 1}"}),  # the first: it makes the index of ready jobs
     ("resolve", {"prefix": "zzzzzzzz"}),
     ("events", {"limit": 5000}),
     ("events_since", {"after": 0, "limit": 5000}),
@@ -123,6 +124,39 @@ async def test_jobs_without_a_filter_skips_to_its_offset_without_a_walk():
     assert [j["job_id"] for j in reply["jobs"]] == [f"j{i}" for i in
                                                     range(N_JOBS - 10, N_JOBS - 5)]
     assert calls < 500, calls
+
+
+async def test_why_counts_the_jobs_ahead_from_the_index_without_a_walk():
+    """``why`` of a ready job reads its rank in the queue's index of ready jobs, which the
+    first ``why`` makes (walking the jobs in slices, as the READS above): after it, a bounded
+    number of Python calls (counted by a profile hook), not one per job ahead; the count
+    follows claims and a job of higher priority enqueued later."""
+    app = Istos(node_id="owner")
+    app.queue("q")
+    async with app.serving():
+        await app.enqueue_many("q", [{"i": i} for i in range(N_JOBS)],
+                               job_ids=[f"j{i}" for i in range(N_JOBS)])
+        client = app.client("q")
+        first = await client.call("why", job_id=f"j{N_JOBS - 1}")
+        assert first["why"]["ahead"] == N_JOBS - 1
+        calls = 0
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            nonlocal calls
+            calls += event == "call"
+
+        sys.setprofile(profile)
+        try:
+            last = await client.call("why", job_id=f"j{N_JOBS - 2}")
+        finally:
+            sys.setprofile(None)
+        assert last["why"]["ahead"] == N_JOBS - 2
+        assert calls < 500, calls
+        assert (await client.call("why", job_id="j1000"))["why"]["ahead"] == 1000
+        assert len((await client.call("claim", workers=["w:c#0", "w:c#1"], node="w"))["jobs"]) == 2
+        await app.enqueue("q", {"urgent": True}, priority=5, job_id="urgent")
+        assert (await client.call("why", job_id="j1000"))["why"]["ahead"] == 999
+        assert (await client.call("why", job_id="urgent"))["why"]["ahead"] == 0
 
 
 def test_a_claim_looks_at_a_bounded_number_of_groups_at_their_cap():

@@ -69,6 +69,13 @@ class Groups:
     def __len__(self) -> int:
         return len(self.groups)
 
+    def entries(self) -> list[Entry]:
+        """Every grouped ready heap entry (stale ones included), a snapshot."""
+        out: list[Entry] = []
+        for group in self.groups.values():
+            out += group.ready
+        return out
+
     def push(self, rec: JobRecord, entry: Entry) -> None:
         assert rec.group is not None
         group = self.groups.get(rec.group)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from .expiry import StartDeadlines
 from .groups import GroupLimits, Groups
+from .ready_order import ReadyOrder
 from .records import CANCELLED, DELAYED, DONE, EXPIRED, LEASED, READY, JobRecord
 
 
@@ -21,7 +22,7 @@ class JobHeaps:
     """The ready, delayed, lease and result-expiry heaps over one queue's ``jobs``."""
 
     __slots__ = ("jobs", "ready", "delayed", "leases", "expiry", "seq", "groups", "group_limits",
-                 "paused_groups", "starts")
+                 "paused_groups", "starts", "order")
 
     def __init__(self, jobs: dict[str, JobRecord],
                  group_limits: GroupLimits | None = None) -> None:
@@ -36,6 +37,9 @@ class JobHeaps:
         self.leases: list[tuple[float, str, str]] = []  # (deadline, token, job_id)
         self.expiry: list[tuple[float, str]] = []
         self.starts = StartDeadlines()  # jobs with a start deadline (expiry.py)
+        # Every ready job, grouped or not, in claim order: made by the first `why` that asks
+        # (ready_order.py), so a queue nobody inspects pays nothing for it.
+        self.order: ReadyOrder | None = None
         self.seq = 0
 
     # -- pushes ------------------------------------------------------------------------------
@@ -44,12 +48,22 @@ class JobHeaps:
         self.seq += 1
         rec.seq = self.seq
         entry = (-rec.priority, rec.ready_at, rec.seq, rec.job_id)
+        if self.order is not None:
+            self.order.add(rec.job_id, entry)
         if rec.group is not None:
             self.grouped().push(rec, entry)
             return
         heapq.heappush(self.ready, entry)
         if self.groups is not None:
             self.groups.push_rest()
+
+    def ready_entries(self) -> list[tuple[int, float, int, str]]:
+        """A snapshot of every ready heap entry, grouped or not, stale ones included (the
+        seed of the index of ready jobs: ready_order.py)."""
+        entries = list(self.ready)
+        if self.groups is not None:
+            entries += self.groups.entries()
+        return entries
 
     def grouped(self) -> Groups:
         """The queue's groups (made at the first grouped job)."""
@@ -82,6 +96,8 @@ class JobHeaps:
             self.starts.push(rec)
         if rec.state == READY:
             entry = (-rec.priority, rec.ready_at, rec.seq, rec.job_id)
+            if self.order is not None:
+                self.order.add(rec.job_id, entry)
             if rec.group is not None:
                 self.grouped().push(rec, entry)
             else:

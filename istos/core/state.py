@@ -688,6 +688,8 @@ class QueueState:
     def _move(self, rec: JobRecord, state: JobState) -> None:
         if rec.state == LEASED and state != LEASED:
             self._lease_ending(rec)
+        elif rec.state == READY and state != READY and self.heaps.order is not None:
+            self.heaps.order.discard(rec.job_id)
         self.counts[rec.state] -= 1
         self.counts[state] += 1
         rec.state = state
@@ -698,6 +700,8 @@ class QueueState:
         self._save(rec)
         if rec.state == LEASED:
             self._lease_ending(rec)
+        elif rec.state == READY and self.heaps.order is not None:
+            self.heaps.order.discard(rec.job_id)
         self.counts[rec.state] -= 1
         del self.jobs[rec.job_id]
         self.dead.pop(rec.job_id, None)

@@ -71,6 +71,8 @@ def put_back(state: Restorable, undo: dict[str, Snapshot]) -> None:
         if cur is not None:
             state.counts[cur.state] -= 1
             state.dead.pop(job_id, None)
+            if state.heaps.order is not None:  # (reinsert below adds it back if ready)
+                state.heaps.order.discard(job_id)
         rec = snap.restore()
         if rec is None:
             continue

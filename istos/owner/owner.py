@@ -276,7 +276,8 @@ class QueueOwner:
         handler runs, so a malformed one changes nothing. ``trusted`` (this node's own app
         calling in-process, with fields it built from checked values) skips that check, not
         the admin rule. ``role``: the role key a request from the mesh arrived on; an op of
-        another role is refused.
+        another role is refused; without a role (an in-process caller) a reply some read op
+        built from packed entries (:class:`codec.Spliced`) comes back as plain values.
         """
         try:
             op = msg["op"] if trusted else \
@@ -308,6 +309,8 @@ class QueueOwner:
             return error_reply(ProtocolError(f"bad {op} request: {exc!r}"))
         reply.setdefault("ok", True)
         reply["v"] = codec.PROTOCOL_VERSION
+        if role is None and type(reply) is codec.Spliced:
+            return reply.plain()  # in-process: the caller reads values, never the bytes
         return reply
 
     def _rejected(self, peer: str, kind: str, exc: IstosError) -> None:

@@ -15,10 +15,12 @@ from collections import deque
 from typing import Any
 
 from ...clock import Clock
+from ...codec import Packed, Spliced
 from ...events import JobEvent
-from ..views.slicing import page_sliced
+from ..views.slicing import packed_page
 
 RESUME_RING = 10_000  # events kept for followers that come back (about 1 MB: shared objects)
+SEQ_BYTES = 9  # the most one number takes in the reply's seqs (counted with its event's bytes)
 
 
 class EventSequence:
@@ -28,6 +30,7 @@ class EventSequence:
         self.epoch = epoch
         self.last = 0
         self._ring: deque[tuple[int, JobEvent]] = deque(maxlen=RESUME_RING)
+        self._packed: dict[int, bytes] = {}  # the last page's encoded events, by number
 
     def number(self, event: JobEvent) -> int:
         self.last += 1
@@ -46,11 +49,16 @@ class EventSequence:
         missed = max(0, first_kept - start - 1)
         ring = list(self._ring)  # numbered without gaps: the wanted ones start at an index
         wanted = ring[max(0, start + 1 - first_kept):]
-        page, more = await page_sliced(wanted, _entry, limit, clock)
-        return {"epoch": self.epoch, "events": [p["event"] for p in page],
-                "seqs": [p["n"] for p in page], "missed": missed, "more": more,
-                "last": self.last}
+        events, more, self._packed = await packed_page(
+            wanted, _number, _render, limit, clock, self._packed, extra=SEQ_BYTES)
+        seqs = list(range(wanted[0][0], wanted[0][0] + len(events))) if events else []
+        return Spliced(epoch=self.epoch, events=Packed(events), seqs=seqs, missed=missed,
+                       more=more, last=self.last)
 
 
-def _entry(item: tuple[int, JobEvent]) -> dict[str, Any]:
-    return {"n": item[0], "event": item[1].to_dict()}
+def _number(item: tuple[int, JobEvent]) -> int:
+    return item[0]
+
+
+def _render(item: tuple[int, JobEvent]) -> dict[str, Any]:
+    return item[1].to_dict()

@@ -16,13 +16,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import islice
 from typing import Any
 
 from ... import codec, keys, protocol
 from ... import events as ev
+from ...clock import Clock
+from ...codec import Packed, Spliced
 from ...core.config import QueueConfig
 from ...core.edit import lifecycle_fields
+from ...core.ready_order import ReadyOrder
 from ...core.state import (
     CANCELLED,
     DEAD,
@@ -40,7 +44,7 @@ from ..handle import OwnerHandle
 from ..handlers.fit import fit_why
 from ..handlers.job_ops import dead_letter_fields
 from ..persistence.sequence import EventSequence
-from .slicing import count_sliced, page_sliced, pause
+from .slicing import CHECK_EVERY, Slicer, packed_page, pause
 
 FOLLOW_TTL_S = protocol.MAX_FOLLOW_TTL_S
 MAX_PAGE = protocol.MAX_PAGE
@@ -48,6 +52,7 @@ MAX_EVENTS_PER_REPLY = protocol.MAX_EVENTS  # and never more bytes than a page h
 SCAN_SLICE = 256  # a payload search yields to the loop at least this often...
 RESUBMITTED_MEMORY = 10_000  # resubmit ids remembered after their job was forgotten
 SCAN_SLICE_S = 0.004  # ...and after this long, so claims and stats keep flowing
+AHEAD_CHUNK = 1024  # records `why` compares between two looks at the clock
 
 
 class Inspector(OwnerExtension):
@@ -68,6 +73,7 @@ class Inspector(OwnerExtension):
         self._batch_seq = 0
         self._resubmitted: dict[str, None] = {}  # ids made by resubmit, oldest first (bounded)
         self._seqs: list[int] = []  # the sequence numbers of the events in _outbox
+        self._packed_events: dict[int, bytes] = {}  # the last events page, by number in the log
         # A new epoch per owner life (and the HA leader's epoch in it, when there is one); from
         # the node and its start time, not the id source, so simulations replay unchanged.
         life = f"{owner.node.node_id}\0{owner.name}\0{owner.node.clock.now()!r}".encode()
@@ -165,21 +171,26 @@ class Inspector(OwnerExtension):
                         want: int) -> list[JobRecord]:
         """Up to ``want`` records passing ``test`` after skipping ``offset`` of them.
 
-        A snapshot of the records, walked in slices: a search over a deep queue (a payload
+        A snapshot of the job ids, walked in slices: a search over a deep queue (a payload
         decode, or just 100k records to skip) must not stall the owner's claims and acks."""
-        records = list(self.owner.state.jobs.values())
-        if test is None:
-            return records[offset:offset + want]
+        if test is None:  # no walk in Python: the C iterator skips to the offset
+            return list(islice(self.owner.state.jobs.values(), offset, offset + want))
+        await pause()  # the copy below in a step of its own (see slicing.Slicer)
+        clock = self.owner.node.clock
+        slice_end = clock.monotonic() + SCAN_SLICE_S  # (the copy spends the first slice)
+        # A snapshot of the ids, not the records: a list of 100k records kept across yields
+        # makes every young collection touch each record's GC header (milliseconds each).
+        jobs = self.owner.state.jobs
+        ids = list(jobs)
         matched: list[JobRecord] = []
         skipped, start = 0, 0
-        clock = self.owner.node.clock
-        while start < len(records) and len(matched) < want:
-            slice_end = clock.monotonic() + SCAN_SLICE_S
-            for rec in records[start:start + SCAN_SLICE]:
+        while start < len(ids) and len(matched) < want:
+            for job_id in ids[start:start + SCAN_SLICE]:
                 if (start & 7) == 7 and clock.monotonic() >= slice_end:
                     break  # this slice took its time: let others in (a big body is slow)
                 start += 1  # (after the look: the record a slice ends at is the next's first)
-                if not test(rec):
+                rec = jobs.get(job_id)
+                if rec is None or not test(rec):  # (gone since the snapshot: skipped)
                     continue
                 if skipped < offset:
                     skipped += 1
@@ -187,8 +198,9 @@ class Inspector(OwnerExtension):
                 matched.append(rec)
                 if len(matched) >= want:
                     break
-            if start < len(records):
+            if start < len(ids):
                 await pause()
+                slice_end = clock.monotonic() + SCAN_SLICE_S
         return matched
 
     async def op_leases(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -202,24 +214,50 @@ class Inspector(OwnerExtension):
     async def op_why(self, msg: dict[str, Any]) -> dict[str, Any]:
         rec = self.owner.state.jobs.get(msg["job_id"])
         ahead = None
-        if rec is not None and rec.state == READY:  # counted in slices: O(jobs)
-            key = (-rec.priority, rec.ready_at, rec.seq)
-            ahead = await count_sliced(
-                list(self.owner.state.jobs.values()),
-                lambda r: r.state == READY and r is not rec
-                and (-r.priority, r.ready_at, r.seq) < key, self.owner.node.clock)
+        if rec is not None and rec.state == READY:
+            order = await self._ready_order()
+            if order is not None:
+                ahead = order.ahead_of(rec.job_id)  # O(log n)
+            elif rec.state == READY:  # another `why` is making the index: count, in slices
+                ahead = 0
+                await pause()  # the copy below in a step of its own (see slicing.Slicer)
+                slicer = Slicer(self.owner.node.clock)  # (the copy spends the first slice)
+                records = list(self.owner.state.jobs.values())
+                for start in range(0, len(records), AHEAD_CHUNK):
+                    ahead += count_ahead(records[start:start + AHEAD_CHUNK], rec)
+                    await slicer.tick(CHECK_EVERY)
         return {"why": explain(self.owner, msg["job_id"], ahead)}
+
+    async def _ready_order(self) -> ReadyOrder | None:
+        """The queue's index of ready jobs, made (and seeded, in slices) at the first call;
+        None while another call is seeding it."""
+        state = self.owner.state
+        order = state.heaps.order
+        if order is not None:
+            return order if order.complete else None
+        order = state.heaps.order = ReadyOrder()  # records every change from now on
+        await pause()  # the copy below in a step of its own (see slicing.Slicer)
+        slicer = Slicer(self.owner.node.clock)
+        entries = state.heaps.ready_entries()
+        for start in range(0, len(entries), AHEAD_CHUNK):
+            order.seed(entries[start:start + AHEAD_CHUNK], state.jobs)
+            await slicer.tick(CHECK_EVERY)
+        if state.heaps.order is not order:  # (the state's heaps were replaced meanwhile)
+            return None
+        order.complete = True
+        return order
 
     async def op_events(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The newest events of this queue (at most ``limit`` and one page of bytes), oldest
         first; ``more`` says older ones were left out."""
         limit = min(MAX_EVENTS_PER_REPLY, msg.get("limit", 1000))
         name = self.owner.name
-        ring = list(self.owner.node.events.newest_first())  # a snapshot: we yield below
-        mine = (e for e in ring if e.queue == name)
-        events, more = await page_sliced(mine, JobEvent.to_dict, limit, self.owner.node.clock)
+        ring = self.owner.node.events.snapshot_newest_first()  # (merged as the walk goes)
+        mine = (entry for entry in ring if entry[1].queue == name)
+        events, more, self._packed_events = await page_sliced_events(
+            mine, limit, self.owner.node.clock, self._packed_events)
         events.reverse()
-        return {"events": events, "more": more}
+        return Spliced(events=Packed(events), more=more)
 
     async def op_follow(self, msg: dict[str, Any]) -> dict[str, Any]:
         ttl = min(FOLLOW_TTL_S, max(1.0, float(msg.get("ttl_s", FOLLOW_TTL_S))))
@@ -275,6 +313,20 @@ class Inspector(OwnerExtension):
         was = await self.owner.pauses.resume(group=group)
         return {"paused": self.owner.pauses.get(group) is not None,
                 "was": None if was is None else was.to_dict(), "group": group}
+
+
+async def page_sliced_events(entries: Iterator[tuple[int, JobEvent]], limit: int, clock: Clock,
+                             cache: dict[int, bytes]) -> tuple[list[bytes], bool, dict[int, bytes]]:
+    """A page of numbered events from the log, newest first, packed (see :func:`packed_page`)."""
+    return await packed_page(entries, _log_number, _log_event, limit, clock, cache)
+
+
+def _log_number(entry: tuple[int, JobEvent]) -> int:
+    return entry[0]
+
+
+def _log_event(entry: tuple[int, JobEvent]) -> dict[str, Any]:
+    return entry[1].to_dict()
 
 
 def queue_policy(config: QueueConfig) -> dict[str, Any]:
@@ -444,7 +496,18 @@ def iter_state(state: QueueState, which: str | None = None) -> Iterator[JobRecor
 
 
 def ready_ahead_of(state: QueueState, rec: JobRecord) -> int:
-    """How many ready jobs would be claimed before ``rec`` (O(n): inspection only)."""
-    key = (-rec.priority, rec.ready_at, rec.seq)
-    return sum(1 for r in state.jobs.values() if r.state == READY and r is not rec
-               and (-r.priority, r.ready_at, r.seq) < key)
+    """How many ready jobs would be claimed before ``rec``: from the queue's index of the
+    ready jobs (O(log n)), or counted (O(n)) if it does not hold ``rec``."""
+    order = state.heaps.order
+    ahead = order.ahead_of(rec.job_id) if order is not None and order.complete else None
+    return count_ahead(state.jobs.values(), rec) if ahead is None else ahead
+
+
+def count_ahead(records: Iterable[JobRecord], rec: JobRecord) -> int:
+    """How many of ``records`` are ready and ordered before ``rec`` in the ready queue: by
+    ``(-priority, ready_at, seq)``, compared field by field (a tuple per record cost twice
+    as much; ``seq`` is unique, so ``rec`` itself never counts)."""
+    p, at, seq = rec.priority, rec.ready_at, rec.seq
+    return sum(1 for r in records if r.state == READY and (
+        r.priority > p or r.priority == p and (r.ready_at < at or r.ready_at == at
+                                               and r.seq < seq)))

@@ -39,6 +39,7 @@ class IdLookup(OwnerExtension):
         jobs = self.owner.state.jobs
         if prefix in jobs:  # a whole id is its own answer, however many ids it starts
             return {"matches": [prefix], "more": False}
+        await pause()  # the copy below in a step of its own (see slicing.Slicer)
         ids = list(jobs)  # a snapshot: records may come and go while we yield
         found: list[str] = []
         cap = protocol.MAX_RESOLVE_MATCHES

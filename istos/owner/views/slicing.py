@@ -15,17 +15,17 @@ simulations stay exact.
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from ... import protocol
+from ... import codec, protocol
 from ...clock import Clock
 
 T = TypeVar("T")
 
 SLICE_S = 0.004  # the longest a read op works before it lets others in
+FIRST_SLICE_S = 0.0002  # ...in its first step, which may share a loop step with others (below)
 CHECK_EVERY = 64  # items between two looks at the clock
 
 
@@ -43,7 +43,12 @@ class Slicer:
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._until = clock.monotonic() + SLICE_S
+        # The first slice is short: the transport runs each request's first step eagerly, in
+        # the loop step that took it in, so a burst of reads would run their first slices
+        # back to back in one step (two 4 ms slices: an 8 ms stall). For the same reason a
+        # read that copies a snapshot of 100k records first yields once (`pause`), so the
+        # copy (a few ms) has a step of its own.
+        self._until = clock.monotonic() + FIRST_SLICE_S
         self._n = 0
 
     async def tick(self, items: int = 1) -> None:
@@ -57,54 +62,41 @@ class Slicer:
             self._until = self._clock.monotonic() + SLICE_S
 
 
-async def count_sliced(items: list[T], test: Callable[[T], bool], clock: Clock,
-                       chunk: int = 1024) -> int:
-    """How many of ``items`` pass ``test``, in slices."""
-    slicer, found = Slicer(clock), 0
-    for start in range(0, len(items), chunk):
-        found += sum(1 for item in items[start:start + chunk] if test(item))
-        await slicer.tick(CHECK_EVERY)
-    return found
+async def packed_page(items: Iterable[T], number: Callable[[T], int],
+                      render: Callable[[T], dict[str, Any]], limit: int, clock: Clock,
+                      cache: Mapping[int, bytes], budget: int = protocol.PAGE_BUDGET,
+                      extra: int = 0) -> tuple[list[bytes], bool, dict[int, bytes]]:
+    """:func:`protocol.page` in slices, each entry encoded as it is met: ``(entries, more,
+    packed)``, the entries' msgpack bytes (for a :class:`codec.Packed` reply value, spliced as
+    they are when the reply is encoded) and whether more items remain.
 
+    ``items`` must not change while it runs (a snapshot), and each must be immutable and named
+    by ``number`` (an event's sequence number): ``cache`` holds entries packed before, by
+    number, and ``packed`` the ones of this page, for the caller to keep as the next read's
+    cache (a reader asking again finds them all). ``extra`` bytes are counted per entry beside
+    its own (a sequence number sent in another list).
 
-async def page_sliced(items: Iterable[T], render: Callable[[T], dict[str, Any]], limit: int,
-                      clock: Clock, budget: int = protocol.PAGE_BUDGET,
-                      ) -> tuple[list[dict[str, Any]], bool]:
-    """:func:`protocol.page` in slices; ``items`` must not change while it runs (a list of
-    records nobody changes once made, such as events: each is rendered twice).
-
-    The walk only measures: each entry is rendered, sized and dropped, and the items that fit
-    are rendered again in the last step (:func:`rendered`). 5,000 entries kept as dicts across
-    the walk's yields would be promoted to the cyclic GC's oldest generation and set off full
-    collections (rendering again costs less than decoding the sized bytes).
+    Only bytes are kept across the walk's yields: 5,000 entries kept as dicts would be promoted
+    to the cyclic GC's oldest generation and set off full collections (each walks every held
+    record: tens of ms with 100k jobs), and rendering them all in one last step held the loop
+    for about 10 ms.
     """
-    chosen: list[T] = []
+    out: list[bytes] = []
+    packed: dict[int, bytes] = {}
     used = 0
     slicer = Slicer(clock)
     for item in items:
-        if len(chosen) >= limit:
-            return rendered(chosen, render), True
-        size = protocol.encoded_size(render(item))
-        if chosen and used + size > budget:
-            return rendered(chosen, render), True
-        chosen.append(item)
+        if len(out) >= limit:
+            return out, True, packed
+        n = number(item)
+        entry = cache.get(n)
+        if entry is None:
+            entry = codec.encode_message(render(item))
+        size = len(entry) + extra
+        if out and used + size > budget:
+            return out, True, packed
+        out.append(entry)
+        packed[n] = entry
         used += size
         await slicer.tick()
-    return rendered(chosen, render), False
-
-
-def rendered(items: list[T], render: Callable[[T], dict[str, Any]]) -> list[dict[str, Any]]:
-    """``render`` each item, in this step, with the cyclic GC held off while it runs.
-
-    Thousands of fresh dicts in one step would set off young collections that find them all
-    alive and promote them; once promoted objects pass a quarter of what the process holds,
-    CPython runs a full collection, which walks every held record (tens of ms with 100k jobs).
-    Held off, the page lives and dies (once its reply is encoded) as young garbage.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return [render(item) for item in items]
-    finally:
-        if enabled:
-            gc.enable()
+    return out, False, packed

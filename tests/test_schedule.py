@@ -156,8 +156,11 @@ async def test_interval_ticks_on_the_grid(mesh):
     ticks = [e for e in events if e.kind == "enqueued"][:4]
     slots = [float(e.job_id.rsplit(":", 1)[1]) for e in ticks]
     assert all(e.job_id.startswith("sched:fast:") for e in ticks)
-    gaps = [b - a for a, b in zip(slots, slots[1:])]
-    assert gaps == pytest.approx([0.05, 0.05, 0.05], abs=2e-6)  # ids carry 6 decimals
+    # On the grid: each slot a whole number of periods after the one before (ids carry 6
+    # decimals). Not always the next one: a wake-up later than a period (a loaded machine)
+    # skips the slots it overslept, by design (no catch-up burst).
+    periods = [(b - a) / 0.05 for a, b in zip(slots, slots[1:])]
+    assert all(n >= 1 - 1e-4 and abs(n - round(n)) < 1e-4 for n in periods), periods
     assert all(e.t >= slot - 1e-3 for e, slot in zip(ticks, slots))  # never early
     assert job.body == b"\x81\xa4kind\xa4tick"
 

@@ -16,6 +16,14 @@ about ``ha_lease_s`` + 0.35 s; the second, once the cut links' leases expire, wa
 the links stopped lingering on close and is absent now (several runs at load 9-12: longest
 ``ha_lease_s`` + 0.2 s). After the heal, Zenoh dials the lost link again at least every second
 (``connect.retry``), and the probe's timeout is 1 s: measured 0.03-0.9 s.
+
+Not ``solo``: the margins hold under more load than the suite makes (its own 1-min load is
+about 3.5). Both tests of this module run side by side, at a 1-min load of 9-13 from other
+work, four times: longest stretch with no owner 2.02-2.22 s (bound 3.0 s), the far side back
+within 0.00-0.09 s and the mesh-only side within 0.02-0.09 s (bound 2.0 s), nothing lost. The
+runs are mostly waits (about 9 s of CPU each), so they run beside other tests rather than hold
+the other workers idle. Each run claims a free subnet (``bench/_netns.py``): two runs, of this
+suite or of another on the machine, never share one.
 """
 
 from __future__ import annotations
@@ -41,7 +49,6 @@ HEAL_AT = CUT_AT + LINK_LEASE_S + 7.0
 
 
 @pytest.mark.slow
-@pytest.mark.solo  # timing bounds on real processes: nothing else of the run beside it
 @pytest.mark.timeout(240)
 def test_full_partition_of_the_leader_keeps_an_owner_answering_and_heals_within_2_s():
     if os.geteuid() != 0 or shutil.which("ip") is None:
@@ -63,7 +70,6 @@ def test_full_partition_of_the_leader_keeps_an_owner_answering_and_heals_within_
 
 
 @pytest.mark.slow
-@pytest.mark.solo  # timing bounds on real processes: nothing else of the run beside it
 @pytest.mark.timeout(240)
 def test_leader_cut_from_the_mesh_only_keeps_leading_and_is_reached_within_2_s_of_the_heal():
     """A keeps its store by a second link: it keeps leading (no takeover, no split brain), the

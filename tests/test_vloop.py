@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -557,6 +558,10 @@ def test_keyboard_interrupt_in_the_caller_stops_the_simulation_thread(monkeypatc
     monkeypatch.setattr(vrun, "INTERRUPT_GRACE_S", 15.0)  # room for a loaded CI box
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("interrupt_main needs the test to run on the main thread")
+    # interrupt_main does nothing while SIGINT is ignored or left to the OS, and the test would
+    # then wait for its timeout: Python's own handler for the test's length, whatever this
+    # worker process was given.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     progress: list = []
 
     async def forever():
@@ -572,6 +577,7 @@ def test_keyboard_interrupt_in_the_caller_stops_the_simulation_thread(monkeypatc
             run_in_thread(run_virtual, forever())
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert len(progress) > 1 and progress[-1] == "cleaned up"
 
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import contextvars
 import gc
+import queue
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -112,6 +113,14 @@ def run_virtual(
         loop.shutdown()
 
 
+def _finished_within(finished: queue.SimpleQueue[bool], seconds: float) -> bool:
+    try:
+        finished.get(timeout=seconds)
+    except queue.Empty:
+        return False
+    return True
+
+
 def run_in_thread(fn: Callable[..., T], *args: Any, stop_event: threading.Event | None = None) -> T:
     """Call ``fn(*args)`` in a fresh thread and return its result or re-raise its exception.
 
@@ -124,7 +133,11 @@ def run_in_thread(fn: Callable[..., T], *args: Any, stop_event: threading.Event 
     """
     event = stop_event if stop_event is not None else threading.Event()
     outcome: dict[str, Any] = {}
-    finished = threading.Event()
+    # The thread says it finished on a SimpleQueue, not a threading.Event: a KeyboardInterrupt
+    # landing inside Event.wait() can leave the Event's (non-reentrant) lock held by this
+    # thread, so the next wait (the grace period below) and the other thread's set() would
+    # both block forever. SimpleQueue is C code with no Python-level lock to leave behind.
+    finished: queue.SimpleQueue[bool] = queue.SimpleQueue()
     context = contextvars.copy_context()
 
     def target() -> None:
@@ -134,19 +147,19 @@ def run_in_thread(fn: Callable[..., T], *args: Any, stop_event: threading.Event 
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             outcome["error"] = exc
         finally:
-            finished.set()
+            finished.put(True)
 
     thread = threading.Thread(target=target, name="istos-virtual-loop", daemon=True)
     thread.start()
-    # Wait on our own Event, in slices: a plain join() is not interruptible everywhere, and a
-    # KeyboardInterrupt landing inside Thread.join() can mark a live thread as stopped
-    # (CPython 3.11's bpo-45274 handling), after which join() no longer waits.
+    # Wait in slices: a plain join() is not interruptible everywhere, and a KeyboardInterrupt
+    # landing inside Thread.join() can mark a live thread as stopped (CPython 3.11's bpo-45274
+    # handling), after which join() no longer waits.
     try:
-        while not finished.wait(0.1):
+        while not _finished_within(finished, 0.1):
             pass
     except BaseException:
         event.set()
-        finished.wait(INTERRUPT_GRACE_S)
+        _finished_within(finished, INTERRUPT_GRACE_S)
         raise
     thread.join()
     if "error" in outcome:

@@ -165,9 +165,10 @@ class Istos:
         self.schedules = Schedules(self.node, self.queues, client=self.client,
                                    is_active_owner=lambda q: self.is_active_owner(q),
                                    add_plugin=self.add_plugin, serving=lambda: self._serving)
-        self.workflows = Workflows(self.node, self.enqueue, self.client, self._require_serving)
         self.batches = Batches(self.node, self.producer.enqueue, self.client,
                                self._require_serving)
+        self.workflows = Workflows(self.node, self.enqueue, self.client, self._require_serving,
+                                   open_batch=self.batches.batch)
         self.dependencies = Dependencies(self.node, self.client)
 
     @property

@@ -85,18 +85,25 @@ class Batch:
         b = self._batches
         jid = job_id or b.node.ids.new()
         codec.encode_body(data, queue=queue)  # refuse what cannot be encoded before counting
-        fields: dict[str, Any] = {"batch_id": self.id, "key": self._key, "member": jid,
-                                  "member_queue": queue}
-        if self._parent is not None:
-            fields["parent"] = self._parent
-        await b.client(self.home).call("batch_add", **fields)
+        entry = await self.count(queue, jid)
         try:
-            return await b.enqueue(queue, data, job_id=jid, _meta={"batch": {
-                "id": self.id, "home": self.home, "key": self._key}}, **options)
+            return await b.enqueue(queue, data, job_id=jid, _meta={"batch": entry}, **options)
         except IstosError as exc:
             raise BatchAddFailed(f"batch {self.id}: member {jid!r} is counted but its enqueue "
                                  f"on {queue!r} failed ({type(exc).__name__}: {exc}); add it "
                                  f"again with job_id={jid!r}", jid) from exc
+
+    async def count(self, queue: str, job_id: str) -> dict[str, Any]:
+        """The first step of :meth:`add`: count job ``job_id`` of ``queue`` as a pending
+        member at the home (idempotent by ``job_id``) without enqueueing it; returns the
+        ``batch`` entry of meta the member's job must carry (``app.chord`` adds it to its
+        members' chord meta). Raises as :meth:`add` before anything is counted."""
+        fields: dict[str, Any] = {"batch_id": self.id, "key": self._key, "member": job_id,
+                                  "member_queue": queue}
+        if self._parent is not None:
+            fields["parent"] = self._parent
+        await self._batches.client(self.home).call("batch_add", **fields)
+        return {"id": self.id, "home": self.home, "key": self._key}
 
     async def close(self) -> None:
         """No member joins from outside any more; callbacks fire once their condition holds.

@@ -58,7 +58,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgpack
 
 from .. import codec, protocol
+from ..core import batch_state as bs
 from ..core import workflow_meta as wf
 from ..core.config import check_priority, check_queue_name
 from ..core.state import JobRecord
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
     from ..client import OwnerClient
     from ..node import Node
     from ..owner.handle import OwnerHandle
+    from .batch import Batch
 
 log = logging.getLogger("istos.workflow")
 
@@ -106,11 +108,13 @@ class Workflows:
     """
 
     def __init__(self, node: Node, enqueue: Enqueue, client: Callable[[str], OwnerClient],
-                 require_serving: Callable[[], None]) -> None:
+                 require_serving: Callable[[], None],
+                 open_batch: Callable[..., Awaitable[Batch]] | None = None) -> None:
         self.node = node
         self.enqueue = enqueue
         self.client = client
         self._require_serving = require_serving
+        self.open_batch = open_batch  # app.batch: a chord's on_death / on_complete
 
     # -- producer calls --
     async def chain(self, queues: list[str], data: Any, *, priority: int = 0) -> str:
@@ -148,19 +152,35 @@ class Workflows:
         return [await self.enqueue(queue, item, priority=prio) for item in items]
 
     async def chord(self, queue: str, items: list[Any], *, callback: tuple[str, Any],
-                    priority: int = 0) -> str:
+                    priority: int = 0, on_death: tuple[str, Any] | None = None,
+                    on_complete: tuple[str, Any] | None = None) -> str:
         """Run ``items`` on ``queue``; when all succeed, enqueue the callback once.
 
         ``callback`` is ``(callback_queue, extra)``; the callback job's body is
         ``{"results": [one per item, in item order], "input": extra}``. Returns the chord id.
-        Members that dead-letter stall the chord until :meth:`revive` brings them back.
+        The callback fires only once every member is done: a dead member holds it back until
+        :meth:`revive` brings the member back and it succeeds.
+
+        ``on_death`` and ``on_complete`` (each ``(queue, data)``, optional) say how the chord
+        ended, with the semantics of :meth:`~istos.features.batch.Batches.batch`'s callbacks:
+        ``on_death`` fires once at the first member dead-lettered, ``on_complete`` once every
+        member is done or dead (also when all are done). Given either, the members also form
+        a closed batch (its description ``"chord <chord id>"``, its home the queue of
+        ``on_complete``, else of ``on_death``) whose callback bodies are a batch's
+        (``batch_id``, ``kind``, counts, ``input``); ``istos batch`` shows its members.
+
         Raises :class:`ConfigError` for a malformed callback and :class:`InvalidJob` (before
-        anything is sent) for an item or ``extra`` msgpack cannot encode.
+        anything is sent) for an item or ``extra`` msgpack cannot encode; with ``on_death`` or
+        ``on_complete``, what opening and adding to a batch raises.
         """
         check_queue_name(queue)
         prio = check_priority(priority)
         if not isinstance(callback, (tuple, list)) or len(callback) != 2:
             raise ConfigError(f"chord callback must be a (queue, input) pair, got {callback!r}")
+        ends = {k: v for k, v in (("on_complete", on_complete), ("on_death", on_death))
+                if v is not None}
+        if ends and self.open_batch is None:
+            raise ConfigError("this app's chords take no on_death/on_complete (no batches)")
         cb_queue, extra = check_queue_name(callback[0]), callback[1]
         items = list(items)
         codec.encode_body(extra, queue=cb_queue)
@@ -170,11 +190,16 @@ class Workflows:
             codec.encode_body(item, queue=queue)
         key = self.node.ids.token()
         chord_id = wf.chord_id(key, queue, len(items), cb_queue)
+        # Member meta also carries the batch entry ({id, home, key}) when the chord has ends:
+        # a placeholder of its largest size is measured with the rest.
+        home = _ends_home(ends)
+        sizer = {} if home is None else {
+            "batch": {"id": bs.batch_id(key, home), "home": home, "key": key}}
         if items:
             try:  # the largest member meta, checked before anything is sent
                 protocol.meta("chord meta", {"chord": {
                     "id": chord_id, "index": len(items), "size": len(items),
-                    "callback": cb_queue, "input": extra, "key": key}})
+                    "callback": cb_queue, "input": extra, "key": key}, **sizer})
             except ProtocolError as exc:
                 raise InvalidJob(f"chord on queue {queue!r}: {exc}") from None
         # The callback queue's owner expects the callback: asked on its produce key, so only
@@ -190,11 +215,20 @@ class Workflows:
         # chord meta pointing at a barrier it does not hold.
         await self.client(queue).call("chord_open", chord_id=chord_id, size=len(items),
                                       callback=cb_queue, key=key)
+        # The chord's ends are a batch's: its home counts each member's end (reported by the
+        # member's owner, as for any batch member) and fires on_death / on_complete once.
+        batch = None if not ends or self.open_batch is None else await self.open_batch(
+            description=f"chord {chord_id}", **ends)
         for index, item in enumerate(items):
-            meta = {"chord": {"id": chord_id, "index": index, "size": len(items),
-                              "callback": cb_queue, "input": extra, "key": key}}
-            await self.enqueue(queue, item, priority=prio, job_id=f"{chord_id}.{index}",
-                               _meta=meta)
+            job_id = f"{chord_id}.{index}"
+            meta: dict[str, Any] = {"chord": {"id": chord_id, "index": index,
+                                              "size": len(items), "callback": cb_queue,
+                                              "input": extra, "key": key}}
+            if batch is not None:
+                meta["batch"] = await batch.count(queue, job_id)
+            await self.enqueue(queue, item, priority=prio, job_id=job_id, _meta=meta)
+        if batch is not None:
+            await batch.close()
         return chord_id
 
     async def revive(self, queue: str, job_id: str) -> str:
@@ -259,6 +293,17 @@ class Workflows:
         # retried and the chain is never silently cut.
         await self.enqueue(queues[index + 1], result, priority=int(step.get("priority", 0)),
                            job_id=f"{step['id']}.{index + 1}", _meta={"chain": nxt})
+
+
+def _ends_home(ends: dict[str, Any]) -> str | None:
+    """The home queue of a chord's batch (the first of ``on_complete``, ``on_death``), None
+    without either. Raises :class:`ConfigError` for a spec that is not a ``(queue, data)``
+    pair or a bad queue name."""
+    for kind, spec in ends.items():
+        if not isinstance(spec, (tuple, list)) or len(spec) != 2:
+            raise ConfigError(f"chord {kind} must be a (queue, data) pair, got {spec!r}")
+        check_queue_name(spec[0])
+    return next((str(spec[0]) for spec in ends.values()), None)
 
 
 def callback_meta(chord_id: str, queue: str, size: int, key: str) -> dict[str, Any]:
@@ -402,7 +447,12 @@ class ChordBarriers:
         """Refuse (:class:`InvalidJob`) a ``meta`` the workflow code would not have written:
         another shape, a job id that does not match it or its key, a reserved id without
         meta, a chord barrier this owner does not hold, or a callback it did not reserve (a
-        producer must not make an owner enqueue callbacks it chose)."""
+        producer must not make an owner enqueue callbacks it chose). A chord member may
+        carry a ``batch`` entry beside its chord (a chord with ends), proven as a batch
+        member's."""
+        if meta is not None and "chord" in meta and "batch" in meta:
+            bs.check_member_meta(self.owner.name, job_id, meta["batch"])
+            meta = {k: v for k, v in meta.items() if k != "batch"}
         chord = check_workflow_meta(self.owner.name, job_id, meta)
         if chord is None:
             return  # a chain step

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from helpers import app_on, count, wait_events
 
-from istos import ConfigError, Istos, MemoryStorage
+from istos import ConfigError, InvalidJob, Istos, MemoryStorage
 from istos.core import batch_state as bs
+from istos.owner.views.workflow_view import describe
 
 pytestmark = pytest.mark.fast  # `make check`: no process, server or session
 
@@ -168,3 +169,42 @@ async def test_malformed_ends_are_refused_before_anything_is_sent(mesh):
             await app.chord("shard", [1], callback=("reduce", None),
                             on_death="ends")  # type: ignore[arg-type]
         assert app.owners["shard"].state.jobs == {}  # no member was sent
+
+
+async def test_a_chord_member_with_a_forged_batch_entry_is_refused(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("shard")
+    reduced, ends = callbacks(app)
+    go = asyncio.Event()
+    shards(app, dead=set(), go=go)
+    async with app.serving():
+        chord_id = await app.chord("shard", [0, 1], callback=("reduce", None),
+                                   on_complete=("ends", None))
+        await wait_events(app, lambda ev: count(ev, "claimed") == 2)
+        meta = app.owners["shard"].state.jobs[f"{chord_id}.0"].meta
+        go.set()
+        await ends.wait(lambda s: len(s.bodies) == 1)
+        await reduced.wait(lambda s: len(s.bodies) == 1)
+        assert not app.owners["shard"].state.holds(f"{chord_id}.0")
+        # `why` of a member names the batch counting the chord's ends
+        assert describe("shard", meta)["batch"] == meta["batch"]["id"]  # type: ignore[index]
+        forged = {**meta["batch"], "home": "reduce"}  # the key proves another home
+        with pytest.raises(InvalidJob, match="not the id of a batch"):
+            await app.enqueue("shard", 0, job_id=f"{chord_id}.0",
+                              _meta={"chord": meta["chord"], "batch": forged})
+        with pytest.raises(InvalidJob, match="batch meta"):
+            await app.enqueue("shard", 0, job_id=f"{chord_id}.0",
+                              _meta={"chord": meta["chord"], "batch": {"id": "x"}})
+
+
+async def test_an_empty_chord_with_ends_completes_at_once(mesh):
+    app = app_on(mesh, "solo")
+    app.queue("shard")
+    reduced, ends = callbacks(app)
+    async with app.serving():
+        await app.chord("shard", [], callback=("reduce", "none"), on_death=("ends", None),
+                        on_complete=("ends", "c"))
+        await reduced.wait(lambda s: len(s.bodies) == 1)
+        await ends.wait(lambda s: len(s.bodies) == 1)
+    assert reduced.bodies == [{"results": [], "input": "none"}]
+    assert ends.kinds() == ["on_complete"] and ends.bodies[0]["total"] == 0

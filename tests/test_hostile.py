@@ -81,6 +81,8 @@ def bad_metas() -> list[Any]:
     forged = {"chord": {"id": "c9", "index": 0, "size": 1, "callback": "idle", "input": 1}}
     return ["x", 1, [], True, deep(1023), deep(protocol.MAX_META_DEPTH + 1), {"anything": 1},
             {"blob": "m" * (protocol.MAX_META_BYTES + 1)}, forged,
+            {**forged, "batch": {"id": "wf:" + "0" * 32 + "@idle", "home": "idle",
+                                 "key": "ab" * 16}},  # a chord with ends: both proven
             {"chain": {"id": "k"}}, {"chain": {"id": "k", "queues": ["q"], "step": 5,
                                                "priority": 0}},
             {"chain": {"id": "k", "queues": "q", "step": 0, "priority": 0}}]

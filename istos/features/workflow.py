@@ -51,6 +51,15 @@ fired just before an owner restart are not tracked by the new owner and stay (a 
 chord meta, which will run but will NOT release the chord. :meth:`Workflows.revive`
 moves the dead job itself back to ready, under the same id with its data and meta, so the chord
 can finish.
+
+**A chord's ends** (``on_death``, ``on_complete``) are a batch's callbacks
+(:mod:`istos.features.batch`): given either, ``app.chord`` opens a batch at the ends' queue,
+counts each member there before enqueueing it (its meta then holds ``"batch"`` beside
+``"chord"``, both proven by :meth:`ChordBarriers.check_meta`) and closes it. The batch code
+does the rest unchanged: each member's owner reports its end to the batch's home, which fires
+``on_death`` at the first dead member and ``on_complete`` once none is pending, exactly once
+across restarts. The chord's barrier and callback are untouched, so a chord with a dead member
+ends observably (those two callbacks, and ``istos batch``) instead of staying silently open.
 """
 
 from __future__ import annotations
@@ -206,19 +215,21 @@ class Workflows:
         # an opener that may enqueue there can aim a chord at it (chord_callbacks.py).
         await self.client(cb_queue).call("chord_reserve", chord_id=chord_id,
                                          member_queue=queue, size=len(items), key=key)
+        # The chord's ends are a batch's: its home counts each member's end (reported by the
+        # member's owner, as for any batch member) and fires on_death / on_complete once.
+        batch = None if not ends or self.open_batch is None else await self.open_batch(
+            description=f"chord {chord_id}", **ends)
         if not items:
             await self.enqueue(cb_queue, {"results": [], "input": callback[1]}, priority=prio,
                                job_id=f"{chord_id}.callback", _meta=callback_meta(
                                    chord_id, queue, 0, key))
+            if batch is not None:
+                await batch.close()  # empty and closed: on_complete fires at once
             return chord_id
         # The member queue's owner holds the barrier before any member exists: it refuses
         # chord meta pointing at a barrier it does not hold.
         await self.client(queue).call("chord_open", chord_id=chord_id, size=len(items),
                                       callback=cb_queue, key=key)
-        # The chord's ends are a batch's: its home counts each member's end (reported by the
-        # member's owner, as for any batch member) and fires on_death / on_complete once.
-        batch = None if not ends or self.open_batch is None else await self.open_batch(
-            description=f"chord {chord_id}", **ends)
         for index, item in enumerate(items):
             job_id = f"{chord_id}.{index}"
             meta: dict[str, Any] = {"chord": {"id": chord_id, "index": index,

@@ -213,6 +213,8 @@ def workflow_lines(flow: Any) -> list[str]:
     head = f"  workflow: {kind} {flow.get('id')}"
     if kind == "chord":
         head += f" ({flow.get('size')} members)"
+        if flow.get("batch"):  # a chord with ends: its batch says how it ended
+            head += f"; its ends: istos batch {flow.get('batch')}"
     rows = [[("step " if kind == "chain" else "member ") + str(j.get("index"))
              if j.get("index") != "callback" else "callback", j.get("queue"), j.get("job_id"),
              j.get("state") or "?", "<- this job" if j.get("index") == here else ""]

@@ -63,8 +63,9 @@ class WorkflowView(OwnerExtension):
 def describe(queue: str, meta: dict[str, Any]) -> dict[str, Any] | None:
     """The workflow a job's ``meta`` puts it in: ``{"kind": "chain", "id", "step", "steps":
     [{"index", "queue", "job_id"}]}`` or ``{"kind": "chord", "id", "index", "size",
-    "members": [...], "callback": {"queue", "job_id"}}``; None for a meta of no workflow."""
-    chain, chord = meta.get("chain"), meta.get("chord")
+    "members": [...], "callback": {"queue", "job_id"}, "batch"?}`` (``batch``: the id of the
+    batch counting a chord's ends, when it has some); None for a meta of no workflow."""
+    chain, chord, batch = meta.get("chain"), meta.get("chord"), meta.get("batch")
     try:
         if isinstance(chain, dict):
             chain_id, queues = str(chain["id"]), list(chain["queues"])
@@ -77,7 +78,9 @@ def describe(queue: str, meta: dict[str, Any]) -> dict[str, Any] | None:
                     "members": [{"index": i, "queue": queue, "job_id": f"{chord_id}.{i}"}
                                 for i in range(min(size, MAX_MEMBERS_SHOWN))],
                     "callback": {"queue": str(chord["callback"]),
-                                 "job_id": f"{chord_id}.callback"}}
+                                 "job_id": f"{chord_id}.callback"},
+                    # a chord with ends: the batch whose home counts them (istos batch ID)
+                    **({"batch": str(batch["id"])} if isinstance(batch, dict) else {})}
     except (KeyError, TypeError, ValueError):  # meta the workflow code checked: not expected
         return None
     return None

@@ -14,10 +14,12 @@ the key, which only the creator, the home owner and the
 members' claimers hold (reads strip it, ``workflow_meta.public_meta``): an id read from an
 event or a job listing proves nothing.
 
-**Transitions of a member.** ``pending`` → ``done`` | ``dead`` | ``cancelled``, ``dead`` →
-``done`` (a dead member revived with ``app.revive`` that then succeeds), and ``done`` →
-``dead`` (the done report went out before an ack that came too late: the lease had expired
-meanwhile and the job then died).
+**Transitions of a member.** ``pending`` → ``done`` | ``dead`` | ``cancelled``, and ``dead``
+→ ``done`` (a dead member revived with ``app.revive`` that then succeeds). ``done`` is final:
+a member's handler succeeded once the home counted it done (its report goes out before its
+ack), so a later ``dead`` (the ack came too late, the job ran again and died) or
+``cancelled`` changes nothing: delivery is at least once, and ``on_success`` never fires for a
+batch that then counts a death.
 Every other report changes nothing (a repeat, or a late report of an older attempt).
 
 **Nesting.** A child batch is one member of its parent: its header holds the parent's proof
@@ -46,9 +48,9 @@ OUTCOMES = (DONE, DEAD, CANCELLED)
 KINDS = ("on_death", "on_complete", "on_success")  # the order in which due callbacks fire
 MEMBER_KEYS = ("id", "home", "key")
 CALLBACK_KEYS = ("id", "home", "kind", "key")
-# (DONE, DEAD): a member's done is reported before its ack is applied; an ack that then
-# comes too late (its lease expired meanwhile and the job died) is corrected by the dead report.
-_MOVES = {(PENDING, DONE), (PENDING, DEAD), (PENDING, CANCELLED), (DEAD, DONE), (DONE, DEAD)}
+# No move leaves DONE: the handler did succeed (a done report goes out only from the ack of
+# a run that returned), whatever happens to a later delivery of the same job.
+_MOVES = {(PENDING, DONE), (PENDING, DEAD), (PENDING, CANCELLED), (DEAD, DONE)}
 
 
 def is_move(old: str, new: str) -> bool:

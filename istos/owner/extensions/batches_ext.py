@@ -241,6 +241,9 @@ class BatchOwner(OwnerExtension):
             new = _copy(header)
             if not new.apply(entry["o"], outcome):
                 status = "repeat"
+                if entry["o"] == bs.DONE and outcome != bs.DONE:
+                    # done is final (its handler succeeded): say why the later end is ignored
+                    self._event(bid, "kept_done", header, member=member, reported=outcome)
             else:
                 finishing = new.closed and new.pending == 0 and new.finished_at is None
                 if finishing:
@@ -445,8 +448,10 @@ class BatchOwner(OwnerExtension):
 
     def _event(self, bid: str, change: str, header: bs.BatchHeader, **extra: Any) -> None:
         """A ``batch`` event (once the change is stored): ``change`` is ``opened``,
-        ``closed``, ``finished`` or ``fired`` (``callback``, ``callback_queue``), with the
-        batch id and its counts. It names no job (``job_id`` "")."""
+        ``closed``, ``finished``, ``fired`` (``callback``, ``callback_queue``) or
+        ``kept_done`` (``member``, ``reported``: a member counted done was reported dead or
+        cancelled later, and stays done), with the batch id and its counts. It names no job
+        (``job_id`` "")."""
         self.owner.node.events.emit(JobEvent(
             self.owner.node.clock.now(), self.owner.node.node_id, self.owner.name, "",
             ev.BATCH, 0, None, {"batch_id": bid, "change": change, **header.counts(),

@@ -252,6 +252,7 @@ def test_header_moves_and_due_callbacks():
     assert h.apply(bs.PENDING, bs.DONE)
     assert h.due() == ["on_death", "on_complete"]
     assert h.apply(bs.DEAD, bs.DONE)  # requeued and then done
+    assert not h.apply(bs.DONE, bs.DEAD) and not h.apply(bs.DONE, bs.CANCELLED)  # final
     assert h.due() == ["on_complete", "on_success"]  # nobody is dead any more
     assert bs.BatchHeader.decode(h.encode()) == h
 

@@ -111,13 +111,18 @@ ATTEMPT_COLS = [("job_id", object), ("attempt", "int64"), ("claimed_at", "float6
                 ("finished_at", "float64"), ("outcome", object), ("error", object),
                 ("backoff_s", "float64"), ("waited_s", "float64")]
 DEPTH_COLS = [("t", "float64")] + [(c, "int64") for c in
-                                   ("ready", "leased", "delayed", "dead", "done")]
+                                   ("ready", "leased", "delayed", "dead", "done", "waiting")]
 THROUGHPUT_COLS = [("t", "float64")] + [(c, "int64") for c in
                                         ("acked", "nacked", "expired", "dead_lettered",
                                          "enqueued")]
 NODE_COLS = [("t", "float64"), ("node", object), ("kind", object)]
 EVENT_COLUMNS = ["t", "node", "queue", "job_id", "kind", "attempt", "worker", "detail", "error",
                  "delay_s", "ready_at", "deadline", "priority"]
+
+
+def no_waiting(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Depth rows of a stream without dependencies: its ``waiting`` count stays 0."""
+    return [(*row, 0) for row in rows]
 
 
 def expected(cols: list[tuple[str, Any]], rows: list[tuple[Any, ...]]) -> pd.DataFrame:
@@ -246,7 +251,7 @@ def test_frames_keep_epoch_times_as_given() -> None:
 # --- queue-level frames -----------------------------------------------------------------------
 
 def test_depth_frame_exact() -> None:
-    want = expected(DEPTH_COLS, [
+    want = expected(DEPTH_COLS, no_waiting([
         (0.0, 1, 0, 0, 0, 0), (0.2, 2, 0, 0, 0, 0), (0.5, 3, 0, 0, 0, 0),
         (1.0, 3, 1, 0, 0, 0), (1.5, 2, 2, 0, 0, 0), (2.0, 1, 2, 0, 0, 1),
         (2.2, 0, 3, 0, 0, 1), (2.4, 0, 2, 1, 0, 1), (2.5, 0, 1, 2, 0, 1),
@@ -259,7 +264,7 @@ def test_depth_frame_exact() -> None:
         (7.0, 2, 0, 1, 1, 2), (7.5, 1, 1, 1, 1, 2), (8.0, 1, 0, 1, 1, 3),
         (9.0, 2, 0, 1, 1, 3), (9.5, 1, 1, 1, 1, 3), (10.0, 1, 2, 1, 1, 3),
         (12.0, 2, 1, 1, 1, 3), (12.5, 1, 2, 1, 1, 3), (13.0, 1, 1, 1, 1, 4),
-    ])
+    ]))
     pd.testing.assert_frame_equal(depth_frame(EVENTS), want)
 
 
@@ -268,6 +273,24 @@ def test_depth_final_row_matches_job_states() -> None:
     states = jobs_frame(EVENTS)["state"].value_counts()
     for state in ("ready", "leased", "delayed", "dead", "done"):
         assert last[state] == states.get(state, 0), state
+
+
+def test_depth_counts_jobs_waiting_for_their_parents() -> None:
+    events = [
+        e(0.0, "waiting", "C"), e(0.0, "waiting", "D"), enq(0.5, "P"),
+        claim(1.0, "P", 1, W0), e(2.0, "acked", "P", 1, W0),
+        e(2.5, "unblocked", "C", delay_s=0.0, ready_at=2.5),  # its parent is done
+        e(3.0, "cancelled", "D"),  # cancelled while it waited
+        claim(4.0, "C", 1, W1),
+    ]
+    want = expected(DEPTH_COLS, [
+        (0.0, 0, 0, 0, 0, 0, 2), (0.5, 1, 0, 0, 0, 0, 2), (1.0, 0, 1, 0, 0, 0, 2),
+        (2.0, 0, 0, 0, 0, 1, 2), (2.5, 1, 0, 0, 0, 1, 1), (3.0, 1, 0, 0, 0, 1, 0),
+        (4.0, 0, 1, 0, 0, 1, 0),
+    ])
+    pd.testing.assert_frame_equal(depth_frame(events), want)
+    waiting_now = depth_frame(events[:3]).iloc[-1]["waiting"]
+    assert waiting_now == (jobs_frame(events[:3])["state"] == "waiting").sum() == 2
 
 
 def test_purged_and_expired_jobs_leave_dead_and_done() -> None:
@@ -279,19 +302,19 @@ def test_purged_and_expired_jobs_leave_dead_and_done() -> None:
     ]
     assert jobs_frame(events)["state"].tolist() == ["purged", "expired"]
     assert jobs_frame(events)["finished_at"].tolist() == [2.0, 6.0]
-    want = expected(DEPTH_COLS, [
+    want = expected(DEPTH_COLS, no_waiting([
         (0.0, 1, 0, 0, 0, 0), (1.0, 0, 1, 0, 0, 0), (2.0, 0, 0, 0, 1, 0),
         (3.0, 0, 0, 0, 0, 0), (4.0, 1, 0, 0, 0, 0), (5.0, 0, 1, 0, 0, 0),
         (6.0, 0, 0, 0, 0, 1), (7.0, 0, 0, 0, 0, 0),
-    ])
+    ]))
     pd.testing.assert_frame_equal(depth_frame(events), want)
 
 
 def test_delay_ending_exactly_at_the_last_event_counts_as_ready() -> None:
     events = [enq(0.0, "late", delay_s=6.0), enq(1.0, "due", delay_s=4.0), e(5.0, "owner_down")]
     assert jobs_frame(events)["state"].tolist() == ["delayed", "ready"]
-    want = expected(DEPTH_COLS, [(0.0, 0, 0, 1, 0, 0), (1.0, 0, 0, 2, 0, 0),
-                                 (5.0, 1, 0, 1, 0, 0)])
+    want = expected(DEPTH_COLS, no_waiting([(0.0, 0, 0, 1, 0, 0), (1.0, 0, 0, 2, 0, 0),
+                                 (5.0, 1, 0, 1, 0, 0)]))
     pd.testing.assert_frame_equal(depth_frame(events), want)
 
 
@@ -299,7 +322,7 @@ def test_claim_before_ready_at_cancels_the_pending_transition() -> None:
     # A worker on a skewed clock may claim a job the owner still thinks is delayed; the stale
     # heap entry must not turn the leased job back into a ready one.
     events = [enq(0.0, "j", delay_s=5.0), claim(1.0, "j", 1, W0), e(9.0, "owner_down")]
-    want = expected(DEPTH_COLS, [(0.0, 0, 0, 1, 0, 0), (1.0, 0, 1, 0, 0, 0)])
+    want = expected(DEPTH_COLS, no_waiting([(0.0, 0, 0, 1, 0, 0), (1.0, 0, 1, 0, 0, 0)]))
     pd.testing.assert_frame_equal(depth_frame(events), want)
     assert jobs_frame(events)["state"].tolist() == ["leased"]
 
@@ -309,8 +332,8 @@ def test_a_superseded_delay_does_not_end_the_new_one() -> None:
     events = [enq(0.0, "j", delay_s=10.0), claim(1.0, "j", 1, W0),
               e(2.0, "nacked", "j", 1, W0, error="x"), retry(2.0, "j", 1, 20.0, "x"),
               e(12.0, "owner_down")]
-    want = expected(DEPTH_COLS, [(0.0, 0, 0, 1, 0, 0), (1.0, 0, 1, 0, 0, 0),
-                                 (2.0, 0, 0, 1, 0, 0)])
+    want = expected(DEPTH_COLS, no_waiting([(0.0, 0, 0, 1, 0, 0), (1.0, 0, 1, 0, 0, 0),
+                                 (2.0, 0, 0, 1, 0, 0)]))
     pd.testing.assert_frame_equal(depth_frame(events), want)
     assert jobs_frame(events)["state"].tolist() == ["delayed"]
 

@@ -14,10 +14,12 @@ the key, which only the creator, the home owner and the
 members' claimers hold (reads strip it, ``workflow_meta.public_meta``): an id read from an
 event or a job listing proves nothing.
 
-**Transitions of a member.** ``pending`` → ``done`` | ``dead`` | ``cancelled``, ``dead`` →
-``done`` (a dead member revived with ``app.revive`` that then succeeds), and ``done`` →
-``dead`` (the done report went out before an ack that came too late: the lease had expired
-meanwhile and the job then died).
+**Transitions of a member.** ``pending`` → ``done`` | ``dead`` | ``cancelled``, and ``dead``
+→ ``done`` (a dead member revived with ``app.revive`` that then succeeds). ``done`` is final:
+a member's handler succeeded once the home counted it done (its report goes out before its
+ack), so a later ``dead`` (the ack came too late, the job ran again and died) or
+``cancelled`` changes nothing: delivery is at least once, and ``on_success`` never fires for a
+batch that then counts a death.
 Every other report changes nothing (a repeat, or a late report of an older attempt).
 
 **Nesting.** A child batch is one member of its parent: its header holds the parent's proof
@@ -46,9 +48,9 @@ OUTCOMES = (DONE, DEAD, CANCELLED)
 KINDS = ("on_death", "on_complete", "on_success")  # the order in which due callbacks fire
 MEMBER_KEYS = ("id", "home", "key")
 CALLBACK_KEYS = ("id", "home", "kind", "key")
-# (DONE, DEAD): a member's done is reported before its ack is applied; an ack that then
-# comes too late (its lease expired meanwhile and the job died) is corrected by the dead report.
-_MOVES = {(PENDING, DONE), (PENDING, DEAD), (PENDING, CANCELLED), (DEAD, DONE), (DONE, DEAD)}
+# No move leaves DONE: the handler did succeed (a done report goes out only from the ack of
+# a run that returned), whatever happens to a later delivery of the same job.
+_MOVES = {(PENDING, DONE), (PENDING, DEAD), (PENDING, CANCELLED), (DEAD, DONE)}
 
 
 def is_move(old: str, new: str) -> bool:
@@ -147,6 +149,10 @@ class BatchHeader:
     dead: int = 0
     cancelled: int = 0
     fired: dict[str, float] = field(default_factory=dict)
+    # Callbacks decided and not recorded fired yet: kind -> the counts they carry. Stored
+    # before the enqueue goes out (no lock is held across it); a restart sends them again
+    # (the callback's job id makes a repeat a no-op).
+    firing: dict[str, dict[str, int]] = field(default_factory=dict)
     finished_at: float | None = None  # when no member was pending any more, once closed
     parent: dict[str, Any] | None = None  # a child batch's parent proof {id, home, key}
     parent_told: str | None = None  # the outcome the parent's home last counted
@@ -157,6 +163,14 @@ class BatchHeader:
         if not self.closed or self.pending:
             return None
         return DONE if self.done == self.total else DEAD if self.dead else CANCELLED
+
+    def to_send(self) -> list[str]:
+        """The callbacks decided (:attr:`firing`) and not recorded fired, in firing order."""
+        return [kind for kind in KINDS if kind in self.firing and kind not in self.fired]
+
+    def owes_work(self) -> bool:
+        """Whether a callback is due or decided and unsent, or the parent is owed a report."""
+        return bool(self.due() or self.to_send() or self.owes_parent())
 
     def owes_parent(self) -> bool:
         """Whether the parent's home has not counted this child's current outcome yet."""
@@ -183,12 +197,13 @@ class BatchHeader:
         return True
 
     def due(self) -> list[str]:
-        """The callbacks due now and not fired yet, in firing order (none before close)."""
+        """The callbacks due now and neither fired nor decided yet (:attr:`firing`), in firing
+        order (none before close)."""
         if not self.closed:
             return []
         out = []
         for kind in KINDS:
-            if kind not in self.callbacks or kind in self.fired:
+            if kind not in self.callbacks or kind in self.fired or kind in self.firing:
                 continue
             if kind == "on_death" and self.dead > 0 \
                     or kind == "on_complete" and self.pending == 0 \
@@ -215,6 +230,7 @@ class BatchHeader:
                 "description": self.description, "created_at": self.created_at,
                 "closed": self.closed, "total": self.total, "done": self.done,
                 "dead": self.dead, "cancelled": self.cancelled, "fired": self.fired,
+                "firing": self.firing,
                 "finished_at": self.finished_at, "parent": self.parent,
                 "parent_told": self.parent_told}
 
@@ -227,5 +243,7 @@ class BatchHeader:
                    total=int(d["total"]), done=int(d["done"]), dead=int(d["dead"]),
                    cancelled=int(d["cancelled"]),
                    fired={str(k): float(v) for k, v in d.get("fired", {}).items()},
+                   firing={str(k): {str(c): int(n) for c, n in v.items()}
+                           for k, v in d.get("firing", {}).items()},
                    finished_at=d.get("finished_at"), parent=d.get("parent"),
                    parent_told=d.get("parent_told"))

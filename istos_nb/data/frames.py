@@ -61,7 +61,7 @@ _LEASE_SCHEMA = _schema("job_id:o queue:o attempt:i worker:o node:o start:f end:
                         "outcome:o error:o renewals:i")
 _ATTEMPT_SCHEMA = _schema("job_id:o attempt:i claimed_at:f finished_at:f outcome:o error:o "
                           "backoff_s:f waited_s:f")
-_DEPTH_SCHEMA = _schema("t:f ready:i leased:i delayed:i dead:i done:i")
+_DEPTH_SCHEMA = _schema("t:f ready:i leased:i delayed:i dead:i done:i waiting:i")
 _THROUGHPUT_SCHEMA = _schema("t:f acked:i nacked:i expired:i dead_lettered:i enqueued:i")
 _NODE_EVENT_SCHEMA = _schema("t:f node:o kind:o")
 _EVENT_DTYPE_NAMES = [str(pd.Series([], dtype=d).dtype) for d in _EVENT_SCHEMA.values()]
@@ -80,7 +80,7 @@ _FIXED_STATE = {
     ev.WAITING: "waiting",  # enqueued with after=: claimable once its parents release it
 }
 _LEASE_CLOSE = {ev.ACKED: "acked", ev.NACKED: "nacked", ev.LEASE_EXPIRED: "expired"}
-_DEPTH_STATES = ("ready", "leased", "delayed", "dead", "done")
+_DEPTH_STATES = ("ready", "leased", "delayed", "dead", "done", "waiting")
 _MAX_BINS = 10_000_000
 
 _NAN = float("nan")
@@ -294,8 +294,8 @@ def jobs_frame(events: EventsLike) -> pd.DataFrame:
     than once, e.g. a redelivery after a lost ack).
 
     ``state`` is the state after the job's last event: ready, delayed, leased, done, dead,
-    cancelled, purged, expired or waiting (for its parents, ``after=``; ``depth_frame`` does not
-    count waiting jobs). ``delayed`` means a pending delay/retry whose ready_at is after
+    cancelled, purged, expired or waiting (for its parents, ``after=``; ``depth_frame`` counts
+    them in its ``waiting`` column). ``delayed`` means a pending delay/retry whose ready_at is after
     the last event of the whole stream; once that time has passed the job counts as ready.
     progress and progress_note: the latest ``progress`` event (a holder's ``ctx.progress()``;
     NaN/None without one). A job first
@@ -410,7 +410,8 @@ def _mark(rows: list[tuple[Any, ...]], t: float, counts: dict[str, int]) -> None
 def depth_frame(events: EventsLike) -> pd.DataFrame:
     """Queue depth by state as a step series: one row per time at which any count changes.
 
-    Columns: t, ready, leased, delayed, dead, done (counts over all queues in the stream). The
+    Columns: t, ready, leased, delayed, dead, done, waiting (counts over all queues in the
+    stream; waiting: jobs enqueued with ``after=`` whose parents have not released them). The
     implicit delayed -> ready transitions at ready_at times appear as rows of their own; delays
     that end after the last event stay delayed. Purged and result-expired jobs leave dead/done.
     The final row agrees with ``jobs_frame(...).state`` counts.

@@ -4,7 +4,9 @@ and no batch count lost across owner restarts and failovers.
 Inputs are the workload's record of its batches (``sim/batch_workload.py``: id, home, members and
 their queues, which adds were confirmed, when the batch was closed), the owners' events and
 the headers the homes kept in storage at the end. The checker keeps its own model: a member's
-outcome is the last of its ``acked`` / ``dead_lettered`` / ``cancelled`` events; a callback
+outcome is the last of its ``acked`` / ``dead_lettered`` / ``cancelled`` events, except that a
+member its home kept done (a ``batch`` event ``kept_done``: counted done, since its handler
+succeeded, before an ack that came too late) is done, as ``done`` is final; a callback
 "fired" when an owner emitted ``enqueued`` for ``{batch id}.{kind}``.
 
 A condition that came true in the last :data:`SETTLE_S` seconds of the run is not required yet
@@ -33,45 +35,35 @@ def batch_findings(rec: RunRecord) -> list[Finding]:
     model = _Model(rec)
     once: list[str] = []
     counts: list[str] = []
-    unsettled = raced = 0
+    unsettled = 0
     for row in rec.batches:
         bid = row["batch_id"]
         if bid is None:
             continue
         b = model.judge(row)
         unsettled += not b["settled"]
-        problems, race = _callback_problems(bid, b)
-        once += problems
-        raced += race
+        once += _callback_problems(bid, b)
         if b["settled"]:
             counts += _count_problems(bid, b, rec.batch_headers.get(bid))
     n = sum(1 for r in rec.batches if r["batch_id"] is not None)
-    tail = (f"; {unsettled} unsettled in the last {SETTLE_S:g} s" if unsettled else "") + \
-        (f"; {raced} on_success before a member's late ack turned it dead (documented)"
-         if raced else "")
+    tail = f"; {unsettled} unsettled in the last {SETTLE_S:g} s" if unsettled else ""
     return [Finding(CALLBACKS_ONCE, not once, (summary(once) if once else
                                                f"{n} batches ok") + tail),
             Finding(COUNTS_KEPT, not counts, (summary(counts) if counts else
                                               f"{n} batches ok") + tail)]
 
 
-def _callback_problems(bid: str, b: dict[str, Any]) -> tuple[list[str], bool]:
-    """What breaks "at most once, exactly once when due" for one batch; and whether an
-    on_success fired before a member turned dead (the documented race, not a failure)."""
+def _callback_problems(bid: str, b: dict[str, Any]) -> list[str]:
+    """What breaks "at most once, exactly once when due" for one batch."""
     bad = [f"{bid}: {kind} enqueued {n} times" for kind, n in b["fired"].items() if n > 1]
     if b["settled"]:
         bad += [f"{bid}: {kind} due by t={b['due_at']:.1f} and never fired"
                 for kind in b["due"] if not b["fired"].get(kind)]
-    raced = False
     for kind in b["fired"]:
-        if kind in b["due"]:
-            continue
-        if kind == "on_success" and b["raced"]:
-            raced = True  # docs/batches.md: a done report before an ack that came too late
-        elif b["settled"]:
+        if kind not in b["due"] and b["settled"]:
             bad.append(f"{bid}: {kind} fired though its condition never held "
                        f"({b['outcomes']})")
-    return bad, raced
+    return bad
 
 
 def _count_problems(bid: str, b: dict[str, Any], header: dict[str, Any] | None) -> list[str]:
@@ -96,28 +88,18 @@ class _Model:
         self.until = rec.until
         self.fired: Counter[str] = Counter()
         self.last: dict[str, tuple[str, float]] = {}  # member job id -> (outcome, t)
-        self.expired: set[str] = set()  # members with a lease that ran out (or an owner restart)
         members = {j for r in rec.batches for j in r["members"]}
-        ups: dict[str, list[float]] = {}
-        claimed: dict[str, float] = {}
-        queue_of = {j: q for r in rec.batches for j, q in r["members"].items()}
+        kept: set[str] = set()  # members their home kept done (done is final)
         for e in rec.events:
             kind, job = e["kind"], e["job_id"]
             if kind == "enqueued" and job:
                 self.fired[job] += 1
-            elif kind == "owner_up":
-                ups.setdefault(e["queue"], []).append(e["t"])
-            if job not in members:
-                continue
-            if kind in ENDS:
+            elif kind == "batch" and (e.get("detail") or {}).get("change") == "kept_done":
+                kept.add(e["detail"]["member"])
+            if job in members and kind in ENDS:
                 self.last[job] = (ENDS[kind], e["t"])
-            elif kind == "claimed":
-                claimed.setdefault(job, e["t"])
-            elif kind == "lease_expired":
-                self.expired.add(job)
-        for job, first in claimed.items():
-            if any(t > first for t in ups.get(queue_of[job], [])):
-                self.expired.add(job)
+        for job in kept & self.last.keys():
+            self.last[job] = ("done", self.last[job][1])
 
     def judge(self, row: dict[str, Any]) -> dict[str, Any]:
         bid, members = row["batch_id"], row["members"]
@@ -140,6 +122,4 @@ class _Model:
         return {"due": due, "due_at": due_at, "fired": fired,
                 "settled": due_at <= self.until - SETTLE_S and row["gave_up"] is None,
                 "outcomes": {s: outcomes[s] for s in ("done", "dead", "cancelled")},
-                "added": len(members), "confirmed": len(row["confirmed"]),
-                "raced": any(self.last.get(j, ("",))[0] == "dead" and j in self.expired
-                             for j in members)}
+                "added": len(members), "confirmed": len(row["confirmed"])}

@@ -12,9 +12,11 @@ what was counted, and a repeated report finds the member's outcome already store
 open batch is its header (a few hundred bytes), never its members.
 
 **Callbacks.** When a change makes a callback due (``BatchHeader.due``), the home owner
-enqueues it with the job id ``{batch id}.{kind}`` and a dedup window of
-:data:`TOMBSTONE_TTL_S` (a repeat of a firing whose record was lost in a crash is dropped by the
-callback queue), then records it fired. A callback queue other than the home accepts it only
+records the decision to fire it (``BatchHeader.firing``, under the batch's lock), then, the
+lock released (no lock is held across a network wait), enqueues it with the job id
+``{batch id}.{kind}`` and a dedup window of :data:`TOMBSTONE_TTL_S` (a repeat of a firing
+whose record was lost in a crash is dropped by the callback queue), then records it fired
+under the lock again. A callback queue other than the home accepts it only
 when the batch's creator reserved it there (``batch_reserve``, on that queue's ``produce`` key:
 an owner never fires into a queue its creator could not enqueue on). A firing that fails (the
 callback queue's owner unreachable) is retried in the background with backoff, and due
@@ -81,6 +83,7 @@ class BatchOwner(OwnerExtension):
         self.open: dict[str, bs.BatchHeader] = {}  # batch id -> header, cached
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._refiring: set[str] = set()
+        self._sending: set[str] = set()  # batches whose decided callbacks a task is sending
         self._reports: dict[str, tuple[dict[str, Any], str]] = {}  # job id -> (entry, outcome)
         self._reporter: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -221,7 +224,7 @@ class BatchOwner(OwnerExtension):
                 self._event(bid, "closed", header)
                 if header.finished_at is not None:
                     self._event(bid, "finished", header)
-            await self._fire_due(bid, header, msg["key"])
+        await self._fire_due(bid, msg["key"])
         await self._tell_parent(bid)
         return {"closed": True}
 
@@ -241,6 +244,9 @@ class BatchOwner(OwnerExtension):
             new = _copy(header)
             if not new.apply(entry["o"], outcome):
                 status = "repeat"
+                if entry["o"] == bs.DONE and outcome != bs.DONE:
+                    # done is final (its handler succeeded): say why the later end is ignored
+                    self._event(bid, "kept_done", header, member=member, reported=outcome)
             else:
                 finishing = new.closed and new.pending == 0 and new.finished_at is None
                 if finishing:
@@ -252,7 +258,7 @@ class BatchOwner(OwnerExtension):
                 status = "counted"
                 if finishing:
                     self._event(bid, "finished", header)
-            await self._fire_due(bid, header, msg["key"])
+        await self._fire_due(bid, msg["key"])
         await self._tell_parent(bid)
         return {"status": status}
 
@@ -288,27 +294,72 @@ class BatchOwner(OwnerExtension):
         rows.sort(key=lambda r: r["job_id"])
         return {"members": rows[:limit], "more": len(rows) > limit}
 
-    async def _fire_due(self, bid: str, header: bs.BatchHeader, key: str) -> None:
-        """Enqueue each due callback, then record it fired (under the batch's lock). A
-        failed enqueue is retried in the background; a failed record raises."""
-        for kind in header.due():
+    async def _fire_due(self, bid: str, key: str) -> None:
+        """Fire the batch's due callbacks; never holds the batch's lock across the network.
+
+        Under the lock, each newly due callback is decided: stored in the header's ``firing``
+        (with the counts it carries) through the write path. Then, lock released, each decided
+        callback is enqueued with its deterministic job id (a repeat is dropped by the callback
+        queue), and recorded fired under the lock again. A crash in between leaves the decision
+        stored, and the restart sends it again. One task per batch sends (``_sending``); others
+        only decide, and the sender picks their decisions up. A failed enqueue is retried in the
+        background; a failed storage write raises (and is retried in the background too)."""
+        async with self._lock(bid):
+            header = await self._load(bid)
+            if header is None:
+                return
+            due = header.due()
+            if due:
+                new = _copy(header)
+                for kind in due:
+                    new.firing[kind] = header.counts()
+                await self.owner.writes.put_aux(self._ns(bid), "h", self._pack(new))
+                header = self._remember(bid, new)
+            if bid in self._sending or not header.to_send():
+                return
+            self._sending.add(bid)
+        try:
+            await self._send_decided(bid, key)
+        except BaseException as exc:
+            self._sending.discard(bid)
+            if isinstance(exc, IstosError):
+                self._refire_later(bid, key)
+            raise
+
+    async def _send_decided(self, bid: str, key: str) -> None:
+        """Send the decided callbacks until none is left or one fails (then retried in the
+        background). The caller holds ``_sending``; this gives it back on return."""
+        while True:
+            async with self._lock(bid):
+                header = await self._load(bid)
+                kinds = [] if header is None else header.to_send()
+                if header is None or not kinds:
+                    self._sending.discard(bid)  # under the lock: a decision after this sends
+                    return
+            kind = kinds[0]
             queue, raw_input = header.callbacks[kind]
             body = {"batch_id": bid, "kind": kind, "description": header.description,
-                    **header.counts(), "input": codec.decode_body(raw_input)}
-            job_id = bs.callback_job_id(bid, kind)
+                    **header.firing[kind], "input": codec.decode_body(raw_input)}
             try:
-                await self._fire(queue, body, job_id=job_id, dedup_s=TOMBSTONE_TTL_S,
+                await self._fire(queue, body, job_id=bs.callback_job_id(bid, kind),
+                                 dedup_s=TOMBSTONE_TTL_S,
                                  _meta={"batch_cb": {"id": bid, "home": self.owner.name,
                                                      "kind": kind, "key": key}})
             except IstosError as exc:
                 log.warning("batch %s: callback %s on queue %s not enqueued (retried): %s",
                             bid, kind, queue, exc)
+                self._sending.discard(bid)
                 self._refire_later(bid, key)
                 return
-            new = _copy(header)
-            new.fired[kind] = self.owner.node.clock.now()
-            await self.owner.writes.put_aux(self._ns(bid), "h", self._pack(new))
-            header = self._remember(bid, new)
+            async with self._lock(bid):
+                header = await self._load(bid)
+                if header is None or kind in header.fired:
+                    continue  # recorded by another sender (a repeat went out, dropped by id)
+                new = _copy(header)
+                new.fired[kind] = self.owner.node.clock.now()
+                new.firing.pop(kind, None)
+                await self.owner.writes.put_aux(self._ns(bid), "h", self._pack(new))
+                header = self._remember(bid, new)
             self._event(bid, "fired", header, callback=kind, callback_queue=queue)
             log.info("batch %s: callback %s enqueued on queue %s", bid, kind, queue)
 
@@ -350,12 +401,11 @@ class BatchOwner(OwnerExtension):
                     await self.owner.node.clock.sleep(delay)
                     delay = min(delay * 2, RETRY_MAX_S)
                     try:
-                        async with self._lock(bid):
-                            header = await self._load(bid)
-                            if header is None or not (header.due() or header.owes_parent()):
-                                return
-                            self._refiring.discard(bid)  # a failure below schedules anew
-                            await self._fire_due(bid, header, key)
+                        header = await self._load(bid)
+                        if header is None or not header.owes_work():
+                            return
+                        self._refiring.discard(bid)  # a failure below schedules anew
+                        await self._fire_due(bid, key)
                         await self._tell_parent(bid)
                         return
                     except IstosError as exc:
@@ -368,7 +418,7 @@ class BatchOwner(OwnerExtension):
         """On start: cache this home's batches, fire what is due, prune old finished ones."""
         await self._load_all(force=True)
         for bid, header in list(self.open.items()):
-            if header.due() or header.owes_parent():
+            if header.owes_work():
                 key = await self._key_of(bid)
                 if key is not None:
                     self._refire_later(bid, key)
@@ -388,7 +438,7 @@ class BatchOwner(OwnerExtension):
             header = self.open.get(bid)
             if header is None:
                 continue
-            if header.due() or header.owes_parent():  # owed work first: look again later
+            if header.owes_work():  # owed work first: look again later
                 heapq.heappush(self._finished, (now, bid))
                 self._heaped.add(bid)
                 continue
@@ -401,8 +451,10 @@ class BatchOwner(OwnerExtension):
 
     def _event(self, bid: str, change: str, header: bs.BatchHeader, **extra: Any) -> None:
         """A ``batch`` event (once the change is stored): ``change`` is ``opened``,
-        ``closed``, ``finished`` or ``fired`` (``callback``, ``callback_queue``), with the
-        batch id and its counts. It names no job (``job_id`` "")."""
+        ``closed``, ``finished``, ``fired`` (``callback``, ``callback_queue``) or
+        ``kept_done`` (``member``, ``reported``: a member counted done was reported dead or
+        cancelled later, and stays done), with the batch id and its counts. It names no job
+        (``job_id`` "")."""
         self.owner.node.events.emit(JobEvent(
             self.owner.node.clock.now(), self.owner.node.node_id, self.owner.name, "",
             ev.BATCH, 0, None, {"batch_id": bid, "change": change, **header.counts(),
@@ -534,4 +586,4 @@ class BatchOwner(OwnerExtension):
 
 def _copy(header: bs.BatchHeader) -> bs.BatchHeader:
     """A copy to change and write; memory takes it only once the write succeeded."""
-    return dataclasses.replace(header, fired=dict(header.fired))
+    return dataclasses.replace(header, fired=dict(header.fired), firing=dict(header.firing))

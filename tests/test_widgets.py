@@ -372,8 +372,8 @@ def test_live_refresh_fills_stats_charts_and_tables(recorded):
         assert dash.panels.images[name].value != half[name], name
     expected = recorded.jobs[recorded.jobs["state"] == "dead"]["job_id"]
     assert len(expected) > 0 and sorted(dash.dead_rows.ids()) == sorted(expected)
-    assert dash.panels.tab.titles[-7:] == ("jobs", "dead letters", "job", "workers", "latency",
-                                           "batches", "replay")
+    assert dash.panels.tab.titles[-8:] == ("jobs", "dead letters", "job", "workers", "latency",
+                                           "batches", "dependencies", "replay")
     assert "istos-latency" in dash.panels.tables["latency"].value
     dash.close()
     assert fake.calls.get("close") is None  # the dashboard does not own the client

@@ -17,7 +17,9 @@ the owner's exact counts in its newest series bucket), the admin row's ``istos-a
 ``istos-admin-<action>``, ``istos-confirm`` with ``istos-confirm-text`` / ``istos-confirm-yes``
 / ``istos-confirm-no`` and ``istos-message`` (see :mod:`istos_nb.views.admin_panel`), and the
 dead letters' ``istos-dead``, ``istos-dead-row``, ``istos-dead-show`` / ``-resubmit`` /
-``-purge`` (see :mod:`istos_nb.views.deadrows`).
+``-purge`` (see :mod:`istos_nb.views.deadrows`), the batches tab's ``istos-batches-pane``
+and ``istos-batch-members-pane`` (see :mod:`istos_nb.views.batchview`) and the dependencies
+tab's ``istos-deps-pane`` (see :mod:`istos_nb.views.depview`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from istos_nb.views import charts
 
 from ..data.frames import events_frame
 from . import batchview as bv
+from . import depview as dv
 from . import livetables as lt
 from . import opviews as ov
 from .admin_panel import AdminPanel
@@ -156,6 +159,7 @@ class LiveDashboard(Shown):
         self.batch_id = W.Combobox(placeholder="batch id (this queue's)", ensure_option=False)
         self.batches_table = W.HTML(_esc("Waiting for the first refresh (press Refresh)."))
         self.members_table = W.HTML()
+        self.deps_table = W.HTML(_esc("Waiting for the first refresh (press Refresh)."))
         self.admin_panel = AdminPanel(self.live_queue, lambda: self.job_id.value,
                                       self.refresh)
         self.dead_rows = DeadRows(self.open_job, self._ask_quietly, self._refresh_quietly,
@@ -170,7 +174,8 @@ class LiveDashboard(Shown):
                             (self.depth_caption, "istos-depth-caption"),
                             (self.timeline, "istos-chart"), (self.batch_id, "istos-batch-id"),
                             (self.batches_table, "istos-batches-pane"),
-                            (self.members_table, "istos-batch-members-pane")):
+                            (self.members_table, "istos-batch-members-pane"),
+                            (self.deps_table, "istos-deps-pane")):
             widget.add_class(cls)
 
     @property
@@ -197,9 +202,9 @@ class LiveDashboard(Shown):
         batches_pane = W.VBox([self.batches_table, self.batch_id, self.members_table])
         tab.children = [*(panes[n] for n in self.panels.images), jobs_pane,
                         self.dead_rows.widget, job_pane, panes["workers"], panes["latency"],
-                        batches_pane, self.replay.widget]
+                        batches_pane, self.deps_table, self.replay.widget]
         tab.titles = [*self.panels.images, "jobs", "dead letters", "job", "workers", "latency",
-                      "batches", "replay"]
+                      "batches", "dependencies", "replay"]
         self.widget = W.VBox([W.HBox([self.interval, self.pause_toggle, self.button,
                                       self.status]), self.stats_line, self.admin_panel.widget,
                               self.window_line, tab,
@@ -259,6 +264,8 @@ class LiveDashboard(Shown):
             self.panels.hide_hint("latency")
             if hasattr(lq, "batches"):
                 self._show_batches(lq, now)
+            if hasattr(lq, "why"):
+                self._show_deps(lq, now)
             self.stats_line.value = _esc(lt.stats_text(stats))
             if self.job_id.value and hasattr(lq, "job"):
                 self._show_job(self.job_id.value, events)
@@ -288,6 +295,19 @@ class LiveDashboard(Shown):
             self.members_table.value = _esc(f"this queue holds no batch {chosen}")
             return
         self.members_table.value = bv.members_html(members, chosen, members.attrs.get("more"))
+
+    def _show_deps(self, lq: Any, now: pd.Timestamp) -> None:
+        """The Dependencies tab: the oldest waiting jobs, each with its owner's ``why`` (its
+        parents' outcomes as reported). A read that fails says so in the tab, and shows no
+        table that the owner did not just confirm; the rest of the refresh goes on."""
+        try:
+            jobs = lq.jobs(state="waiting", limit=dv.DEP_ROWS)
+            whys = {str(j): lq.why(str(j)) for j in jobs["job_id"]}
+        except IstosError as exc:
+            self.deps_table.value = _esc(f"dependencies: {type(exc).__name__}: {exc}")
+            return
+        self.deps_table.value = dv.deps_html(lt.oldest_first(jobs), whys, now,
+                                             jobs.attrs.get("total"))
 
     def _series_draws(self, frame: pd.DataFrame, series: pd.DataFrame | None,
                       window: tuple[float, float] | None) -> dict[str, Callable[[], Figure]]:

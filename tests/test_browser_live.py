@@ -205,7 +205,7 @@ def test_istos_dashboard_job_detail_and_confirmed_admin_in_chromium(browser, tmp
             message = page.locator(".istos-message")
             message.locator("text=kept: nothing sent").wait_for(timeout=20_000)
 
-            # A dead letter's own Requeue button, through the same confirmation.
+            # A dead letter's own Resubmit button, through the same confirmation.
             page.get_by_role("tab", name="dead letters", exact=True).click()
             row = page.locator(".istos-dead-row", has_text=dead_id)
             row.locator("button.istos-dead-resubmit").click()
@@ -213,14 +213,14 @@ def test_istos_dashboard_job_detail_and_confirmed_admin_in_chromium(browser, tmp
             assert dead_id in confirm.inner_text()
             assert state.jobs[dead_id].state == "dead"  # nothing sent before "Yes"
             page.locator("button.istos-confirm-yes", has_text="Yes, resubmit").click()
-            message.locator("text=done: Requeue").wait_for(timeout=20_000)
+            message.locator("text=done: Resubmit").wait_for(timeout=20_000)
             new_id = re.search(r"→ (\S+)", message.inner_text()).group(1)  # type: ignore[union-attr]
             assert state.jobs[new_id].state == "ready" and new_id not in ids
             # The outcome outlives the next refreshes (the status line moves on).
             status = page.locator(".istos-status").inner_text()
             page.wait_for_function("s => document.querySelector('.istos-status').textContent"
                                    " !== s", arg=status, timeout=20_000)
-            assert "done: Requeue" in message.inner_text() and new_id in message.inner_text()
+            assert "done: Resubmit" in message.inner_text() and new_id in message.inner_text()
         except BaseException:
             save_artifacts("live-dashboard", page, server)
             raise

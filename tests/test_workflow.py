@@ -8,6 +8,7 @@ import pytest
 from helpers import app_on, count, extend_owners, wait_events
 
 from istos import ConfigError, Istos, IstosError, JobContext, MemoryStorage, codec
+from istos.clock import ManualClock
 from istos.features.workflow import Barrier
 from istos.owner.extension import Hooks
 from istos.transport.local import LocalMesh
@@ -119,11 +120,16 @@ async def test_dead_chain_step_ends_the_chain_and_its_dead_letter_names_it(mesh)
 
 async def test_redelivered_step_does_not_duplicate_its_continuation(mesh):
     """A step that enqueued its continuation but never acked is redelivered; the re-enqueue of
-    the continuation (same deterministic id) is dropped while the next step is held."""
-    owner = app_on(mesh, "owner")
+    the continuation (same deterministic id) is dropped while the next step is held.
+
+    Leases run on a clock the test moves: on the loop's clock a loaded machine could let the
+    redelivered attempt outlive its 0.2 s lease too (a third run), or end the first attempt's
+    lease before it ever enqueued its continuation."""
+    clock = ManualClock()
+    owner = app_on(mesh, "owner", clock=clock)
     owner.queue("a", lease_s=0.2, sweep_interval_s=0.02)
     owner.queue("b")
-    worker = app_on(mesh, "worker", shutdown_grace_s=0.01)
+    worker = app_on(mesh, "worker", clock=clock, shutdown_grace_s=0.01)
     hung = asyncio.Event()
     never = asyncio.Event()
     runs: list[int] = []
@@ -145,6 +151,9 @@ async def test_redelivered_step_does_not_duplicate_its_continuation(mesh):
     async with owner.serving(), worker.serving():
         first = await owner.chain(["a", "b"], 1)
         chain_id = first.rsplit(".", 1)[0]
+        await wait_for(hung)  # the continuation is enqueued; the step never acks
+        assert count(owner.events.recent(), "lease_expired", first) == 0
+        clock.advance(0.2)  # the lease ends exactly now: the sweeper takes the step back
         events = await wait_events(owner, lambda ev: count(ev, "acked", first) == 1)
         b_jobs = owner.owners["b"].state.jobs
         assert list(b_jobs) == [f"{chain_id}.1"]

@@ -262,24 +262,32 @@ async def test_chord_callback_fires_once_when_a_member_fails_once(mesh):
 
 
 async def test_chord_member_redelivered_after_lease_expiry_fires_callback_once(mesh):
-    owner = app_on(mesh, "owner")
+    """Leases run on a clock the test moves (on the loop's clock a loaded machine could also
+    expire member 1's or the redelivery's 0.2 s lease: extra runs)."""
+    clock = ManualClock()
+    owner = app_on(mesh, "owner", clock=clock)
     owner.queue("shard", lease_s=0.2, sweep_interval_s=0.02)
     owner.queue("reduce")
-    worker = app_on(mesh, "worker")
+    worker = app_on(mesh, "worker", clock=clock)
     calls, fired = reducer(worker)
-    release = asyncio.Event()
+    release, stalled = asyncio.Event(), asyncio.Event()
     work_done: list[tuple[int, int]] = []
 
     @worker.worker("shard", concurrency=3, poll_interval_s=0.05)
     async def shard(i, ctx: JobContext):
         work_done.append((i, ctx.attempt))
         if i == 0 and ctx.attempt == 1:
+            stalled.set()
             await release.wait()  # did its work, then stalls past its lease
         return i + 100
 
     async with owner.serving():
         async with worker.serving():
             chord_id = await owner.chord("shard", [0, 1], callback=("reduce", "x"))
+            await wait_for(stalled)
+            await wait_events(owner, lambda ev: count(ev, "acked", f"{chord_id}.1") == 1)
+            assert not fired.is_set()  # member 0 has not reported
+            clock.advance(0.2)  # member 0's lease ends now: it is redelivered
             await wait_for(fired)
             release.set()  # the first delivery now returns and acks with a stale lease
         # leaving worker.serving() waited for that late ack to be answered

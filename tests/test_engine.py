@@ -17,6 +17,7 @@ from istos import (
     OwnerUnavailable,
     codec,
 )
+from istos.clock import ManualClock
 from istos.transport.local import LocalMesh
 
 pytestmark = pytest.mark.fast  # `make check`: no process, server or session
@@ -72,26 +73,33 @@ async def test_single_delivery_across_three_apps(mesh):
 
 
 async def test_hung_worker_job_redelivered_after_lease_with_attempt_2(mesh):
-    owner = app_on(mesh, "owner")
+    # Leases end when the test moves the clock: on the loop's clock a loaded machine could
+    # also let the rescuer's 0.3 s lease run out before its ack (a third attempt).
+    clock = ManualClock()
+    owner = app_on(mesh, "owner", clock=clock)
     owner.queue("q", lease_s=0.3, sweep_interval_s=0.05)
-    stuck, rescuer = app_on(mesh, "stuck", shutdown_grace_s=0.01), app_on(mesh, "rescuer")
-    never = asyncio.Event()
+    stuck = app_on(mesh, "stuck", clock=clock, shutdown_grace_s=0.01)
+    rescuer = app_on(mesh, "rescuer", clock=clock)
+    never, hung = asyncio.Event(), asyncio.Event()
     attempts = []
 
     @stuck.worker("q")
     async def hang(job, ctx: JobContext):
         attempts.append(("stuck", ctx.attempt))
+        hung.set()
         await never.wait()
 
     async with owner.serving(), stuck.serving():
         jid = await owner.enqueue("q", {"x": 1})
-        await wait_events(owner, lambda ev: count(ev, "claimed", jid) == 1)
+        await asyncio.wait_for(hung.wait(), 5.0)  # it runs (and its slot stays busy)
 
         @rescuer.worker("q", poll_interval_s=0.05)
         async def rescue(job, ctx: JobContext):
             attempts.append(("rescuer", ctx.attempt, ctx.is_retry, ctx.last_error))
 
         async with rescuer.serving():
+            assert count(owner.events.recent(), "lease_expired", jid) == 0
+            clock.advance(0.3)  # the stuck worker's lease ends now
             events = await wait_events(owner, lambda ev: count(ev, "acked", jid) == 1)
     assert attempts == [("stuck", 1), ("rescuer", 2, True, "lease expired")]
     assert count(events, "lease_expired", jid) == 1

@@ -193,7 +193,10 @@ async def test_delay_holds_job_back(mesh):
 
 
 async def test_result_in_every_state(mesh):
-    owner, worker = app_on(mesh, "owner"), app_on(mesh, "worker")
+    # Results expire when the test moves the owner's clock: on the loop's clock a loaded
+    # machine could let the 0.3 s result TTL pass before the "done" reading.
+    clock = ManualClock()
+    owner, worker = app_on(mesh, "owner", clock=clock), app_on(mesh, "worker")
     owner.queue("q", keep_results=True, result_ttl_s=0.3, max_attempts=1,
                 sweep_interval_s=0.05)
     release = asyncio.Event()
@@ -217,6 +220,8 @@ async def test_result_in_every_state(mesh):
             bad = await owner.enqueue("q", {"fail": True})
             await wait_events(owner, lambda ev: count(ev, "dead_lettered", bad) == 1)
             assert (await owner.result("q", bad))["state"] == "dead"
+            assert await worker.result("q", jid) == {"state": "done", "result": {"url": "/r/1"}}
+            clock.advance(0.3)
             await wait_events(owner, lambda ev: count(ev, "result_expired", jid) == 1)
             assert await owner.result("q", jid) == {"state": "unknown", "result": None}
             assert (await owner.result("q", "no-such-id"))["state"] == "unknown"

@@ -439,25 +439,36 @@ async def test_concurrent_repeats_of_the_last_ack_fire_the_callback_once():
 
 
 async def test_failed_callback_enqueue_is_retried_by_the_members_redelivery(mesh):
-    owner = app_on(mesh, "owner", request_timeout_s=0.05)
+    """The owner's leases and request timeout run on a clock the test moves, and the worker's
+    on one that stands still (it never sees a lease end): on the loop's clock a loaded machine
+    could expire a member's 0.2 s lease before its ack went through (a fourth run)."""
+    clock = ManualClock()
+    owner = app_on(mesh, "owner", clock=clock, request_timeout_s=0.05)
     owner.queue("shard", lease_s=0.2, sweep_interval_s=0.02)
     reduce_app = app_on(mesh, "reducer")
     reduce_app.queue("reduce")
     calls, fired = reducer(reduce_app)
-    worker = app_on(mesh, "worker")
+    worker = app_on(mesh, "worker", clock=ManualClock())
     runs: list[tuple[int, int]] = []
+    rerun = asyncio.Event()
 
     @worker.worker("shard", concurrency=2, poll_interval_s=0.05)
     async def shard(i, ctx: JobContext):
         runs.append((i, ctx.attempt))
+        if ctx.attempt == 2:
+            rerun.set()
         return i * 2
 
     async with owner.serving():
         async with reduce_app.serving():  # the opener reserves the callback on its queue
             chord_id = await owner.chord("shard", [0, 1], callback=("reduce", "y"))
         async with worker.serving():
-            # the callback's owner is down: the last member's ack fails and its lease runs out
+            # the callback's owner is down: the last member's ack waits on its callback...
+            await wait_events(owner, lambda ev: count(ev, "acked") == 1)
+            assert len(runs) == 2 and not fired.is_set()
+            clock.advance(0.2)  # ...which times out, and that member's lease runs out
             await wait_events(owner, lambda ev: count(ev, "lease_expired") == 1)
+            await wait_for(rerun)  # redelivered while the callback's owner is still down
             async with reduce_app.serving():
                 await wait_for(fired)
                 await wait_events(reduce_app, lambda ev: count(ev, "acked") == 1)

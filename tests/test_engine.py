@@ -17,6 +17,7 @@ from istos import (
     OwnerUnavailable,
     codec,
 )
+from istos.clock import ManualClock
 from istos.transport.local import LocalMesh
 
 pytestmark = pytest.mark.fast  # `make check`: no process, server or session
@@ -72,26 +73,33 @@ async def test_single_delivery_across_three_apps(mesh):
 
 
 async def test_hung_worker_job_redelivered_after_lease_with_attempt_2(mesh):
-    owner = app_on(mesh, "owner")
+    # Leases end when the test moves the clock: on the loop's clock a loaded machine could
+    # also let the rescuer's 0.3 s lease run out before its ack (a third attempt).
+    clock = ManualClock()
+    owner = app_on(mesh, "owner", clock=clock)
     owner.queue("q", lease_s=0.3, sweep_interval_s=0.05)
-    stuck, rescuer = app_on(mesh, "stuck", shutdown_grace_s=0.01), app_on(mesh, "rescuer")
-    never = asyncio.Event()
+    stuck = app_on(mesh, "stuck", clock=clock, shutdown_grace_s=0.01)
+    rescuer = app_on(mesh, "rescuer", clock=clock)
+    never, hung = asyncio.Event(), asyncio.Event()
     attempts = []
 
     @stuck.worker("q")
     async def hang(job, ctx: JobContext):
         attempts.append(("stuck", ctx.attempt))
+        hung.set()
         await never.wait()
 
     async with owner.serving(), stuck.serving():
         jid = await owner.enqueue("q", {"x": 1})
-        await wait_events(owner, lambda ev: count(ev, "claimed", jid) == 1)
+        await asyncio.wait_for(hung.wait(), 5.0)  # it runs (and its slot stays busy)
 
         @rescuer.worker("q", poll_interval_s=0.05)
         async def rescue(job, ctx: JobContext):
             attempts.append(("rescuer", ctx.attempt, ctx.is_retry, ctx.last_error))
 
         async with rescuer.serving():
+            assert count(owner.events.recent(), "lease_expired", jid) == 0
+            clock.advance(0.3)  # the stuck worker's lease ends now
             events = await wait_events(owner, lambda ev: count(ev, "acked", jid) == 1)
     assert attempts == [("stuck", 1), ("rescuer", 2, True, "lease expired")]
     assert count(events, "lease_expired", jid) == 1
@@ -160,25 +168,35 @@ async def test_priority_then_fifo_delivery_order(mesh):
 
 
 async def test_delay_holds_job_back(mesh):
-    app = app_on(mesh, "solo")
+    # Time moves only when the test says, so "not before the delay, and at once after it"
+    # are exact readings of the clock, not a real-time bound a loaded machine could break.
+    clock = ManualClock()
+    app = app_on(mesh, "solo", clock=clock)
     app.queue("q", sweep_interval_s=0.05)
 
-    @app.worker("q", poll_interval_s=5.0)
+    @app.worker("q", poll_interval_s=60.0)
     async def run(job):
         return None
 
     async with app.serving():
         jid = await app.enqueue("q", {}, delay_s=0.3)
+        clock.advance(0.29)
+        early = await app.client("q").call("claim", workers=["probe#0"], node="probe")
+        assert early["jobs"] == []  # held back just before its delay ends
+        clock.advance(0.01)
+        # the owner nudges on promotion: the worker's next poll is a minute of the loop away
         events = await wait_events(app, lambda ev: count(ev, "acked", jid) == 1)
     enq = next(e for e in events if e.kind == "enqueued")
     claim = next(e for e in events if e.kind == "claimed")
     assert enq.detail["delay_s"] == pytest.approx(0.3)
-    assert claim.t - enq.t >= 0.3
-    assert claim.t - enq.t < 0.3 + 1.0  # the owner nudges on promotion: no 5 s poll wait
+    assert claim.t - enq.t == pytest.approx(0.3)  # not claimed while the clock stood before
 
 
 async def test_result_in_every_state(mesh):
-    owner, worker = app_on(mesh, "owner"), app_on(mesh, "worker")
+    # Results expire when the test moves the owner's clock: on the loop's clock a loaded
+    # machine could let the 0.3 s result TTL pass before the "done" reading.
+    clock = ManualClock()
+    owner, worker = app_on(mesh, "owner", clock=clock), app_on(mesh, "worker")
     owner.queue("q", keep_results=True, result_ttl_s=0.3, max_attempts=1,
                 sweep_interval_s=0.05)
     release = asyncio.Event()
@@ -202,6 +220,8 @@ async def test_result_in_every_state(mesh):
             bad = await owner.enqueue("q", {"fail": True})
             await wait_events(owner, lambda ev: count(ev, "dead_lettered", bad) == 1)
             assert (await owner.result("q", bad))["state"] == "dead"
+            assert await worker.result("q", jid) == {"state": "done", "result": {"url": "/r/1"}}
+            clock.advance(0.3)
             await wait_events(owner, lambda ev: count(ev, "result_expired", jid) == 1)
             assert await owner.result("q", jid) == {"state": "unknown", "result": None}
             assert (await owner.result("q", "no-such-id"))["state"] == "unknown"

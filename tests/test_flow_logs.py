@@ -13,6 +13,7 @@ from helpers import count, wait_events
 from zenoh_util import isolated_configs, unique_prefix
 
 from istos import Istos, JobContext
+from istos.clock import ManualClock
 from istos.core.joblogs import MAX_LINE_BYTES, MAX_LINES, record_logs
 from istos.core.state import QueuePolicy, QueueState
 from istos.ops.render import why_text
@@ -53,10 +54,13 @@ def test_owner_bounds_what_arrives_whatever_the_sender():
 
 
 async def test_logs_ride_on_heartbeats_and_the_nack_into_the_dead_letter():
-    mesh = LocalMesh()
-    owner = Istos(transport=mesh.transport("owner"))
+    # Leases are read on a clock that stands still (heartbeats still go every lease_s / 3 of
+    # the loop's time): on the loop's clock a loaded machine could delay a heartbeat past the
+    # 0.6 s lease and expire attempt 1 before its line was seen.
+    mesh, clock = LocalMesh(), ManualClock()
+    owner = Istos(transport=mesh.transport("owner"), clock=clock)
     owner.queue("q", lease_s=0.6, max_attempts=2, retry_backoff_s=0.0, retry_backoff_max_s=0.0)
-    worker = Istos(transport=mesh.transport("w"))
+    worker = Istos(transport=mesh.transport("w"), clock=clock)
     step = asyncio.Event()
 
     @worker.worker("q", heartbeat=True)

@@ -15,6 +15,7 @@ from helpers import count, wait_events
 from zenoh_util import isolated_configs, unique_prefix
 
 from istos import ConfigError, InvalidJob, Istos, codec
+from istos.clock import ManualClock
 from istos.errors import OffloadUnavailable, PayloadCodecError
 from istos.offload import (
     DirectoryStore,
@@ -115,7 +116,10 @@ async def test_a_20_mib_body_round_trips_and_its_object_is_gone_once_the_job_is_
     path = tmp_path / "blobs"
     store = DirectoryStore(path)
     configs, prefix = isolated_configs(3), unique_prefix()
-    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner")
+    # The kept result expires when the test moves the owner's clock: on the loop's clock a
+    # loaded machine could let its 0.5 s TTL pass before the 3 MiB result was read back.
+    clock = ManualClock()
+    owner = Istos(zenoh=configs[0], prefix=prefix, node_id="owner", clock=clock)
     owner.queue("big")
     owner.queue("kept", keep_results=True, result_ttl_s=0.5, sweep_interval_s=0.05)
     janitor = OffloadJanitor(store).install(owner)
@@ -146,6 +150,7 @@ async def test_a_20_mib_body_round_trips_and_its_object_is_gone_once_the_job_is_
         result = await producer.result("kept", kept)
         assert result["result"] == {"back": payload[: 3 << 20]}
         assert len(objects(path)) == 2
+        clock.advance(0.5)
         await wait_events(owner, lambda es: count(es, "result_expired", kept) == 1, WAIT_S)
         await janitor.drain()
         assert objects(path) == [] and janitor.deleted == 3

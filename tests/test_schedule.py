@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import time
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
@@ -28,46 +26,14 @@ def app_on(mesh: LocalMesh, name: str, **kw) -> Istos:
     return Istos(transport=mesh.transport(name), **kw)
 
 
-class FastClock:
-    """A Clock whose time runs ``speed`` times faster than the event loop's, from ``base``.
-
-    ``jump(seconds)`` steps it forward (or back, if negative) at once.
-    """
-
-    def __init__(self, base: float, speed: float) -> None:
-        self.base, self.speed, self.offset = base, speed, 0.0
-        self._start: float | None = None
-
-    def _elapsed(self) -> float:
-        loop = asyncio.get_running_loop()
-        if self._start is None:
-            self._start = loop.time()
-        return (loop.time() - self._start) * self.speed
-
-    def now(self) -> float:
-        return self.base + self.offset + self._elapsed()
-
-    def monotonic(self) -> float:
-        return self._elapsed()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds) / self.speed)
-
-    def to_loop_seconds(self, seconds: float) -> float:
-        return seconds / self.speed
-
-    def jump(self, seconds: float) -> None:
-        self.offset += seconds
-
-
 class ManualClock:
     """A Clock that moves only when the test sets it; sleepers wake when their time comes."""
 
     def __init__(self, t: float) -> None:
         self.t = t
         self._changed = asyncio.Event()
-        self._asleep = asyncio.Event()
-        self._sleepers = 0
+        self._settled = 0  # sleepers waiting for the clock's next move (reset by each move)
+        self._news = asyncio.Event()  # set when a sleeper settles
 
     def now(self) -> float:
         return self.t
@@ -80,25 +46,32 @@ class ManualClock:
 
     async def sleep(self, seconds: float) -> None:
         target = self.t + seconds
-        self._sleepers += 1
-        self._asleep.set()
-        try:
-            while self.t < target:
-                changed = self._changed
+        while self.t < target:
+            changed = self._changed
+            self._settled += 1
+            self._news.set()
+            try:
                 await changed.wait()
-        finally:
-            self._sleepers -= 1
-            if not self._sleepers:
-                self._asleep.clear()
+            finally:
+                if changed is self._changed:  # cancelled before the clock moved
+                    self._settled -= 1
 
     def set(self, t: float) -> None:
         self.t = t
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._settled = 0  # every sleeper must look at the new time before it counts again
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
-    async def asleep(self) -> None:
-        """Wait until someone sleeps on this clock (the beat has chosen its next slot)."""
-        await asyncio.wait_for(self._asleep.wait(), 5.0)
+    async def asleep(self, sleepers: int = 1) -> None:
+        """Wait until ``sleepers`` tasks sleep on this clock since its last move (each beat
+        has read the new time and chosen its next slot), bounded."""
+
+        async def until() -> None:
+            while self._settled < sleepers:
+                self._news.clear()
+                await self._news.wait()
+
+        await asyncio.wait_for(until(), 5.0)
 
 
 def enqueued_ids(app: Istos, queue: str) -> list[str]:
@@ -219,7 +192,10 @@ async def test_missed_ticks_are_not_replayed(mesh):
 
 
 async def test_clock_stepped_back_never_fires_early_or_twice(mesh):
-    clock = FastClock(base=5000.0, speed=100.0)
+    """NTP steps the beat's clock back 2.5 periods right after a tick: no slot fires again,
+    none fires before its time, and the next slots come on the grid. On a clock the test moves
+    (a fast real clock let a loaded machine oversleep slots, which hid what this proves)."""
+    clock = ManualClock(5000.0)
     beat, owner = app_on(mesh, "beat", clock=clock), app_on(mesh, "owner")
     owner.queue("q")
     beat.schedule("q", {}, every_s=10, name="s")
@@ -228,19 +204,22 @@ async def test_clock_stepped_back_never_fires_early_or_twice(mesh):
     def on_event(event: JobEvent) -> None:
         if event.kind == "enqueued":
             seen.append((float(event.job_id.rsplit(":", 1)[1]), clock.now()))
-            if len(seen) == 1:
-                clock.jump(-25.0)  # NTP steps the clock back 2.5 periods
 
     owner.events.subscribe(on_event)
     async with owner.serving(), beat.serving():
-        await wait_events(owner, lambda ev: count(ev, "enqueued") == 3, timeout_s=3.0)
-    slots = [s for s, _ in seen]
-    # Never a slot again nor one before it: each a whole number of periods after the last.
-    # Usually the very next (0, 10, 20); a wake-up later than a period (0.1 s of real time at
-    # this clock's speed, on a loaded machine) skips the slots it overslept, by design.
-    periods = [(b - a) / 10 for a, b in zip(slots, slots[1:3])]
-    assert all(n >= 1 and n == round(n) for n in periods), slots
-    assert all(now >= slot for slot, now in seen)
+        await wait_events(owner, lambda ev: count(ev, "enqueued") == 1)
+        await clock.asleep()
+        clock.set(4975.0)  # NTP steps the clock back 2.5 periods
+        for t in (4980.0, 4990.0, 5000.0, 5009.0):  # slots again, or before the next one
+            await clock.asleep()
+            clock.set(t)
+        await clock.asleep()
+        assert len(seen) == 1
+        for t, n in ((5010.0, 2), (5020.0, 3)):
+            clock.set(t)
+            await wait_events(owner, lambda ev, n=n: count(ev, "enqueued") == n)
+            await clock.asleep()
+    assert seen == [(5000.0, 5000.0), (5010.0, 5010.0), (5020.0, 5020.0)]
     assert count(owner.events.recent(), "duplicate_enqueue") == 0
 
 
@@ -270,8 +249,11 @@ async def test_failed_enqueue_is_logged_and_the_schedule_continues(mesh, caplog)
 # -- cron --
 
 async def test_cron_ticks_land_on_the_slots_of_the_clock_and_zone(mesh):
-    base = datetime(2024, 3, 1, 10, 7, 30, tzinfo=timezone.utc).timestamp()
-    clock = FastClock(base, speed=3600.0)  # one real second is one hour
+    """Each cron slot fires when the beat's clock reaches it, not a second before, in its zone.
+    The clock moves only when the test says (a fast real clock let a loaded machine wake a beat
+    a period late)."""
+    utc = datetime(2024, 3, 1, 10, 15, tzinfo=timezone.utc).timestamp()
+    clock = ManualClock(utc - 450.0)  # 10:07:30 UTC
     beat, owner = app_on(mesh, "beat", clock=clock), app_on(mesh, "owner")
     owner.queue("reports")
     beat.schedule("reports", {"kind": "q"}, cron="*/15 * * * *", tz="UTC", name="quarter")
@@ -279,31 +261,44 @@ async def test_cron_ticks_land_on_the_slots_of_the_clock_and_zone(mesh):
     at_enqueue: dict[str, float] = {}
     owner.events.subscribe(
         lambda e: at_enqueue.setdefault(e.job_id, clock.now()) if e.kind == "enqueued" else None)
-    async with owner.serving(), beat.serving():
-        await wait_events(owner, lambda ev: count(ev, "enqueued") >= 4, timeout_s=3.0)
-    ids = enqueued_ids(owner, "reports")
-    quarter = [i for i in ids if i.startswith("sched:quarter:")][:3]
-    utc = datetime(2024, 3, 1, 10, 15, tzinfo=timezone.utc).timestamp()
-    assert quarter == [f"sched:quarter:{int(utc + k * 900)}" for k in range(3)]
-    # 16:00 in Kolkata (UTC+05:30) is 10:30 UTC
+    # 16:00 in Kolkata (UTC+05:30) is 10:30 UTC, the quarter's second slot
     ist = datetime(2024, 3, 1, 16, 0, tzinfo=ZoneInfo("Asia/Kolkata")).timestamp()
+    assert ist == utc + 900
+    expected = {utc: 1, utc + 900: 3, utc + 1800: 4}  # slot: enqueued once it has fired
+    async with owner.serving(), beat.serving():
+        fired = 0
+        for slot, total in expected.items():
+            await clock.asleep(2)
+            clock.set(slot - 1.0)  # a second early: both beats read it and sleep on
+            await clock.asleep(2)
+            assert count(owner.events.recent(), "enqueued") == fired
+            clock.set(slot)
+            await wait_events(owner, lambda ev, n=total: count(ev, "enqueued") == n)
+            fired = total
+    ids = enqueued_ids(owner, "reports")
+    assert [i for i in ids if i.startswith("sched:quarter:")] == [
+        f"sched:quarter:{int(utc + k * 900)}" for k in range(3)]
     assert [i for i in ids if i.startswith("sched:ist:")] == [f"sched:ist:{int(ist)}"]
-    for job_id, now in at_enqueue.items():
-        slot = int(job_id.rsplit(":", 1)[1])
-        assert slot <= now < slot + 900  # on its slot, not early, not a period late
+    # each fired at its slot's instant: not early, not late
+    assert at_enqueue == {job_id: float(job_id.rsplit(":", 1)[1]) for job_id in ids}
 
 
 async def test_cron_initial_delay_comes_before_the_first_slot(mesh):
-    base = datetime(2024, 3, 1, 10, 7, 30, tzinfo=timezone.utc).timestamp()
-    clock = FastClock(base, speed=3600.0)
+    first = datetime(2024, 3, 1, 10, 30, tzinfo=timezone.utc).timestamp()
+    clock = ManualClock(first - 1350.0)  # 10:07:30 UTC
     beat, owner = app_on(mesh, "beat", clock=clock), app_on(mesh, "owner")
     owner.queue("reports")
     # a 10-minute delay skips the 10:15 slot: the first is 10:30
     beat.schedule("reports", {}, cron="*/15 * * * *", tz="UTC", initial_delay_s=600, name="d")
     async with owner.serving(), beat.serving():
-        await wait_events(owner, lambda ev: count(ev, "enqueued") >= 1, timeout_s=3.0)
-    first = datetime(2024, 3, 1, 10, 30, tzinfo=timezone.utc).timestamp()
-    assert enqueued_ids(owner, "reports")[0] == f"sched:d:{int(first)}"
+        for t in (first - 900.0, first - 750.0 - 1.0, first - 750.0, first - 1.0):
+            await clock.asleep()  # 10:15 passes in the delay, then the beat waits for 10:30
+            clock.set(t)
+        await clock.asleep()
+        assert enqueued_ids(owner, "reports") == []
+        clock.set(first)
+        await wait_events(owner, lambda ev: count(ev, "enqueued") == 1)
+    assert enqueued_ids(owner, "reports") == [f"sched:d:{int(first)}"]
 
 
 # -- HA gating --
@@ -369,15 +364,18 @@ async def test_ha_gate_follows_is_active_owner(mesh, monkeypatch):
 
 
 async def test_schedule_declared_while_serving_starts_at_once(mesh):
-    app = app_on(mesh, "solo")
+    """The first slot is the first grid point (a multiple of every_s) at or after the beat's
+    "now" when declared: not +every_s later, and on the epoch-anchored grid. On a clock the
+    test moves (a wall-clock bound on the tick's arrival flipped under load)."""
+    clock = ManualClock(1000.2)
+    app = app_on(mesh, "solo", clock=clock)
     app.queue("beat")
     async with app.serving():
-        start = time.time()
         app.schedule("beat", {}, every_s=0.5, name="late")
+        await clock.asleep()
+        assert enqueued_ids(app, "beat") == []
+        clock.set(1000.5)
         events = await wait_events(app, lambda ev: count(ev, "enqueued") == 1)
     (tick,) = [e for e in events if e.kind == "enqueued"]
-    slot = float(tick.job_id.rsplit(":", 1)[1])
-    # The first slot is the first grid point (a multiple of every_s) at or after the beat's
-    # "now", read just after `start`: not +every_s later, and on the epoch-anchored grid.
-    assert slot * 2 == pytest.approx(round(slot * 2), abs=1e-5)
-    assert math.ceil(start * 2) / 2 - 1e-5 <= slot <= tick.t < start + 1.0
+    assert tick.job_id == "sched:late:1000.500000"
+    assert tick.t == 1000.5  # at the slot, not a period later

@@ -6,6 +6,7 @@ Pure index and state, the producer's checks, the wire schema, and real Zenoh on 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import test_durable
@@ -13,6 +14,7 @@ from helpers import count, wait_events
 from zenoh_util import isolated_configs, unique_prefix
 
 from istos import ConfigError, Enqueued, InvalidJob, Istos
+from istos.clock import ManualClock
 from istos.core.dedup import DedupMark, mark_from_dict
 from istos.core.state import QueuePolicy, QueueState
 from istos.core.unique import UniqueSpec
@@ -134,7 +136,12 @@ def test_producer_checks_unique_options_before_sending():
 
 async def test_unique_keys_over_zenoh_on_every_storage_across_a_restart(storage_factory):
     configs, prefix = isolated_configs(3), unique_prefix()
-    first = Istos(storage=storage_factory(), zenoh=configs[0], prefix=prefix, node_id="o1")
+    # The first owner's clock moves only when the test says (from now, so the second owner
+    # reads its stored deadlines on the same timeline): on the loop's clock a loaded machine
+    # could end the 0.3 s delay, and lease the job, before the duplicate meant to find it queued.
+    clock = ManualClock(time.time())
+    first = Istos(storage=storage_factory(), zenoh=configs[0], prefix=prefix, node_id="o1",
+                  clock=clock)
     first.queue("q", keep_results=False)
     producer = Istos(zenoh=configs[1], prefix=prefix, node_id="p")
     release = asyncio.Event()
@@ -154,6 +161,7 @@ async def test_unique_keys_over_zenoh_on_every_storage_across_a_restart(storage_
             assert isinstance(a, Enqueued) and a.created and a.reason is None
             dup = await producer.enqueue("q", 101, unique_key="feed", unique="queued")
             assert dup == a and not dup.created and dup.reason == "unique_key"
+            clock.advance(0.3)  # the delay ends: the job is leased
             await wait_events(first, lambda ev: count(ev, "claimed", a) == 1, 20.0)
             refresh = await producer.enqueue("q", 102, unique_key="feed", unique="queued")
             assert refresh != a and refresh.created  # leased: a refresh may queue

@@ -8,6 +8,7 @@ import pytest
 from helpers import app_on, count, extend_owners, wait_events
 
 from istos import ConfigError, Istos, IstosError, JobContext, MemoryStorage, codec
+from istos.clock import ManualClock
 from istos.features.workflow import Barrier
 from istos.owner.extension import Hooks
 from istos.transport.local import LocalMesh
@@ -119,11 +120,16 @@ async def test_dead_chain_step_ends_the_chain_and_its_dead_letter_names_it(mesh)
 
 async def test_redelivered_step_does_not_duplicate_its_continuation(mesh):
     """A step that enqueued its continuation but never acked is redelivered; the re-enqueue of
-    the continuation (same deterministic id) is dropped while the next step is held."""
-    owner = app_on(mesh, "owner")
+    the continuation (same deterministic id) is dropped while the next step is held.
+
+    Leases run on a clock the test moves: on the loop's clock a loaded machine could let the
+    redelivered attempt outlive its 0.2 s lease too (a third run), or end the first attempt's
+    lease before it ever enqueued its continuation."""
+    clock = ManualClock()
+    owner = app_on(mesh, "owner", clock=clock)
     owner.queue("a", lease_s=0.2, sweep_interval_s=0.02)
     owner.queue("b")
-    worker = app_on(mesh, "worker", shutdown_grace_s=0.01)
+    worker = app_on(mesh, "worker", clock=clock, shutdown_grace_s=0.01)
     hung = asyncio.Event()
     never = asyncio.Event()
     runs: list[int] = []
@@ -145,6 +151,9 @@ async def test_redelivered_step_does_not_duplicate_its_continuation(mesh):
     async with owner.serving(), worker.serving():
         first = await owner.chain(["a", "b"], 1)
         chain_id = first.rsplit(".", 1)[0]
+        await wait_for(hung)  # the continuation is enqueued; the step never acks
+        assert count(owner.events.recent(), "lease_expired", first) == 0
+        clock.advance(0.2)  # the lease ends exactly now: the sweeper takes the step back
         events = await wait_events(owner, lambda ev: count(ev, "acked", first) == 1)
         b_jobs = owner.owners["b"].state.jobs
         assert list(b_jobs) == [f"{chain_id}.1"]
@@ -253,24 +262,32 @@ async def test_chord_callback_fires_once_when_a_member_fails_once(mesh):
 
 
 async def test_chord_member_redelivered_after_lease_expiry_fires_callback_once(mesh):
-    owner = app_on(mesh, "owner")
+    """Leases run on a clock the test moves (on the loop's clock a loaded machine could also
+    expire member 1's or the redelivery's 0.2 s lease: extra runs)."""
+    clock = ManualClock()
+    owner = app_on(mesh, "owner", clock=clock)
     owner.queue("shard", lease_s=0.2, sweep_interval_s=0.02)
     owner.queue("reduce")
-    worker = app_on(mesh, "worker")
+    worker = app_on(mesh, "worker", clock=clock)
     calls, fired = reducer(worker)
-    release = asyncio.Event()
+    release, stalled = asyncio.Event(), asyncio.Event()
     work_done: list[tuple[int, int]] = []
 
     @worker.worker("shard", concurrency=3, poll_interval_s=0.05)
     async def shard(i, ctx: JobContext):
         work_done.append((i, ctx.attempt))
         if i == 0 and ctx.attempt == 1:
+            stalled.set()
             await release.wait()  # did its work, then stalls past its lease
         return i + 100
 
     async with owner.serving():
         async with worker.serving():
             chord_id = await owner.chord("shard", [0, 1], callback=("reduce", "x"))
+            await wait_for(stalled)
+            await wait_events(owner, lambda ev: count(ev, "acked", f"{chord_id}.1") == 1)
+            assert not fired.is_set()  # member 0 has not reported
+            clock.advance(0.2)  # member 0's lease ends now: it is redelivered
             await wait_for(fired)
             release.set()  # the first delivery now returns and acks with a stale lease
         # leaving worker.serving() waited for that late ack to be answered
@@ -422,25 +439,36 @@ async def test_concurrent_repeats_of_the_last_ack_fire_the_callback_once():
 
 
 async def test_failed_callback_enqueue_is_retried_by_the_members_redelivery(mesh):
-    owner = app_on(mesh, "owner", request_timeout_s=0.05)
+    """The owner's leases and request timeout run on a clock the test moves, and the worker's
+    on one that stands still (it never sees a lease end): on the loop's clock a loaded machine
+    could expire a member's 0.2 s lease before its ack went through (a fourth run)."""
+    clock = ManualClock()
+    owner = app_on(mesh, "owner", clock=clock, request_timeout_s=0.05)
     owner.queue("shard", lease_s=0.2, sweep_interval_s=0.02)
     reduce_app = app_on(mesh, "reducer")
     reduce_app.queue("reduce")
     calls, fired = reducer(reduce_app)
-    worker = app_on(mesh, "worker")
+    worker = app_on(mesh, "worker", clock=ManualClock())
     runs: list[tuple[int, int]] = []
+    rerun = asyncio.Event()
 
     @worker.worker("shard", concurrency=2, poll_interval_s=0.05)
     async def shard(i, ctx: JobContext):
         runs.append((i, ctx.attempt))
+        if ctx.attempt == 2:
+            rerun.set()
         return i * 2
 
     async with owner.serving():
         async with reduce_app.serving():  # the opener reserves the callback on its queue
             chord_id = await owner.chord("shard", [0, 1], callback=("reduce", "y"))
         async with worker.serving():
-            # the callback's owner is down: the last member's ack fails and its lease runs out
+            # the callback's owner is down: the last member's ack waits on its callback...
+            await wait_events(owner, lambda ev: count(ev, "acked") == 1)
+            assert len(runs) == 2 and not fired.is_set()
+            clock.advance(0.2)  # ...which times out, and that member's lease runs out
             await wait_events(owner, lambda ev: count(ev, "lease_expired") == 1)
+            await wait_for(rerun)  # redelivered while the callback's owner is still down
             async with reduce_app.serving():
                 await wait_for(fired)
                 await wait_events(reduce_app, lambda ev: count(ev, "acked") == 1)

@@ -295,8 +295,10 @@ class QueueOwner:
         try:
             if op in protocol.ADMIN_OPS:
                 self.require_admin(op)
-            if op in UNFENCED_READS:
-                reply = await handler(msg)  # events: published only once stored
+            if op in UNFENCED_READS or not self.writes.durable:
+                # Events are published only once stored; a volatile queue's memory is all
+                # there is, so it has no write to wait for nor a change to hand over.
+                reply = await handler(msg)
             elif protocol.role_of(op) == "read":
                 # The read fence: the reply reports only what storage holds (write_path.py).
                 reply = await self.writes.read(handler, msg)

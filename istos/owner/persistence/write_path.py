@@ -293,7 +293,12 @@ class WritePath:
             reply = await compute(msg)
             # What it saw: every hand-over so far, and the next one if memory holds changes
             # not yet handed over (the next hand-over drains them all).
-            seq = self._applied_seq + 1 if self.state.dirty else self._applied_seq
+            dirty = bool(self.state.dirty)
+            seq = self._applied_seq + 1 if dirty else self._applied_seq
+            if dirty and not self._changing:
+                # Nobody in flight will hand these changes over (a call that changed memory
+                # outside a request): hand them over now, or this read would wait forever.
+                self.after_change()
             if seq > self._durable_seq:
                 await self.durable_through(seq)
             if generation == self._generation:

@@ -123,7 +123,7 @@ class JobRecord:
             # (only when set: a job using none of them is stored as it always was)
             for name in LIFE_FIELDS:
                 d[name] = getattr(self, name)
-        d["history"] = [a.to_dict() for a in self.history]
+        d["history"] = [a.to_dict() for a in self.history] if self.history else []
         return d
 
     @classmethod

@@ -229,8 +229,10 @@ class Batches:
         return ext
 
     def _route(self, event: JobEvent) -> None:
+        if event.kind not in ROUTED:
+            return
         ext = self._owners.get(event.queue)
-        if ext is not None and ext.owner.running and event.kind in ROUTED:
+        if ext is not None and ext.owner.running:
             ext.on_event(event)
 
 

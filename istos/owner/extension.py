@@ -36,6 +36,11 @@ class OwnerExtension:
     """The ops this extension adds (the keys of :meth:`ops`)."""
     wraps: tuple[str, ...] = ()
     """The ops this extension wraps (:meth:`wrap`), each served before it is installed."""
+    meta_only_wraps: tuple[str, ...] = ()
+    """Those of :attr:`wraps` whose wrapper acts only on requests that carry ``meta`` and
+    hands every other request to the inner handler unchanged: the owner serves a request
+    without ``meta`` by the handler beneath the wrapper, so a plain enqueue pays nothing for
+    an extension that only reads job meta (batches, dependencies)."""
 
     before_ack_meta_only = False
     """True: :meth:`before_ack` is only for jobs that carry ``meta`` (workflow steps), so the

@@ -62,6 +62,8 @@ from .persistence.write_path import UNFENCED_READS, OwnerSignals, WritePath
 from .views import eventlog
 
 log = logging.getLogger("istos.owner")
+# How dispatch serves an op (Owner._how_to_serve).
+_ADMIN, _DIRECT, _FENCED, _CHANGE = "admin", "direct", "fenced", "change"
 
 
 _PLAIN_ENQUEUE = frozenset(("v", "op", "body", "job_id", "delay_s", "priority", "dedup_s",
@@ -123,6 +125,11 @@ class QueueOwner:
             "enqueue_many": lambda msg: bulk.op_enqueue_many(self, msg),
             "update": lambda msg: update.op_update(self, msg),
         }
+        # The handler of each op for a request that carries no ``meta``: the same as ``_ops``
+        # except where an extension wraps an op for meta-carrying requests only
+        # (``meta_only_wraps``), so a plain enqueue never passes through them.
+        self._plain_ops: dict[str, Handler] = dict(self._ops)
+        self._how: dict[str, str] = {}  # op -> how dispatch serves it (_how_to_serve)
 
     def before_ack_hooks(self, with_meta: bool) -> list[OwnerExtension]:
         """The extensions whose ``before_ack`` runs for an ack of a job with (or without) meta,
@@ -150,7 +157,11 @@ class QueueOwner:
                 raise ConfigError(f"owner extension {ext.name or type(ext).__name__!r} wraps "
                                   f"{op!r}, which nothing installed before it serves")
             self._ops[op] = ext.wrap(op, inner)
+            if op not in ext.meta_only_wraps:
+                # A wrapper for every request, above a meta-only one: no request bypasses it.
+                self._plain_ops[op] = self._ops[op]
         self._ops.update(served)
+        self._plain_ops.update(served)
         for hook, hooked in (("before_ack", self._before_ack), ("on_stop", self._on_stop),
                              ("on_nudge", self._on_nudge)):
             if overrides(ext, hook):
@@ -289,21 +300,27 @@ class QueueOwner:
             self._rejected(peer if isinstance(peer, str) else "?",
                            str(msg.get("op"))[:40] if isinstance(msg, dict) else "?", exc)
             return error_reply(exc)
-        handler = self._ops.get(op)
+        handler = (self._ops if msg.get("meta") is not None else self._plain_ops).get(op)
         if handler is None:
             return error_reply(ProtocolError(f"unknown op {op!r} for queue {self.name!r}"))
+        how = self._how.get(op)
+        if how is None:
+            how = self._how[op] = self._how_to_serve(op)
         try:
-            if op in protocol.ADMIN_OPS:
+            if how == _ADMIN:
                 self.require_admin(op)
-            if op in UNFENCED_READS or not self.writes.durable:
-                # Events are published only once stored; a volatile queue's memory is all
-                # there is, so it has no write to wait for nor a change to hand over.
+                how = self._how_to_serve(op, admin_checked=True)
+            if how == _DIRECT:
                 reply = await handler(msg)
-            elif protocol.role_of(op) == "read":
+            elif how == _FENCED:
                 # The read fence: the reply reports only what storage holds (write_path.py).
                 reply = await self.writes.read(handler, msg)
             else:
-                reply = await self.writes.change(handler, msg)
+                self.writes.begin_change()
+                try:
+                    reply = await handler(msg)
+                finally:
+                    self.writes.end_change()
         except IstosError as exc:
             return error_reply(exc)
         except (KeyError, TypeError, ValueError) as exc:
@@ -314,6 +331,17 @@ class QueueOwner:
         if role is None and type(reply) is codec.Spliced:
             return reply.plain()  # in-process: the caller reads values, never the bytes
         return reply
+
+    def _how_to_serve(self, op: str, *, admin_checked: bool = False) -> str:
+        """How :meth:`dispatch` serves ``op`` (worked out once per op, then looked up): only
+        after the admin check (admin ops); directly (events are published only once stored;
+        a volatile queue's memory is all there is, so it has no write to wait for nor a
+        change to hand over); behind the read fence (reads); or counted as a change."""
+        if op in protocol.ADMIN_OPS and not admin_checked:
+            return _ADMIN
+        if op in UNFENCED_READS or not self.writes.durable:
+            return _DIRECT
+        return _FENCED if protocol.role_of(op) == "read" else _CHANGE
 
     def _rejected(self, peer: str, kind: str, exc: IstosError) -> None:
         self.rejects.note(peer, f"{kind}/{type(exc).__name__}", f"queue {self.name}: {exc}",

@@ -73,6 +73,7 @@ class BatchOwner(OwnerExtension):
     serves = ("batch_open", "batch_add", "batch_close", "batch_report", "batch_status",
               "batches", "batch_reserve", "batch_members")
     wraps = ("enqueue",)
+    meta_only_wraps = ("enqueue",)  # a request without batch meta goes straight through
     before_ack_meta_only = True
 
     def __init__(self, owner: OwnerHandle, call: Call, fire: Fire) -> None:

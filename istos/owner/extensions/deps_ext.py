@@ -77,6 +77,7 @@ class DepsOwner(OwnerExtension):
     name = "deps"
     serves = ("dep_watch", "dep_report")
     wraps = ("enqueue", "why")
+    meta_only_wraps = ("enqueue",)  # a request without deps meta goes straight through
 
     def __init__(self, owner: OwnerHandle, call: Call) -> None:
         self.owner = owner

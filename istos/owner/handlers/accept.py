@@ -169,8 +169,25 @@ async def accept_jobs(owner: OwnerHandle, jobs: Sequence[NewJob], *, share_twin_
     new: dict[str, JobRecord] = {}
     new_keys: dict[str, str] = {}  # unique key -> id of the new job of this call taking it
     now = owner.node.clock.now()
-    created = [j.job_id not in twins and _decide(state, j, now, new, new_keys, resolved, i)
-               for i, j in enumerate(jobs)]
+    if keyed:
+        created = [j.job_id not in twins and _decide(state, j, now, new, new_keys, resolved, i)
+                   for i, j in enumerate(jobs)]
+    else:  # _decide's steps for jobs with no key, inline: every plain enqueue runs them
+        created = []
+        for job in jobs:
+            jid = job.job_id
+            if jid in twins:
+                created.append(False)
+            elif jid in new or state.holds(jid, now):
+                if jid not in new:
+                    state.enqueue(jid, job.body, now)  # the duplicate_enqueue event only
+                created.append(False)
+            else:
+                new[jid] = state.new_record(jid, job.body, now, delay_s=job.delay_s,
+                                            priority=job.priority, meta=job.meta,
+                                            dedup_s=job.dedup_s, group=job.group,
+                                            start_by=job.start_by)
+                created.append(True)
     if new and keyed:
         await _store(owner, new, new_keys, also)
     elif new:

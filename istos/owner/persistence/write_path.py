@@ -100,7 +100,7 @@ class WritePath:
         self._applied_seq = 0
         self._durable_seq = 0
         self._fence_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._changing = 0  # requests that may change the queue, in flight (see change())
+        self._changing = 0  # requests that may change the queue, in flight (see begin_change())
         persister.on_failure = self.rolled_back
 
     @property
@@ -152,18 +152,20 @@ class WritePath:
         self._publish(events)
         return True
 
-    async def change(self, handle: Handler, msg: dict[str, Any]) -> dict[str, Any]:
-        """Serve an op that may change the queue: ``handle`` it (it commits what it changed,
-        or raises). When the last such request in flight ends and memory still holds changes
-        no commit took (a handler that raised between its change and its commit: none
-        should), they are written in the background, so no read waits on them for long."""
+    def begin_change(self) -> None:
+        """A request that may change the queue starts; the caller calls :meth:`end_change`
+        when it ended, in a ``finally`` (two plain calls, not a wrapper coroutine: every
+        enqueue and claim passes here)."""
         self._changing += 1
-        try:
-            return await handle(msg)
-        finally:
-            self._changing -= 1
-            if not self._changing and self.durable and self.state.dirty:
-                self.after_change()
+
+    def end_change(self) -> None:
+        """A request :meth:`begin_change` announced ended (it committed what it changed, or
+        raised). When it was the last in flight and memory still holds changes no commit
+        took (a handler that raised between its change and its commit: none should), they
+        are written in the background, so no read waits on them for long."""
+        self._changing -= 1
+        if not self._changing and self.durable and self.state.dirty:
+            self.after_change()
 
     def pending(self, job_id: str) -> asyncio.Future[str] | None:
         """The write in flight of a new job with this id, if any."""

@@ -19,6 +19,7 @@ from zenoh_util import isolated_configs, unique_prefix
 
 from istos import InvalidJob, Istos, RedisStoragePlugin, StorageUnavailable, codec, protocol
 from istos.client import batches
+from istos.owner.extension import Handler, OwnerExtension
 
 
 @asynccontextmanager
@@ -33,18 +34,24 @@ async def owner_and_producer(storage: Any = None) -> AsyncIterator[tuple[Istos, 
         yield owner, producer
 
 
+class Counting(OwnerExtension):
+    """Wraps ops the way any owner extension does (``Owner.extend``), counting the requests
+    each serves: for an ``enqueue_many``, its items."""
+
+    def __init__(self, ops: tuple[str, ...]) -> None:
+        self.wraps = ops
+        self.served: dict[str, list[int]] = {op: [] for op in ops}
+
+    def wrap(self, op: str, inner: Handler) -> Handler:
+        async def counting(msg: dict[str, Any]) -> dict[str, Any]:
+            self.served[op].append(len(msg.get("items", [msg])))
+            return await inner(msg)
+        return counting
+
+
 def count_requests(owner: Istos) -> list[int]:
-    """Wrap the owner's enqueue_many op to count the requests (and items) it serves."""
-    served: list[int] = []
-    q = owner.owners["q"]
-    inner = q._ops["enqueue_many"]
-
-    async def counting(msg: dict[str, Any]) -> dict[str, Any]:
-        served.append(len(msg["items"]))
-        return await inner(msg)
-
-    q._ops["enqueue_many"] = counting
-    return served
+    """The item count of each enqueue_many request the owner serves, as they come."""
+    return count_ops(owner, "enqueue_many")["enqueue_many"]
 
 
 async def test_ids_in_order_and_every_job_queued_once():
@@ -168,18 +175,9 @@ async def test_storage_outage_refuses_the_whole_batch(redis_server):
 # -- concurrent enqueues coalesce ---------------------------------------------------------------
 def count_ops(owner: Istos, *ops: str) -> dict[str, list[int]]:
     """Requests the owner serves per op (the item count of each enqueue_many)."""
-    served: dict[str, list[int]] = {op: [] for op in ops}
-    q = owner.owners["q"]
-    for op in ops:
-        inner = q._ops[op]
-
-        async def counting(msg: dict[str, Any], _op: str = op, _inner: Any = inner
-                           ) -> dict[str, Any]:
-            served[_op].append(len(msg.get("items", [msg])))
-            return await _inner(msg)
-
-        q._ops[op] = counting
-    return served
+    counting = Counting(ops)
+    owner.owners["q"].extend(counting)
+    return counting.served
 
 
 async def test_concurrent_enqueues_to_a_remote_owner_share_one_request():

@@ -169,25 +169,9 @@ async def accept_jobs(owner: OwnerHandle, jobs: Sequence[NewJob], *, share_twin_
     new: dict[str, JobRecord] = {}
     new_keys: dict[str, str] = {}  # unique key -> id of the new job of this call taking it
     now = owner.node.clock.now()
-    if keyed:
-        created = [j.job_id not in twins and _decide(state, j, now, new, new_keys, resolved, i)
-                   for i, j in enumerate(jobs)]
-    else:  # _decide's steps for jobs with no key, inline: every plain enqueue runs them
-        created = []
-        for job in jobs:
-            jid = job.job_id
-            if jid in twins:
-                created.append(False)
-            elif jid in new or state.holds(jid, now):
-                if jid not in new:
-                    state.enqueue(jid, job.body, now)  # the duplicate_enqueue event only
-                created.append(False)
-            else:
-                new[jid] = state.new_record(jid, job.body, now, delay_s=job.delay_s,
-                                            priority=job.priority, meta=job.meta,
-                                            dedup_s=job.dedup_s, group=job.group,
-                                            start_by=job.start_by)
-                created.append(True)
+    created = [j.job_id not in twins and _decide(state, j, now, new, new_keys, resolved, i)
+               for i, j in enumerate(jobs)] if keyed else \
+        _decide_plain(state, jobs, twins, now, new)
     if new and keyed:
         await _store(owner, new, new_keys, also)
     elif new:
@@ -241,6 +225,28 @@ def _decide(state: QueueState, job: NewJob, now: float, new: dict[str, JobRecord
     if spec is not None:
         new_keys[spec.key] = jid
     return True
+
+
+def _decide_plain(state: QueueState, jobs: Sequence[NewJob], twins: set[str], now: float,
+                  new: dict[str, JobRecord]) -> list[bool]:
+    """:func:`_decide` for a call whose jobs carry no key, one loop for the call (every plain
+    enqueue runs it): per job whether it is new (its record added to ``new``)."""
+    created = []
+    for job in jobs:
+        jid = job.job_id
+        if jid in twins:
+            created.append(False)
+        elif jid in new or state.holds(jid, now):
+            if jid not in new:
+                state.enqueue(jid, job.body, now)  # the duplicate_enqueue event only
+            created.append(False)
+        else:
+            new[jid] = state.new_record(jid, job.body, now, delay_s=job.delay_s,
+                                        priority=job.priority, meta=job.meta,
+                                        dedup_s=job.dedup_s, group=job.group,
+                                        start_by=job.start_by)
+            created.append(True)
+    return created
 
 
 def _accept_keyed(state: QueueState, jobs: Sequence[NewJob], now: float,

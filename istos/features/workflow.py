@@ -36,7 +36,12 @@ owner's storage (namespace ``wf:{queue}``, key = chord id), *before* the ack is 
 then marks the barrier fired. The callback fires once even when members are redelivered: results
 are keyed by index (storing one twice changes nothing), a per-chord lock serialises the
 read-modify-write, the fired flag stops a second firing, and the deterministic callback id
-deduplicates a firing repeated after a crash while the callback job is held. A late answer from a
+deduplicates a firing repeated after a crash while the callback job is held. The lock is never
+held across the callback's enqueue (a request to the callback queue's owner, maybe another
+node): the ack that completes the barrier decides under it, sends with no lock held, then
+stores the tombstone under it again. Meanwhile a repeated ack of that member waits for the
+firing's outcome, and any other member's ack goes through at once (the sender's ack fails if
+the enqueue fails: it is redelivered and fires again). A late answer from a
 delivery whose lease was already re-issued is stale and never reaches the barrier. An empty chord
 enqueues its callback at once with ``results == []``.
 
@@ -81,7 +86,14 @@ from ..core.config import check_priority, check_queue_name
 from ..core.state import JobRecord
 from ..core.workflow_meta import check_workflow_meta
 from ..deprecation import renamed
-from ..errors import ConfigError, InvalidJob, IstosError, JobNotFound, ProtocolError
+from ..errors import (
+    ConfigError,
+    InvalidJob,
+    IstosError,
+    JobNotFound,
+    OwnerUnavailable,
+    ProtocolError,
+)
 from ..owner.extension import Hooks, OwnerExtension
 from ..payload import compose
 from .chord_callbacks import CallbackReservations, ExpectsAsker
@@ -355,6 +367,25 @@ class Barrier:
                    callback=d.get("callback"))
 
 
+@dataclass
+class _Firing:
+    """A chord's callback enqueue in flight: the member whose ack sends it, and its outcome
+    (which a repeated ack of that member awaits)."""
+
+    job_id: str
+    outcome: asyncio.Future[None]
+
+
+def _settle(outcome: asyncio.Future[None], exc: BaseException) -> None:
+    """Fail ``outcome`` with ``exc`` (an :class:`IstosError` as it is, anything else, such as
+    the sender's cancellation, as :class:`OwnerUnavailable`), marked retrieved: nobody may be
+    waiting for it."""
+    if not isinstance(exc, IstosError):
+        exc = OwnerUnavailable(f"the chord callback's firing was interrupted ({exc!r})")
+    outcome.set_exception(exc)
+    outcome.exception()
+
+
 class ChordBarriers:
     """The chord barriers of one queue owner (installed as its ack hook)."""
 
@@ -364,6 +395,7 @@ class ChordBarriers:
         self.ns = f"wf:{owner.name}"
         self.cache: dict[str, Barrier] = {}
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._firing: dict[str, _Firing] = {}  # chord id -> its callback enqueue in flight
         self._tombstones: deque[tuple[float, str]] = deque()
         self.callbacks = CallbackReservations(owner)
         self.asker = ExpectsAsker(self._ask_expects, owner.node.clock.monotonic)
@@ -372,42 +404,71 @@ class ChordBarriers:
         return await self.app.client(callback).call("chord_expects", chord_id=chord_id)
 
     async def on_ack(self, rec: JobRecord, result: bytes | None) -> None:
-        """Record a chord member's result before its ack; fire the callback when complete."""
+        """Record a chord member's result before its ack; fire the callback when complete.
+
+        Decided under the chord's lock (the result stored first, write then apply), sent with
+        no lock held: the member whose ack completes the barrier enqueues the callback, then
+        stores the tombstone under the lock again. While that enqueue is in flight, an ack of
+        the same member (a repeat, or a redelivery) waits for its outcome, and an ack of
+        another member whose result is stored already returns at once: the sender's ack fails
+        if the enqueue fails, so the sender is redelivered and fires again. Raises what the
+        enqueue or a storage write raises (the ack is refused and the member redelivered)."""
         meta = (rec.meta or {}).get("chord")
         if meta is None or rec.lease_token is None:
             return
         # Only an ack the state will accept counts (not, say, one for a job that went dead).
         if self.owner.state.holder(rec.job_id, rec.lease_token) is None:
             return
-        chord_id = str(meta["id"])
+        chord_id, index = str(meta["id"]), int(meta["index"])
+        results: list[bytes] | None = None
         async with self._lock(chord_id):
             barrier = await self._load(chord_id, int(meta["size"]))
             if barrier.fired:
                 return
-            index = int(meta["index"])
             if index not in barrier.results:
                 value = result if result is not None else _NIL
                 # Write, then apply: memory never runs ahead of storage.
                 await self._store(chord_id, replace(barrier,
                                                     results={**barrier.results, index: value}))
                 barrier.results[index] = value
-            if len(barrier.results) >= barrier.size:
-                await self._fire(chord_id, barrier, meta, rec.priority,
-                                 (rec.meta or {}).get("trace"))
+            if len(barrier.results) < barrier.size:
+                return
+            firing = self._firing.get(chord_id)
+            if firing is None:  # this ack sends the callback
+                firing = _Firing(rec.job_id, asyncio.get_running_loop().create_future())
+                self._firing[chord_id] = firing
+                results = [barrier.results[i] for i in range(barrier.size)]
+            elif firing.job_id != rec.job_id:
+                return  # the sender's ack answers for the callback (see above)
+        if results is None:
+            await asyncio.shield(firing.outcome)  # raises what the sender's firing raised
+            return
+        try:
+            await self._fire(chord_id, results, meta, rec.priority,
+                             (rec.meta or {}).get("trace"))
+        except BaseException as exc:
+            _settle(firing.outcome, exc)
+            raise
+        else:
+            firing.outcome.set_result(None)
+        finally:
+            self._firing.pop(chord_id, None)
 
-    async def _fire(self, chord_id: str, barrier: Barrier, meta: dict[str, Any],
+    async def _fire(self, chord_id: str, results: list[bytes], meta: dict[str, Any],
                     priority: int, trace: dict[str, str] | None = None) -> None:
-        """Enqueue the callback; ``trace``: the last member's trace context, which the
-        callback continues (``istos.tracing``)."""
-        results = [barrier.results[i] for i in range(barrier.size)]
+        """Enqueue the callback (no lock held: a network wait), then store the tombstone under
+        the chord's lock; ``trace``: the last member's trace context, which the callback
+        continues (``istos.tracing``). Raises what the enqueue or the write raises."""
         # Results (and the input) encoded by payload codecs are composed as they are: this
         # owner may hold no codecs, the callback's worker decodes each part (payload.py).
         body: Any = compose(results, meta.get("input")) or {
             "results": [codec.decode_body(r) for r in results], "input": meta.get("input")}
         try:
-            cb_meta = callback_meta(chord_id, self.owner.name, barrier.size, meta["key"])
+            cb_meta = callback_meta(chord_id, self.owner.name, len(results), meta["key"])
             if trace:
                 cb_meta["trace"] = trace
+            # Idempotent by its id: a firing repeated (after a failed tombstone write, or a
+            # crash) is dropped by the callback queue while the callback job is held.
             await self.app.enqueue(str(meta["callback"]), body, priority=priority,
                                    job_id=f"{chord_id}.callback", _meta=cb_meta)
         except IstosError as exc:
@@ -416,12 +477,16 @@ class ChordBarriers:
                       chord_id, self.owner.name, meta["callback"], exc)
             raise
         now = self.owner.node.clock.now()
-        # Fired in memory before the tombstone is stored: the callback job is stored already
-        # (on its queue), so a redelivered member must not fire it again in this owner's life.
-        barrier.fired, barrier.fired_at, barrier.results = True, now, {}
-        await self._store(chord_id, barrier)
-        del self.cache[chord_id]  # a redelivered member (rare) reloads the tombstone
-        self._tombstones.append((now, chord_id))
+        async with self._lock(chord_id):
+            barrier = await self._load(chord_id, len(results))
+            if barrier.fired:
+                return
+            tombstone = Barrier(barrier.size, fired=True, fired_at=now,
+                                callback=barrier.callback)
+            await self._store(chord_id, tombstone)  # write, then apply
+            barrier.fired, barrier.fired_at, barrier.results = True, now, {}
+            self.cache.pop(chord_id, None)  # a redelivered member (rare) reloads the tombstone
+            self._tombstones.append((now, chord_id))
         await self._prune(now)
 
     async def op_open(self, msg: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,8 @@ from helpers import app_on, count, wait_events
 
 from istos import Istos, JobEvent, MemoryStorage
 from istos.core.chord_barrier import Barrier
-from istos.ops.render import workflow_lines
+from istos.ops.render import event_line, workflow_lines
+from istos.tracefile import check_event
 
 pytestmark = pytest.mark.fast  # `make check`: no process, server or session
 
@@ -83,6 +84,11 @@ async def test_a_dead_member_stalls_its_chord_observably_and_revive_clears_it(me
             assert "revive" in flow["stalled"]["note"]
         text = "\n".join(workflow_lines({**flow, "jobs": []}))
         assert f"stalled: chord {chord_id} is stalled by member 2" in text
+        # the operator's readers take the event as any other (`istos events`, the ledger)
+        listed = (await worker.client("shard").call("events"))["events"]
+        [seen] = [e for e in listed if e["kind"] == "chord"]
+        assert check_event(seen, "event")["detail"]["stalled_by"] == [2]
+        assert event_line(seen).split()[1:] == ["chord", dead, "stalled"]
         broken.clear()
         assert await worker.revive("shard", dead) == dead
         # the barrier no longer lists it once revive answered

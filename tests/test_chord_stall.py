@@ -168,3 +168,47 @@ async def test_a_restarted_owner_records_a_death_its_predecessor_did_not(mesh):
             assert (await barrier_of(storage, chord_id)).stalled_by() == [2]
             hold.set()
             await wait_events(owner2, lambda ev: count(ev, "acked", f"{chord_id}.0") == 1)
+
+
+async def test_redriving_every_dead_letter_clears_a_stall_of_two_members(mesh):
+    storage = MemoryStorage(durable=True)
+    owner = app_on(mesh, "owner", storage=storage)
+    owner.queue("shard", max_attempts=1, admin=True)
+    owner.queue("reduce")
+    worker = app_on(mesh, "worker")
+    broken, hold = {1, 3}, asyncio.Event()
+    shard_worker(worker, broken, hold)
+    calls, fired = reducer(worker)
+    async with owner.serving(), worker.serving():
+        chord_id = await owner.chord("shard", [0, 1, 2, 3], callback=("reduce", None))
+        events = await wait_events(owner, lambda ev: len(chord_events(ev, "stalled")) == 2)
+        assert sorted(e.detail["index"] for e in chord_events(events, "stalled")) == [1, 3]
+        assert chord_events(events, "stalled")[-1].detail["stalled_by"] == [1, 3]
+        flow = await why_flow(worker, f"{chord_id}.0")
+        assert flow["stalled"]["count"] == 2 and "by member 1 " in flow["stalled"]["note"]
+        broken.clear()
+        reply = await worker.client("shard").call("requeue_all_dead")  # istos redrive-dead
+        assert reply["requeued"] == 2
+        await wait_events(owner, lambda ev: len(chord_events(ev, "resumed")) == 2)
+        assert (await barrier_of(storage, chord_id)).dead == {}
+        hold.set()
+        await asyncio.wait_for(fired.wait(), 5.0)
+    assert calls == [{"results": [1, 2, 3, 4], "input": None}]
+
+
+async def test_a_purged_dead_member_leaves_its_chord_stalled_for_good_and_why_says_so(mesh):
+    owner = app_on(mesh, "owner")
+    owner.queue("shard", max_attempts=1, admin=True)
+    owner.queue("reduce")
+    worker = app_on(mesh, "worker")
+    hold = asyncio.Event()
+    shard_worker(worker, {2}, hold)
+    reducer(worker)
+    async with owner.serving(), worker.serving():
+        chord_id = await owner.chord("shard", [0, 1, 2], callback=("reduce", None))
+        await wait_events(owner, lambda ev: len(chord_events(ev, "stalled")) == 1)
+        await worker.client("shard").call("purge_dead", job_ids=[f"{chord_id}.2"])
+        flow = await why_flow(worker, f"{chord_id}.0")
+        hold.set()
+    assert flow["stalled"]["by"][0]["state"] == "unknown"
+    assert "nothing can resume the chord" in flow["stalled"]["note"]

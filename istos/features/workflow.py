@@ -432,32 +432,19 @@ class ChordBarriers:
         # Only an ack the state will accept counts (not, say, one for a job that went dead).
         if self.owner.state.holder(rec.job_id, rec.lease_token) is None:
             return
-        chord_id, index = str(meta["id"]), int(meta["index"])
-        results: list[bytes] | None = None
-        async with self._lock(chord_id):
-            barrier = await self._load(chord_id, int(meta["size"]))
-            if barrier.fired:
-                return
-            if index not in barrier.results:
-                value = result if result is not None else _NIL
-                # Write, then apply: memory never runs ahead of storage. (A member listed
-                # dead that succeeds now, revived, stalls the chord no more.)
-                dead = {i: t for i, t in barrier.dead.items() if i != index}
-                await self._store(chord_id, replace(
-                    barrier, results={**barrier.results, index: value}, dead=dead))
-                barrier.results[index], barrier.dead = value, dead
-            if len(barrier.results) < barrier.size:
-                return
-            firing = self._firing.get(chord_id)
-            if firing is None:  # this ack sends the callback
-                firing = _Firing(rec.job_id, asyncio.get_running_loop().create_future())
-                self._firing[chord_id] = firing
-                results = [barrier.results[i] for i in range(barrier.size)]
-            elif firing.job_id != rec.job_id:
-                return  # the sender's ack answers for the callback (see above)
+        chord_id = str(meta["id"])
+        results = await self._record(chord_id, int(meta["index"]), int(meta["size"]), result)
         if results is None:
-            await asyncio.shield(firing.outcome)  # raises what the sender's firing raised
-            return
+            return  # the barrier waits for more members, or fired already
+        # (No await from the lock's release to here: a check of the firings and a registration
+        # in one step, and from the registration on, its outcome is always set.)
+        firing = self._firing.get(chord_id)
+        if firing is not None:
+            if firing.job_id == rec.job_id:
+                await asyncio.shield(firing.outcome)  # raises what the sender's firing raised
+            return  # another member's: the sender's ack answers for the callback (see above)
+        firing = _Firing(rec.job_id, asyncio.get_running_loop().create_future())
+        self._firing[chord_id] = firing
         try:
             await self._fire(chord_id, results, meta, rec.priority,
                              (rec.meta or {}).get("trace"))
@@ -468,6 +455,27 @@ class ChordBarriers:
             firing.outcome.set_result(None)
         finally:
             self._firing.pop(chord_id, None)
+
+    async def _record(self, chord_id: str, index: int, size: int,
+                      result: bytes | None) -> list[bytes] | None:
+        """Store member ``index``'s result in its chord's barrier (write, then apply) under
+        the chord's lock; return every result in member order once the barrier is complete
+        and not fired, else None. Raises what the write raises."""
+        async with self._lock(chord_id):
+            barrier = await self._load(chord_id, size)
+            if barrier.fired:
+                return None
+            if index not in barrier.results:
+                value = result if result is not None else _NIL
+                # Write, then apply: memory never runs ahead of storage. (A member listed
+                # dead that succeeds now, revived, stalls the chord no more.)
+                dead = {i: t for i, t in barrier.dead.items() if i != index}
+                await self._store(chord_id, replace(
+                    barrier, results={**barrier.results, index: value}, dead=dead))
+                barrier.results[index], barrier.dead = value, dead
+            if len(barrier.results) < barrier.size:
+                return None
+            return [barrier.results[i] for i in range(barrier.size)]
 
     async def _fire(self, chord_id: str, results: list[bytes], meta: dict[str, Any],
                     priority: int, trace: dict[str, str] | None = None) -> None:
@@ -557,14 +565,16 @@ class ChordBarriers:
         self._stall_event(job_id, chord_id, "stalled", index, barrier)
 
     async def _clear_dead(self, job_id: str, chord: dict[str, Any]) -> None:
-        """Member ``job_id`` is no longer dead: its chord no longer lists it as stalling it
-        (through the write path); then emit a ``chord`` event (``resumed``)."""
+        """Member ``job_id`` is held and no longer dead (revived): its chord no longer lists it
+        as stalling it (through the write path); then emit a ``chord`` event (``resumed``).
+        A member no longer held (its dead letter purged) stays listed: nothing can resume the
+        chord, and ``why`` says so."""
         chord_id, index = str(chord["id"]), int(chord["index"])
         async with self._lock(chord_id):
             barrier = await self._find(chord_id)
             rec = self.owner.state.jobs.get(job_id)
-            if barrier is None or index not in barrier.dead \
-                    or (rec is not None and rec.state == DEAD):
+            if barrier is None or index not in barrier.dead or rec is None \
+                    or rec.state == DEAD:
                 return
             dead = {i: t for i, t in barrier.dead.items() if i != index}
             await self._store(chord_id, replace(barrier, dead=dead))  # write, then apply
@@ -578,7 +588,7 @@ class ChordBarriers:
     async def _recover_stalls(self) -> None:
         """At start: the stalls stored (their chords watched for revivals), every dead member
         recorded (its death may have been stored just before a crash), and every member listed
-        that is not dead any more (revived just before a crash) cleared."""
+        that is held and not dead any more (revived just before a crash) cleared."""
         listed: list[tuple[str, int]] = []
         for key, raw in await self.owner.storage.scan(self.ns):
             if key.startswith("cb:"):
@@ -589,9 +599,7 @@ class ChordBarriers:
                 listed.extend((key, index) for index in barrier.dead)
         for chord_id, index in listed:
             job_id = f"{chord_id}.{index}"
-            rec = self.owner.state.jobs.get(job_id)
-            if rec is None or rec.state != DEAD:
-                await self._clear_dead(job_id, {"id": chord_id, "index": index})
+            await self._clear_dead(job_id, {"id": chord_id, "index": index})
         for rec in list(self.owner.state.dead.values()):
             chord = (rec.meta or {}).get("chord")
             if isinstance(chord, dict):

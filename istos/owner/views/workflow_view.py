@@ -60,9 +60,10 @@ class WorkflowView(OwnerExtension):
         return reply
 
     async def _stalled(self, chord_id: str) -> dict[str, Any] | None:
-        """``{"by": [{"index", "job_id", "state": "dead", "since"}], "count", "note"}``: the
-        dead members chord ``chord_id``'s barrier (held here) waits for, or None when none
-        does (a member listed that is no longer dead, revived meanwhile, is left out)."""
+        """``{"by": [{"index", "job_id", "state", "since"}], "count", "note"}``: the dead
+        members chord ``chord_id``'s barrier (held here) waits for, or None when none does. A
+        member listed is ``dead``, or ``unknown`` once its dead letter was purged (then
+        nothing resumes the chord); one no longer dead (revived meanwhile) is left out."""
         raw = await self.owner.storage.get(f"wf:{self.owner.name}", chord_id)
         barrier = None if raw is None else Barrier.decode(raw)
         if barrier is None or barrier.fired:
@@ -71,17 +72,23 @@ class WorkflowView(OwnerExtension):
         for index in barrier.stalled_by():
             job_id = f"{chord_id}.{index}"
             held = self.owner.state.jobs.get(job_id)
-            if held is not None and held.state == DEAD:
-                by.append({"index": index, "job_id": job_id, "state": DEAD,
+            if held is None or held.state == DEAD:
+                by.append({"index": index, "job_id": job_id,
+                           "state": "unknown" if held is None else DEAD,
                            "since": barrier.dead[index]})
         if not by:
             return None
         first = by[0]
-        return {"by": by[:MAX_STALLING_SHOWN], "count": len(by), "note": (
-            f"chord {chord_id} is stalled by member {first['index']} ({first['job_id']}), "
-            "dead: its callback waits until revive brings that member back "
-            f"(app.revive({self.owner.name!r}, {first['job_id']!r}), or "
-            "istos redrive-dead)")}
+        if first["state"] == DEAD:
+            note = (f"chord {chord_id} is stalled by member {first['index']} "
+                    f"({first['job_id']}), dead: its callback waits until revive brings that "
+                    f"member back (app.revive({self.owner.name!r}, {first['job_id']!r}), or "
+                    "istos redrive-dead)")
+        else:
+            note = (f"chord {chord_id} is stalled by member {first['index']} "
+                    f"({first['job_id']}), which died and whose dead letter was purged: "
+                    "nothing can resume the chord, its callback will not fire")
+        return {"by": by[:MAX_STALLING_SHOWN], "count": len(by), "note": note}
 
     async def op_states(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The state of each of ``job_ids`` ("unknown": this queue holds no such job)."""

@@ -84,7 +84,7 @@ async def test_a_dead_member_stalls_its_chord_observably_and_revive_clears_it(me
             assert "revive" in flow["stalled"]["note"]
         text = "\n".join(workflow_lines({**flow, "jobs": []}))
         assert f"stalled: chord {chord_id} is stalled by member 2" in text
-        # the operator's readers take the event as any other (`istos events`, the ledger)
+        # the operator's readers take the event as any other (the events op, `istos follow`)
         listed = (await worker.client("shard").call("events"))["events"]
         [seen] = [e for e in listed if e["kind"] == "chord"]
         assert check_event(seen, "event")["detail"]["stalled_by"] == [2]

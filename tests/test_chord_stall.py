@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from helpers import app_on, count, wait_events
 
-from istos import Istos, JobEvent, MemoryStorage
+from istos import Istos, JobEvent, MemoryStorage, protocol
 from istos.core.chord_barrier import Barrier
 from istos.ops.render import event_line, workflow_lines
 from istos.tracefile import check_event
@@ -88,6 +88,8 @@ async def test_a_dead_member_stalls_its_chord_observably_and_revive_clears_it(me
         listed = (await worker.client("shard").call("events"))["events"]
         [seen] = [e for e in listed if e["kind"] == "chord"]
         assert check_event(seen, "event")["detail"]["stalled_by"] == [2]
+        assert tuple(seen["detail"]) == protocol.CHORD_EVENT
+        assert seen["detail"]["change"] in protocol.CHORD_CHANGES
         assert event_line(seen).split()[1:] == ["chord", dead, "stalled"]
         broken.clear()
         assert await worker.revive("shard", dead) == dead

@@ -610,8 +610,9 @@ class ChordBarriers:
         """A ``chord`` event naming member ``job_id``: ``change`` (``stalled``: it is dead
         and the chord waits for it; ``resumed``: it no longer stalls the chord), with the
         chord's id, the member's index, the chord's size and the members stalling it now."""
-        detail = {"chord_id": chord_id, "change": change, "index": index,
-                  "size": barrier.size, "stalled_by": barrier.stalled_by()}
+        detail = dict(zip(protocol.CHORD_EVENT,
+                          (chord_id, change, index, barrier.size, barrier.stalled_by()),
+                          strict=True))
         self.owner.node.events.emit(JobEvent(
             self.owner.node.clock.now(), self.owner.node.node_id, self.owner.name, job_id,
             ev.CHORD, 0, None, detail))

@@ -511,7 +511,8 @@ async def test_a_held_callback_enqueue_does_not_block_another_members_ack(mesh):
     """Member 0's first ack stores its result and is then refused (so member 0 stays held);
     both leases run out and member 1's second run completes the barrier, whose callback
     enqueue the callback's owner holds. Member 0's next ack goes through meanwhile (no lock
-    is held across that enqueue), and the callback is enqueued once when released."""
+    is held across that enqueue). Member 1's lease then runs out too, and its third run's ack
+    waits for the same firing instead of sending another: the callback is enqueued once."""
     clock = ManualClock()
     owner = app_on(mesh, "owner", clock=clock)
     owner.queue("shard", lease_s=0.2, sweep_interval_s=0.02)
@@ -528,6 +529,13 @@ async def test_a_held_callback_enqueue_does_not_block_another_members_ack(mesh):
             raise OwnerUnavailable("test: member 0's first ack is lost after its result")
 
     extend_owners(owner, Hooks(before_ack=refuse_member_0_once))  # after the chord's hook
+    third_ack_of_1 = asyncio.Event()
+
+    async def note(rec, result):
+        if rec.job_id.endswith(".1") and rec.attempts == 3:
+            third_ack_of_1.set()
+
+    extend_owners(owner, Hooks(before_ack=note), first=True)  # before the chord's hook
     worker = app_on(mesh, "worker", clock=ManualClock())  # never sees a lease end
     first_run_of_1, second_run_of_0 = asyncio.Event(), asyncio.Event()
 
@@ -548,6 +556,9 @@ async def test_a_held_callback_enqueue_does_not_block_another_members_ack(mesh):
         second_run_of_0.set()
         await wait_events(owner, lambda ev: count(ev, "acked", f"{chord_id}.0") == 1)
         assert not fired.is_set() and held.sent == 1  # still held, and sent once
+        clock.advance(0.2)  # member 1's lease ends while its ack waits: it runs a third time
+        await wait_for(third_ack_of_1)  # ...and that ack reached the owner, gate still shut
+        assert not fired.is_set() and held.sent == 1
         assert count(owner.events.recent(), "acked", f"{chord_id}.1") == 0
         held.gate.set()
         await wait_for(fired)
@@ -555,6 +566,8 @@ async def test_a_held_callback_enqueue_does_not_block_another_members_ack(mesh):
         first_run_of_1.set()
     assert calls == [{"results": [0, 3], "input": "z"}]
     assert held.sent == 1
+    assert count(owner.events.recent(), "claimed", f"{chord_id}.1") == 3
+    assert count(owner.events.recent(), "acked", f"{chord_id}.1") == 1  # the third delivery
     assert count(reduce_app.events.recent(), "enqueued", f"{chord_id}.callback") == 1
     tombstone = Barrier.decode(await owner.node.storage.get("wf:shard", chord_id))
     assert tombstone.fired and tombstone.results == {}

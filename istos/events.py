@@ -42,12 +42,14 @@ WAITING: Final = "waiting"
 UNBLOCKED: Final = "unblocked"
 # A batch changed at its home (owner/batches_ext.py; names no job: detail has the batch id).
 BATCH: Final = "batch"
+# A chord member stalled its chord by dying, or stalls it no more (features/workflow.py).
+CHORD: Final = "chord"
 
 EventKind = Literal[
     "enqueued", "duplicate_enqueue", "claimed", "acked", "nacked", "lease_expired",
     "retry_scheduled", "dead_lettered", "result_expired", "purged", "owner_up", "owner_down",
     "crashed", "restarted", "lease_extended", "progress", "cancel_requested", "cancelled",
-    "expired", "paused", "resumed", "updated", "waiting", "unblocked", "batch",
+    "expired", "paused", "resumed", "updated", "waiting", "unblocked", "batch", "chord",
 ]
 """The kind of a :class:`JobEvent` (one of :data:`EVENT_KINDS`)."""
 
@@ -55,7 +57,7 @@ EVENT_KINDS: tuple[EventKind, ...] = (
     ENQUEUED, DUPLICATE_ENQUEUE, CLAIMED, ACKED, NACKED, LEASE_EXPIRED, RETRY_SCHEDULED,
     DEAD_LETTERED, RESULT_EXPIRED, PURGED, OWNER_UP, OWNER_DOWN, CRASHED, RESTARTED,
     LEASE_EXTENDED, PROGRESS, CANCEL_REQUESTED, CANCELLED, EXPIRED, PAUSED, RESUMED, UPDATED,
-    WAITING, UNBLOCKED, BATCH,
+    WAITING, UNBLOCKED, BATCH, CHORD,
 )
 
 
@@ -71,7 +73,8 @@ class JobEvent:
     retry_scheduled, ``deadline`` on lease_extended, ``progress``/``note`` on progress,
     what changed on updated (``app.update`` or a call joining a debounce burst),
     ``priority``/``ready_at``/``parents`` on waiting, ``delay_s``/``ready_at``/``priority``
-    (and ``forced`` for an operator's promote) on unblocked.
+    (and ``forced`` for an operator's promote) on unblocked, ``chord_id``/``change``
+    (``stalled`` or ``resumed``)/``index``/``size``/``stalled_by`` on chord.
     """
 
     t: float

@@ -423,6 +423,13 @@ DEAD_LETTER = ("job_id", "body", "attempts", "last_error", "history", "meta", "f
 HISTORY_ENTRY = ("attempt", "worker", "claimed_at", "finished_at", "outcome", "error",
                  "backoff_s", "traceback")
 EVENT = ("t", "node", "queue", "job_id", "kind", "attempt", "worker", "detail")
+CHORD_EVENT = ("chord_id", "change", "index", "size", "stalled_by")
+"""The ``detail`` of a ``chord`` event, which names a chord member (``job_id``): the chord's
+id, ``change`` (one of :data:`CHORD_CHANGES`), the member's index, the chord's size and the
+indexes of the members stalling the chord now (sorted)."""
+CHORD_CHANGES = ("stalled", "resumed")
+"""``stalled``: the member was dead-lettered and the chord's callback waits for it;
+``resumed``: it is no longer dead (revived), so it no longer stalls the chord."""
 LEASE = ("job_id", "worker", "deadline", "attempt")  # never the token
 JOB_SUMMARY = ("job_id", "state", "priority", "attempts", "enqueued_at", "ready_at", "worker",
                "deadline", "last_error", "body", "progress", "progress_note")

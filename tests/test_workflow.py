@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from helpers import app_on, count, extend_owners, wait_events
 
-from istos import ConfigError, Istos, IstosError, JobContext, MemoryStorage, codec
+from istos import (
+    ConfigError,
+    Istos,
+    IstosError,
+    JobContext,
+    MemoryStorage,
+    OwnerUnavailable,
+    codec,
+)
 from istos.clock import ManualClock
 from istos.features.workflow import Barrier
-from istos.owner.extension import Hooks
+from istos.owner.extension import Hooks, OwnerExtension
 from istos.transport.local import LocalMesh
 
 pytestmark = pytest.mark.fast  # `make check`: no process, server or session
@@ -475,3 +484,90 @@ async def test_failed_callback_enqueue_is_retried_by_the_members_redelivery(mesh
     assert calls == [{"results": [0, 2], "input": "y"}]
     assert len(runs) == 3  # one member ran twice
     assert count(reduce_app.events.recent(), "enqueued", f"{chord_id}.callback") == 1
+
+
+class HeldCallbacks(OwnerExtension):
+    """Holds every chord callback's enqueue on its queue's owner until ``gate`` is set, and
+    counts those enqueues (a slow or unreachable callback owner, under the test's control)."""
+
+    name = "held_callbacks"
+    wraps = ("enqueue",)
+
+    def __init__(self) -> None:
+        self.gate, self.arrived = asyncio.Event(), asyncio.Event()
+        self.sent = 0
+
+    def wrap(self, op: str, inner: Any) -> Any:
+        async def enqueue(msg: dict[str, Any]) -> dict[str, Any]:
+            if str(msg.get("job_id") or "").endswith(".callback"):
+                self.sent += 1
+                self.arrived.set()
+                await self.gate.wait()
+            return await inner(msg)
+        return enqueue
+
+
+async def test_a_held_callback_enqueue_does_not_block_another_members_ack(mesh):
+    """Member 0's first ack stores its result and is then refused (so member 0 stays held);
+    both leases run out and member 1's second run completes the barrier, whose callback
+    enqueue the callback's owner holds. Member 0's next ack goes through meanwhile (no lock
+    is held across that enqueue). Member 1's lease then runs out too, and its third run's ack
+    waits for the same firing instead of sending another: the callback is enqueued once."""
+    clock = ManualClock()
+    owner = app_on(mesh, "owner", clock=clock)
+    owner.queue("shard", lease_s=0.2, sweep_interval_s=0.02)
+    reduce_app = app_on(mesh, "reducer")
+    reduce_app.queue("reduce")
+    calls, fired = reducer(reduce_app)
+    held = HeldCallbacks()
+    extend_owners(reduce_app, held)
+    refused = asyncio.Event()
+
+    async def refuse_member_0_once(rec, result):
+        if rec.job_id.endswith(".0") and not refused.is_set():
+            refused.set()
+            raise OwnerUnavailable("test: member 0's first ack is lost after its result")
+
+    extend_owners(owner, Hooks(before_ack=refuse_member_0_once))  # after the chord's hook
+    third_ack_of_1 = asyncio.Event()
+
+    async def note(rec, result):
+        if rec.job_id.endswith(".1") and rec.attempts == 3:
+            third_ack_of_1.set()
+
+    extend_owners(owner, Hooks(before_ack=note), first=True)  # before the chord's hook
+    worker = app_on(mesh, "worker", clock=ManualClock())  # never sees a lease end
+    first_run_of_1, second_run_of_0 = asyncio.Event(), asyncio.Event()
+
+    @worker.worker("shard", concurrency=4, poll_interval_s=0.05)
+    async def shard(i, ctx: JobContext):
+        if (i, ctx.attempt) == (1, 1):
+            await first_run_of_1.wait()  # runs past its lease; its late ack is stale
+        if (i, ctx.attempt) == (0, 2):
+            await second_run_of_0.wait()
+        return i * 3
+
+    async with reduce_app.serving(), owner.serving(), worker.serving():
+        chord_id = await owner.chord("shard", [0, 1], callback=("reduce", "z"))
+        await wait_for(refused)
+        await wait_events(owner, lambda ev: count(ev, "claimed") == 2)
+        clock.advance(0.2)  # both leases end: member 0 and member 1 are redelivered
+        await wait_for(held.arrived)  # member 1's second ack sends the callback: held
+        second_run_of_0.set()
+        await wait_events(owner, lambda ev: count(ev, "acked", f"{chord_id}.0") == 1)
+        assert not fired.is_set() and held.sent == 1  # still held, and sent once
+        clock.advance(0.2)  # member 1's lease ends while its ack waits: it runs a third time
+        await wait_for(third_ack_of_1)  # ...and that ack reached the owner, gate still shut
+        assert not fired.is_set() and held.sent == 1
+        assert count(owner.events.recent(), "acked", f"{chord_id}.1") == 0
+        held.gate.set()
+        await wait_for(fired)
+        await wait_events(owner, lambda ev: count(ev, "acked", f"{chord_id}.1") == 1)
+        first_run_of_1.set()
+    assert calls == [{"results": [0, 3], "input": "z"}]
+    assert held.sent == 1
+    assert count(owner.events.recent(), "claimed", f"{chord_id}.1") == 3
+    assert count(owner.events.recent(), "acked", f"{chord_id}.1") == 1  # the third delivery
+    assert count(reduce_app.events.recent(), "enqueued", f"{chord_id}.callback") == 1
+    tombstone = Barrier.decode(await owner.node.storage.get("wf:shard", chord_id))
+    assert tombstone.fired and tombstone.results == {}

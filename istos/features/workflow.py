@@ -36,7 +36,12 @@ owner's storage (namespace ``wf:{queue}``, key = chord id), *before* the ack is 
 then marks the barrier fired. The callback fires once even when members are redelivered: results
 are keyed by index (storing one twice changes nothing), a per-chord lock serialises the
 read-modify-write, the fired flag stops a second firing, and the deterministic callback id
-deduplicates a firing repeated after a crash while the callback job is held. A late answer from a
+deduplicates a firing repeated after a crash while the callback job is held. The lock is never
+held across the callback's enqueue (a request to the callback queue's owner, maybe another
+node): the ack that completes the barrier decides under it, sends with no lock held, then
+stores the tombstone under it again. Meanwhile a repeated ack of that member waits for the
+firing's outcome, and any other member's ack goes through at once (the sender's ack fails if
+the enqueue fails: it is redelivered and fires again). A late answer from a
 delivery whose lease was already re-issued is stale and never reaches the barrier. An empty chord
 enqueues its callback at once with ``results == []``.
 
@@ -47,10 +52,16 @@ since they now live in the callback job); the owner deletes its tombstones after
 ``TOMBSTONE_TTL_S`` of its clock, long after any member could come back. Tombstones of chords
 fired just before an owner restart are not tracked by the new owner and stay (a few bytes each).
 
-**A dead member stalls its chord.** ``app.enqueue(queue, dead["data"])`` makes a NEW job without
-chord meta, which will run but will NOT release the chord. :meth:`Workflows.revive`
-moves the dead job itself back to ready, under the same id with its data and meta, so the chord
-can finish.
+**A dead member stalls its chord**, observably. Its owner (the barrier's) records it in the
+barrier (``dead``: member index -> when, written through the write path like the results),
+emits a ``chord`` event (``change: "stalled"``, the chord id, the member's index, the chord's
+size, ``stalled_by``: every member stalling it) and logs a warning; ``why`` of any member then
+says the chord is stalled by that member, dead, and that ``revive`` resumes it. A (re)started
+owner brings the records up to date with its jobs (a member that died or was revived just
+before a crash). ``app.enqueue(queue, dead["data"])`` makes a NEW job without chord meta, which
+will run but will NOT release the chord. :meth:`Workflows.revive` (or ``redrive_dead``) moves
+the dead job itself back to ready, under the same id with its data and meta: the barrier no
+longer lists it (a ``chord`` event, ``change: "resumed"``), and the chord can finish.
 
 **A chord's ends** (``on_death``, ``on_complete``) are a batch's callbacks
 (:mod:`istos.features.batch`): given either, ``app.chord`` opens a batch at the ends' queue,
@@ -69,19 +80,30 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgpack
 
 from .. import codec, protocol
+from .. import events as ev
 from ..core import batch_state as bs
 from ..core import workflow_meta as wf
+from ..core.chord_barrier import Barrier
 from ..core.config import check_priority, check_queue_name
+from ..core.records import DEAD
 from ..core.state import JobRecord
 from ..core.workflow_meta import check_workflow_meta
 from ..deprecation import renamed
-from ..errors import ConfigError, InvalidJob, IstosError, JobNotFound, ProtocolError
+from ..errors import (
+    ConfigError,
+    InvalidJob,
+    IstosError,
+    JobNotFound,
+    OwnerUnavailable,
+    ProtocolError,
+)
+from ..events import JobEvent
 from ..owner.extension import Hooks, OwnerExtension
 from ..payload import compose
 from .chord_callbacks import CallbackReservations, ExpectsAsker
@@ -96,6 +118,8 @@ log = logging.getLogger("istos.workflow")
 
 TOMBSTONE_TTL_S = 86_400.0
 """How long (owner clock) a fired chord's tombstone is kept before the owner deletes it."""
+RETRY_MIN_S, RETRY_MAX_S = 0.5, 30.0  # backoff of a stall's record whose write failed
+_ROUTED = frozenset({ev.OWNER_UP, ev.DEAD_LETTERED, ev.ENQUEUED})
 
 _NIL = msgpack.packb(None)  # a member result the worker did not send decodes as None
 
@@ -124,6 +148,8 @@ class Workflows:
         self.client = client
         self._require_serving = require_serving
         self.open_batch = open_batch  # app.batch: a chord's on_death / on_complete
+        self._barriers: dict[str, ChordBarriers] = {}  # queue -> its owner's barriers
+        node.events.subscribe(self._route)
 
     # -- producer calls --
     async def chain(self, queues: list[str], data: Any, *, priority: int = 0) -> str:
@@ -168,7 +194,12 @@ class Workflows:
         ``callback`` is ``(callback_queue, extra)``; the callback job's body is
         ``{"results": [one per item, in item order], "input": extra}``. Returns the chord id.
         The callback fires only once every member is done: a dead member holds it back until
-        :meth:`revive` brings the member back and it succeeds.
+        :meth:`revive` brings the member back and it succeeds. Without ``on_death`` and
+        ``on_complete`` nothing else happens on its own, but the stall is observable: the
+        member queue's owner records it (durably, in the chord's barrier), emits a ``chord``
+        event (``change: "stalled"``, the dead member's job id and index) and ``why`` of any
+        member says which member stalls the chord and that ``revive`` resumes it. To react to
+        a dead member in code, give ``on_death`` or ``on_complete``.
 
         ``on_death`` and ``on_complete`` (each ``(queue, data)``, optional) say how the chord
         ended, with the semantics of :meth:`~istos.features.batch.Batches.batch`'s callbacks:
@@ -278,15 +309,30 @@ class Workflows:
         op) on ``owner``; its enqueues with workflow meta are checked by the chord barriers."""
         barriers = ChordBarriers(owner, self)
         owner.check_meta_with(barriers.check_meta)
+        self._barriers[owner.name] = barriers  # a restarted owner's replace the old ones
 
         async def revive(msg: dict[str, Any]) -> dict[str, Any]:
-            return await revive_op(owner, msg["job_id"])  # admin-gated by dispatch
+            reply = await revive_op(owner, msg["job_id"])  # admin-gated by dispatch
+            if reply["status"] == "requeued":
+                await barriers.revived(msg["job_id"])  # the stall it caused is over
+            return reply
 
         return Hooks(name="workflows",
                      ops={"chord_open": barriers.op_open, "requeue_dead": revive,
                           "chord_reserve": barriers.callbacks.op_reserve,
                           "chord_expects": barriers.callbacks.op_expects},
-                     before_ack=barriers.on_ack, before_ack_meta_only=True)
+                     before_ack=barriers.on_ack, before_ack_meta_only=True,
+                     on_stop=barriers.on_stop)
+
+    def _route(self, event: JobEvent) -> None:
+        """This node's events that concern chord barriers, to the barriers of their queue."""
+        if event.kind not in _ROUTED:
+            return
+        barriers = self._barriers.get(event.queue)
+        if barriers is None or not barriers.owner.running \
+                or (event.kind == ev.ENQUEUED and not barriers.stalled):
+            return  # (every enqueue passes here: only one while a chord is stalled goes on)
+        barriers.on_event(event)
 
     async def continue_after(self, meta: dict[str, Any], result: Any) -> None:
         """Run by a worker after its function returned and before it acks: the next step of
@@ -333,26 +379,22 @@ async def revive_op(owner: OwnerHandle, job_id: str) -> dict[str, Any]:
 
 
 @dataclass
-class Barrier:
-    """One chord's progress: results by member index, and whether the callback went out."""
+class _Firing:
+    """A chord's callback enqueue in flight: the member whose ack sends it, and its outcome
+    (which a repeated ack of that member awaits)."""
 
-    size: int
-    results: dict[int, bytes] = field(default_factory=dict)
-    fired: bool = False
-    fired_at: float | None = None
-    callback: str | None = None  # None: opened before barriers recorded their callback
+    job_id: str
+    outcome: asyncio.Future[None]
 
-    def encode(self) -> bytes:
-        return msgpack.packb({"size": self.size, "results": self.results, "fired": self.fired,
-                              "fired_at": self.fired_at, "callback": self.callback},
-                             use_bin_type=True)
 
-    @classmethod
-    def decode(cls, raw: bytes) -> Barrier:
-        d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
-        return cls(size=int(d["size"]), results={int(k): v for k, v in d["results"].items()},
-                   fired=bool(d["fired"]), fired_at=d.get("fired_at"),
-                   callback=d.get("callback"))
+def _settle(outcome: asyncio.Future[None], exc: BaseException) -> None:
+    """Fail ``outcome`` with ``exc`` (an :class:`IstosError` as it is, anything else, such as
+    the sender's cancellation, as :class:`OwnerUnavailable`), marked retrieved: nobody may be
+    waiting for it."""
+    if not isinstance(exc, IstosError):
+        exc = OwnerUnavailable(f"the chord callback's firing was interrupted ({exc!r})")
+    outcome.set_exception(exc)
+    outcome.exception()
 
 
 class ChordBarriers:
@@ -364,6 +406,9 @@ class ChordBarriers:
         self.ns = f"wf:{owner.name}"
         self.cache: dict[str, Barrier] = {}
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._firing: dict[str, _Firing] = {}  # chord id -> its callback enqueue in flight
+        self.stalled: set[str] = set()  # chords listing a dead member (watched for revivals)
+        self._tasks: set[asyncio.Task[None]] = set()
         self._tombstones: deque[tuple[float, str]] = deque()
         self.callbacks = CallbackReservations(owner)
         self.asker = ExpectsAsker(self._ask_expects, owner.node.clock.monotonic)
@@ -372,7 +417,15 @@ class ChordBarriers:
         return await self.app.client(callback).call("chord_expects", chord_id=chord_id)
 
     async def on_ack(self, rec: JobRecord, result: bytes | None) -> None:
-        """Record a chord member's result before its ack; fire the callback when complete."""
+        """Record a chord member's result before its ack; fire the callback when complete.
+
+        Decided under the chord's lock (the result stored first, write then apply), sent with
+        no lock held: the member whose ack completes the barrier enqueues the callback, then
+        stores the tombstone under the lock again. While that enqueue is in flight, an ack of
+        the same member (a repeat, or a redelivery) waits for its outcome, and an ack of
+        another member whose result is stored already returns at once: the sender's ack fails
+        if the enqueue fails, so the sender is redelivered and fires again. Raises what the
+        enqueue or a storage write raises (the ack is refused and the member redelivered)."""
         meta = (rec.meta or {}).get("chord")
         if meta is None or rec.lease_token is None:
             return
@@ -380,34 +433,65 @@ class ChordBarriers:
         if self.owner.state.holder(rec.job_id, rec.lease_token) is None:
             return
         chord_id = str(meta["id"])
+        results = await self._record(chord_id, int(meta["index"]), int(meta["size"]), result)
+        if results is None:
+            return  # the barrier waits for more members, or fired already
+        # (No await from the lock's release to here: a check of the firings and a registration
+        # in one step, and from the registration on, its outcome is always set.)
+        firing = self._firing.get(chord_id)
+        if firing is not None:
+            if firing.job_id == rec.job_id:
+                await asyncio.shield(firing.outcome)  # raises what the sender's firing raised
+            return  # another member's: the sender's ack answers for the callback (see above)
+        firing = _Firing(rec.job_id, asyncio.get_running_loop().create_future())
+        self._firing[chord_id] = firing
+        try:
+            await self._fire(chord_id, results, meta, rec.priority,
+                             (rec.meta or {}).get("trace"))
+        except BaseException as exc:
+            _settle(firing.outcome, exc)
+            raise
+        else:
+            firing.outcome.set_result(None)
+        finally:
+            self._firing.pop(chord_id, None)
+
+    async def _record(self, chord_id: str, index: int, size: int,
+                      result: bytes | None) -> list[bytes] | None:
+        """Store member ``index``'s result in its chord's barrier (write, then apply) under
+        the chord's lock; return every result in member order once the barrier is complete
+        and not fired, else None. Raises what the write raises."""
         async with self._lock(chord_id):
-            barrier = await self._load(chord_id, int(meta["size"]))
+            barrier = await self._load(chord_id, size)
             if barrier.fired:
-                return
-            index = int(meta["index"])
+                return None
             if index not in barrier.results:
                 value = result if result is not None else _NIL
-                # Write, then apply: memory never runs ahead of storage.
-                await self._store(chord_id, replace(barrier,
-                                                    results={**barrier.results, index: value}))
-                barrier.results[index] = value
-            if len(barrier.results) >= barrier.size:
-                await self._fire(chord_id, barrier, meta, rec.priority,
-                                 (rec.meta or {}).get("trace"))
+                # Write, then apply: memory never runs ahead of storage. (A member listed
+                # dead that succeeds now, revived, stalls the chord no more.)
+                dead = {i: t for i, t in barrier.dead.items() if i != index}
+                await self._store(chord_id, replace(
+                    barrier, results={**barrier.results, index: value}, dead=dead))
+                barrier.results[index], barrier.dead = value, dead
+            if len(barrier.results) < barrier.size:
+                return None
+            return [barrier.results[i] for i in range(barrier.size)]
 
-    async def _fire(self, chord_id: str, barrier: Barrier, meta: dict[str, Any],
+    async def _fire(self, chord_id: str, results: list[bytes], meta: dict[str, Any],
                     priority: int, trace: dict[str, str] | None = None) -> None:
-        """Enqueue the callback; ``trace``: the last member's trace context, which the
-        callback continues (``istos.tracing``)."""
-        results = [barrier.results[i] for i in range(barrier.size)]
+        """Enqueue the callback (no lock held: a network wait), then store the tombstone under
+        the chord's lock; ``trace``: the last member's trace context, which the callback
+        continues (``istos.tracing``). Raises what the enqueue or the write raises."""
         # Results (and the input) encoded by payload codecs are composed as they are: this
         # owner may hold no codecs, the callback's worker decodes each part (payload.py).
         body: Any = compose(results, meta.get("input")) or {
             "results": [codec.decode_body(r) for r in results], "input": meta.get("input")}
         try:
-            cb_meta = callback_meta(chord_id, self.owner.name, barrier.size, meta["key"])
+            cb_meta = callback_meta(chord_id, self.owner.name, len(results), meta["key"])
             if trace:
                 cb_meta["trace"] = trace
+            # Idempotent by its id: a firing repeated (after a failed tombstone write, or a
+            # crash) is dropped by the callback queue while the callback job is held.
             await self.app.enqueue(str(meta["callback"]), body, priority=priority,
                                    job_id=f"{chord_id}.callback", _meta=cb_meta)
         except IstosError as exc:
@@ -416,13 +500,144 @@ class ChordBarriers:
                       chord_id, self.owner.name, meta["callback"], exc)
             raise
         now = self.owner.node.clock.now()
-        # Fired in memory before the tombstone is stored: the callback job is stored already
-        # (on its queue), so a redelivered member must not fire it again in this owner's life.
-        barrier.fired, barrier.fired_at, barrier.results = True, now, {}
-        await self._store(chord_id, barrier)
-        del self.cache[chord_id]  # a redelivered member (rare) reloads the tombstone
-        self._tombstones.append((now, chord_id))
+        async with self._lock(chord_id):
+            barrier = await self._load(chord_id, len(results))
+            if barrier.fired:
+                return
+            tombstone = Barrier(barrier.size, fired=True, fired_at=now,
+                                callback=barrier.callback)
+            await self._store(chord_id, tombstone)  # write, then apply
+            barrier.fired, barrier.fired_at, barrier.results = True, now, {}
+            self.cache.pop(chord_id, None)  # a redelivered member (rare) reloads the tombstone
+            self._tombstones.append((now, chord_id))
         await self._prune(now)
+
+    # -- stalls: a member dead-lettered while its chord waits --------------------------------
+    def on_event(self, event: JobEvent) -> None:
+        """Events of this owner's queue (:meth:`Workflows._route`): a dead-lettered member is
+        recorded as stalling its chord, a re-enqueued one (revived) no more; at start, the
+        stalls are brought up to date with the jobs (a crash may have come in between)."""
+        if event.kind == ev.OWNER_UP:
+            self._spawn("recovering chord stalls", self._recover_stalls)
+            return
+        if event.kind == ev.ENQUEUED and event.job_id.rpartition(".")[0] not in self.stalled:
+            return  # only a stalled chord's member is looked at
+        rec = self.owner.state.jobs.get(event.job_id)
+        chord = (rec.meta or {}).get("chord") if rec is not None else None
+        if not isinstance(chord, dict):
+            return
+        if event.kind == ev.DEAD_LETTERED:
+            self._spawn(f"recording {event.job_id} dead",
+                        lambda: self._note_dead(event.job_id, chord))
+        else:
+            self._spawn(f"recording {event.job_id} revived",
+                        lambda: self._clear_dead(event.job_id, chord))
+
+    async def revived(self, job_id: str) -> None:
+        """``job_id`` was revived: if it stalled its chord, it does so no more (stored before
+        the ``requeue_dead`` reply; a failed write is retried from the job's event)."""
+        rec = self.owner.state.jobs.get(job_id)
+        chord = (rec.meta or {}).get("chord") if rec is not None else None
+        if isinstance(chord, dict):
+            try:
+                await self._clear_dead(job_id, chord)
+            except IstosError as exc:
+                log.warning("chord %s: recording %s revived deferred: %s", chord.get("id"),
+                            job_id, exc)
+
+    async def _note_dead(self, job_id: str, chord: dict[str, Any]) -> None:
+        """Record member ``job_id`` (dead) as stalling its chord, once, through the write
+        path; then emit a ``chord`` event (``stalled``). Raises what the write raises."""
+        chord_id, index = str(chord["id"]), int(chord["index"])
+        async with self._lock(chord_id):
+            barrier = await self._find(chord_id)
+            rec = self.owner.state.jobs.get(job_id)
+            if barrier is None or barrier.fired or index in barrier.results \
+                    or index in barrier.dead or rec is None or rec.state != DEAD:
+                return  # not stalling it (or recorded already, or revived meanwhile)
+            dead = {**barrier.dead, index: self.owner.node.clock.now()}
+            await self._store(chord_id, replace(barrier, dead=dead))  # write, then apply
+            barrier.dead = dead
+            self.cache[chord_id] = barrier
+            self.stalled.add(chord_id)
+        log.warning("chord %s on queue %s is stalled: member %d (%s) is dead; revive it to "
+                    "resume the chord", chord_id, self.owner.name, index, job_id)
+        self._stall_event(job_id, chord_id, "stalled", index, barrier)
+
+    async def _clear_dead(self, job_id: str, chord: dict[str, Any]) -> None:
+        """Member ``job_id`` is held and no longer dead (revived): its chord no longer lists it
+        as stalling it (through the write path); then emit a ``chord`` event (``resumed``).
+        A member no longer held (its dead letter purged) stays listed: nothing can resume the
+        chord, and ``why`` says so."""
+        chord_id, index = str(chord["id"]), int(chord["index"])
+        async with self._lock(chord_id):
+            barrier = await self._find(chord_id)
+            rec = self.owner.state.jobs.get(job_id)
+            if barrier is None or index not in barrier.dead or rec is None \
+                    or rec.state == DEAD:
+                return
+            dead = {i: t for i, t in barrier.dead.items() if i != index}
+            await self._store(chord_id, replace(barrier, dead=dead))  # write, then apply
+            barrier.dead = dead
+            if not barrier.fired:
+                self.cache[chord_id] = barrier
+            if not dead:
+                self.stalled.discard(chord_id)
+        self._stall_event(job_id, chord_id, "resumed", index, barrier)
+
+    async def _recover_stalls(self) -> None:
+        """At start: the stalls stored (their chords watched for revivals), every dead member
+        recorded (its death may have been stored just before a crash), and every member listed
+        that is held and not dead any more (revived just before a crash) cleared."""
+        listed: list[tuple[str, int]] = []
+        for key, raw in await self.owner.storage.scan(self.ns):
+            if key.startswith("cb:"):
+                continue  # a callback reservation (chord_callbacks.py), not a barrier
+            barrier = Barrier.decode(raw)
+            if not barrier.fired and barrier.dead:
+                self.stalled.add(key)
+                listed.extend((key, index) for index in barrier.dead)
+        for chord_id, index in listed:
+            job_id = f"{chord_id}.{index}"
+            await self._clear_dead(job_id, {"id": chord_id, "index": index})
+        for rec in list(self.owner.state.dead.values()):
+            chord = (rec.meta or {}).get("chord")
+            if isinstance(chord, dict):
+                await self._note_dead(rec.job_id, chord)
+
+    def _stall_event(self, job_id: str, chord_id: str, change: str, index: int,
+                     barrier: Barrier) -> None:
+        """A ``chord`` event naming member ``job_id``: ``change`` (``stalled``: it is dead
+        and the chord waits for it; ``resumed``: it no longer stalls the chord), with the
+        chord's id, the member's index, the chord's size and the members stalling it now."""
+        detail = dict(zip(protocol.CHORD_EVENT,
+                          (chord_id, change, index, barrier.size, barrier.stalled_by()),
+                          strict=True))
+        self.owner.node.events.emit(JobEvent(
+            self.owner.node.clock.now(), self.owner.node.node_id, self.owner.name, job_id,
+            ev.CHORD, 0, None, detail))
+
+    def _spawn(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
+        """Run ``step`` in the background until it succeeds, retried with backoff while the
+        owner runs (a storage write that failed)."""
+        async def run() -> None:
+            delay = RETRY_MIN_S
+            while self.owner.running:
+                try:
+                    await step()
+                    return
+                except IstosError as exc:
+                    log.warning("queue %s: %s failed (retried): %s", self.owner.name, what, exc)
+                await self.owner.node.clock.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def on_stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
 
     async def op_open(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The ``chord_open`` op: hold a barrier for a chord about to enqueue its members."""

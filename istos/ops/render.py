@@ -215,6 +215,9 @@ def workflow_lines(flow: Any) -> list[str]:
         head += f" ({flow.get('size')} members)"
         if flow.get("batch"):  # a chord with ends: its batch says how it ended
             head += f"; its ends: istos batch {flow.get('batch')}"
+        stalled = flow.get("stalled")
+        if isinstance(stalled, dict) and stalled.get("note"):
+            head += f"\n  stalled: {stalled['note']}"
     rows = [[("step " if kind == "chain" else "member ") + str(j.get("index"))
              if j.get("index") != "callback" else "callback", j.get("queue"), j.get("job_id"),
              j.get("state") or "?", "<- this job" if j.get("index") == here else ""]
@@ -276,6 +279,8 @@ def event_line(e: dict[str, Any]) -> str:
     if e.get("worker"):
         parts.append(str(e["worker"]))
     detail = e.get("detail") or {}
+    if isinstance(detail, dict) and detail.get("change"):  # a batch or chord event
+        parts.append(str(detail["change"]))
     if isinstance(detail, dict) and detail.get("error"):
         parts.append(f"error: {cut(str(detail['error']), 60)}")
     return "  ".join(parts)

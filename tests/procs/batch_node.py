@@ -1,11 +1,16 @@
-"""An owner OS process for the real-process batch test (``tests/test_batch_procs.py``).
+"""An owner OS process for the real-process batch and dependency tests
+(``tests/test_batch_procs.py``, ``tests/test_deps_procs.py``).
 
 argv: config_json prefix redis_url storage_ns ledger_key queue [queue...]
 Serves each queue (a name starting with ``cb`` is served as an HA replica, ``ha=True``) with
 Redis storage, and runs a worker for every queue that does not start with ``cb``: the worker
 appends ``{"job", "attempt", "pid"}`` to the Redis list ``ledger_key`` (the test's independent
 ledger) before returning, then the owner reports the member's end to the batch's home.
-A member whose data is ``{"die": true}`` fails every attempt (it ends dead).
+A member whose data is ``{"die": true}`` fails every attempt (it ends dead). A job whose data
+names a ``gate`` first waits until the Redis list ``{ledger_key}:{gate}`` holds an element
+(a blocking BRPOPLPUSH of the list onto itself, at most :data:`GATE_WAIT_S`; then the attempt
+fails): the test opens the gate by pushing one, and the job is running (claimed, in its
+handler) until then.
 Prints READY once serving, then LEADING / STANDBY whenever its role for an HA queue changes.
 """
 
@@ -19,6 +24,8 @@ import sys
 from redis.asyncio import Redis
 
 from istos import Istos, JobContext, RedisStoragePlugin
+
+GATE_WAIT_S = 60  # how long a job waits at its shut gate before its attempt fails
 
 
 async def main() -> None:
@@ -38,6 +45,10 @@ async def main() -> None:
 
         @app.worker(q, concurrency=4, poll_interval_s=0.1)
         async def member(job: dict, ctx: JobContext) -> None:
+            gate = job.get("gate")
+            if gate and await ledger.brpoplpush(f"{ledger_key}:{gate}", f"{ledger_key}:{gate}",
+                                                timeout=GATE_WAIT_S) is None:
+                raise RuntimeError(f"gate {gate!r} stayed shut")
             await asyncio.sleep(0.01)
             if job.get("die"):
                 raise RuntimeError("this member always fails")

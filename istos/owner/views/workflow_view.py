@@ -5,7 +5,9 @@ The owner answering ``why`` knows only its own queue, so it describes the workfl
 job's ``meta`` (every step's queue and job id, which the workflow code derives from the chain or
 chord id); the client then asks each queue's owner for the states (``states``, one bounded
 request per queue: ids and states only, never bodies). A chord callback's meta is only its
-proof (``callback``), so its ``why`` shows no workflow (ask a member's).
+proof (``callback``), so its ``why`` shows no workflow (ask a member's). A chord member's
+``why`` also says when a dead member stalls the chord: the owner answering holds the chord's
+barrier (``core/chord_barrier.py``), which lists the members dead-lettered while it waits.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import protocol
+from ...core.chord_barrier import Barrier
+from ...core.records import DEAD
 from ...errors import IstosError
 from ..extension import Handler, OwnerExtension, not_wrapped
 from ..handle import OwnerHandle
 from ..handlers.fit import fit_why
 
 MAX_MEMBERS_SHOWN = 100  # chord members a workflow entry lists (``size`` says how many)
+MAX_STALLING_SHOWN = 20  # dead members a chord's ``stalled`` entry lists (``count``: how many)
 
 
 class WorkflowView(OwnerExtension):
@@ -46,9 +51,44 @@ class WorkflowView(OwnerExtension):
         if rec is not None and rec.meta:
             flow = describe(self.owner.name, rec.meta)
             if flow is not None:
+                if flow["kind"] == "chord":
+                    stalled = await self._stalled(flow["id"])
+                    if stalled is not None:
+                        flow["stalled"] = stalled
                 reply["why"]["workflow"] = flow
                 fit_why(reply["why"])  # the description takes room too
         return reply
+
+    async def _stalled(self, chord_id: str) -> dict[str, Any] | None:
+        """``{"by": [{"index", "job_id", "state", "since"}], "count", "note"}``: the dead
+        members chord ``chord_id``'s barrier (held here) waits for, or None when none does. A
+        member listed is ``dead``, or ``unknown`` once its dead letter was purged (then
+        nothing resumes the chord); one no longer dead (revived meanwhile) is left out."""
+        raw = await self.owner.storage.get(f"wf:{self.owner.name}", chord_id)
+        barrier = None if raw is None else Barrier.decode(raw)
+        if barrier is None or barrier.fired:
+            return None
+        by = []
+        for index in barrier.stalled_by():
+            job_id = f"{chord_id}.{index}"
+            held = self.owner.state.jobs.get(job_id)
+            if held is None or held.state == DEAD:
+                by.append({"index": index, "job_id": job_id,
+                           "state": "unknown" if held is None else DEAD,
+                           "since": barrier.dead[index]})
+        if not by:
+            return None
+        first = by[0]
+        if first["state"] == DEAD:
+            note = (f"chord {chord_id} is stalled by member {first['index']} "
+                    f"({first['job_id']}), dead: its callback waits until revive brings that "
+                    f"member back (app.revive({self.owner.name!r}, {first['job_id']!r}), or "
+                    "istos redrive-dead)")
+        else:
+            note = (f"chord {chord_id} is stalled by member {first['index']} "
+                    f"({first['job_id']}), which died and whose dead letter was purged: "
+                    "nothing can resume the chord, its callback will not fire")
+        return {"by": by[:MAX_STALLING_SHOWN], "count": len(by), "note": note}
 
     async def op_states(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The state of each of ``job_ids`` ("unknown": this queue holds no such job)."""

@@ -6,10 +6,11 @@
 REV``). Each round runs one child process per tree (the order alternates round by round), with
 ``PYTHONPATH=TREE`` so the child imports that tree's ``istos``: a fresh in-process app per run
 (volatile, then durable ``MemoryStorage``), 5,000 plain ``enqueue`` requests (and 10
-``enqueue_many`` of 500) dispatched as the transport would, CPU time per job, the mean of the
-best 3 of 8 runs. The table shows medians over rounds and their ratio; the 1-min load is
+``enqueue_many`` of 500) dispatched as the transport would, then 5,000 claims of one job
+each carrying the previous job's ack (a worker's claim-and-settle), CPU time per job, the mean
+of the best 3 of 8 runs. The table shows medians over rounds and their ratio; the 1-min load is
 printed before each child. What a queue that uses no lifecycle, batch or dependency option
-pays per enqueue compared with an older tree.
+pays per enqueue and per claim compared with an older tree.
 """
 
 from __future__ import annotations
@@ -45,12 +46,36 @@ async def one(make, durable):
             await owner.dispatch(m, trusted=True)
         return (time.process_time() - t0) / 5000
 
+async def claim_settle(durable):
+    """5,000 jobs queued, then claimed one per request by one slot, each claim carrying the
+    ack of the job before (as a worker's claim does): CPU per job."""
+    app = Istos(transport=LocalMesh().transport("o"),
+                storage=MemoryStorage(durable=True) if durable else None)
+    app.queue("q")
+    async with app.serving():
+        owner = app.owners["q"]
+        for i in range(5000):
+            await owner.dispatch({"op": "enqueue", "body": b"x", "job_id": f"j{i}"},
+                                 trusted=True)
+        held = None
+        t0 = time.process_time()
+        for _ in range(5000):
+            msg = {"op": "claim", "workers": ["w#0"], "node": "w"}
+            if held is not None:
+                msg["settle"] = [{"op": "ack", "job_id": held[0], "token": held[1]}]
+            reply = await owner.dispatch(msg, trusted=True)
+            job = reply["jobs"][0]
+            held = (job["job_id"], job["token"])
+        return (time.process_time() - t0) / 5000
+
 async def main():
     out = {}
     for durable in (False, True):
         for name, make in ROWS.items():
             runs = sorted([await one(make, durable) for _ in range(8)])
             out[name + (" durable" if durable else "")] = sum(runs[:3]) / 3 * 1e6
+        runs = sorted([await claim_settle(durable) for _ in range(8)])
+        out["claim+ack" + (" durable" if durable else "")] = sum(runs[:3]) / 3 * 1e6
     print(json.dumps(out))
 
 asyncio.run(main())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -122,22 +122,37 @@ class EventLog:
         self._ring: deque[tuple[int, JobEvent]] = deque(maxlen=maxlen)
         self._renewals: deque[tuple[int, JobEvent]] = deque(
             maxlen=max(1, maxlen // RENEWAL_SHARE))
-        self._listeners: list[Listener] = []
+        # Each listener with the kinds it asked for (None: every kind), in subscription order,
+        # and per kind the listeners it calls (worked out at its first event after a change):
+        # a listener costs an event of a kind it did not ask for nothing.
+        self._listeners: list[tuple[Listener, frozenset[str] | None]] = []
+        self._by_kind: dict[str, tuple[Listener, ...]] = {}
         self.emitted = 0
 
     def emit(self, event: JobEvent) -> None:
         self.emitted += 1
-        (self._renewals if event.kind == LEASE_EXTENDED else self._ring).append(
-            (self.emitted, event))
-        for listener in self._listeners:
+        kind = event.kind
+        (self._renewals if kind == LEASE_EXTENDED else self._ring).append((self.emitted, event))
+        listeners = self._by_kind.get(kind)
+        if listeners is None:
+            listeners = self._by_kind[kind] = tuple(
+                fn for fn, kinds in self._listeners if kinds is None or kind in kinds)
+        for listener in listeners:
             listener(event)
 
-    def subscribe(self, listener: Listener) -> Callable[[], None]:
-        self._listeners.append(listener)
+    def subscribe(self, listener: Listener, kinds: Collection[str] | None = None
+                  ) -> Callable[[], None]:
+        """Call ``listener(event)`` inline for each event emitted from now on (of ``kinds``
+        only, when given), after the listeners subscribed before it; returns the function
+        that unsubscribes it."""
+        entry = (listener, None if kinds is None else frozenset(kinds))
+        self._listeners.append(entry)
+        self._by_kind.clear()
 
         def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
+            if entry in self._listeners:
+                self._listeners.remove(entry)
+                self._by_kind.clear()
 
         return unsubscribe
 

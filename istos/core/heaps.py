@@ -181,7 +181,7 @@ class JobHeaps:
         """A lower bound of :meth:`next_deadline` in O(1) (stale heads not dropped)."""
         heads = [h[0][0] for h in (self.leases, self.delayed, self.expiry) if h]
         hint = min(heads) if heads else float("inf")
-        return min(hint, self.starts.hint()) if self.starts else hint
+        return min(hint, self.starts.hint()) if self.starts.heap else hint
 
     def next_deadline(self) -> float | None:
         """The earliest lease deadline, delay or result expiry still live (stale heads dropped

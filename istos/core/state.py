@@ -473,7 +473,7 @@ class QueueState:
     def wake_due(self, now: float) -> int:
         """Expire the waiting jobs past their start deadline (never handed out late), then
         promote the delayed jobs that are due; returns how many were promoted."""
-        if self.heaps.starts:
+        if self.heaps.starts.heap:
             self.expire_due(now)
         return self.promote_due(now)
 

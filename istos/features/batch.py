@@ -140,7 +140,7 @@ class Batches:
         self.client = client
         self._require_serving = require_serving
         self._owners: dict[str, BatchOwner] = {}
-        node.events.subscribe(self._route)
+        node.events.subscribe(self._route, ROUTED)
 
     async def batch(self, *, on_success: tuple[str, Any] | None = None,
                     on_complete: tuple[str, Any] | None = None,

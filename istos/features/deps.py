@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..events import OWNER_UP
 from ..owner.extensions.deps_ext import ROUTED, DepsOwner
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ class Dependencies:
     def __init__(self, node: Node, client: Callable[[str], OwnerClient]) -> None:
         self.client = client
         self._owners: dict[str, DepsOwner] = {}
-        node.events.subscribe(self._route)
+        node.events.subscribe(self._route, ROUTED)
 
     def owner_extension(self, owner: OwnerHandle) -> DepsOwner:
         """Serve dependencies on ``owner`` (child and parent sides)."""
@@ -45,5 +46,5 @@ class Dependencies:
         if event.kind not in ROUTED:
             return
         ext = self._owners.get(event.queue)
-        if ext is not None and ext.owner.running:
-            ext.on_event(event)
+        if ext is not None and ext.owner.running and (ext.watches or event.kind == OWNER_UP):
+            ext.on_event(event)  # (an end nobody watches, the common case, stops here)

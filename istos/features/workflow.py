@@ -149,7 +149,7 @@ class Workflows:
         self._require_serving = require_serving
         self.open_batch = open_batch  # app.batch: a chord's on_death / on_complete
         self._barriers: dict[str, ChordBarriers] = {}  # queue -> its owner's barriers
-        node.events.subscribe(self._route)
+        node.events.subscribe(self._route, _ROUTED)
 
     # -- producer calls --
     async def chain(self, queues: list[str], data: Any, *, priority: int = 0) -> str:

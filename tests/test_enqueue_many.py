@@ -35,16 +35,7 @@ async def owner_and_producer(storage: Any = None) -> AsyncIterator[tuple[Istos, 
 
 def count_requests(owner: Istos) -> list[int]:
     """Wrap the owner's enqueue_many op to count the requests (and items) it serves."""
-    served: list[int] = []
-    q = owner.owners["q"]
-    inner = q._ops["enqueue_many"]
-
-    async def counting(msg: dict[str, Any]) -> dict[str, Any]:
-        served.append(len(msg["items"]))
-        return await inner(msg)
-
-    q._ops["enqueue_many"] = counting
-    return served
+    return count_ops(owner, "enqueue_many")["enqueue_many"]
 
 
 async def test_ids_in_order_and_every_job_queued_once():
@@ -170,15 +161,16 @@ def count_ops(owner: Istos, *ops: str) -> dict[str, list[int]]:
     """Requests the owner serves per op (the item count of each enqueue_many)."""
     served: dict[str, list[int]] = {op: [] for op in ops}
     q = owner.owners["q"]
-    for op in ops:
-        inner = q._ops[op]
+    # Both tables dispatch serves from: requests with meta (_ops) and without (_plain_ops).
+    for table, op in ((t, op) for t in (q._ops, q._plain_ops) for op in ops):
+        inner = table[op]
 
         async def counting(msg: dict[str, Any], _op: str = op, _inner: Any = inner
                            ) -> dict[str, Any]:
             served[_op].append(len(msg.get("items", [msg])))
             return await _inner(msg)
 
-        q._ops[op] = counting
+        table[op] = counting
     return served
 
 

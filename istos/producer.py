@@ -258,8 +258,7 @@ class Producer:
             if spec is not None:
                 item["unique"] = spec.to_wire()
         return await batches.send_frames(
-            self.client(name), [items[a:b] for a, b in batches.cut(
-                [batches.item_size(i) for i in items])], timeout_s)
+            self.client(name), [items[a:b] for a, b in batches.spans(items)], timeout_s)
 
     async def dead_letters(self, name: str) -> list[dict[str, Any]]:
         """Every dead job of ``name``, oldest first, fetched page by page: dicts of

@@ -196,6 +196,12 @@ class RedisStoragePlugin:
         self._script: Any = None
         self._scripts: dict[str, Any] = {}
 
+    @property
+    def request_timeout_s(self) -> float:
+        """How long a call waits for the server's reply (``op_timeout_s``): the owner's read
+        fence waits no longer than this for a write (``owner/persistence/write_path.py``)."""
+        return self.op_timeout_s
+
     # -- keys ---------------------------------------------------------------------------------
 
     def _data_key(self, ns: str) -> str:

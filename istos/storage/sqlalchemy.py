@@ -132,6 +132,12 @@ class SQLAlchemyStoragePlugin:
             Column("expires_at", Double, nullable=True),
         )
 
+    @property
+    def request_timeout_s(self) -> float:
+        """How long a call may take (``op_timeout_s``): the owner's read fence waits no
+        longer than this for a write (``owner/persistence/write_path.py``)."""
+        return self.op_timeout_s
+
     # -- plumbing -----------------------------------------------------------------------------
 
     def _ensure_engine(self) -> Any:

@@ -310,11 +310,11 @@ class Producer:
 
         Returns ``"cancelled"`` (it was waiting: now final, kept for ``result_ttl_s``),
         ``"cancelling"`` (it is running: its worker is told, stops it, and the job ends
-        ``cancelled``, never retried nor dead-lettered), ``"too_late"`` (already done, dead or
-        cancelled) or ``"unknown"``. Raises :class:`AdminDisabled` without ``admin=True``,
-        :class:`ConfigError` (nothing sent) for a bad queue name or ``job_id``,
-        :class:`IstosError` when the app is not serving, and :class:`OwnerUnavailable` if no
-        owner answers.
+        ``cancelled``, never retried nor dead-lettered), ``"too_late"`` (it already ended:
+        done, dead, cancelled or expired; nothing changes) or ``"unknown"``. Raises
+        :class:`AdminDisabled` without ``admin=True``, :class:`ConfigError` (nothing sent)
+        for a bad queue name or ``job_id``, :class:`IstosError` when the app is not serving,
+        and :class:`OwnerUnavailable` if no owner answers.
         """
         check_queue_name(name)
         if not isinstance(job_id, str) or not job_id:

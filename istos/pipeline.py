@@ -71,18 +71,8 @@ def pipeline_item(producer: Producer, name: str, data: Any, *,  # noqa: PLR0913 
     if producer.payload.codecs:
         body = producer.payload.wrap(body, queue=name)
     producer.require_serving()
-    item: dict[str, Any] = {"body": body, "job_id": job_id or producer.node.ids.new()}
-    if delay:
-        item["delay_s"] = delay
-    if prio:
-        item["priority"] = prio
-    if window:
-        item["dedup_s"] = window
-    if grp is not None:
-        item["group"] = grp
-    if deadline:
-        item.update(deadline)
-    return item
+    return batches.enqueue_item(job_id or producer.node.ids.new(), body, delay, prio, window,
+                                grp, every=deadline)
 
 
 def check_max_in_flight(value: object) -> int:
@@ -90,6 +80,43 @@ def check_max_in_flight(value: object) -> int:
     if type(value) is not int or value < 1:
         raise ConfigError(f"max_in_flight must be an int >= 1, got {value!r}")
     return value
+
+
+class Confirmations:
+    """What became of the ids a pipeline handed over since its last flush (both pipelines'
+    accounting): ``outstanding`` (no outcome yet), ``accepted`` (in the order the owner
+    confirmed them) and ``failed`` (each id's reason). An id accepted stays accepted: a twin
+    of it in the same flush that failed does not undo that."""
+
+    __slots__ = ("accepted", "failed", "outstanding")
+
+    def __init__(self) -> None:
+        self.accepted: dict[str, None] = {}
+        self.failed: dict[str, IstosError] = {}
+        self.outstanding: set[str] = set()
+
+    def handed(self, job_id: str) -> None:
+        """``job_id`` was handed over (its outcome is not known yet)."""
+        self.outstanding.add(job_id)
+
+    def settle(self, job_id: str, exc: IstosError | None) -> None:
+        """``job_id``'s request was answered: accepted (``exc`` None) or not (``exc``)."""
+        self.outstanding.discard(job_id)
+        if exc is None:
+            self.accepted[job_id] = None
+            self.failed.pop(job_id, None)  # a twin id of the same flush was stored after all
+        elif job_id not in self.accepted:
+            self.failed[job_id] = exc
+
+    def take(self, name: str) -> list[str]:
+        """End the flush of queue ``name``: the ids accepted since the previous one, and start
+        afresh. Raises :class:`~istos.errors.NotAccepted` (every id not confirmed, and the
+        accepted ones) when any was not."""
+        accepted, failed = list(self.accepted), self.failed
+        self.accepted, self.failed = {}, {}
+        if failed:
+            raise NotAccepted(name, failed, accepted)
+        return accepted
 
 
 class Pipeline:
@@ -142,10 +169,8 @@ class Pipeline:
         self._scheduled = False  # a send is due once the caller yields to the loop
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()  # strong references while they run
-        self._accepted: dict[str, None] = {}  # since the last flush, in order of the replies
-        self._failed: dict[str, IstosError] = {}
+        self._ids = Confirmations()  # since the last flush
         self._waiters: dict[str, asyncio.Future[str]] = {}
-        self._outstanding: set[str] = set()  # ids handed over whose outcome is not known yet
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -159,7 +184,7 @@ class Pipeline:
     @property
     def pending(self) -> int:
         """Jobs handed over whose outcome is not known yet (buffered or in flight)."""
-        return len(self._outstanding)
+        return len(self._ids.outstanding)
 
     def enqueue(self, data: Any, *, delay_s: float = 0, priority: int = 0,
                 job_id: str | None = None, dedup_s: float | None = None,
@@ -186,7 +211,7 @@ class Pipeline:
             self._client = producer.client(self.name)
         jid: str = item["job_id"]
         self._buffer.append(item)
-        self._outstanding.add(jid)
+        self._ids.handed(jid)
         self._idle.clear()
         if not self._scheduled:
             self._scheduled = True
@@ -199,11 +224,12 @@ class Pipeline:
         :meth:`flush` also reports). Raises :class:`KeyError` for an id this pipeline does not
         know (never handed over, or settled before the previous flush)."""
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        if job_id in self._accepted:
+        ids = self._ids
+        if job_id in ids.accepted:
             fut.set_result(job_id)
-        elif job_id in self._failed:
-            fut.set_exception(self._failed[job_id])
-        elif job_id in self._outstanding:
+        elif job_id in ids.failed:
+            fut.set_exception(ids.failed[job_id])
+        elif job_id in ids.outstanding:
             return self._waiters.setdefault(job_id, fut)
         else:
             raise KeyError(job_id)
@@ -220,11 +246,7 @@ class Pipeline:
         if self._buffer:
             self._send_ready()
         await self._idle.wait()
-        accepted, failed = list(self._accepted), self._failed
-        self._accepted, self._failed = {}, {}
-        if failed:
-            raise NotAccepted(self.name, failed, accepted)
-        return accepted
+        return self._ids.take(self.name)
 
     # -- sending ------------------------------------------------------------------------------
     def _send_ready(self) -> None:
@@ -233,7 +255,7 @@ class Pipeline:
         if not self._buffer or self._in_flight >= self._max_in_flight:
             return
         buffer = self._buffer
-        spans = batches.cut([batches.item_size(i) for i in buffer])
+        spans = batches.spans(buffer)
         room = self._max_in_flight - self._in_flight
         loop = asyncio.get_running_loop()
         for start, end in spans[:room]:
@@ -277,12 +299,7 @@ class Pipeline:
     def _settle(self, items: list[dict[str, Any]], exc: IstosError | None) -> None:
         for item in items:
             jid = item["job_id"]
-            self._outstanding.discard(jid)
-            if exc is None:
-                self._accepted[jid] = None
-                self._failed.pop(jid, None)  # a twin id of the same flush was stored after all
-            elif jid not in self._accepted:
-                self._failed[jid] = exc
+            self._ids.settle(jid, exc)
             waiter = self._waiters.pop(jid, None)
             if waiter is not None and not waiter.done():
                 if exc is None:

@@ -258,8 +258,7 @@ class Producer:
             if spec is not None:
                 item["unique"] = spec.to_wire()
         return await batches.send_frames(
-            self.client(name), [items[a:b] for a, b in batches.cut(
-                [batches.item_size(i) for i in items])], timeout_s)
+            self.client(name), [items[a:b] for a, b in batches.spans(items)], timeout_s)
 
     async def dead_letters(self, name: str) -> list[dict[str, Any]]:
         """Every dead job of ``name``, oldest first, fetched page by page: dicts of
@@ -311,11 +310,11 @@ class Producer:
 
         Returns ``"cancelled"`` (it was waiting: now final, kept for ``result_ttl_s``),
         ``"cancelling"`` (it is running: its worker is told, stops it, and the job ends
-        ``cancelled``, never retried nor dead-lettered), ``"too_late"`` (already done, dead or
-        cancelled) or ``"unknown"``. Raises :class:`AdminDisabled` without ``admin=True``,
-        :class:`ConfigError` (nothing sent) for a bad queue name or ``job_id``,
-        :class:`IstosError` when the app is not serving, and :class:`OwnerUnavailable` if no
-        owner answers.
+        ``cancelled``, never retried nor dead-lettered), ``"too_late"`` (it already ended:
+        done, dead, cancelled or expired; nothing changes) or ``"unknown"``. Raises
+        :class:`AdminDisabled` without ``admin=True``, :class:`ConfigError` (nothing sent)
+        for a bad queue name or ``job_id``, :class:`IstosError` when the app is not serving,
+        and :class:`OwnerUnavailable` if no owner answers.
         """
         check_queue_name(name)
         if not isinstance(job_id, str) or not job_id:

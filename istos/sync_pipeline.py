@@ -24,11 +24,10 @@ from .core.config import check_queue_name
 from .errors import (
     InvalidJob,
     IstosError,
-    NotAccepted,
     OwnerUnavailable,
     ProtocolError,
 )
-from .pipeline import DEFAULT_MAX_IN_FLIGHT, check_max_in_flight, pipeline_item
+from .pipeline import DEFAULT_MAX_IN_FLIGHT, Confirmations, check_max_in_flight, pipeline_item
 from .producer import Producer
 from .transport.base import NoResponder, TransportError
 from .transport.zenoh_blocking import SentQuery, send_query
@@ -81,9 +80,7 @@ class SyncPipeline:
         self._key = keys.op_key(keys.rpc_base(prefix, name), "enqueue_many")
         self._buffer: list[dict[str, Any]] = []
         self._in_flight: list[_Request] = []
-        self._accepted: dict[str, None] = {}
-        self._failed: dict[str, IstosError] = {}
-        self._outstanding: set[str] = set()
+        self._ids = Confirmations()  # since the last flush
         self._closing = closing or threading.Event()  # set: the producer closes, stop pausing
         self._clock = producer.node.clock  # the producer's (deadlines by the Clock port)
 
@@ -97,7 +94,7 @@ class SyncPipeline:
     @property
     def pending(self) -> int:
         """Jobs handed over whose outcome is not known yet."""
-        return len(self._outstanding)
+        return len(self._ids.outstanding)
 
     def enqueue(self, data: Any, *, delay_s: float = 0, priority: int = 0,
                 job_id: str | None = None, dedup_s: float | None = None,
@@ -120,7 +117,7 @@ class SyncPipeline:
                              expires_s=expires_s, start_by=start_by, options=options)
         jid: str = item["job_id"]
         self._buffer.append(item)
-        self._outstanding.add(jid)
+        self._ids.handed(jid)
         self._pump()
         return jid
 
@@ -133,11 +130,7 @@ class SyncPipeline:
             self._pump()
             if self._in_flight:
                 self._wait(self._in_flight[0])
-        accepted, failed = list(self._accepted), self._failed
-        self._accepted, self._failed = {}, {}
-        if failed:
-            raise NotAccepted(self.name, failed, accepted)
-        return accepted
+        return self._ids.take(self.name)
 
     # -- sending ------------------------------------------------------------------------------
     def _pump(self) -> None:
@@ -145,7 +138,7 @@ class SyncPipeline:
         for req in list(self._in_flight):
             self._poll(req)
         while self._buffer and len(self._in_flight) < self._max_in_flight:
-            start, end = batches.cut([batches.item_size(i) for i in self._buffer])[0]
+            start, end = batches.spans(self._buffer)[0]
             items, self._buffer = self._buffer[start:end], self._buffer[end:]
             self._send_items(items)
 
@@ -220,10 +213,4 @@ class SyncPipeline:
 
     def _settle(self, items: list[dict[str, Any]], exc: IstosError | None) -> None:
         for item in items:
-            jid = item["job_id"]
-            self._outstanding.discard(jid)
-            if exc is None:
-                self._accepted[jid] = None
-                self._failed.pop(jid, None)
-            elif jid not in self._accepted:
-                self._failed[jid] = exc
+            self._ids.settle(item["job_id"], exc)

@@ -15,7 +15,17 @@ from istos import InvalidProgress, Istos, JobContext
 from istos.core import leasing
 from istos.core.backoff import BackoffPolicy
 from istos.core.records import decode_record, encode_record
-from istos.core.state import CANCELLED, DEAD, DELAYED, LEASED, READY, QueuePolicy, QueueState
+from istos.core.state import (
+    CANCELLED,
+    DEAD,
+    DELAYED,
+    DONE,
+    EXPIRED,
+    LEASED,
+    READY,
+    QueuePolicy,
+    QueueState,
+)
 from istos.transport.local import LocalMesh
 
 RNG = random.Random(1)
@@ -87,6 +97,45 @@ def test_cancel_a_waiting_job_is_final_and_kept_for_the_result_ttl():
     assert "r" not in s.jobs and leasing.cancel(s, "r", 102.0) == "unknown"
 
 
+@pytest.mark.parametrize("final", [DONE, DEAD, CANCELLED, EXPIRED])
+def test_cancel_of_a_job_that_already_ended_is_too_late_and_changes_nothing(final):
+    """Every final state, an expired start deadline included (a job never run), answers
+    ``too_late``: the record, the counts and the events stay as they were."""
+    s = make(max_attempts=1, result_ttl_s=100.0, keep_results=True)
+    if final == EXPIRED:
+        s.enqueue("j", b"x", 0.0, start_by=5.0)
+        s.sweep(5.0)  # (no worker claimed it by its start deadline)
+    elif final == CANCELLED:
+        s.enqueue("j", b"x", 0.0)
+        assert leasing.cancel(s, "j", 1.0) == "cancelled"
+    else:
+        token = leased(s)
+        if final == DONE:
+            assert s.ack("j", token, 1.0) == "ok"
+        else:
+            assert s.nack("j", token, 1.0, "boom", RNG) == "ok"
+    assert s.jobs["j"].state == final
+    s.drain()
+    before, counts = encode_record(s.jobs["j"]), dict(s.counts)
+    assert leasing.cancel(s, "j", 6.0) == "too_late"
+    assert encode_record(s.jobs["j"]) == before and dict(s.counts) == counts
+    assert s.drain() == ([], [])
+
+
+def test_cancel_after_the_lease_expired_is_defined_before_and_after_the_sweep():
+    """A lease whose deadline passed but that no sweep ended yet is still leased: the cancel
+    marks it (``cancelling``) and the sweep then ends it cancelled; once a sweep handed the job
+    back for a retry, a cancel ends it at once."""
+    s = make()
+    leased(s)
+    assert leasing.cancel(s, "j", 10.5) == "cancelling"  # deadline 10.0, not swept yet
+    assert s.sweep(10.5) == 1 and s.jobs["j"].state == CANCELLED
+    other = make()
+    leased(other)
+    assert other.sweep(10.0) == 1 and other.jobs["j"].state == READY  # (retry at 11.0)
+    assert leasing.cancel(other, "j", 10.5) == "cancelled"
+
+
 @pytest.mark.parametrize("end", ["nack", "expire"])
 def test_a_cancelled_leased_job_is_never_retried_nor_dead_lettered(end):
     s = make()
@@ -125,6 +174,20 @@ def test_cancel_mark_and_cancelled_state_survive_a_restart():
     assert fresh.jobs["run"].cancel_requested and fresh.jobs["run"].state == LEASED
     fresh.sweep(510.0)  # the recovered lease expires: the mark makes it final, not a retry
     assert fresh.jobs["run"].state == CANCELLED and fresh.counts[DEAD] == 0
+
+
+async def test_the_cancel_op_answers_too_late_for_a_job_whose_start_deadline_passed():
+    app = Istos(transport=LocalMesh().transport("o"), node_id="o")
+    app.queue("q", admin=True, sweep_interval_s=0.05)
+    async with app.serving():
+        await app.pause("q", reason="nobody claims: the job waits out its deadline")
+        jid = await app.enqueue("q", "x", expires_s=0.2)
+        await wait_events(app, lambda ev: count(ev, "expired", jid) == 1, 20.0)
+        assert await app.cancel("q", jid) == "too_late"
+        reply = await app.client("q").call("cancel", job_id=jid)
+        assert reply["ok"] is True and reply["status"] == "too_late"
+        assert (await app.result("q", jid))["state"] == "expired"
+        assert app.owners["q"].stats()["counts"][CANCELLED] == 0
 
 
 async def test_cancelled_state_is_stored_and_recovered_on_redis():

@@ -5,6 +5,8 @@ the test freezes (SIGSTOP), thaws or kills (nothing here touches the shared Redi
   ``owner/persistence/write_path.py``): a read racing a write that is slow waits for it and
   then reports the new state; a read racing a write that fails reports the stored state,
   never the rolled-back one.
+- A read waits for a write no longer than the storage's own request timeout: a write the
+  frozen store never answers makes the read answer StorageUnavailable, not hang.
 - Every other record an owner stores (chord reservations, chord barriers) goes through the
   write path with an HA leader's fence: a deposed leader's write is refused and it stops.
 
@@ -26,11 +28,19 @@ import pytest
 from services import free_port, start_throwaway_redis
 from zenoh_util import wait_until
 
-from istos import Istos, IstosError, RedisStoragePlugin, StorageUnavailable
+from istos import (
+    Istos,
+    IstosError,
+    MemoryStorage,
+    RedisStoragePlugin,
+    SQLAlchemyStoragePlugin,
+    StorageUnavailable,
+)
 from istos.core import workflow_meta as wf
 from istos.errors import InvalidJob
 from istos.owner.extension import Hooks
 from istos.owner.persistence.write_path import WritePath
+from istos.storage.base import UNSTATED_REQUEST_TIMEOUT_S, request_timeout_s
 from istos.transport.local import LocalMesh
 
 pytestmark = pytest.mark.redis  # a private redis-server (the binary), not the shared one
@@ -281,3 +291,41 @@ async def test_a_deposed_leaders_chord_reservation_and_barrier_are_refused(
         assert not leader.running
         assert await keys_in(store, "wf:cb") == [f"cb:{opened}"]
         # Renewals stay held through the stop: the elections' tasks are cancelled waiting.
+
+
+async def test_a_read_waits_for_a_write_no_longer_than_the_storage_request_timeout(
+        store: FrozenStore) -> None:
+    """A write the frozen store never answers holds a read only for the storage's own request
+    timeout (Redis: ``op_timeout_s``): the read then answers StorageUnavailable naming the
+    queue while the write still hangs, and once the store is back a read answers as storage
+    holds the job."""
+    bound = 1.0
+    app = Istos(storage=store.plugin(op_timeout_s=bound), transport=LocalMesh().transport("o"),
+                shutdown_grace_s=0.0, request_timeout_s=30.0)
+    app.queue("q", lease_s=60, max_attempts=3, keep_results=True)
+    async with app.serving():
+        writes: WritePath = app.owners["q"].writes
+        assert writes.read_wait_s == bound
+        jid, token = await leased_job(app)
+        store.freeze()
+        try:
+            ack = await ack_in_flight(app, jid, token)
+            with pytest.raises(StorageUnavailable, match=r"queue 'q'.*within 1 s"):
+                # (a bound on the test, not a sync: the read's own bound answers first)
+                await asyncio.wait_for(app.client("q").call("result", job_id=jid), 20 * bound)
+            assert writes.durable_seq < writes.applied_seq  # answered while the write hangs
+        finally:
+            store.thaw()
+        acked = (await asyncio.gather(ack, return_exceptions=True))[0]
+        if isinstance(acked, BaseException):  # the write timed out: rolled back to leased
+            assert isinstance(acked, StorageUnavailable), acked
+        result = await app.client("q").call("result", job_id=jid)
+        assert result["state"] == await stored_state(store, jid)
+        assert result["state"] == ("leased" if isinstance(acked, BaseException) else "done")
+
+
+def test_each_storage_states_how_long_a_read_waits_for_its_writes(store: FrozenStore) -> None:
+    assert request_timeout_s(store.plugin(op_timeout_s=7.0)) == 7.0
+    assert request_timeout_s(SQLAlchemyStoragePlugin("sqlite+aiosqlite:///:memory:",
+                                                     op_timeout_s=3.0)) == 3.0
+    assert request_timeout_s(MemoryStorage()) == UNSTATED_REQUEST_TIMEOUT_S  # none stated

@@ -55,6 +55,36 @@ def cut(sizes: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
+def enqueue_item(job_id: str, body: bytes, delay_s: float = 0, priority: int = 0,
+                 dedup_s: float | None = None, group: str | None = None,
+                 meta: dict[str, Any] | None = None,
+                 every: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One job as an ``enqueue_many`` request carries it, its options already checked: only
+    the fields that differ from the owner's defaults (a zero delay or priority, no window,
+    group or meta are left out, so the common item stays small); ``every``: fields added as
+    they are (a start deadline)."""
+    item: dict[str, Any] = {"body": body, "job_id": job_id}
+    if delay_s:
+        item["delay_s"] = delay_s
+    if priority:
+        item["priority"] = priority
+    if dedup_s:
+        item["dedup_s"] = dedup_s
+    if group is not None:
+        item["group"] = group
+    if meta:
+        item["meta"] = meta
+    if every:
+        item.update(every)
+    return item
+
+
+def spans(items: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
+    """``(start, end)`` of each request that carries these items, in order (:func:`cut` of
+    their :func:`item_size`)."""
+    return cut([item_size(i) for i in items])
+
+
 def frames(job_ids: Sequence[str], bodies: Sequence[bytes], delay_s: float, priority: int,
            dedup_s: float | None = None, groups: Sequence[str | None] | None = None,
            meta: dict[str, Any] | None = None,
@@ -62,23 +92,10 @@ def frames(job_ids: Sequence[str], bodies: Sequence[bytes], delay_s: float, prio
     """The ``items`` of each request of a batch, in order (see :func:`cut`); ``meta``: the
     trace context every item carries (None: none); ``every``: fields each item carries (a
     start deadline)."""
-    items: list[dict[str, Any]] = []
-    for i, (jid, body) in enumerate(zip(job_ids, bodies)):
-        item: dict[str, Any] = {"body": body, "job_id": jid}
-        if delay_s:
-            item["delay_s"] = delay_s
-        if priority:
-            item["priority"] = priority
-        if dedup_s:
-            item["dedup_s"] = dedup_s
-        if groups is not None and groups[i] is not None:
-            item["group"] = groups[i]
-        if meta:
-            item["meta"] = meta
-        if every:
-            item.update(every)
-        items.append(item)
-    return [items[a:b] for a, b in cut([item_size(i) for i in items])]
+    items = [enqueue_item(jid, body, delay_s, priority, dedup_s,
+                          None if groups is None else groups[i], meta, every)
+             for i, (jid, body) in enumerate(zip(job_ids, bodies))]
+    return [items[a:b] for a, b in spans(items)]
 
 
 async def send_many(client: Caller,  # noqa: PLR0913 - enqueue_many's options, passed on

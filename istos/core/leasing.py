@@ -18,10 +18,7 @@ from .. import events as ev
 from ..context import check_progress
 from .joblogs import record_logs
 from .state import (
-    CANCELLED,
-    DEAD,
     DELAYED,
-    DONE,
     LEASED,
     READY,
     WAITING,
@@ -95,8 +92,8 @@ def record_progress(state: QueueState, rec: JobRecord, now: float, fraction: obj
 
 def cancel(state: QueueState, job_id: str, now: float) -> str:
     """Cancel a job: ``cancelled`` (it was waiting and is now final), ``cancelling`` (it is
-    leased: marked, its holder is told and the job ends cancelled), ``too_late`` (done, dead or
-    already cancelled) or ``unknown``."""
+    leased: marked, its holder is told and the job ends cancelled), ``too_late`` (it already
+    ended: done, dead, cancelled or expired; nothing changes) or ``unknown``."""
     rec = state.jobs.get(job_id)
     if rec is None:
         return "unknown"
@@ -110,8 +107,7 @@ def cancel(state: QueueState, job_id: str, now: float) -> str:
             state.change(rec, mark_cancel_requested)
             state.note(now, rec, ev.CANCEL_REQUESTED, worker=rec.lease_worker)
         return "cancelling"
-    assert rec.state in (DONE, DEAD, CANCELLED)
-    return "too_late"
+    return "too_late"  # every other state is final (done, dead, cancelled, expired)
 
 
 def mark_cancel_requested(rec: JobRecord) -> bool:

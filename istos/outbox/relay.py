@@ -183,7 +183,7 @@ class OutboxRelay:
         same_db = self._same_database_owner(queue)
         rows, items = self._checked(queue, rows)
         done: list[int] = []
-        for start, end in batches.cut([batches.item_size(i) for i in items]):
+        for start, end in batches.spans(items):
             try:
                 if same_db is not None:  # one transaction: the jobs' write deletes their rows
                     owner, sql = same_db

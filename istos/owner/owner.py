@@ -45,7 +45,7 @@ from ..errors import (
 )
 from ..events import EventKind, JobEvent
 from ..node import Node
-from ..storage.base import Fence, FencedStorage, Storage
+from ..storage.base import Fence, FencedStorage, Storage, request_timeout_s
 from ..wakeup import Wakeup
 from ..wire_lifecycle import debounce_spec, unique_spec
 from .extension import Handler, OwnerExtension, overrides
@@ -91,7 +91,8 @@ class QueueOwner:
             durable=self.durable, signals=OwnerSignals(
                 publish=self._publish, deadline_changed=self._sooner_deadline,
                 wake_sweeper=self._wake_sweeper, write_failed=self._write_failed,
-                fenced=self.fenced), aux=self.storage)
+                fenced=self.fenced), aux=self.storage, clock=node.clock,
+            read_wait_s=request_timeout_s(node.storage))
         self.failed_at: float | None = None  # clock time of the last failed write
         # An HA leader's view of its lease: it serves only until then unless renewed, and
         # wakes the election when it finds it lapsed or its epoch gone.

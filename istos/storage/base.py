@@ -21,6 +21,20 @@ from typing import Any, Protocol, runtime_checkable
 LEADER_NS = "#leader"
 """The namespace that leader leases live in (adapters may store them elsewhere)."""
 
+UNSTATED_REQUEST_TIMEOUT_S = 30.0
+"""How long the owner waits on a write of a storage that states no ``request_timeout_s``
+(:class:`~istos.storage.memory.MemoryStorage`, whose calls complete at once, or a third-party
+adapter) before a read that waits for it answers StorageUnavailable."""
+
+
+def request_timeout_s(storage: object) -> float:
+    """How long one call to ``storage`` may wait for the backend's answer: the adapter's
+    ``request_timeout_s`` (Redis and SQL: their ``op_timeout_s``), else
+    :data:`UNSTATED_REQUEST_TIMEOUT_S`."""
+    stated = getattr(storage, "request_timeout_s", None)
+    return float(stated) if isinstance(stated, int | float) and stated > 0 \
+        else UNSTATED_REQUEST_TIMEOUT_S
+
 TxStep = Callable[[Any], Awaitable[None]]
 """A statement that rides in the same database transaction as an ``apply`` (given the
 SQLAlchemy connection): only an SQL storage takes them (``SQLAlchemyStorage.apply(also=)``);

@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from istos.cancel_guard import cancel_requests, reraise_swallowed
 from istos.errors import ConfigError, FencedOut, StorageUnavailable
 
 from .base import Fence, LeaderLease
@@ -196,6 +197,12 @@ class RedisStoragePlugin:
         self._script: Any = None
         self._scripts: dict[str, Any] = {}
 
+    @property
+    def request_timeout_s(self) -> float:
+        """How long a call waits for the server's reply (``op_timeout_s``): the owner's read
+        fence waits no longer than this for a write (``owner/persistence/write_path.py``)."""
+        return self.op_timeout_s
+
     # -- keys ---------------------------------------------------------------------------------
 
     def _data_key(self, ns: str) -> str:
@@ -239,10 +246,15 @@ class RedisStoragePlugin:
         client = self._ensure_client()
         try:
             if _TIMEOUT_CM is not None and asyncio.current_task() is not None:
+                before = cancel_requests()
                 # The deadline without wait_for's extra Task (one more loop iteration per
                 # call before 3.12): a write-through's round trip is the owner's reply time.
                 async with _TIMEOUT_CM(self._deadline_s):
-                    return await fn(client)
+                    result = await fn(client)
+                # redis-py waits for each command with wait_for, which on Python 3.11 can
+                # swallow a cancel of this Task (cancel_guard.py): raise it here.
+                reraise_swallowed(before)
+                return result
             # Outside any Task (a request's eager first step before 3.12): wait_for's own.
             return await asyncio.wait_for(fn(client), self._deadline_s)
         except (RedisError, OSError, asyncio.TimeoutError) as exc:

@@ -51,6 +51,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from istos.cancel_guard import cancel_requests, reraise_swallowed
 from istos.errors import ConfigError, FencedOut, StorageUnavailable
 
 from .base import LEADER_NS, Fence, LeaderLease, TxStep
@@ -132,6 +133,12 @@ class SQLAlchemyStoragePlugin:
             Column("expires_at", Double, nullable=True),
         )
 
+    @property
+    def request_timeout_s(self) -> float:
+        """How long a call may take (``op_timeout_s``): the owner's read fence waits no
+        longer than this for a write (``owner/persistence/write_path.py``)."""
+        return self.op_timeout_s
+
     # -- plumbing -----------------------------------------------------------------------------
 
     def _ensure_engine(self) -> Any:
@@ -207,8 +214,9 @@ class SQLAlchemyStoragePlugin:
             async with self._serial:
                 return await run()
 
+        before = cancel_requests()
         try:
-            return await asyncio.wait_for(guarded(), self.op_timeout_s)
+            result = await asyncio.wait_for(guarded(), self.op_timeout_s)
         except (asyncio.TimeoutError, PoolTimeout) as exc:
             raise StorageUnavailable(
                 f"database at {self._safe_url} did not answer {op} within {self.op_timeout_s}s"
@@ -220,6 +228,8 @@ class SQLAlchemyStoragePlugin:
             raise StorageUnavailable(
                 f"database at {self._safe_url} failed during {op}: {type(exc).__name__}: {exc}"
             ) from exc
+        reraise_swallowed(before)  # wait_for may swallow a cancel of this Task on 3.11
+        return result
 
     async def _create_table(self, engine: Any) -> None:
         """Create the table unless it exists, tolerating other replicas doing the same.

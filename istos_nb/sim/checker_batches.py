@@ -85,7 +85,7 @@ class _Model:
     """Members' outcomes and callbacks' firings, from the events."""
 
     def __init__(self, rec: RunRecord) -> None:
-        self.until = rec.until
+        self.end_t = rec.end_t
         self.fired: Counter[str] = Counter()
         self.last: dict[str, tuple[str, float]] = {}  # member job id -> (outcome, t)
         members = {j for r in rec.batches for j in r["members"]}
@@ -120,6 +120,6 @@ class _Model:
         fired = {k: self.fired[f"{bid}.{k}"] for k in row["callbacks"]
                  if self.fired[f"{bid}.{k}"]}
         return {"due": due, "due_at": due_at, "fired": fired,
-                "settled": due_at <= self.until - SETTLE_S and row["gave_up"] is None,
+                "settled": due_at <= self.end_t - SETTLE_S and row["gave_up"] is None,
                 "outcomes": {s: outcomes[s] for s in ("done", "dead", "cancelled")},
                 "added": len(members), "confirmed": len(row["confirmed"])}

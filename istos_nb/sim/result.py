@@ -133,8 +133,7 @@ class SimResult:
                          end_t=float(getattr(self, "virtual_s", 0.0)),
                          outbox_waiting=getattr(self, "outbox_waiting", set()),
                          batches=getattr(self, "batches", []),
-                         batch_headers=getattr(self, "batch_headers", {}),
-                         until=self.until)
+                         batch_headers=getattr(self, "batch_headers", {}))
 
     def summary(self) -> str:
         """One line for a human: seed, virtual and wall time, events, and the delivery counts

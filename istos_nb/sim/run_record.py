@@ -34,11 +34,12 @@ class RunRecord:
     # Outbox transactions (job_id, queue, committed) and the ids still in the outbox at the end.
     outbox: list[dict[str, Any]] = field(default_factory=list)
     outbox_waiting: set[str] = field(default_factory=set)
-    end_t: float = 0.0  # the run's end, true time (it may come long after the last event)
+    # The run's end, true time: where it stopped (an interrupted run's is before the end it was
+    # asked to run to), which may come long after its last event.
+    end_t: float = 0.0
     # Batches the workload opened (sim/batch_workload.py) and their headers in storage at the end.
     batches: list[dict[str, Any]] = field(default_factory=list)
     batch_headers: dict[str, dict[str, Any] | None] = field(default_factory=dict)
-    until: float = 0.0  # the run's end (virtual s)
 
 
 @dataclass

@@ -48,6 +48,7 @@ from ...core.records import JobRecord
 from ...errors import CapacityExceeded, InvalidJob, IstosError, JobNotFound
 from ...events import JobEvent
 from ..extension import Handler, OwnerExtension
+from .reports import RETRY_MAX_S, RETRY_MIN_S, ReportQueue  # (firings back off as reports do)
 
 if TYPE_CHECKING:
     from ..handle import OwnerHandle
@@ -57,7 +58,6 @@ log = logging.getLogger("istos.batch")
 TOMBSTONE_TTL_S = 86_400.0
 """How long (home clock) a finished batch is kept (status, late reports) before it is pruned;
 also the dedup window of its callbacks."""
-RETRY_MIN_S, RETRY_MAX_S = 0.5, 30.0  # backoff of reports and firings that failed
 MAX_LISTED = 1000  # batches one ``batches`` reply lists
 MAX_BATCHES = 100_000  # batches one home holds (open, or finished and not pruned yet)
 PRUNE_PER_START = 256  # finished batches pruned per owner start or batch_open (bounded)
@@ -85,8 +85,9 @@ class BatchOwner(OwnerExtension):
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._refiring: set[str] = set()
         self._sending: set[str] = set()  # batches whose decided callbacks a task is sending
-        self._reports: dict[str, tuple[dict[str, Any], str]] = {}  # job id -> (entry, outcome)
-        self._reporter: asyncio.Task[None] | None = None
+        # A dead or cancelled member's end, by job id: (its batch entry, its outcome).
+        self._reports: ReportQueue[str, tuple[dict[str, Any], str]] = ReportQueue(
+            owner, self._send_report, self._report_deferred)
         self._tasks: set[asyncio.Task[None]] = set()
         # Finished batches by when they finished (a heap, each batch once): pruning looks at
         # the oldest only, so a batch_open costs O(pruned * log n), not O(batches held).
@@ -554,26 +555,16 @@ class BatchOwner(OwnerExtension):
         outcome = {"dead": bs.DEAD, "cancelled": bs.CANCELLED}.get(rec.state)
         if entry is None or outcome is None:
             return
-        self._reports[rec.job_id] = (entry, outcome)
-        if self._reporter is None or self._reporter.done():
-            self._reporter = asyncio.get_running_loop().create_task(self._send_reports())
+        self._reports.note(rec.job_id, (entry, outcome))
+        self._reports.start()
 
-    async def _send_reports(self) -> None:
-        """Send the noted dead/cancelled reports until each is answered (backoff on failure)."""
-        delay = RETRY_MIN_S
-        while self._reports and self.owner.running:
-            job_id, (entry, outcome) = next(iter(self._reports.items()))
-            try:
-                await self._report(entry, job_id, outcome)
-            except IstosError as exc:
-                log.info("queue %s: batch report of %s deferred: %s", self.owner.name,
-                         job_id, exc)
-                await self.owner.node.clock.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
-                continue
-            delay = RETRY_MIN_S
-            if self._reports.get(job_id) == (entry, outcome):
-                del self._reports[job_id]
+    async def _send_report(self, job_id: str, report: tuple[dict[str, Any], str]) -> None:
+        entry, outcome = report
+        await self._report(entry, job_id, outcome)
+
+    def _report_deferred(self, job_id: str, report: tuple[dict[str, Any], str],
+                         exc: IstosError) -> None:
+        log.info("queue %s: batch report of %s deferred: %s", self.owner.name, job_id, exc)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -581,8 +572,9 @@ class BatchOwner(OwnerExtension):
         task.add_done_callback(self._tasks.discard)
 
     def on_stop(self) -> None:
-        for task in [*self._tasks, *([self._reporter] if self._reporter else [])]:
+        for task in self._tasks:
             task.cancel()
+        self._reports.cancel()
 
 
 def _copy(header: bs.BatchHeader) -> bs.BatchHeader:

@@ -43,13 +43,13 @@ from ...errors import CapacityExceeded, InvalidJob, IstosError, JobNotFound
 from ...events import JobEvent
 from ..extension import Handler, OwnerExtension, not_wrapped
 from ..handlers.fit import fit_why
+from .reports import RETRY_MAX_S, RETRY_MIN_S, ReportQueue  # (watches back off as reports do)
 
 if TYPE_CHECKING:
     from ..handle import OwnerHandle
 
 log = logging.getLogger("istos.deps")
 
-RETRY_MIN_S, RETRY_MAX_S = 0.5, 30.0  # backoff of reports and watches that failed
 ENDS = {ev.ACKED: deps.DONE, ev.DEAD_LETTERED: deps.DEAD, ev.CANCELLED: deps.CANCELLED,
         ev.EXPIRED: deps.CANCELLED}
 """A watched parent's events that end it, and the outcome each reports."""
@@ -84,9 +84,10 @@ class DepsOwner(OwnerExtension):
         self._call = call
         self.ns = f"deps:{owner.name}"
         self.watches: dict[str, dict[str, Watch]] = {}  # parent id -> watch key -> watch
-        self._reports: dict[str, tuple[Watch, str]] = {}  # watch key -> (watch, outcome)
+        # A watched parent's end, by watch key: (the watch, the outcome to report).
+        self._reports: ReportQueue[str, tuple[Watch, str]] = ReportQueue(
+            owner, self._send_report, self._report_deferred)
         self._to_resolve: dict[str, None] = {}  # waiting children to ask their parents about
-        self._reporter: asyncio.Task[None] | None = None
         self._resolver: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._enqueue: Handler = not_wrapped
@@ -268,26 +269,16 @@ class DepsOwner(OwnerExtension):
 
     def _note(self, parent: str, outcome: str) -> None:
         for watch in self.watches.get(parent, {}).values():
-            self._reports[watch.wkey] = (watch, outcome)
-        if self._reporter is None or self._reporter.done():
-            self._reporter = asyncio.get_running_loop().create_task(self._send_reports())
+            self._reports.note(watch.wkey, (watch, outcome))
+        self._reports.start()
 
-    async def _send_reports(self) -> None:
-        """Send the noted reports until each is answered (backoff on failure)."""
-        delay = RETRY_MIN_S
-        while self._reports and self.owner.running:
-            wkey, (watch, outcome) = next(iter(self._reports.items()))
-            try:
-                await self._report(watch, outcome)
-            except IstosError as exc:
-                log.info("queue %s: report of %s to %s deferred: %s", self.owner.name,
-                         watch.parent, watch.child_id, exc)
-                await self.owner.node.clock.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
-                continue
-            delay = RETRY_MIN_S
-            if self._reports.get(wkey) == (watch, outcome):
-                del self._reports[wkey]
+    async def _send_report(self, wkey: str, report: tuple[Watch, str]) -> None:
+        await self._report(*report)
+
+    def _report_deferred(self, wkey: str, report: tuple[Watch, str], exc: IstosError) -> None:
+        watch = report[0]
+        log.info("queue %s: report of %s to %s deferred: %s", self.owner.name, watch.parent,
+                 watch.child_id, exc)
 
     async def _report(self, watch: Watch, outcome: str) -> None:
         """One report, answered (or refused for good: a forged or stale watch); then a final
@@ -343,6 +334,8 @@ class DepsOwner(OwnerExtension):
         task.add_done_callback(self._tasks.discard)
 
     def on_stop(self) -> None:
-        for task in [*self._tasks, self._reporter, self._resolver]:
-            if task is not None:
-                task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        self._reports.cancel()
+        if self._resolver is not None:
+            self._resolver.cancel()

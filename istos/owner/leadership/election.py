@@ -35,6 +35,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ...cancel_guard import cancel_requests, reraise_swallowed
 from ...core.config import QueueConfig
 from ...errors import StorageUnavailable
 from ...node import Node
@@ -127,6 +128,9 @@ class Election:
                     await self._step_down("could not renew its leader lease")
             except Exception:
                 log.exception("queue %s: election step failed", self.config.name)
+            # A stop cancels this task; a step whose storage swallowed that cancel (an
+            # adapter that waits with wait_for, Python 3.11) must not keep it running.
+            reraise_swallowed(0)
             self._wake.clear()
             await self._wake.wait(clock.to_loop_seconds(self._next_step()))
 
@@ -149,11 +153,13 @@ class Election:
             return
         clock = self.node.clock
         left = self._renewed_at + self.lease_s - clock.now()
+        before = cancel_requests()
         try:
             await asyncio.wait_for(self._renew(), clock.to_loop_seconds(max(left, 0.0)))
         except asyncio.TimeoutError:
             raise StorageUnavailable("the leader lease ran out while it was being renewed") \
                 from None
+        reraise_swallowed(before)  # wait_for may swallow a cancel (stop) on Python 3.11
 
     async def _renew(self) -> None:
         assert self.epoch is not None

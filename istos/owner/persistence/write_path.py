@@ -20,9 +20,13 @@ hand-over of changes to the persister takes the next number of an applied sequen
 number it saw (one more if memory holds changes not yet handed over: the next hand-over takes
 them all) and waits for :meth:`durable_through`. If a rollback happened meanwhile
 (:attr:`generation` moved), what it computed may be gone: it computes again, once; if a
-rollback comes again, it answers ``StorageUnavailable``. On an idle queue (nothing in flight)
-and on a volatile one a read waits for nothing; under a steady stream of writes it waits for
-up to two group commits (the one in flight, and the one that takes the changes it saw).
+rollback comes again, it answers ``StorageUnavailable``. Each wait is bounded by the storage's
+own request timeout (:func:`~istos.storage.base.request_timeout_s`): a write that has not
+ended by then (a frozen store whose client never gives up) makes the read answer
+``StorageUnavailable`` naming the queue, while the write goes on. On an idle queue (nothing
+in flight) and on a volatile one a read waits for nothing; under a steady stream of writes it
+waits for up to two group commits (the one in flight, and the one that takes the changes it
+saw).
 Every other op is served through :meth:`change`, which hands over any change a failed request
 left in memory once no such request is in flight, so a read never waits on a write nobody
 makes.
@@ -47,6 +51,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...clock import Clock
 from ...core.state import Change, JobRecord, QueueState, Snapshot
 from ...errors import FencedOut, StorageUnavailable
 from ...events import JobEvent
@@ -79,9 +84,12 @@ class WritePath:
     :class:`OwnerSignals` and hands it to its handlers."""
 
     def __init__(self, name: str, state: QueueState, persister: Persister, *, durable: bool,
-                 signals: OwnerSignals, aux: Storage) -> None:
+                 signals: OwnerSignals, aux: Storage, clock: Clock,
+                 read_wait_s: float) -> None:
         """``aux``: the storage the owner's other records go to (:meth:`apply_aux`): for an
-        HA leader, the view that carries its fence (``storage.base.FencedStorage``)."""
+        HA leader, the view that carries its fence (``storage.base.FencedStorage``).
+        ``read_wait_s``: how long (``clock`` seconds) a read waits for a write before it
+        answers StorageUnavailable (the storage's request timeout)."""
         self.name = name
         self.state = state
         self.persister = persister
@@ -99,8 +107,10 @@ class WritePath:
         # highest number whose write ended (stored, or failed and rolled back).
         self._applied_seq = 0
         self._durable_seq = 0
-        self._fence_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._fence_waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._changing = 0  # requests that may change the queue, in flight (see begin_change())
+        self._clock = clock
+        self.read_wait_s = read_wait_s
         persister.on_failure = self.rolled_back
 
     @property
@@ -251,18 +261,25 @@ class WritePath:
         """How many reads wait now for a write to end before they reply (a gauge)."""
         return sum(1 for _, fut in self._fence_waiters if not fut.done())
 
-    async def durable_through(self, seq: int) -> None:
-        """Return once the writes up to hand-over ``seq`` ended, or a rollback happened
-        (the caller compares :attr:`generation`); at once when nothing that old is pending."""
+    async def durable_through(self, seq: int, within_s: float | None = None) -> bool:
+        """Return True once the writes up to hand-over ``seq`` ended, or a rollback happened
+        (the caller compares :attr:`generation`); at once when nothing that old is pending.
+        ``within_s`` (clock seconds): return False if neither happened by then."""
         if seq <= self._durable_seq:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            return True
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
         self._fence_waiters.append((seq, fut))
+        timer = None if within_s is None else loop.call_later(
+            self._clock.to_loop_seconds(within_s), _expire, fut)
         try:
-            await fut
+            ended = await fut
         finally:
-            if not fut.done():  # cancelled: forget it
+            if timer is not None:
+                timer.cancel()
+            if not fut.done() or not fut.result():  # cancelled or timed out: forget it
                 self._fence_waiters = [(s, f) for s, f in self._fence_waiters if f is not fut]
+        return ended
 
     def _wake_fenced_reads(self, *, rolled_back: bool = False) -> None:
         """Wake the reads whose changes are now durable; after a rollback, every read (each
@@ -274,7 +291,7 @@ class WritePath:
             if fut.done():
                 continue
             if rolled_back or seq <= self._durable_seq:
-                fut.set_result(None)
+                fut.set_result(True)
             else:
                 waiting.append((seq, fut))
         self._fence_waiters = waiting
@@ -286,7 +303,8 @@ class WritePath:
 
         Raises:
             StorageUnavailable: a rollback happened while this read waited, twice (what it
-                saw was not kept, and not again on the second try).
+                saw was not kept, and not again on the second try); or the write it waits
+                for did not end within :attr:`read_wait_s` (the storage's request timeout).
         """
         if not self.durable:
             return await compute(msg)
@@ -301,8 +319,11 @@ class WritePath:
                 # Nobody in flight will hand these changes over (a call that changed memory
                 # outside a request): hand them over now, or this read would wait forever.
                 self.after_change()
-            if seq > self._durable_seq:
-                await self.durable_through(seq)
+            if seq > self._durable_seq \
+                    and not await self.durable_through(seq, self.read_wait_s):
+                raise StorageUnavailable(
+                    f"queue {self.name!r}: the storage write this read waits for did not end "
+                    f"within {self.read_wait_s:g} s (the storage's request timeout); try again")
             if generation == self._generation:
                 return reply
         raise StorageUnavailable(f"queue {self.name!r}: a storage write failed while this "
@@ -327,3 +348,9 @@ class WritePath:
     async def delete_aux(self, ns: str, key: str) -> None:
         """:meth:`apply_aux` of one delete (raises as it does)."""
         await self._aux.apply(ns, [], [key])
+
+
+def _expire(fut: asyncio.Future[bool]) -> None:
+    """A bounded :meth:`WritePath.durable_through` ran out of time."""
+    if not fut.done():
+        fut.set_result(False)

@@ -27,7 +27,7 @@ lab: $(BIN)/python
 # The whole suite, in parallel (pytest-xdist): most tests wait on sockets, processes and
 # servers, so more workers than cores pays. Tests that need a resource to themselves say so
 # (tests/conftest.py); `make test PYTEST_WORKERS=0` runs it serially.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 6
 PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --dist loadgroup)
 
 # Bytecode on: the suite starts hundreds of Python processes (nodes, CLIs, kernels) that import

@@ -3,7 +3,7 @@ and the rules that let the suite run in parallel under pytest-xdist.
 
 A module that defines a fixture of the same name keeps its own: pytest prefers the closer one.
 
-Running in parallel (``make test`` runs ``pytest -n 4 --dist loadgroup``):
+Running in parallel (``make test`` runs ``pytest -n 6 --dist loadgroup``):
 
 * Every test gets its own ports (``services.free_port``), key prefixes and table names (random),
   and temporary directories (``tmp_path``), so tests on different workers never share state.

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.peers [--rounds 5] [--jobs 2000] [--concurrency 8]
                                     [--pickups 100] [--producers 8] [--width 64]
                                     [--only istos-local,istos-remote,...] [--no-limits]
-                                    [--smoke]
+                                    [--settle 0.8] [--smoke]
 
 Workload (every system): ``--jobs`` jobs of about 100 bytes, a no-op handler, one worker
 process with ``--concurrency`` slots, a producer that awaits each enqueue. Figures: drain jobs/s
@@ -25,7 +25,8 @@ of it) as a block of the rotation, so pickup is also shown over the raw Zenoh qu
 of the same round: spaced 5 ms apart as the pickups are (each query wakes idle threads, as a
 pickup does: the fair baseline), and back to back (threads already awake). The 1-min load
 average is printed at the start of every block and kept in the JSON: figures from blocks that
-started at a load of 1 or more are flagged as not quiet.
+started at a load of 1 or more are flagged as not quiet; ``--settle 0.8`` waits before each
+block (at most ``--settle-max-s``) until the previous block's load has decayed below 0.8.
 ``istos-remote-uvloop`` is ``istos-remote`` with uvloop in every process (needs
 ``pip install 'istos-nb[uvloop]'``; skipped otherwise): an A/B in the same run.
 
@@ -265,6 +266,18 @@ def run_limits_block(n: int) -> dict[str, Any]:
     return {"error": f"raw limits exited {proc.returncode} without a result"}
 
 
+def settle(below: float | None, max_s: float) -> float:
+    """The 1-min load average once it is below ``below`` (None: at once), waiting at most
+    ``max_s`` seconds for it: a block then starts on a machine its predecessor no longer
+    loads (the average decays with a one-minute time constant)."""
+    load = os.getloadavg()[0]
+    deadline = time.monotonic() + max_s
+    while below is not None and load >= below and time.monotonic() < deadline:
+        time.sleep(2.0)  # (a benchmark's pacing: nothing to wait on but the average)
+        load = os.getloadavg()[0]
+    return load
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians shown)")
@@ -278,6 +291,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-limits", action="store_true", help="skip the raw Zenoh/Redis limits")
     p.add_argument("--limit-n", type=int, default=2000,
                    help="sequential queries/LPUSHes of each round's raw-limits block")
+    p.add_argument("--settle", type=float, default=None, metavar="LOAD",
+                   help="before each block, wait until the 1-min load is below LOAD "
+                        "(e.g. 0.8), at most --settle-max-s")
+    p.add_argument("--settle-max-s", type=float, default=180.0)
     p.add_argument("--smoke", action="store_true",
                    help="allow fewer than 3 rounds (to check the harness, not for figures)")
     p.add_argument("--out", default=None, help="JSON path (default bench/results/peers-<date>)")
@@ -310,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         shift = r % max(1, len(blocks))
         for name in blocks[shift:] + blocks[:shift]:  # rotate, so no block is always first
-            load = os.getloadavg()[0]
+            load = settle(args.settle, args.settle_max_s)
             loads.append({"round": r + 1, "block": name, "load1": load})
             if name == LIMITS:
                 result = run_limits_block(args.limit_n)

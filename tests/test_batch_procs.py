@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,29 @@ from istos.transport.local import LocalMesh
 
 NODE = str(Path(__file__).parent / "procs" / "batch_node.py")
 PER_PHASE = 12  # members per queue in each of the three phases
+
+
+@dataclass
+class Rig:
+    """A private append-only redis-server (its process: the test stops it) with the names
+    one run uses in it and on the mesh: the storage URL, the key namespace, the Zenoh prefix
+    and the ledger's list."""
+
+    store: subprocess.Popen[bytes]
+    url: str
+    ns: str
+    prefix: str
+
+    @property
+    def ledger_key(self) -> str:
+        return f"{self.ns}:ledger"
+
+
+def private_rig(tmp_path: Path, tag: str) -> Rig:
+    """A :class:`Rig` on a free port, its data under ``tmp_path``, its names ``tag``-ged."""
+    port = free_port()
+    return Rig(start_throwaway_redis(port, str(tmp_path)), f"redis://127.0.0.1:{port}/0",
+               f"{tag}-{uuid.uuid4().hex[:8]}", f"{tag}{uuid.uuid4().hex[:8]}")
 
 
 def owner(config: dict[str, Any], prefix: str, url: str, ns: str, ledger_key: str,
@@ -62,11 +87,8 @@ async def until(pred: Callable[[], Awaitable[bool]], timeout_s: float, what: str
 @pytest.mark.slow
 async def test_batches_across_three_owner_processes_with_a_sigkill_and_an_ha_failover(
         tmp_path: Path) -> None:
-    port = free_port()
-    store = start_throwaway_redis(port, str(tmp_path))
-    url, ns, prefix = f"redis://127.0.0.1:{port}/0", f"bp-{uuid.uuid4().hex[:8]}", \
-        f"bp{uuid.uuid4().hex[:8]}"
-    ledger_key = f"{ns}:ledger"
+    rig = private_rig(tmp_path, "bp")
+    store, url, ns, prefix, ledger_key = rig.store, rig.url, rig.ns, rig.prefix, rig.ledger_key
     configs = mesh_configs(4)
     procs = [owner(configs[i], prefix, url, ns, ledger_key, queues)
              for i, queues in enumerate((["qa", "cb"], ["qb", "cb"], ["qc"]))]

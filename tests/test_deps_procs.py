@@ -11,14 +11,12 @@ parents' runs, none stranded, none lost."""
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
-from services import free_port, start_throwaway_redis
-from test_batch_procs import owner, retry, until
+from test_batch_procs import owner, private_rig, retry, until
 from test_chaos import mesh_configs
 
 from istos import Istos
@@ -38,11 +36,8 @@ def parents_of(k: int) -> list[tuple[str, str]]:
 @pytest.mark.slow
 async def test_dependencies_across_two_owner_processes_each_sigkilled_and_restarted(
         tmp_path: Path) -> None:
-    port = free_port()
-    store = start_throwaway_redis(port, str(tmp_path))
-    url, ns, prefix = f"redis://127.0.0.1:{port}/0", f"dp-{uuid.uuid4().hex[:8]}", \
-        f"dp{uuid.uuid4().hex[:8]}"
-    ledger_key = f"{ns}:ledger"
+    rig = private_rig(tmp_path, "dp")
+    store, url, ns, prefix, ledger_key = rig.store, rig.url, rig.ns, rig.prefix, rig.ledger_key
     configs = mesh_configs(3)
     p1 = owner(configs[0], prefix, url, ns, ledger_key, ["pa"])
     p2 = owner(configs[1], prefix, url, ns, ledger_key, ["pb"])

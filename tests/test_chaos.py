@@ -23,7 +23,7 @@ from services import drop_postgres_table, free_port, postgres_url, redis_url
 from istos import Istos, IstosError
 
 NODE = str(Path(__file__).parent / "procs" / "chaos_node.py")
-JOBS = 2000
+JOBS = 20_000  # at most: the feed runs until the kills are over, then 200 more (Feed)
 
 
 def mesh_configs(n: int) -> list[dict]:
@@ -91,15 +91,33 @@ def completions(outs: list[Path]) -> list[int]:
     return done
 
 
-async def produce(app: Istos, jobs: int) -> None:
-    """Enqueue every job with a fixed id; retry while the owner is down (idempotent by id)."""
-    for i in range(jobs):
+class Feed:
+    """How many jobs a :func:`produce` run enqueues: ``target`` at most, cut short by
+    :meth:`stop_after` (the chaos is over: a few more show the queue flowing again)."""
+
+    def __init__(self, target: int) -> None:
+        self.target, self.sent = target, 0
+
+    def stop_after(self, more: int) -> int:
+        """Enqueue at most ``more`` jobs beyond those sent; returns the total there will be."""
+        self.target = min(self.target, self.sent + more)
+        return self.target
+
+
+async def produce(app: Istos, jobs: int | Feed) -> None:
+    """Enqueue jobs with fixed ids, ``jobs`` of them (or as a :class:`Feed` says); retry
+    while the owner is down (idempotent by id)."""
+    feed = jobs if isinstance(jobs, Feed) else Feed(jobs)
+    i = 0
+    while i < feed.target:
         while True:
             try:
                 await app.enqueue("q", {"i": i}, job_id=f"job-{i}", timeout_s=2.0)
                 break
             except IstosError:
                 await asyncio.sleep(0.05)
+        i += 1
+        feed.sent = i
 
 
 async def run_chaos(url: str, tmp_path: Path, ns: str) -> None:
@@ -115,7 +133,8 @@ async def run_chaos(url: str, tmp_path: Path, ns: str) -> None:
             p.start()
         await asyncio.gather(*(p.ready() for p in procs))
         async with producer.serving():
-            feeding = asyncio.create_task(produce(producer, JOBS))
+            feed = Feed(JOBS)
+            feeding = asyncio.create_task(produce(producer, feed))
             kills = 0
             for _ in range(6):  # SIGKILL a random process at a random point, restart it
                 await asyncio.sleep(rng.uniform(0.2, 0.8))
@@ -125,17 +144,20 @@ async def run_chaos(url: str, tmp_path: Path, ns: str) -> None:
                 await asyncio.sleep(rng.uniform(0.05, 0.3))
                 victim.start()
                 await victim.ready()
+            # The chaos is over: 200 more jobs show the queue flowing again (the feed would
+            # otherwise run on at the storage's pace: a minute on PostgreSQL, proving no more).
+            jobs = feed.stop_after(200)
             await asyncio.wait_for(feeding, 120)
             deadline = time.monotonic() + 120
-            while len(set(completions(outs))) < JOBS and time.monotonic() < deadline:
+            while len(set(completions(outs))) < jobs and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)  # workers report through files: poll with a bound
     finally:
         for p in procs:
             p.kill()
     done = completions(outs)
-    missing = set(range(JOBS)) - set(done)
+    missing = set(range(jobs)) - set(done)
     twice = len(done) - len(set(done))
-    print(f"\nchaos over {url.split(':')[0]}: {JOBS} jobs, {kills} SIGKILLs, "
+    print(f"\nchaos over {url.split(':')[0]}: {jobs} jobs, {kills} SIGKILLs, "
           f"{twice} ran more than once, {len(missing)} missing")
     assert not missing, f"{len(missing)} jobs never completed, e.g. {sorted(missing)[:5]}"
 

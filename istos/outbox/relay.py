@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .. import protocol
+from ..cancel_guard import within
 from ..client import batches
 from ..core.config import check_queue_name
 from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
@@ -117,8 +118,8 @@ class OutboxRelay:
         when their claim lapses) and close the store."""
         for task in self._tasks:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # gather, not ``suppress(CancelledError)``: a cancel of this stop itself propagates.
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         await self.store.close()
 
@@ -142,8 +143,8 @@ class OutboxRelay:
                 continue
             if claimed < self.batch:
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(),
-                                           self.app.node.clock.to_loop_seconds(self.poll_s))
+                    await within(self._wake.wait(),
+                                 self.app.node.clock.to_loop_seconds(self.poll_s))
 
     async def round(self) -> int:
         """One claim-send-delete round; returns how many rows it claimed. Raises

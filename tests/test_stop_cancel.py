@@ -14,7 +14,8 @@ iterations of the window finds it, with no timing involved:
 - a worker's prefetched job waiting for an execution slot, cancelled as the slot frees, raises
   CancelledError and takes no slot (else it would run its job after the stop, which waits for
   it);
-- an outbox relay stopped as a commit's notification ends its idle wait stops, within a bound.
+- an outbox relay stopped as a commit's notification ends its idle wait stops, within a bound;
+  a cancel of that stop itself reaches its caller.
 """
 
 from __future__ import annotations
@@ -232,3 +233,33 @@ async def test_an_outbox_relay_stopped_as_a_commit_wakes_it_stops(tmp_path: Path
                 await asyncio.sleep(0)  # one loop iteration: where the stop lands, not a wait
             async with asyncio.timeout(STOP_BOUND_S):
                 await relay.stop()
+
+
+async def test_a_cancel_of_an_outbox_relays_stop_propagates(tmp_path: Path) -> None:
+    # The caller of a stop may itself be cancelled (a stop under a deadline): that cancel must
+    # reach it, not be taken for the relay task's own end. Each round: a fresh relay whose
+    # stop is cancelled that many loop iterations after it began.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'outbox.db'}"
+    app = Istos(transport=LocalMesh().transport("relay"))
+    swallowed = []
+    async with app.serving():
+        for steps in range(STEPS):
+            store = AnnouncedCommits(url, "outbox")
+            relay = OutboxRelay(app, store, poll_s=STOP_BOUND_S * 100)
+            await relay.start()
+            async with asyncio.timeout(STOP_BOUND_S):
+                await store.idle.wait()
+            stopping = asyncio.ensure_future(relay.stop())
+            for _ in range(steps):
+                await asyncio.sleep(0)  # one loop iteration: where the cancel lands, not a wait
+            cancelled = stopping.cancel()
+            try:
+                async with asyncio.timeout(STOP_BOUND_S):
+                    await stopping
+            except asyncio.CancelledError:
+                continue
+            finally:
+                await store.close()  # a cancelled stop may not have come to it
+            if cancelled:
+                swallowed.append(steps)
+    assert swallowed == []

@@ -115,13 +115,17 @@ class OutboxRelay:
 
     async def stop(self, app: Any = None) -> None:
         """Stop after the current round (rows it claimed but did not send are taken again
-        when their claim lapses) and close the store."""
-        for task in self._tasks:
+        when their claim lapses) and close the store; then raises what a relay task failed
+        with, if one did (the LISTEN connection's)."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
         # gather, not ``suppress(CancelledError)``: a cancel of this stop itself propagates.
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        ended = await asyncio.gather(*tasks, return_exceptions=True)
         await self.store.close()
+        for outcome in ended:
+            if isinstance(outcome, Exception):
+                raise outcome
 
     # -- the loop -------------------------------------------------------------------------------
     async def _run(self) -> None:

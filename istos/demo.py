@@ -15,6 +15,7 @@ import os
 from collections.abc import Sequence
 
 from . import Istos, JobContext
+from .cancel_guard import within
 
 
 def _table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:
@@ -51,7 +52,7 @@ async def main() -> None:
         print(f"node {app.node_id} serving 'jobs/email' over Zenoh\n")
         ok = await app.enqueue("jobs/email", {"to": "a@example.org", "body": "hi"})
         bad = await app.enqueue("jobs/email", {"to": "bounce@example.invalid", "body": "hi"})
-        await asyncio.wait_for(finished.wait(), 30)
+        await within(finished.wait(), 30)
         while not await app.dead_letters("jobs/email"):
             await app.node.clock.sleep(0.01)
         events = [e for e in app.events.recent() if e.job_id in (ok, bad)]

@@ -1,10 +1,13 @@
-"""Two seams of the owner's write path, read from the source (AST), so they keep holding:
+"""Seams of the engine read from the source (AST), so they keep holding:
 
 - no module but ``istos/core/state.py`` touches a ``_``-prefixed member of the queue state:
   features change it through its public, documented methods;
 - no owner-side module writes storage but through the write path
   (``owner/persistence/write_path.py``, whose job writes go through
-  ``owner/persistence/persist.py``): a write there carries an HA leader's fence.
+  ``owner/persistence/persist.py``): a write there carries an HA leader's fence;
+- nothing awaits with a deadline but through ``istos.cancel_guard.within``: on Python 3.11,
+  ``asyncio.wait_for`` swallows a cancel that lands as what it awaits ends (a stop that
+  cancels a loop and awaits it then waits forever), and ``within`` does not.
 """
 
 from __future__ import annotations
@@ -116,3 +119,50 @@ def test_every_read_op_but_the_event_ones_is_fenced() -> None:
     assert UNFENCED_READS <= reads
     assert {"result", "why", "stats", "jobs", "dead", "states", "resolve", "batch_status",
             "chord_expects", "series", "logs", "leases", "workers"} <= reads - UNFENCED_READS
+
+
+DEADLINE_HELPER = ("istos/cancel_guard.py", "within")
+"""The one place that may call ``asyncio.wait_for`` (on Python 3.10, outside a Task, or for
+a deadline of 0), and the function it sits in."""
+
+
+def wait_for_uses(tree: ast.Module) -> Iterator[tuple[ast.AST, str]]:
+    """Each ``asyncio.wait_for`` (called or not) and each ``from asyncio... import wait_for``,
+    with the name of the function it sits in ("" at module level)."""
+    def walk(node: ast.AST, func: str) -> Iterator[tuple[ast.AST, str]]:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                else func
+            if isinstance(child, ast.Attribute) and child.attr == "wait_for" \
+                    and isinstance(child.value, ast.Name) and child.value.id == "asyncio":
+                yield child, func
+            elif isinstance(child, ast.ImportFrom) and (child.module or "").startswith("asyncio") \
+                    and any(alias.name == "wait_for" for alias in child.names):
+                yield child, func
+            yield from walk(child, inner)
+    return walk(tree, "")
+
+
+def test_deadlines_go_through_the_one_helper() -> None:
+    uses = [(rel, func, f"{rel}:{node.lineno}: {ast.unparse(node)}")
+            for rel, tree in modules(ENGINE) for node, func in wait_for_uses(tree)]
+    found = [where for rel, func, where in uses if (rel, func) != DEADLINE_HELPER]
+    assert not found, "asyncio.wait_for outside istos.cancel_guard.within (it swallows a " \
+                      "cancel on Python 3.11; use `await within(aw, timeout_s)`):\n" \
+                      + "\n".join(found)
+    assert any((rel, func) == DEADLINE_HELPER for rel, func, _ in uses), \
+        "the helper moved: update DEADLINE_HELPER"
+
+
+def test_the_deadline_rule_sees_a_wait_for() -> None:
+    tree = ast.parse("import asyncio\n"
+                     "from asyncio import wait_for\n"
+                     "async def f(cond):\n"
+                     "    await asyncio.wait_for(g(), 1)\n"
+                     "    await cond.wait_for(ready)\n"  # a Condition's: no deadline
+                     "    bound = asyncio.wait_for\n"
+                     "async def within(aw, t):\n"
+                     "    return await asyncio.wait_for(aw, t)\n")
+    assert [(ast.unparse(n), func) for n, func in wait_for_uses(tree)] == [
+        ("from asyncio import wait_for", ""), ("asyncio.wait_for", "f"),
+        ("asyncio.wait_for", "f"), ("asyncio.wait_for", "within")]

@@ -1,16 +1,21 @@
-"""A cancel always ends what it cancels: ``app.stop()`` of an HA queue on Redis returns.
+"""A cancel always ends what it cancels: a stop that cancels a task and awaits it returns.
 
 On Python 3.11, ``asyncio.wait_for`` swallows a cancel of its Task that arrives in the same loop
-iteration as its inner awaitable ends; redis-py waits for every command it sends that way, so
-an HA election cancelled by ``stop`` while a renewal was in flight could keep running, and
-``stop`` waited for it forever. The storage adapters re-raise such a cancel
-(``istos/cancel_guard.py``). Here on a private redis-server and a SQLite file:
+iteration as its inner awaitable ends: the task goes on, and a stop that awaits it waits
+forever. The engine awaits every deadline through ``istos.cancel_guard.within``, which does not
+swallow one (``asyncio.timeout``) and raises again a cancel swallowed inside what it awaits
+(redis-py waits for every command with ``wait_for``). Walking the cancel across the loop
+iterations of the window finds it, with no timing involved:
 
-- a storage call cancelled at each loop iteration of its life either ended before the cancel
-  or raises CancelledError (walking the cancel across the iterations finds the window: no
-  timing involved);
-- two apps leading and following an HA queue stop, each within a bound, when the stop comes
-  while the leader's renewal is in flight.
+- a storage call (a private redis-server, a SQLite file) cancelled at each loop iteration of its
+  life either ended before the cancel or raises CancelledError;
+- two apps leading and following an HA queue on Redis stop, each within a bound, when the stop
+  comes while the leader's renewal is in flight;
+- a worker's prefetched job waiting for an execution slot, cancelled as the slot frees, raises
+  CancelledError and takes no slot (else it would run its job after the stop, which waits for
+  it);
+- an outbox relay stopped as a commit's notification ends its idle wait stops, within a bound;
+  a cancel of that stop itself reaches its caller.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +32,15 @@ from services import free_port, start_throwaway_redis
 from zenoh_util import wait_until
 
 from istos import Istos, RedisStoragePlugin, SQLAlchemyStoragePlugin
+from istos.clock import SystemClock
+from istos.outbox.relay import OutboxRelay
+from istos.outbox.sql import SQLOutboxStore
+from istos.outbox.store import OutboxRow
 from istos.transport.local import LocalMesh
+from istos.worker.waiting import WaitingJobs
 
-pytestmark = [
-    pytest.mark.redis,  # a private redis-server (the binary), not the shared one
-    pytest.mark.skipif(sys.version_info < (3, 11),
-                       reason="Task.cancelling() and asyncio.timeout are 3.11+"),
-]
+pytestmark = pytest.mark.skipif(sys.version_info < (3, 11),
+                                reason="Task.cancelling() and asyncio.timeout are 3.11+")
 
 STEPS = 30  # loop iterations a storage call is cancelled at (one call takes a few)
 STOP_BOUND_S = 30.0  # a bound on each stop, not a sync: a stop that hangs never returns
@@ -68,6 +75,7 @@ async def cancelled_at_every_step(storage: Any) -> list[int]:
     return swallowed
 
 
+@pytest.mark.redis  # a private redis-server (the binary), not the shared one
 async def test_a_cancelled_redis_call_raises_at_every_step(redis_port: int) -> None:
     storage = RedisStoragePlugin(f"redis://127.0.0.1:{redis_port}/0", key_prefix="c")
     await storage.open()
@@ -103,6 +111,7 @@ class SeenRenewals(RedisStoragePlugin):
         return await super().renew_leader(name, holder, epoch, now=now, ttl_s=ttl_s)
 
 
+@pytest.mark.redis
 @pytest.mark.slow
 async def test_ha_apps_on_redis_stop_while_a_renewal_is_in_flight(redis_port: int) -> None:
     url = f"redis://127.0.0.1:{redis_port}/0"
@@ -143,3 +152,114 @@ async def test_ha_apps_on_redis_stop_while_a_renewal_is_in_flight(redis_port: in
             # election's cancel would never return.
             for app in sorted(apps, key=lambda a: a is not leader):
                 await asyncio.wait_for(app.stop(), STOP_BOUND_S)
+
+
+class HeldFor:
+    """A prefetched job's lease end, as :class:`~istos.worker.waiting.WaitingJobs` reads it."""
+
+    def __init__(self, expires: float) -> None:
+        self.expires = expires
+
+
+async def test_a_job_waiting_for_a_slot_cancelled_as_the_slot_frees_takes_none() -> None:
+    # The worker's stop (and kill) cancel a job waiting here; one whose cancel was swallowed as
+    # the slot it waits for freed would hold the slot and run its job, and the stop waits for
+    # that run. Each round: a running job holds the one slot, the waiting job is cancelled in
+    # the loop iteration in which the running one gives the slot back, that many iterations
+    # after the wait began.
+    clock = SystemClock()
+
+    async def never_sent(items: list[dict[str, Any]]) -> None:
+        raise AssertionError("nothing is handed back here")
+
+    kept_running = []
+    for steps in range(STEPS):
+        slots = asyncio.Semaphore(1)
+        await slots.acquire()  # the running job's
+        waiting = WaitingJobs(slots, clock, lease_s=lambda: None, claim_rtt=lambda: None,
+                              send_release=never_sent, tasks=set())
+        call = asyncio.ensure_future(waiting.take_slot(HeldFor(clock.monotonic() + 3600)))
+        for _ in range(steps):
+            await asyncio.sleep(0)  # one loop iteration: where the cancel lands, not a wait
+        slots.release()  # the running job ended ...
+        assert call.cancel()  # ... as the stop cancels the waiting one
+        try:
+            await call
+        except asyncio.CancelledError:
+            assert not slots.locked(), f"step {steps}: the cancelled wait kept the slot"
+            continue
+        kept_running.append(steps)
+    assert kept_running == []
+
+
+class AnnouncedCommits(SQLOutboxStore):
+    """An outbox in a SQLite file whose commits the test announces, as PostgreSQL's LISTEN
+    does (``wake``), and which says when a claim found nothing (the relay goes idle then)."""
+
+    def __init__(self, url: str, table: str) -> None:
+        super().__init__(url, table)
+        self.wake: Callable[[], None] | None = None
+        self.idle = asyncio.Event()
+
+    async def listen(self, wake: Callable[[], None]) -> None:
+        self.wake = wake
+        await asyncio.Event().wait()  # until cancelled, as a LISTEN connection
+
+    async def claim(self, token: str, now: float, claim_s: float, limit: int,
+                    queues: list[str] | None) -> list[OutboxRow]:
+        rows = await super().claim(token, now, claim_s, limit, queues)
+        if not rows:
+            self.idle.set()  # the relay's next await is its idle wait, in this same step
+        return rows
+
+
+async def test_an_outbox_relay_stopped_as_a_commit_wakes_it_stops(tmp_path: Path) -> None:
+    # poll_s is far beyond the bound: only a wake ends the idle wait, so a relay whose stop's
+    # cancel was swallowed as the wake ended that wait goes idle again and its stop never
+    # returns. Each round: a fresh relay, woken in its idle wait, stopped that many loop
+    # iterations later.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'outbox.db'}"
+    app = Istos(transport=LocalMesh().transport("relay"))
+    async with app.serving():
+        for steps in range(STEPS):
+            store = AnnouncedCommits(url, "outbox")
+            relay = OutboxRelay(app, store, poll_s=STOP_BOUND_S * 100)
+            await relay.start()
+            async with asyncio.timeout(STOP_BOUND_S):
+                await store.idle.wait()
+            assert store.wake is not None
+            store.wake()  # a commit's notification
+            for _ in range(steps):
+                await asyncio.sleep(0)  # one loop iteration: where the stop lands, not a wait
+            async with asyncio.timeout(STOP_BOUND_S):
+                await relay.stop()
+
+
+async def test_a_cancel_of_an_outbox_relays_stop_propagates(tmp_path: Path) -> None:
+    # The caller of a stop may itself be cancelled (a stop under a deadline): that cancel must
+    # reach it, not be taken for the relay task's own end. Each round: a fresh relay whose
+    # stop is cancelled that many loop iterations after it began.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'outbox.db'}"
+    app = Istos(transport=LocalMesh().transport("relay"))
+    swallowed = []
+    async with app.serving():
+        for steps in range(STEPS):
+            store = AnnouncedCommits(url, "outbox")
+            relay = OutboxRelay(app, store, poll_s=STOP_BOUND_S * 100)
+            await relay.start()
+            async with asyncio.timeout(STOP_BOUND_S):
+                await store.idle.wait()
+            stopping = asyncio.ensure_future(relay.stop())
+            for _ in range(steps):
+                await asyncio.sleep(0)  # one loop iteration: where the cancel lands, not a wait
+            cancelled = stopping.cancel()
+            try:
+                async with asyncio.timeout(STOP_BOUND_S):
+                    await stopping
+            except asyncio.CancelledError:
+                continue
+            finally:
+                await store.close()  # a cancelled stop may not have come to it
+            if cancelled:
+                swallowed.append(steps)
+    assert swallowed == []

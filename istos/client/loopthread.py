@@ -12,6 +12,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from ..cancel_guard import within
+
 T = TypeVar("T")
 
 
@@ -58,7 +60,7 @@ class LoopThread:
         (``asyncio.TimeoutError`` then); cancelling the caller cancels ``coro``."""
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(fut), timeout_s)
+            return await within(asyncio.wrap_future(fut), timeout_s)
         except BaseException:
             fut.cancel()
             raise

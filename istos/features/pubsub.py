@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import codec
+from ..cancel_guard import within
 from ..core.config import check_queue_name
 from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
 from .evhistory import HEAD_NS as HEAD_NS  # re-exported: it was defined here
@@ -134,8 +135,9 @@ class _Subscriber:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        # The flag as well as the cancel: before Python 3.12, wait_for (in _next) swallows a
-        # cancellation that lands as the queue hands over an item, and the loop would go on.
+        # The flag as well as the cancel: on Python 3.10 the deadline in _next (wait_for there)
+        # swallows a cancellation that lands as the queue hands over an item, and the loop
+        # would go on.
         self._stopping = True
         if self._handle is not None:
             self._handle.close()
@@ -173,7 +175,7 @@ class _Subscriber:
             return await self._inbox.get()
         wait_s = self.node.clock.to_loop_seconds(self.sub.poll_interval_s)
         try:
-            return await asyncio.wait_for(self._inbox.get(), wait_s)
+            return await within(self._inbox.get(), wait_s)
         except asyncio.TimeoutError:
             return None
 

@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from ..cancel_guard import within
 from ..client.follow import MARKERS
 from ..core.state import STATES
 from ..errors import AdminDisabled, ConfigError, IstosError, JobNotFound, OwnerUnavailable
@@ -309,7 +310,7 @@ async def _follow(op: Operator, args: argparse.Namespace, out: Any) -> int:
                 return
 
     try:
-        await asyncio.wait_for(pump(), args.seconds or None)
+        await within(pump(), args.seconds or None)
     except asyncio.TimeoutError:
         pass
     return EXIT_OK

@@ -33,6 +33,7 @@ import signal
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..cancel_guard import within
 from ..errors import ConfigError, IstosError
 from .metrics_ops import WORKERS_KEY, families, with_workers
 from .operator import Operator
@@ -61,12 +62,11 @@ class QueueCollector:
     async def _gather(self) -> dict[str, dict[str, Any] | None]:
         async def one(queue: str) -> dict[str, Any] | None:
             try:  # each queue within its own budget: a dead one never delays the others
-                stats = await asyncio.wait_for(self.op.stats(queue), self.timeout_s)
+                stats = await within(self.op.stats(queue), self.timeout_s)
             except (IstosError, asyncio.TimeoutError):
                 return None
             try:
-                return await asyncio.wait_for(with_workers(self.op, queue, stats),
-                                              self.timeout_s)
+                return await within(with_workers(self.op, queue, stats), self.timeout_s)
             except asyncio.TimeoutError:
                 return {**stats, WORKERS_KEY: None}
 

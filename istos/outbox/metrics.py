@@ -19,6 +19,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+from ..cancel_guard import within
 from ..clock import SystemClock
 from ..errors import IstosError
 from .store import OutboxStore
@@ -35,7 +36,7 @@ class OutboxCollector:
 
     async def _read(self) -> dict[str, Any] | None:
         try:
-            return await asyncio.wait_for(self.store.stats(self._clock.now()), self.budget_s)
+            return await within(self.store.stats(self._clock.now()), self.budget_s)
         except (IstosError, asyncio.TimeoutError):
             return None
 

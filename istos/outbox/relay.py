@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .. import protocol
+from ..cancel_guard import within
 from ..client import batches
 from ..core.config import check_queue_name
 from ..errors import ConfigError, InvalidJob, IstosError, ProtocolError
@@ -114,13 +115,17 @@ class OutboxRelay:
 
     async def stop(self, app: Any = None) -> None:
         """Stop after the current round (rows it claimed but did not send are taken again
-        when their claim lapses) and close the store."""
-        for task in self._tasks:
+        when their claim lapses) and close the store; then raises what a relay task failed
+        with, if one did (the LISTEN connection's)."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
+        # gather, not ``suppress(CancelledError)``: a cancel of this stop itself propagates.
+        ended = await asyncio.gather(*tasks, return_exceptions=True)
         await self.store.close()
+        for outcome in ended:
+            if isinstance(outcome, Exception):
+                raise outcome
 
     # -- the loop -------------------------------------------------------------------------------
     async def _run(self) -> None:
@@ -142,8 +147,8 @@ class OutboxRelay:
                 continue
             if claimed < self.batch:
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(),
-                                           self.app.node.clock.to_loop_seconds(self.poll_s))
+                    await within(self._wake.wait(),
+                                 self.app.node.clock.to_loop_seconds(self.poll_s))
 
     async def round(self) -> int:
         """One claim-send-delete round; returns how many rows it claimed. Raises

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from ..cancel_guard import within
 from ..errors import ConfigError, StorageUnavailable
 from .store import OutboxRow
 from .table import channel, outbox_table
@@ -86,7 +87,7 @@ class SQLOutboxStore:
 
             ms = str(round(self.op_timeout_s * 1000))
             try:
-                self._pool = await asyncio.wait_for(asyncpg.create_pool(
+                self._pool = await within(asyncpg.create_pool(
                     self._dsn(), min_size=1, max_size=4, timeout=self.op_timeout_s,
                     command_timeout=self.op_timeout_s,
                     server_settings={"lock_timeout": ms, "statement_timeout": ms}),
@@ -120,7 +121,7 @@ class SQLOutboxStore:
         if pool is None:
             raise StorageUnavailable(f"outbox {self.table.name!r}: {op}: not open")
         try:
-            return await asyncio.wait_for(getattr(pool, method)(sql, *args), self.op_timeout_s)
+            return await within(getattr(pool, method)(sql, *args), self.op_timeout_s)
         except (asyncio.TimeoutError, OSError, asyncpg.PostgresError,
                 asyncpg.InterfaceError) as exc:
             raise StorageUnavailable(f"outbox {self.table.name!r}: {op} failed: "
@@ -139,7 +140,7 @@ class SQLOutboxStore:
                 return await fn(conn)
 
         try:
-            return await asyncio.wait_for(run(), self.op_timeout_s)
+            return await within(run(), self.op_timeout_s)
         except (asyncio.TimeoutError, OSError, SQLAlchemyError) as exc:
             raise StorageUnavailable(f"outbox {self.table.name!r}: {op} failed: "
                                      f"{type(exc).__name__}: {exc}") from exc

@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from istos.cancel_guard import cancel_requests, reraise_swallowed
+from istos.cancel_guard import within
 from istos.errors import ConfigError, FencedOut, StorageUnavailable
 
 from .base import Fence, LeaderLease
@@ -123,9 +123,6 @@ local base = 3
 # to delete. The unfenced apply: one command (EVALSHA) instead of MULTI, HSET, HDEL... EXEC,
 # which costs the client less to build and parse per group commit.
 _APPLY_LUA = "local base = 1\n" + _WRITES_LUA
-
-# asyncio.timeout (3.11+): a deadline on the calling Task itself; None before 3.11.
-_TIMEOUT_CM: Callable[[float], Any] | None = getattr(asyncio, "timeout", None)
 
 _RELEASED = "-1e300"  # an expiry before any caller's clock
 _SCAN_PAGE = 1000
@@ -245,18 +242,9 @@ class RedisStoragePlugin:
 
         client = self._ensure_client()
         try:
-            if _TIMEOUT_CM is not None and asyncio.current_task() is not None:
-                before = cancel_requests()
-                # The deadline without wait_for's extra Task (one more loop iteration per
-                # call before 3.12): a write-through's round trip is the owner's reply time.
-                async with _TIMEOUT_CM(self._deadline_s):
-                    result = await fn(client)
-                # redis-py waits for each command with wait_for, which on Python 3.11 can
-                # swallow a cancel of this Task (cancel_guard.py): raise it here.
-                reraise_swallowed(before)
-                return result
-            # Outside any Task (a request's eager first step before 3.12): wait_for's own.
-            return await asyncio.wait_for(fn(client), self._deadline_s)
+            # redis-py waits for each command with wait_for, which on Python 3.11 can swallow
+            # a cancel of this Task: within() raises it.
+            return await within(fn(client), self._deadline_s)
         except (RedisError, OSError, asyncio.TimeoutError) as exc:
             raise StorageUnavailable(
                 f"Redis at {self._safe_url} failed during {op}: {type(exc).__name__}: {exc}"

@@ -51,7 +51,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from istos.cancel_guard import cancel_requests, reraise_swallowed
+from istos.cancel_guard import within
 from istos.errors import ConfigError, FencedOut, StorageUnavailable
 
 from .base import LEADER_NS, Fence, LeaderLease, TxStep
@@ -214,9 +214,8 @@ class SQLAlchemyStoragePlugin:
             async with self._serial:
                 return await run()
 
-        before = cancel_requests()
         try:
-            result = await asyncio.wait_for(guarded(), self.op_timeout_s)
+            return await within(guarded(), self.op_timeout_s)
         except (asyncio.TimeoutError, PoolTimeout) as exc:
             raise StorageUnavailable(
                 f"database at {self._safe_url} did not answer {op} within {self.op_timeout_s}s"
@@ -228,8 +227,6 @@ class SQLAlchemyStoragePlugin:
             raise StorageUnavailable(
                 f"database at {self._safe_url} failed during {op}: {type(exc).__name__}: {exc}"
             ) from exc
-        reraise_swallowed(before)  # wait_for may swallow a cancel of this Task on 3.11
-        return result
 
     async def _create_table(self, engine: Any) -> None:
         """Create the table unless it exists, tolerating other replicas doing the same.

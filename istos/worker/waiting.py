@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from .. import protocol
+from ..cancel_guard import within
 from ..clock import Clock
 
 
@@ -59,7 +60,7 @@ class WaitingJobs:
             if left <= MIN_WAIT_S:  # (a floor: float rounding never makes it spin in place)
                 return False
             try:
-                await asyncio.wait_for(slots.acquire(), clock.to_loop_seconds(left))
+                await within(slots.acquire(), clock.to_loop_seconds(left))
                 return True
             except asyncio.TimeoutError:
                 continue  # look again: a renewal may have moved the lease's end

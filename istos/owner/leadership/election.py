@@ -35,7 +35,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...cancel_guard import cancel_requests, reraise_swallowed
+from ...cancel_guard import reraise_swallowed, within
 from ...core.config import QueueConfig
 from ...errors import StorageUnavailable
 from ...node import Node
@@ -153,13 +153,11 @@ class Election:
             return
         clock = self.node.clock
         left = self._renewed_at + self.lease_s - clock.now()
-        before = cancel_requests()
         try:
-            await asyncio.wait_for(self._renew(), clock.to_loop_seconds(max(left, 0.0)))
+            await within(self._renew(), clock.to_loop_seconds(max(left, 0.0)))
         except asyncio.TimeoutError:
             raise StorageUnavailable("the leader lease ran out while it was being renewed") \
                 from None
-        reraise_swallowed(before)  # wait_for may swallow a cancel (stop) on Python 3.11
 
     async def _renew(self) -> None:
         assert self.epoch is not None

@@ -29,8 +29,12 @@ class Dependencies:
 
     def __init__(self, node: Node, client: Callable[[str], OwnerClient]) -> None:
         self.client = client
+        self._events = node.events
         self._owners: dict[str, DepsOwner] = {}
-        node.events.subscribe(self._route, ROUTED)
+        # An owner coming up recovers its watches; job ends matter only once a parent is
+        # watched, so that subscription waits for the first watch (_watching).
+        node.events.subscribe(self._route, (OWNER_UP,))
+        self._ends_routed = False
 
     def owner_extension(self, owner: OwnerHandle) -> DepsOwner:
         """Serve dependencies on ``owner`` (child and parent sides)."""
@@ -38,13 +42,18 @@ class Dependencies:
         async def call(queue: str, op: str, **fields: Any) -> dict[str, Any]:
             return await self.client(queue).call(op, **fields)
 
-        ext = DepsOwner(owner, call)
+        ext = DepsOwner(owner, call, self._watching)
         self._owners[owner.name] = ext  # a restarted owner's extension replaces the old one
         return ext
 
+    def _watching(self) -> None:
+        """A parent on one of this node's owners gained a watch: from now on, route job ends
+        (and purges) too."""
+        if not self._ends_routed:
+            self._ends_routed = True
+            self._events.subscribe(self._route, ROUTED - {OWNER_UP})
+
     def _route(self, event: JobEvent) -> None:
-        if event.kind not in ROUTED:
-            return
         ext = self._owners.get(event.queue)
         if ext is not None and ext.owner.running and (ext.watches or event.kind == OWNER_UP):
-            ext.on_event(event)  # (an end nobody watches, the common case, stops here)
+            ext.on_event(event)  # (an end nobody watches stops here)

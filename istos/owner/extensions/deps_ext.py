@@ -79,9 +79,13 @@ class DepsOwner(OwnerExtension):
     wraps = ("enqueue", "why")
     meta_only_wraps = ("enqueue",)  # a request without deps meta goes straight through
 
-    def __init__(self, owner: OwnerHandle, call: Call) -> None:
+    def __init__(self, owner: OwnerHandle, call: Call,
+                 watching: Callable[[], None] | None = None) -> None:
         self.owner = owner
         self._call = call
+        # Told whenever a parent gains a watch: the router starts passing job ends along
+        # then, so a queue nobody depends on pays nothing per ack (features/deps.py).
+        self._watching = watching
         self.ns = f"deps:{owner.name}"
         self.watches: dict[str, dict[str, Watch]] = {}  # parent id -> watch key -> watch
         # A watched parent's end, by watch key: (the watch, the outcome to report).
@@ -250,8 +254,13 @@ class DepsOwner(OwnerExtension):
             if ended in FINAL:
                 await self.owner.writes.delete_aux(self.ns, watch.wkey)
                 return {"state": ended}
-            self.watches.setdefault(parent, {})[watch.wkey] = watch
+            self._hold(watch)
         return {"state": ended or deps.PENDING}
+
+    def _hold(self, watch: Watch) -> None:
+        self.watches.setdefault(watch.parent, {})[watch.wkey] = watch
+        if self._watching is not None:
+            self._watching()
 
     def on_event(self, event: JobEvent) -> None:
         """Events of this owner's queue (``features/deps.py`` routes them here)."""
@@ -312,8 +321,7 @@ class DepsOwner(OwnerExtension):
                 self._to_resolve[job_id] = None
         for _, raw in await self.owner.storage.scan(self.ns):
             parent, child_queue, child_id, key = msgpack.unpackb(raw)
-            watch = Watch(parent, child_queue, child_id, key)
-            self.watches.setdefault(parent, {})[watch.wkey] = watch
+            self._hold(Watch(parent, child_queue, child_id, key))
         for parent in list(self.watches):
             rec = jobs.get(parent)
             ended = deps.DONE if rec is None else deps.outcome_of_state(rec.state)

@@ -149,7 +149,11 @@ class Workflows:
         self._require_serving = require_serving
         self.open_batch = open_batch  # app.batch: a chord's on_death / on_complete
         self._barriers: dict[str, ChordBarriers] = {}  # queue -> its owner's barriers
-        node.events.subscribe(self._route, _ROUTED)
+        # Enqueues matter only while a chord is stalled (a revival may resume it): that
+        # subscription waits for the first stall (watch_revivals), so a plain enqueue on a
+        # node with no stalled chord pays nothing here.
+        node.events.subscribe(self._route, _ROUTED - {ev.ENQUEUED})
+        self._revivals_routed = False
 
     # -- producer calls --
     async def chain(self, queues: list[str], data: Any, *, priority: int = 0) -> str:
@@ -324,10 +328,15 @@ class Workflows:
                      before_ack=barriers.on_ack, before_ack_meta_only=True,
                      on_stop=barriers.on_stop)
 
+    def watch_revivals(self) -> None:
+        """A chord on one of this node's owners is stalled: route enqueues (revivals) too,
+        from now on."""
+        if not self._revivals_routed:
+            self._revivals_routed = True
+            self.node.events.subscribe(self._route, (ev.ENQUEUED,))
+
     def _route(self, event: JobEvent) -> None:
         """This node's events that concern chord barriers, to the barriers of their queue."""
-        if event.kind not in _ROUTED:
-            return
         barriers = self._barriers.get(event.queue)
         if barriers is None or not barriers.owner.running \
                 or (event.kind == ev.ENQUEUED and not barriers.stalled):
@@ -560,6 +569,7 @@ class ChordBarriers:
             barrier.dead = dead
             self.cache[chord_id] = barrier
             self.stalled.add(chord_id)
+            self.app.watch_revivals()
         log.warning("chord %s on queue %s is stalled: member %d (%s) is dead; revive it to "
                     "resume the chord", chord_id, self.owner.name, index, job_id)
         self._stall_event(job_id, chord_id, "stalled", index, barrier)
@@ -596,6 +606,7 @@ class ChordBarriers:
             barrier = Barrier.decode(raw)
             if not barrier.fired and barrier.dead:
                 self.stalled.add(key)
+                self.app.watch_revivals()
                 listed.extend((key, index) for index in barrier.dead)
         for chord_id, index in listed:
             job_id = f"{chord_id}.{index}"

@@ -112,6 +112,19 @@ class Trace:
         return max((e["t"] for e in self.events), default=self.t0) - self.t0
 
     @cached_property
+    def frame(self) -> pd.DataFrame:
+        """:attr:`events` as one normalised events frame
+        (:func:`~istos_nb.data.frames.events_frame`), built once: the other frame builders
+        take it as it is, so a trace's tables and charts do not normalise the events again."""
+        return events_frame(self.events)
+
+    @cached_property
+    def _leases(self) -> pd.DataFrame:
+        """The leases frame of :attr:`events`, built once for :attr:`attempts` and the crash
+        table (neither modifies it)."""
+        return leases_frame(self.frame)
+
+    @cached_property
     def jobs(self) -> pd.DataFrame:
         """One row per job enqueued in the trace: job_id, arrival (s), priority, delay_s, size
         (body bytes, when the recording kept bodies; else NA), expires_s (its start deadline
@@ -138,7 +151,7 @@ class Trace:
         claimed (s), run_s (claim to ack/nack; NaN otherwise), outcome (acked, nacked,
         expired, cancelled, open), error, crashed (its lease ran out because its node died)
         and crash (which of :attr:`crashes` cost it; -1 for none)."""
-        leases = leases_frame(self.events)
+        leases = self._leases
         leases = leases[leases["job_id"].isin(set(self.jobs["job_id"]))].copy()
         cost = {key: i for i, c in enumerate(self._crash_table) for key in c[3]}
         out = pd.DataFrame({
@@ -175,7 +188,7 @@ class Trace:
     @cached_property
     def _crash_table(self) -> list[tuple[str, float, float | None, list[tuple[str, int]]]]:
         """(node, t, back, lost deliveries) per crash, times on the events' clock."""
-        leases = leases_frame(self.events)
+        leases = self._leases
         nodes = set(self.fleet["node"])
         marked = marked_crashes(self.events, leases, nodes)
         return marked if marked is not None else infer_crashes(self.events, leases)

@@ -136,10 +136,17 @@ def explore(build: Build, prop: PropLike, *,  # noqa: PLR0913 (the search's knob
         return Counterexample(schedule=(), prop=prop_, result=calm, build=build, seed=seed,
                               until=until, options=options, coverage=coverage)
 
+    # The last breaking run, kept: Hypothesis runs the schedule it hands back last, and the
+    # same schedule on the same seed replays the same run, so it need not run a third time.
+    last_break: list[tuple[tuple[Fault, ...], SimResult]] = []
+
     def breaks(schedule: tuple[Fault, ...]) -> bool:
         result = run_schedule(build, schedule, seed=seed, until=until, options=options)
         coverage.add(schedule, result)
-        return not prop_.check(result)
+        broken = not prop_.check(result)
+        if broken:
+            last_break[:] = [(tuple(schedule), result)]
+        return broken
 
     config = settings(max_examples=budget, database=None, deadline=None,
                       phases=[Phase.generate, Phase.shrink],
@@ -149,7 +156,10 @@ def explore(build: Build, prop: PropLike, *,  # noqa: PLR0913 (the search's knob
                                    settings=config, random=random.Random(seed))
     except NoSuchExample:
         return NoCounterexample(prop_.name, coverage)
-    result = run_schedule(build, schedule, seed=seed, until=until, options=options)
+    if last_break and last_break[0][0] == tuple(schedule):
+        result = last_break[0][1]
+    else:
+        result = run_schedule(build, schedule, seed=seed, until=until, options=options)
     return Counterexample(schedule=tuple(schedule), prop=prop_, result=result, build=build,
                           seed=seed, until=until, options=options, coverage=coverage)
 

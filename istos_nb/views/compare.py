@@ -65,7 +65,7 @@ def run_metrics(run: Run, queue: str | None = None) -> dict[str, Any]:
     runs = trace.run_times().to_numpy()
     last = _final_states(trace)
     attempts = att.groupby("job_id")["attempt"].max() if len(att) else pd.Series(dtype=int)
-    depth = depth_frame(trace.events)
+    depth = depth_frame(trace.frame)
     out: dict[str, Any] = {"jobs": len(jobs)}
     for q in _QUANTILES:
         out[f"wait_p{q}"] = float(np.percentile(waits, q)) if len(waits) else float("nan")
@@ -83,7 +83,7 @@ def run_metrics(run: Run, queue: str | None = None) -> dict[str, Any]:
 def _final_states(trace: Trace) -> pd.Series:
     from ..data.frames import jobs_frame
 
-    df = jobs_frame(trace.events)
+    df = jobs_frame(trace.frame)
     df = df[df["job_id"].isin(set(trace.jobs["job_id"]))]
     return df["state"]
 
@@ -119,7 +119,7 @@ def compare_chart(trace: Run, result: Run, *others: Run, names: Sequence[str] | 
     fig, axes, owned = axes_for(ax, figsize)
     for i, (name, run) in enumerate(zip(labels, runs, strict=True)):
         t = _as_trace(run, queue)
-        depth = depth_frame(t.events)
+        depth = depth_frame(t.frame)
         if depth.empty:
             continue
         axes.step(depth["t"] - t.t0, depth["ready"] + depth["delayed"], where="post",

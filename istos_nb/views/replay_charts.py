@@ -68,7 +68,7 @@ def _slot(worker: Any) -> str:
 def _leases(trace: Trace) -> pd.DataFrame:
     """The run's deliveries of its jobs, with start/end in seconds from its first arrival and
     open ones run to its last event."""
-    df = leases_frame(trace.events)
+    df = leases_frame(trace.frame)
     df = df[df["job_id"].isin(set(trace.jobs["job_id"]))].copy()
     df["start"] = df["start"] - trace.t0
     df["end"] = df["end"].fillna(trace.t0 + trace.span_s) - trace.t0
@@ -177,7 +177,7 @@ def replay_depth(recorded: RunLike, replayed: RunLike, ax: Axes | None = None,
     drawn = Drawn()
     resampled = False
     for trace, suffix in ((rec, ""), (rep, "_replayed")):
-        depth = depth_frame(trace.events)
+        depth = depth_frame(trace.frame)
         if depth.empty:
             continue
         x = np.append(depth["t"].to_numpy(), trace.t0 + trace.span_s) - trace.t0

@@ -79,7 +79,12 @@ async def test_a_write_refused_by_the_fence_stops_the_owner_at_once(redis_store,
                 assert await store.acquire_leader("ha:q", "intruder", now=stolen_at,
                                                   ttl_s=INTRUDER_S, steal_from=lease.holder)
                 seen = await next_line(replica, ("FENCED", "STANDBY"), 10)
-                if seen.startswith("FENCED"):
+                if seen.startswith("FENCED") and float(seen.split()[1]) < stolen_at:
+                    # A refusal from before the steal (seen once in a loaded clean-clone run:
+                    # the probes then all came after it): not this test's; shown, and tried
+                    # again once the replica leads again.
+                    print(f"a write refused by the fence before the steal: {seen}")
+                elif seen.startswith("FENCED"):
                     refused_at = float(seen.split()[1])
                     break
                 await next_line(replica, ("LEADING",), 20)  # back once the intruder's expired

@@ -6,10 +6,15 @@ failure, because CI is where those tests must actually run.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import random
 import socket
 import subprocess
+import tempfile
 import time
+from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -59,25 +64,53 @@ def postgres_url() -> str:
     return POSTGRES_URL
 
 
-_HANDED_OUT: set[int] = set()
+# Ports this process holds (each with its lock file open): see free_port.
+_HELD: dict[int, IO[str]] = {}
+_PORT_LOCKS = Path(tempfile.gettempdir()) / "istos-test-ports"
+
+
+def _below_ephemeral() -> tuple[int, int]:
+    """The ports below the OS's ephemeral range (from 10000): the OS never gives one of them
+    to an outgoing connection."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return 10000, max(low, 10001)
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it), and that this
-    process has not handed out before.
+    """A TCP port on 127.0.0.1 that is free, that no other test process on the machine holds,
+    and that no outgoing connection can take.
 
-    The OS may give a port it just gave (``isolated_configs(n)`` asks n times before anything
-    binds): remembering them makes the n ports distinct. Other processes (xdist workers,
-    other runs) get theirs from the OS too, which never hands out a port that is bound.
+    It lies below the OS's ephemeral range, so a test that kills a listener and starts it
+    again on the same port (the chaos tests' fixed-port meshes) never finds the port taken by
+    some connection's local end in between; and it stays this process's for its life (a lock
+    file in the temporary directory), so no other xdist worker or concurrent run hands it out.
     """
-    for _ in range(100):
+    low, high = _below_ephemeral()
+    _PORT_LOCKS.mkdir(exist_ok=True)
+    rng = random.SystemRandom()
+    for _ in range(1000):
+        port = rng.randrange(low, high)
+        if port in _HELD:
+            continue
+        lock = open(_PORT_LOCKS / str(port), "a")  # noqa: SIM115 - held for the process's life
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            continue
         with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
-    raise RuntimeError("no fresh TCP port on 127.0.0.1 in 100 tries")
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # bound by something else on the machine
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                lock.close()
+                continue
+        _HELD[port] = lock
+        return port
+    raise RuntimeError(f"no free TCP port on 127.0.0.1 in {low}-{high - 1} in 1000 tries")
 
 
 def redis_server_binary() -> str:

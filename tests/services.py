@@ -7,6 +7,7 @@ failure, because CI is where those tests must actually run.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import random
 import socket
@@ -69,6 +70,7 @@ _HELD: dict[int, IO[str]] = {}
 _PORT_LOCKS = Path(tempfile.gettempdir()) / "istos-test-ports"
 
 
+@functools.cache
 def _below_ephemeral() -> tuple[int, int]:
     """The ports below the OS's ephemeral range (from 10000): the OS never gives one of them
     to an outgoing connection."""

@@ -213,6 +213,17 @@ class AnnouncedCommits(SQLOutboxStore):
         return rows
 
 
+async def idle_relay(app: Istos, url: str) -> tuple[OutboxRelay, AnnouncedCommits]:
+    """A fresh relay on ``url``, started and waiting idle (its poll far beyond the bound, so
+    only a wake ends that wait)."""
+    store = AnnouncedCommits(url, "outbox")
+    relay = OutboxRelay(app, store, poll_s=STOP_BOUND_S * 100)
+    await relay.start()
+    async with asyncio.timeout(STOP_BOUND_S):
+        await store.idle.wait()
+    return relay, store
+
+
 async def test_an_outbox_relay_stopped_as_a_commit_wakes_it_stops(tmp_path: Path) -> None:
     # poll_s is far beyond the bound: only a wake ends the idle wait, so a relay whose stop's
     # cancel was swallowed as the wake ended that wait goes idle again and its stop never
@@ -222,11 +233,7 @@ async def test_an_outbox_relay_stopped_as_a_commit_wakes_it_stops(tmp_path: Path
     app = Istos(transport=LocalMesh().transport("relay"))
     async with app.serving():
         for steps in range(STEPS):
-            store = AnnouncedCommits(url, "outbox")
-            relay = OutboxRelay(app, store, poll_s=STOP_BOUND_S * 100)
-            await relay.start()
-            async with asyncio.timeout(STOP_BOUND_S):
-                await store.idle.wait()
+            relay, store = await idle_relay(app, url)
             assert store.wake is not None
             store.wake()  # a commit's notification
             for _ in range(steps):
@@ -244,11 +251,7 @@ async def test_a_cancel_of_an_outbox_relays_stop_propagates(tmp_path: Path) -> N
     swallowed = []
     async with app.serving():
         for steps in range(STEPS):
-            store = AnnouncedCommits(url, "outbox")
-            relay = OutboxRelay(app, store, poll_s=STOP_BOUND_S * 100)
-            await relay.start()
-            async with asyncio.timeout(STOP_BOUND_S):
-                await store.idle.wait()
+            relay, store = await idle_relay(app, url)
             stopping = asyncio.ensure_future(relay.stop())
             for _ in range(steps):
                 await asyncio.sleep(0)  # one loop iteration: where the cancel lands, not a wait

@@ -18,8 +18,7 @@ import nbformat
 import pandas as pd
 import pytest
 from helpers import count, wait_events
-from kernels import private_kernel_env
-from nbclient import NotebookClient
+from kernels import notebook_client, private_kernel_env
 from zenoh_util import isolated_configs, unique_prefix, wait_until
 
 from istos import Istos, JobContext, OwnerUnavailable, codec
@@ -171,8 +170,7 @@ def test_a_real_jupyter_kernel_owner_and_attach_in_the_next_cell(tmp_path, monke
         "q.close()\nawait app.stop()",
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    NotebookClient(nb, timeout=60, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    notebook_client(nb, tmp_path, timeout=60, cwd=tmp_path).execute()
     out = json.loads(nb.cells[1].outputs[0]["text"])
     assert out["ready"] == 1 and out["n"] == 1 and out["state"] == "ready"
     assert out["policy"]["retry_backoff_s"] == 0.5 and out["policy"]["max_attempts"] == 3

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from kernels import private_kernel_env
-from nbclient import NotebookClient
+from kernels import notebook_client, private_kernel_env
 from zenoh_util import isolated_configs, unique_prefix
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,8 +71,7 @@ def test_attach_in_the_owners_kernel_does_not_stall_its_loop(tmp_path, monkeypat
         "await app.stop()",
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    NotebookClient(nb, timeout=90, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    notebook_client(nb, tmp_path, timeout=90, cwd=tmp_path).execute()
     out = json.loads(nb.cells[2].outputs[0]["text"])
     print(f"kernel loop lag: attach {out['attach'] * 1000:.1f} ms, calls "
           f"{out['calls'] * 1000:.1f} ms, close {out['close'] * 1000:.1f} ms "

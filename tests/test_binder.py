@@ -36,6 +36,7 @@ DRIVER = textwrap.dedent("""
 
     import nbformat
     from nbclient import NotebookClient
+    from traitlets.config import Config
 
     notebook, jupyter_dir = Path(sys.argv[1]), Path(sys.argv[2])
     spec_dir = jupyter_dir / "kernels" / "python3"
@@ -45,7 +46,9 @@ DRIVER = textwrap.dedent("""
         "display_name": "Python 3 (ipykernel)", "language": "python"}))
     nb = nbformat.read(notebook, as_version=4)
     started = time.perf_counter()
-    NotebookClient(nb, timeout=60, kernel_name="python3",
+    # Unix sockets, not TCP ports another process of the run could take (tests/kernels.py).
+    ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(jupyter_dir / "kernel")}})
+    NotebookClient(nb, timeout=60, kernel_name="python3", config=ipc,
                    resources={"metadata": {"path": str(notebook.parent)}}).execute()
     print(f"executed in {time.perf_counter() - started:.1f} s")
 """)

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from kernels import private_kernel_env
-from nbclient import NotebookClient
+from kernels import notebook_client, private_kernel_env
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -72,8 +71,7 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path, kernel_env: Non
                                      record_property: pytest.RecordProperty):
     work = copy_notebooks(tmp_path / "notebooks")
     nb = nbformat.read(work / path.name, as_version=4)
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                            resources={"metadata": {"path": str(work)}})
+    client = notebook_client(nb, tmp_path, timeout=CELL_TIMEOUT_S, cwd=work)
     started = time.perf_counter()
     client.execute()  # raises CellExecutionError, naming the cell, on any error
     elapsed = time.perf_counter() - started

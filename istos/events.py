@@ -108,6 +108,20 @@ RENEWAL_SHARE = 10
 """Heartbeat renewals keep at most ``maxlen // RENEWAL_SHARE`` places of their own in the ring."""
 
 
+class _ListenersByKind(dict[str, tuple[Listener, ...]]):
+    """Per kind, the listeners an event of it calls, in subscription order: worked out at
+    the kind's first lookup after a change (``clear()``), then one dict lookup per event."""
+
+    def __init__(self, listeners: list[tuple[Listener, frozenset[str] | None]]) -> None:
+        super().__init__()
+        self._listeners = listeners
+
+    def __missing__(self, kind: str) -> tuple[Listener, ...]:
+        found = self[kind] = tuple(fn for fn, kinds in self._listeners
+                                   if kinds is None or kind in kinds)
+        return found
+
+
 class EventLog:
     """A bounded ring buffer of recent events plus synchronous listeners.
 
@@ -126,18 +140,14 @@ class EventLog:
         # and per kind the listeners it calls (worked out at its first event after a change):
         # a listener costs an event of a kind it did not ask for nothing.
         self._listeners: list[tuple[Listener, frozenset[str] | None]] = []
-        self._by_kind: dict[str, tuple[Listener, ...]] = {}
+        self._by_kind = _ListenersByKind(self._listeners)
         self.emitted = 0
 
     def emit(self, event: JobEvent) -> None:
         self.emitted += 1
         kind = event.kind
         (self._renewals if kind == LEASE_EXTENDED else self._ring).append((self.emitted, event))
-        listeners = self._by_kind.get(kind)
-        if listeners is None:
-            listeners = self._by_kind[kind] = tuple(
-                fn for fn, kinds in self._listeners if kinds is None or kind in kinds)
-        for listener in listeners:
+        for listener in self._by_kind[kind]:
             listener(event)
 
     def subscribe(self, listener: Listener, kinds: Collection[str] | None = None

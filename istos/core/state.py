@@ -222,11 +222,8 @@ class QueueState:
         """
         if self.paused:
             return []
-        self.wake_due(now)
-        self.limited = False
+        workers = self._wake_and_limit(workers, now)
         limiter = self.limiter
-        if limiter is not None:
-            workers = self._within_limit(limiter, workers, now)
         out: list[JobRecord] = []
         used = 0
         sized = budget is not None and size_of is not None and len(workers) > 1
@@ -257,6 +254,16 @@ class QueueState:
         if limiter is not None:
             limiter.spend(len(out), now)
         return out
+
+    def _wake_and_limit(self, workers: list[str], now: float) -> list[str]:
+        """Before a claim: :meth:`wake_due` (inline: no call where no job has a start
+        deadline), then the slots the rate limit lets claim now."""
+        if self.heaps.starts.heap:
+            self.expire_due(now)
+        self.promote_due(now)
+        self.limited = False
+        limiter = self.limiter
+        return workers if limiter is None else self._within_limit(limiter, workers, now)
 
     def _within_limit(self, limiter: TokenBucket, workers: list[str], now: float) -> list[str]:
         """The slots the rate limit lets claim now; the others are counted as throttled

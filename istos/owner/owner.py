@@ -130,7 +130,9 @@ class QueueOwner:
         # except where an extension wraps an op for meta-carrying requests only
         # (``meta_only_wraps``), so a plain enqueue never passes through them.
         self._plain_ops: dict[str, Handler] = dict(self._ops)
-        self._how: dict[str, str] = {}  # op -> how dispatch serves it (_how_to_serve)
+        # op -> (handler, handler without meta, how dispatch serves it): worked out at the
+        # op's first request after an extension changed the tables (_route).
+        self._routes: dict[str, tuple[Handler, Handler, str]] = {}
 
     def before_ack_hooks(self, with_meta: bool) -> list[OwnerExtension]:
         """The extensions whose ``before_ack`` runs for an ack of a job with (or without) meta,
@@ -163,6 +165,7 @@ class QueueOwner:
                 self._plain_ops[op] = self._ops[op]
         self._ops.update(served)
         self._plain_ops.update(served)
+        self._routes.clear()
         for hook, hooked in (("before_ack", self._before_ack), ("on_stop", self._on_stop),
                              ("on_nudge", self._on_nudge)):
             if overrides(ext, hook):
@@ -301,12 +304,11 @@ class QueueOwner:
             self._rejected(peer if isinstance(peer, str) else "?",
                            str(msg.get("op"))[:40] if isinstance(msg, dict) else "?", exc)
             return error_reply(exc)
-        handler = (self._ops if msg.get("meta") is not None else self._plain_ops).get(op)
-        if handler is None:
+        route = self._routes.get(op) or self._route(op)
+        if route is None:
             return error_reply(ProtocolError(f"unknown op {op!r} for queue {self.name!r}"))
-        how = self._how.get(op)
-        if how is None:
-            how = self._how[op] = self._how_to_serve(op)
+        handler = route[1] if msg.get("meta") is None else route[0]
+        how = route[2]
         try:
             if how == _ADMIN:
                 self.require_admin(op)
@@ -332,6 +334,14 @@ class QueueOwner:
         if role is None and type(reply) is codec.Spliced:
             return reply.plain()  # in-process: the caller reads values, never the bytes
         return reply
+
+    def _route(self, op: str) -> tuple[Handler, Handler, str] | None:
+        """``op``'s entry of :attr:`_routes`, made now (None: nobody serves ``op``)."""
+        handler = self._ops.get(op)
+        if handler is None:
+            return None
+        route = self._routes[op] = (handler, self._plain_ops[op], self._how_to_serve(op))
+        return route
 
     def _how_to_serve(self, op: str, *, admin_checked: bool = False) -> str:
         """How :meth:`dispatch` serves ``op`` (worked out once per op, then looked up): only

@@ -76,9 +76,10 @@ class JobOps:
              "last_error": r.last_error, "meta": r.meta}
             for r in jobs], "max_attempts": pol.max_attempts, "keep_results": pol.keep_results,
             "lease_s": pol.lease_s}
-        for r, entry in zip(jobs, reply["jobs"]):
-            if r.start_by is not None and (start_by := claim_start_by(r)) is not None:
-                entry["start_by"] = start_by  # a prefetched job past it goes back unrun
+        if self.state.heaps.starts.heap:  # (empty: no waiting job had a start deadline)
+            for r, entry in zip(jobs, reply["jobs"]):
+                if r.start_by is not None and (start_by := claim_start_by(r)) is not None:
+                    entry["start_by"] = start_by  # a prefetched job past it goes back unrun
         if more:
             reply["more"] = True
         if settled is not None:

@@ -135,7 +135,11 @@ class WritePath:
             raise StorageUnavailable(f"queue {self.name!r}: a storage write failed while this "
                                      "request ran; nothing it changed was kept")
         dirty, events = state.drain()
-        await self._write(dirty, state.take_undo())
+        self._applied_seq = seq = self._applied_seq + 1  # (_write inline: the hot path)
+        try:
+            await self.persister.write(dirty, state.take_undo())
+        finally:
+            self._write_ended(seq)
         self._publish(events)
         self.after_change()
 
@@ -236,14 +240,18 @@ class WritePath:
     # -- the read fence (module doc) --
     async def _write(self, dirty: list[Change], undo: dict[str, Snapshot]) -> None:
         """Hand drained changes to the persister under the next applied sequence number."""
-        self._applied_seq += 1
-        seq = self._applied_seq
+        self._applied_seq = seq = self._applied_seq + 1
         try:
             await self.persister.write(dirty, undo)
         finally:
-            # Batches are written in order: this write's end is the end of all before it.
-            if seq > self._durable_seq:
-                self._durable_seq = seq
+            self._write_ended(seq)
+
+    def _write_ended(self, seq: int) -> None:
+        """Hand-over ``seq``'s write ended (stored, or failed and rolled back)."""
+        # Batches are written in order: this write's end is the end of all before it.
+        if seq > self._durable_seq:
+            self._durable_seq = seq
+        if self._fence_waiters:
             self._wake_fenced_reads()
 
     @property

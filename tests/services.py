@@ -131,10 +131,12 @@ def start_throwaway_redis(port: int, data_dir: str | None = None) -> subprocess.
     """Start a private redis-server on ``port`` and wait until it accepts.
 
     No persistence, unless ``data_dir`` is given: then it keeps an append-only file there with
-    ``appendfsync always``, so a SIGKILLed server restarted on the same dir has every write.
+    ``appendfsync always``, so a SIGKILLed server restarted on the same dir has every write,
+    and its log (``redis.log``, appended to by each start).
     """
     persist = ["--appendonly", "no"] if data_dir is None else [
-        "--appendonly", "yes", "--appendfsync", "always", "--dir", data_dir]
+        "--appendonly", "yes", "--appendfsync", "always", "--dir", data_dir,
+        "--logfile", os.path.join(data_dir, "redis.log")]
     proc = subprocess.Popen(
         [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          *persist, "--daemonize", "no"],

@@ -40,6 +40,11 @@ class PrivateRedis:
             self.proc.kill()
             self.proc.wait(5)
 
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the server's log (every start appends to it), for a failed test."""
+        log = Path(self.dir) / "redis.log"
+        return "\n".join(log.read_text().splitlines()[-lines:]) if log.exists() else ""
+
 
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[PrivateRedis]:
@@ -47,6 +52,9 @@ def redis_server(tmp_path: Path) -> Iterator[PrivateRedis]:
     server.start()
     yield server
     server.kill()
+    # Shown with a failed test only (pytest's captured teardown output): one clean-clone run
+    # beside a CPU hog saw the server refuse connections right after a restart it had passed.
+    print(f"redis-server log (port {server.port}):\n{server.log_tail()}")
 
 
 def storage(server: PrivateRedis) -> RedisStoragePlugin:

@@ -127,8 +127,20 @@ def redis_server_binary() -> str:
     return binary
 
 
+def redis_answers(port: int, timeout_s: float = 0.2) -> bool:
+    """True if a redis-server on ``port`` answers PING with PONG: it listens *and* has
+    loaded its data (while it loads an append-only file it already accepts connections, but
+    answers -LOADING, and a file it cannot load ends it after that)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
 def start_throwaway_redis(port: int, data_dir: str | None = None) -> subprocess.Popen[bytes]:
-    """Start a private redis-server on ``port`` and wait until it accepts.
+    """Start a private redis-server on ``port`` and wait until it answers (data loaded).
 
     No persistence, unless ``data_dir`` is given: then it keeps an append-only file there with
     ``appendfsync always``, so a SIGKILLed server restarted on the same dir has every write,
@@ -142,14 +154,25 @@ def start_throwaway_redis(port: int, data_dir: str | None = None) -> subprocess.
          *persist, "--daemonize", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 5.0
-    while not reachable("127.0.0.1", port, timeout_s=0.2):
+    deadline = time.monotonic() + 10.0
+    while not redis_answers(port):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             proc.wait(5)
-            pytest.fail(f"throwaway redis-server did not start on port {port}")
+            log = "" if data_dir is None else _tail(os.path.join(data_dir, "redis.log"))
+            pytest.fail(f"throwaway redis-server did not start on port {port} (exit "
+                        f"{proc.returncode}){log}")
         time.sleep(0.02)  # polling a TCP port: there is no event to wait on
     return proc
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "; its log ends:\n" + "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
 
 
 async def drop_postgres_table(url: str, table: str) -> None:

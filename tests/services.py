@@ -159,20 +159,22 @@ def start_throwaway_redis(port: int, data_dir: str | None = None) -> subprocess.
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             proc.wait(5)
-            log = "" if data_dir is None else _tail(os.path.join(data_dir, "redis.log"))
+            log = "" if data_dir is None else "; its log ends:\n" + redis_log_tail(data_dir)
             pytest.fail(f"throwaway redis-server did not start on port {port} (exit "
                         f"{proc.returncode}){log}")
         time.sleep(0.02)  # polling a TCP port: there is no event to wait on
     return proc
 
 
-def _tail(path: str, lines: int = 20) -> str:
+def redis_log_tail(data_dir: str, lines: int = 40) -> str:
+    """The end of the log a data-keeping :func:`start_throwaway_redis` server writes in
+    ``data_dir`` (every start appends to it); empty if there is none."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return "; its log ends:\n" + "".join(f.readlines()[-lines:])
+        with open(os.path.join(data_dir, "redis.log"), encoding="utf-8",
+                  errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
     except OSError:
         return ""
-
 
 
 async def drop_postgres_table(url: str, table: str) -> None:

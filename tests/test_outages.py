@@ -14,7 +14,7 @@ from pathlib import Path
 import msgpack
 import pytest
 from helpers import count, wait_events
-from services import free_port, start_throwaway_redis
+from services import free_port, redis_log_tail, start_throwaway_redis
 
 from istos import Istos, JobContext, MemoryStorage, RedisStoragePlugin, StorageUnavailable
 from istos.transport.local import LocalMesh
@@ -40,11 +40,6 @@ class PrivateRedis:
             self.proc.kill()
             self.proc.wait(5)
 
-    def log_tail(self, lines: int = 40) -> str:
-        """The end of the server's log (every start appends to it), for a failed test."""
-        log = Path(self.dir) / "redis.log"
-        return "\n".join(log.read_text().splitlines()[-lines:]) if log.exists() else ""
-
 
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[PrivateRedis]:
@@ -54,7 +49,7 @@ def redis_server(tmp_path: Path) -> Iterator[PrivateRedis]:
     server.kill()
     # Shown with a failed test only (pytest's captured teardown output): one clean-clone run
     # beside a CPU hog saw the server refuse connections right after a restart it had passed.
-    print(f"redis-server log (port {server.port}):\n{server.log_tail()}")
+    print(f"redis-server log (port {server.port}):\n{redis_log_tail(server.dir)}")
 
 
 def storage(server: PrivateRedis) -> RedisStoragePlugin:

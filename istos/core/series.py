@@ -47,11 +47,15 @@ BINS_PER_OCTAVE = 4
 _MIN_S = 1e-4  # durations below 0.1 ms share the first bin
 _EVENT_INDEX = {ev.ENQUEUED: 0, ev.CLAIMED: 1, ev.ACKED: 2, ev.NACKED: 3, ev.LEASE_EXPIRED: 4,
                 ev.DEAD_LETTERED: 5, ev.CANCELLED: 6}
-_SETTLED = (ev.ACKED, ev.NACKED, ev.LEASE_EXPIRED, ev.CANCELLED)
+_SETTLED = frozenset((ev.ACKED, ev.NACKED, ev.LEASE_EXPIRED, ev.CANCELLED))
 
 
 def _bin(seconds: float) -> int:
-    return max(0, int(math.floor(BINS_PER_OCTAVE * math.log2(max(seconds, _MIN_S) / _MIN_S))))
+    # log2 of a duration at or below _MIN_S is <= 0: the first bin. Above it the log is
+    # positive, so int() is its floor.
+    if seconds <= _MIN_S:
+        return 0
+    return int(BINS_PER_OCTAVE * math.log2(seconds / _MIN_S))
 
 
 def _bin_middle(b: int) -> float:
@@ -140,24 +144,25 @@ class Series:
         if self.started_at is None:
             self.started_at = event.t
         buckets = self._buckets(event.t)
-        waited = ran = None
         if event.kind == ev.CLAIMED:
             since = self._ready_at(event.job_id)
-            if since is not None:
-                waited = max(0.0, event.t - since)
             self._claimed_at[event.job_id] = event.t
+            if since is not None:  # each histogram bin is worked out once, not per bucket
+                k = _bin(event.t - since)
+                for b in buckets:
+                    b.events[index] += 1
+                    b.wait[k] = b.wait.get(k, 0) + 1
+                return
         elif event.kind in _SETTLED:
             claimed = self._claimed_at.pop(event.job_id, None)
             if claimed is not None:
-                ran = max(0.0, event.t - claimed)
+                k = _bin(event.t - claimed)
+                for b in buckets:
+                    b.events[index] += 1
+                    b.run[k] = b.run.get(k, 0) + 1
+                return
         for b in buckets:
             b.events[index] += 1
-            if waited is not None:
-                k = _bin(waited)
-                b.wait[k] = b.wait.get(k, 0) + 1
-            if ran is not None:
-                k = _bin(ran)
-                b.run[k] = b.run.get(k, 0) + 1
 
     def mark_counts(self, t: float, counts: Mapping[Any, int]) -> None:
         """The queue's counts now (``t``): the newest buckets end with them."""

@@ -222,8 +222,35 @@ class QueueState:
         """
         if self.paused:
             return []
-        workers = self._wake_and_limit(workers, now)
+        if self.heaps.starts.heap:  # (wake_due, inline: most queues have no start deadline)
+            self.expire_due(now)
+        self.promote_due(now)
+        self.limited = False
         limiter = self.limiter
+        if limiter is not None:
+            workers = self._within_limit(limiter, workers, now)
+        heaps = self.heaps
+        if heaps.groups is not None or budget is not None and size_of is not None \
+                and len(workers) > 1:
+            out = self._claim_grouped_or_sized(workers, now, budget, size_of)
+        else:  # the plain queue's claim: the best ready jobs, one per slot
+            out = []
+            for worker in workers:
+                rec = heaps.peek_ready()
+                if rec is None:
+                    break
+                heapq.heappop(heaps.ready)
+                self._lease(rec, worker, now)
+                out.append(rec)
+        if limiter is not None:
+            limiter.spend(len(out), now)
+        return out
+
+    def _claim_grouped_or_sized(self, workers: list[str], now: float, budget: int | None,
+                                size_of: Callable[[JobRecord, str], int] | None
+                                ) -> list[JobRecord]:
+        """:meth:`claim`'s loop for a queue with fairness groups or a claim with a size
+        budget (several slots)."""
         out: list[JobRecord] = []
         used = 0
         sized = budget is not None and size_of is not None and len(workers) > 1
@@ -251,19 +278,7 @@ class QueueState:
                 groups.take(rec, name, now)
             self._lease(rec, worker, now)
             out.append(rec)
-        if limiter is not None:
-            limiter.spend(len(out), now)
         return out
-
-    def _wake_and_limit(self, workers: list[str], now: float) -> list[str]:
-        """Before a claim: :meth:`wake_due` (inline: no call where no job has a start
-        deadline), then the slots the rate limit lets claim now."""
-        if self.heaps.starts.heap:
-            self.expire_due(now)
-        self.promote_due(now)
-        self.limited = False
-        limiter = self.limiter
-        return workers if limiter is None else self._within_limit(limiter, workers, now)
 
     def _within_limit(self, limiter: TokenBucket, workers: list[str], now: float) -> list[str]:
         """The slots the rate limit lets claim now; the others are counted as throttled

@@ -51,7 +51,7 @@ from ..wire_lifecycle import debounce_spec, unique_spec
 from .extension import Handler, OwnerExtension, overrides
 from .handle import MetaCheck
 from .handlers import bulk, update
-from .handlers.accept import NewJob, accept_new, accept_one
+from .handlers.accept import NewJob, accept_jobs, accept_new, accept_one
 from .handlers.job_ops import JobOps
 from .handlers.nudges import Absorber, Nudges
 from .leadership import registry
@@ -64,6 +64,8 @@ from .views import eventlog
 log = logging.getLogger("istos.owner")
 # How dispatch serves an op (Owner._how_to_serve).
 _ADMIN, _DIRECT, _FENCED, _CHANGE = "admin", "direct", "fenced", "change"
+_MAY_BE_CLAIMABLE = frozenset({ev.ENQUEUED, ev.RETRY_SCHEDULED, ev.UNBLOCKED})
+"""Event kinds after which the job can be claimed at once (unless their ``delay_s`` is > 0)."""
 
 
 _PLAIN_ENQUEUE = frozenset(("v", "op", "body", "job_id", "delay_s", "priority", "dedup_s",
@@ -369,7 +371,8 @@ class QueueOwner:
             # that uses none of them pays for none of them.
             job = NewJob(job_id, msg["body"], float(msg.get("delay_s", 0.0)),
                          msg.get("priority", 0), None, msg.get("dedup_s"), msg.get("group"))
-            if (await accept_new(self, (job,), share_twin_fate=True, keyed=False))[0]:
+            # (accept_jobs, not accept_new: its keyed=False branch, one coroutine frame less)
+            if (await accept_jobs(self, (job,), share_twin_fate=True, keyed=False))[0][0]:
                 return {"job_id": job_id, "created": True}
             return {"job_id": job_id, "created": False, "reason": "job_id"}
         meta = msg.get("meta")
@@ -442,10 +445,7 @@ class QueueOwner:
             emit(event)
             if event.kind in eventlog.LOGGED:
                 eventlog.log_event(self.name, event, self.state.jobs.get(event.job_id))
-            if event.kind == ev.ENQUEUED and event.detail.get("delay_s", 0) <= 0:
-                claimable += 1
-            elif event.kind in (ev.RETRY_SCHEDULED, ev.UNBLOCKED) \
-                    and event.detail.get("delay_s", 0) <= 0:
+            if event.kind in _MAY_BE_CLAIMABLE and event.detail.get("delay_s", 0) <= 0:
                 claimable += 1
         if claimable:
             self.nudge(claimable)

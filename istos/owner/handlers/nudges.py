@@ -45,13 +45,14 @@ class Nudges:
         than after the turn's end; the hooks and the message still go out once per turn."""
         if count > 0 and self._absorbers and self._running():
             targets = self.hungry.take(count)
-            remote = targets - {self.node.node_id}
-            for absorb in self._absorbers:
-                if remote:
-                    woken = absorb(remote)
-                    self._absorbed |= woken
-                    remote -= woken
-            self._targets |= targets
+            if targets:  # (none: no worker is waiting for work)
+                remote = targets - {self.node.node_id}
+                for absorb in self._absorbers:
+                    if remote:
+                        woken = absorb(remote)
+                        self._absorbed |= woken
+                        remote -= woken
+                self._targets |= targets
         else:
             self._count += count
         if not self._scheduled:

@@ -423,8 +423,11 @@ class Istos:
         Workers stop first: jobs still running after the grace, and prefetched jobs not
         started, are cancelled without a nack and handed back to the owner, ready again with
         their attempt not counted (if the owner cannot take them, their leases bring them
-        back). Then the owners unbind and the transport and storage close. Idempotent: on a
-        node that is not serving it returns at once.
+        back). The acks and that hand-back still unsent when the grace ends are retried
+        for one ``request_timeout_s`` in all, not one per try: while no owner answers, the
+        jobs whose acks never landed come back with their leases (they may run again;
+        nothing is lost). Then the owners unbind and the transport and storage close.
+        Idempotent: on a node that is not serving it returns at once.
         """
         if not self._serving:
             return

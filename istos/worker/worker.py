@@ -14,7 +14,9 @@ Shutdown: the dispatcher stops claiming; jobs in flight get ``shutdown_grace_s``
 ack; any still running after that (and prefetched jobs not started) are cancelled *without* a
 nack and handed back in one ``release`` request: ready again at once, their attempt not counted
 (a nack, or waiting for the lease to expire, would burn an attempt for a job that did nothing
-wrong). If the owner cannot take the release, they come back when their lease expires.
+wrong). If the owner cannot take the release, they come back when their lease expires. The
+acks and the release still unsent when the grace ends get one request timeout in all (a stop
+while no owner answers is not held for a timeout per try).
 
 Heartbeats, ``timeout_s`` and cancellation live in ``heartbeat.py`` (:class:`HeldLeases`): this
 module tells it when a job is claimed, started and finished.
@@ -131,6 +133,9 @@ class WorkerRunner:
         self._settle_by: dict[str, float] = {}
         self._flush_scheduled = False
         self._settling: set[asyncio.Task[None]] = set()
+        # Set by stop(): when (node clock, monotonic) the acks and releases still unsent stop
+        # being retried, so a stop with no owner answering is not held for three timeouts.
+        self._wind_down_by: float | None = None
         # Prefetched jobs wait here for a slot, or go back unrun if their lease would end.
         self.waiting = WaitingJobs(self._running, node.clock, lease_s=lambda: self._lease_s,
                                    claim_rtt=lambda: self._avg_claim_s,
@@ -191,6 +196,10 @@ class WorkerRunner:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         await self.leases.stop()
+        # The acks and releases still to send get one request timeout in all, however many
+        # tries they have left: past it their jobs are left to their leases (they come back;
+        # nothing is lost).
+        self._wind_down_by = self.node.clock.monotonic() + self.node.request_timeout_s
         self._flush_outbox()  # finished jobs' acks still go out before we leave
         if self._settling:
             await asyncio.gather(*self._settling, return_exceptions=True)
@@ -489,14 +498,14 @@ class WorkerRunner:
         backoff for as long as one of their leases surely lasts: a storage outage or an owner
         failover shorter than that costs no redelivery of a job that already ran. Past it (or
         at shutdown) three tries; then the jobs are left to their leases: they come back,
-        nothing is lost."""
+        nothing is lost. A stopping worker's tries end with its wind-down (:meth:`stop`)."""
         clock = self.node.clock
         until = max((self._settle_by.get(item["token"], 0.0) for item in items), default=0.0)
         attempt, delay = 0, SETTLE_RETRY_FIRST_S
-        while True:
+        while (budget := self._wind_down_left()) is None or budget > 0:
             attempt += 1
             try:
-                reply = await self.client.call("settle", items=items)
+                reply = await self.client.call("settle", timeout_s=budget, items=items)
             except (OwnerUnavailable, StorageUnavailable) as exc:
                 left = until - clock.monotonic()
                 if attempt >= SETTLE_TRIES and (left <= 0 or self._stopping):
@@ -504,7 +513,9 @@ class WorkerRunner:
                 log.warning("worker %s: settling %d job(s) failed (%s)", self.slot_ids[0],
                             len(items), exc)
                 # The last try falls on the lease's end: the owner may still count it as ours.
-                await clock.sleep(delay if attempt < SETTLE_TRIES else min(delay, max(left, 0)))
+                pause = delay if attempt < SETTLE_TRIES else min(delay, max(left, 0))
+                to_stop = self._wind_down_left()
+                await clock.sleep(pause if to_stop is None else min(pause, max(0.0, to_stop)))
                 delay = min(delay * 2, SETTLE_RETRY_MAX_S)
                 continue
             except IstosError as exc:
@@ -519,16 +530,27 @@ class WorkerRunner:
         self._settled(items)
         self._count(items, None)
 
+    def _wind_down_left(self) -> float | None:
+        """Seconds left to send acks and releases in a stop (None: not stopping)."""
+        if self._wind_down_by is None:
+            return None
+        return self._wind_down_by - self.node.clock.monotonic()
+
     def _settled(self, items: list[dict[str, Any]]) -> None:
         for item in items:
             self._settle_by.pop(item["token"], None)
 
     async def _send_release(self, items: list[dict[str, Any]]) -> None:
         """Hand jobs back unrun (shutdown, or a lease that would end while the job waited):
-        retried briefly; idempotent by token."""
+        retried briefly (in a stop, within its wind-down); idempotent by token."""
         for attempt in range(3):
+            budget = self._wind_down_left()
+            if budget is not None and budget <= 0:
+                log.warning("worker %s: %d job(s) not released: no owner answered; their "
+                            "leases bring them back", self.slot_ids[0], len(items))
+                return
             try:
-                await self.client.call("release", items=items)
+                await self.client.call("release", timeout_s=budget, items=items)
                 return
             except (OwnerUnavailable, StorageUnavailable) as exc:
                 log.warning("worker %s: releasing %d job(s) failed (%s)", self.slot_ids[0],

@@ -428,7 +428,8 @@ CHORD_EVENT = ("chord_id", "change", "index", "size", "stalled_by")
 id, ``change`` (one of :data:`CHORD_CHANGES`), the member's index, the chord's size and the
 indexes of the members stalling the chord now (sorted)."""
 CHORD_CHANGES = ("stalled", "resumed")
-"""``stalled``: the member was dead-lettered and the chord's callback waits for it;
+"""``stalled``: the member was dead-lettered, or cancelled (for good: a cancelled job never runs
+again), and the chord's callback waits for it;
 ``resumed``: it is no longer dead (revived), so it no longer stalls the chord."""
 LEASE = ("job_id", "worker", "deadline", "attempt")  # never the token
 JOB_SUMMARY = ("job_id", "state", "priority", "attempts", "enqueued_at", "ready_at", "worker",

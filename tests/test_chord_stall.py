@@ -214,3 +214,66 @@ async def test_a_purged_dead_member_leaves_its_chord_stalled_for_good_and_why_sa
         hold.set()
     assert flow["stalled"]["by"][0]["state"] == "unknown"
     assert "nothing can resume the chord" in flow["stalled"]["note"]
+
+
+async def test_a_cancelled_member_stalls_its_chord_for_good_and_says_so(mesh):
+    """A member cancelled while it waits: the barrier records it (``cancelled``), a ``chord``
+    event and ``why`` say the chord is stalled and that nothing resumes it (it is named before
+    a dead member, which revive could bring back); reviving the dead one does not fire the
+    callback, and a restarted owner still says so."""
+    storage = MemoryStorage(durable=True)
+    owner1 = app_on(mesh, "owner1", storage=storage)
+    owner1.queue("shard", max_attempts=1, admin=True)
+    owner1.queue("reduce")
+    worker = app_on(mesh, "worker")
+    hold, broken = asyncio.Event(), {1}
+    ran: list[int] = []
+
+    @worker.worker("shard", concurrency=1, prefetch=0)  # members 1 and 2 wait behind 0
+    async def shard(i):
+        ran.append(i)
+        if i == 0:
+            await hold.wait()
+        if i in broken:
+            raise RuntimeError(f"shard {i} is broken")
+        return i
+
+    calls, _ = reducer(worker)
+    async with worker.serving():
+        async with owner1.serving():
+            chord_id = await owner1.chord("shard", [0, 1, 2], callback=("reduce", None))
+            member = f"{chord_id}.2"
+            await wait_events(owner1, lambda ev: count(ev, "claimed", f"{chord_id}.0") == 1)
+            assert await owner1.cancel("shard", member) == "cancelled"
+            events = await wait_events(owner1,
+                                       lambda ev: len(chord_events(ev, "stalled")) == 1)
+            [stalled] = chord_events(events, "stalled")
+            assert stalled.job_id == member
+            assert stalled.detail == {"chord_id": chord_id, "change": "stalled", "index": 2,
+                                      "size": 3, "stalled_by": [2]}
+            assert set((await barrier_of(storage, chord_id)).cancelled) == {2}  # stored
+            hold.set()  # member 0 is done, member 1 dies
+            await wait_events(owner1, lambda ev: len(chord_events(ev, "stalled")) == 2)
+            flow = await why_flow(worker, member)
+            assert [(m["index"], m["state"]) for m in flow["stalled"]["by"]] == [
+                (1, "dead"), (2, "cancelled")]
+            note = flow["stalled"]["note"]  # the member nothing brings back comes first
+            assert "stalled by member 2" in note and "cancelled" in note
+            assert "will not fire" in note
+            broken.clear()
+            await worker.revive("shard", f"{chord_id}.1")
+            events = await wait_events(
+                owner1, lambda ev: len(chord_events(ev, "resumed")) == 1
+                and count(ev, "acked", f"{chord_id}.1") == 1)
+            assert chord_events(events, "resumed")[0].detail["stalled_by"] == [2]
+        owner2 = app_on(mesh, "owner2", storage=storage)
+        owner2.queue("shard", max_attempts=1, admin=True)
+        owner2.queue("reduce")
+        async with owner2.serving():
+            assert owner2.owners["shard"].state.jobs[member].state == "cancelled"
+            flow = await why_flow(worker, member)
+            assert [m["index"] for m in flow["stalled"]["by"]] == [2]
+            assert "cancelled" in flow["stalled"]["note"]
+            assert chord_events(owner2.events.recent(), "stalled") == []  # recorded once
+    assert sorted(ran) == [0, 1, 1]  # the cancelled member never ran
+    assert calls == []  # nor did the callback

@@ -91,7 +91,7 @@ from ..core import batch_state as bs
 from ..core import workflow_meta as wf
 from ..core.chord_barrier import Barrier
 from ..core.config import check_priority, check_queue_name
-from ..core.records import DEAD
+from ..core.records import CANCELLED, DEAD
 from ..core.state import JobRecord
 from ..core.workflow_meta import check_workflow_meta
 from ..deprecation import renamed
@@ -119,7 +119,7 @@ log = logging.getLogger("istos.workflow")
 TOMBSTONE_TTL_S = 86_400.0
 """How long (owner clock) a fired chord's tombstone is kept before the owner deletes it."""
 RETRY_MIN_S, RETRY_MAX_S = 0.5, 30.0  # backoff of a stall's record whose write failed
-_ROUTED = frozenset({ev.OWNER_UP, ev.DEAD_LETTERED, ev.ENQUEUED})
+_ROUTED = frozenset({ev.OWNER_UP, ev.DEAD_LETTERED, ev.CANCELLED, ev.ENQUEUED})
 
 _NIL = msgpack.packb(None)  # a member result the worker did not send decodes as None
 
@@ -521,11 +521,12 @@ class ChordBarriers:
             self._tombstones.append((now, chord_id))
         await self._prune(now)
 
-    # -- stalls: a member dead-lettered while its chord waits --------------------------------
+    # -- stalls: a member dead-lettered or cancelled while its chord waits -------------------
     def on_event(self, event: JobEvent) -> None:
-        """Events of this owner's queue (:meth:`Workflows._route`): a dead-lettered member is
-        recorded as stalling its chord, a re-enqueued one (revived) no more; at start, the
-        stalls are brought up to date with the jobs (a crash may have come in between)."""
+        """Events of this owner's queue (:meth:`Workflows._route`): a dead-lettered or
+        cancelled member is recorded as stalling its chord, a re-enqueued one (revived) no
+        more; at start, the stalls are brought up to date with the jobs (a crash may have
+        come in between)."""
         if event.kind == ev.OWNER_UP:
             self._spawn("recovering chord stalls", self._recover_stalls)
             return
@@ -538,6 +539,9 @@ class ChordBarriers:
         if event.kind == ev.DEAD_LETTERED:
             self._spawn(f"recording {event.job_id} dead",
                         lambda: self._note_dead(event.job_id, chord))
+        elif event.kind == ev.CANCELLED:
+            self._spawn(f"recording {event.job_id} cancelled",
+                        lambda: self._note_cancelled(event.job_id, chord))
         else:
             self._spawn(f"recording {event.job_id} revived",
                         lambda: self._clear_dead(event.job_id, chord))
@@ -574,6 +578,28 @@ class ChordBarriers:
                     "resume the chord", chord_id, self.owner.name, index, job_id)
         self._stall_event(job_id, chord_id, "stalled", index, barrier)
 
+    async def _note_cancelled(self, job_id: str, chord: dict[str, Any]) -> None:
+        """Record member ``job_id`` (cancelled) as stalling its chord for good, once, through
+        the write path; then emit a ``chord`` event (``stalled``). A cancelled job never runs
+        again, so nothing resumes the chord: the record makes that visible (``why``, the
+        event, a warning) instead of a chord that waits in silence. Raises what the write
+        raises."""
+        chord_id, index = str(chord["id"]), int(chord["index"])
+        async with self._lock(chord_id):
+            barrier = await self._find(chord_id)
+            rec = self.owner.state.jobs.get(job_id)
+            if barrier is None or barrier.fired or index in barrier.results \
+                    or index in barrier.cancelled or rec is None or rec.state != CANCELLED:
+                return  # not stalling it, or recorded already
+            cancelled = {**barrier.cancelled, index: self.owner.node.clock.now()}
+            await self._store(chord_id, replace(barrier, cancelled=cancelled))
+            barrier.cancelled = cancelled  # (applied after the write succeeded)
+            self.cache[chord_id] = barrier
+            self.stalled.add(chord_id)
+        log.warning("chord %s on queue %s is stalled for good: member %d (%s) was cancelled, "
+                    "so its callback will not fire", chord_id, self.owner.name, index, job_id)
+        self._stall_event(job_id, chord_id, "stalled", index, barrier)
+
     async def _clear_dead(self, job_id: str, chord: dict[str, Any]) -> None:
         """Member ``job_id`` is held and no longer dead (revived): its chord no longer lists it
         as stalling it (through the write path); then emit a ``chord`` event (``resumed``).
@@ -591,7 +617,7 @@ class ChordBarriers:
             barrier.dead = dead
             if not barrier.fired:
                 self.cache[chord_id] = barrier
-            if not dead:
+            if not dead and not barrier.cancelled:
                 self.stalled.discard(chord_id)
         self._stall_event(job_id, chord_id, "resumed", index, barrier)
 
@@ -604,6 +630,8 @@ class ChordBarriers:
             if key.startswith("cb:"):
                 continue  # a callback reservation (chord_callbacks.py), not a barrier
             barrier = Barrier.decode(raw)
+            if not barrier.fired and barrier.cancelled:
+                self.stalled.add(key)
             if not barrier.fired and barrier.dead:
                 self.stalled.add(key)
                 self.app.watch_revivals()
@@ -615,11 +643,15 @@ class ChordBarriers:
             chord = (rec.meta or {}).get("chord")
             if isinstance(chord, dict):
                 await self._note_dead(rec.job_id, chord)
+        for rec in [r for r in self.owner.state.jobs.values() if r.state == CANCELLED]:
+            chord = (rec.meta or {}).get("chord")
+            if isinstance(chord, dict):
+                await self._note_cancelled(rec.job_id, chord)
 
     def _stall_event(self, job_id: str, chord_id: str, change: str, index: int,
                      barrier: Barrier) -> None:
-        """A ``chord`` event naming member ``job_id``: ``change`` (``stalled``: it is dead
-        and the chord waits for it; ``resumed``: it no longer stalls the chord), with the
+        """A ``chord`` event naming member ``job_id``: ``change`` (``stalled``: it is dead or
+        cancelled and the chord waits for it; ``resumed``: it no longer stalls the chord), with the
         chord's id, the member's index, the chord's size and the members stalling it now."""
         detail = dict(zip(protocol.CHORD_EVENT,
                           (chord_id, change, index, barrier.size, barrier.stalled_by()),

@@ -17,7 +17,7 @@ from typing import Any
 
 from ... import protocol
 from ...core.chord_barrier import Barrier
-from ...core.records import DEAD
+from ...core.records import CANCELLED, DEAD
 from ...errors import IstosError
 from ..extension import Handler, OwnerExtension, not_wrapped
 from ..handle import OwnerHandle
@@ -61,9 +61,10 @@ class WorkflowView(OwnerExtension):
 
     async def _stalled(self, chord_id: str) -> dict[str, Any] | None:
         """``{"by": [{"index", "job_id", "state", "since"}], "count", "note"}``: the dead
-        members chord ``chord_id``'s barrier (held here) waits for, or None when none does. A
-        member listed is ``dead``, or ``unknown`` once its dead letter was purged (then
-        nothing resumes the chord); one no longer dead (revived meanwhile) is left out."""
+        and cancelled members chord ``chord_id``'s barrier (held here) waits for, or None when
+        none does. A member listed is ``dead``, ``cancelled`` (nothing resumes the chord), or
+        ``unknown`` once its record was purged or expired (nor then); one no longer dead
+        (revived meanwhile) is left out."""
         raw = await self.owner.storage.get(f"wf:{self.owner.name}", chord_id)
         barrier = None if raw is None else Barrier.decode(raw)
         if barrier is None or barrier.fired:
@@ -72,18 +73,23 @@ class WorkflowView(OwnerExtension):
         for index in barrier.stalled_by():
             job_id = f"{chord_id}.{index}"
             held = self.owner.state.jobs.get(job_id)
-            if held is None or held.state == DEAD:
+            if held is None or held.state in (DEAD, CANCELLED):
                 by.append({"index": index, "job_id": job_id,
-                           "state": "unknown" if held is None else DEAD,
-                           "since": barrier.dead[index]})
+                           "state": "unknown" if held is None else held.state,
+                           "since": barrier.ended_at(index)})
         if not by:
             return None
-        first = by[0]
+        # A cancelled member is named first: revive cannot bring it back, whatever else does.
+        first = next((b for b in by if b["index"] in barrier.cancelled), by[0])
         if first["state"] == DEAD:
             note = (f"chord {chord_id} is stalled by member {first['index']} "
                     f"({first['job_id']}), dead: its callback waits until revive brings that "
                     f"member back (app.revive({self.owner.name!r}, {first['job_id']!r}), or "
                     "istos redrive-dead)")
+        elif first["index"] in barrier.cancelled:
+            note = (f"chord {chord_id} is stalled by member {first['index']} "
+                    f"({first['job_id']}), cancelled: a cancelled job never runs again, so "
+                    "nothing can resume the chord and its callback will not fire")
         else:
             note = (f"chord {chord_id} is stalled by member {first['index']} "
                     f"({first['job_id']}), which died and whose dead letter was purged: "

@@ -120,7 +120,7 @@ async def test_a_parent_dying_while_the_child_waits_in_each_mode(mesh, mode):
             assert seen["state"] == "waiting" and seen["waits_for"]["needs_operator"]
             assert "waiting for an operator" in seen["reason"]
             fixed.add("bad")
-            await parent_app.requeue_dead("p", bad)
+            await parent_app.revive("p", bad)
             await ledger.until(lambda: ("c", "child") in ledger.runs)
     assert ledger.runs.count(("c", "child")) == (0 if mode == "cancel" else 1)
 

@@ -9,6 +9,7 @@ time), so the stop's length is read off virtual time: exact, whatever the machin
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -24,16 +25,25 @@ LEASE_S = 30.0
 GRACE_S = 1.0  # the worker's shutdown grace, in the second test
 
 
+def owners_on(mesh: LocalMesh, storage: MemoryStorage) -> Callable[[str], Istos]:
+    """Owner apps of queue ``q`` on ``mesh`` and one shared durable storage, by node name,
+    their clocks on the running (virtual) loop's time."""
+    loop = asyncio.get_running_loop()
+
+    def owner_app(name: str) -> Istos:
+        app = Istos(storage=storage, transport=mesh.transport(name), node_id=name,
+                    clock=SimClock(loop))
+        app.queue("q", lease_s=LEASE_S, keep_results=True)
+        return app
+
+    return owner_app
+
+
 def test_a_stop_with_no_owner_ends_within_one_request_timeout_and_loses_nothing() -> None:
     async def main() -> tuple[float, list[str], list[str]]:
         loop = asyncio.get_running_loop()
         mesh, storage = LocalMesh(), MemoryStorage(durable=True, shared=True)
-
-        def owner_app(name: str) -> Istos:
-            app = Istos(storage=storage, transport=mesh.transport(name), node_id=name,
-                        clock=SimClock(loop))
-            app.queue("q", lease_s=LEASE_S, keep_results=True)
-            return app
+        owner_app = owners_on(mesh, storage)
 
         worker = Istos(transport=mesh.transport("w"), node_id="w", clock=SimClock(loop),
                        request_timeout_s=TIMEOUT_S)
@@ -88,12 +98,7 @@ def test_a_stop_that_hands_jobs_back_with_no_owner_ends_within_its_wind_down() -
     async def main() -> tuple[float, list[str]]:
         loop = asyncio.get_running_loop()
         mesh, storage = LocalMesh(), MemoryStorage(durable=True, shared=True)
-
-        def owner_app(name: str) -> Istos:
-            app = Istos(storage=storage, transport=mesh.transport(name), node_id=name,
-                        clock=SimClock(loop))
-            app.queue("q", lease_s=LEASE_S, keep_results=True)
-            return app
+        owner_app = owners_on(mesh, storage)
 
         worker = Istos(transport=mesh.transport("w"), node_id="w", clock=SimClock(loop),
                        request_timeout_s=TIMEOUT_S, shutdown_grace_s=GRACE_S)

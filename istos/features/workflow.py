@@ -559,45 +559,46 @@ class ChordBarriers:
                             job_id, exc)
 
     async def _note_dead(self, job_id: str, chord: dict[str, Any]) -> None:
-        """Record member ``job_id`` (dead) as stalling its chord, once, through the write
-        path; then emit a ``chord`` event (``stalled``). Raises what the write raises."""
-        chord_id, index = str(chord["id"]), int(chord["index"])
-        async with self._lock(chord_id):
-            barrier = await self._find(chord_id)
-            rec = self.owner.state.jobs.get(job_id)
-            if barrier is None or barrier.fired or index in barrier.results \
-                    or index in barrier.dead or rec is None or rec.state != DEAD:
-                return  # not stalling it (or recorded already, or revived meanwhile)
-            dead = {**barrier.dead, index: self.owner.node.clock.now()}
-            await self._store(chord_id, replace(barrier, dead=dead))  # write, then apply
-            barrier.dead = dead
-            self.cache[chord_id] = barrier
-            self.stalled.add(chord_id)
-            self.app.watch_revivals()
-        log.warning("chord %s on queue %s is stalled: member %d (%s) is dead; revive it to "
-                    "resume the chord", chord_id, self.owner.name, index, job_id)
-        self._stall_event(job_id, chord_id, "stalled", index, barrier)
+        """Record member ``job_id`` (dead) as stalling its chord, until revived."""
+        await self._note_stall(job_id, chord, DEAD)
 
     async def _note_cancelled(self, job_id: str, chord: dict[str, Any]) -> None:
-        """Record member ``job_id`` (cancelled) as stalling its chord for good, once, through
-        the write path; then emit a ``chord`` event (``stalled``). A cancelled job never runs
-        again, so nothing resumes the chord: the record makes that visible (``why``, the
-        event, a warning) instead of a chord that waits in silence. Raises what the write
-        raises."""
+        """Record member ``job_id`` (cancelled) as stalling its chord for good: a cancelled
+        job never runs again, so nothing resumes the chord, and the record makes that visible
+        (``why``, the event, a warning) instead of a chord that waits in silence."""
+        await self._note_stall(job_id, chord, CANCELLED)
+
+    async def _note_stall(self, job_id: str, chord: dict[str, Any], ended: str) -> None:
+        """Record member ``job_id``, ended ``dead`` or ``cancelled``, in its chord's barrier
+        (``dead`` or ``cancelled``) once, through the write path; then emit a ``chord`` event
+        (``stalled``) and log a warning. Raises what the write raises."""
         chord_id, index = str(chord["id"]), int(chord["index"])
         async with self._lock(chord_id):
             barrier = await self._find(chord_id)
             rec = self.owner.state.jobs.get(job_id)
-            if barrier is None or barrier.fired or index in barrier.results \
-                    or index in barrier.cancelled or rec is None or rec.state != CANCELLED:
-                return  # not stalling it, or recorded already
-            cancelled = {**barrier.cancelled, index: self.owner.node.clock.now()}
-            await self._store(chord_id, replace(barrier, cancelled=cancelled))
-            barrier.cancelled = cancelled  # (applied after the write succeeded)
+            if barrier is None:
+                return
+            listed = barrier.dead if ended == DEAD else barrier.cancelled
+            if barrier.fired or index in barrier.results or index in listed or rec is None \
+                    or rec.state != ended:
+                return  # not stalling it (or recorded already, or revived meanwhile)
+            now_listed = {**listed, index: self.owner.node.clock.now()}
+            if ended == DEAD:
+                await self._store(chord_id, replace(barrier, dead=now_listed))
+                barrier.dead = now_listed  # (write, then apply)
+                self.app.watch_revivals()
+            else:
+                await self._store(chord_id, replace(barrier, cancelled=now_listed))
+                barrier.cancelled = now_listed
             self.cache[chord_id] = barrier
             self.stalled.add(chord_id)
-        log.warning("chord %s on queue %s is stalled for good: member %d (%s) was cancelled, "
-                    "so its callback will not fire", chord_id, self.owner.name, index, job_id)
+        if ended == DEAD:
+            log.warning("chord %s on queue %s is stalled: member %d (%s) is dead; revive it "
+                        "to resume the chord", chord_id, self.owner.name, index, job_id)
+        else:
+            log.warning("chord %s on queue %s is stalled for good: member %d (%s) was "
+                        "cancelled, so its callback will not fire", chord_id, self.owner.name,
+                        index, job_id)
         self._stall_event(job_id, chord_id, "stalled", index, barrier)
 
     async def _clear_dead(self, job_id: str, chord: dict[str, Any]) -> None:

@@ -489,6 +489,40 @@ async def test_failed_callback_enqueue_is_retried_by_the_members_redelivery(mesh
     assert count(reduce_app.events.recent(), "enqueued", f"{chord_id}.callback") == 1
 
 
+async def test_a_member_out_of_attempts_with_its_callback_unsent_still_fires_it(mesh):
+    """As above, but the member whose ack was refused has no attempt left: its lease runs out
+    and it is dead-lettered, never redelivered. Every result is stored, so the member queue's
+    owner fires the callback itself once the callback's owner is back: once, with every
+    result, and no member runs again."""
+    clock = ManualClock()
+    owner = app_on(mesh, "owner", clock=clock, request_timeout_s=0.05)
+    owner.queue("shard", lease_s=0.2, sweep_interval_s=0.02, max_attempts=1)
+    reduce_app = app_on(mesh, "reducer")
+    reduce_app.queue("reduce")
+    calls, fired = reducer(reduce_app)
+    worker = app_on(mesh, "worker", clock=ManualClock())
+    runs: list[int] = []
+
+    @worker.worker("shard", concurrency=2, poll_interval_s=0.05)
+    async def shard(i):
+        runs.append(i)
+        return i * 2
+
+    async with owner.serving():
+        async with reduce_app.serving():  # the opener reserves the callback on its queue
+            chord_id = await owner.chord("shard", [0, 1], callback=("reduce", "y"))
+        async with worker.serving():
+            await wait_events(owner, lambda ev: count(ev, "acked") == 1)
+            clock.advance(0.2)  # the last member's ack times out, and its lease runs out
+            await wait_events(owner, lambda ev: count(ev, "dead_lettered") == 1)
+            async with reduce_app.serving():
+                await wait_for(fired)
+                await wait_events(reduce_app, lambda ev: count(ev, "acked") == 1)
+    assert calls == [{"results": [0, 2], "input": "y"}]
+    assert sorted(runs) == [0, 1]  # no member ran twice
+    assert count(reduce_app.events.recent(), "enqueued", f"{chord_id}.callback") == 1
+
+
 class HeldCallbacks(OwnerExtension):
     """Holds every chord callback's enqueue on its queue's owner until ``gate`` is set, and
     counts those enqueues (a slow or unreachable callback owner, under the test's control)."""

@@ -76,6 +76,8 @@ ends observably (those two callbacks, and ``istos batch``) instead of staying si
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -433,8 +435,10 @@ class ChordBarriers:
         stores the tombstone under the lock again. While that enqueue is in flight, an ack of
         the same member (a repeat, or a redelivery) waits for its outcome, and an ack of
         another member whose result is stored already returns at once: the sender's ack fails
-        if the enqueue fails, so the sender is redelivered and fires again. Raises what the
-        enqueue or a storage write raises (the ack is refused and the member redelivered)."""
+        if the enqueue fails, so the sender is redelivered and fires again; should it run out
+        of attempts first, the owner fires the complete barrier itself once the member is
+        dead-lettered (:meth:`_fire_if_complete`). Raises what the enqueue or a storage write
+        raises (the ack is refused and the member redelivered)."""
         meta = (rec.meta or {}).get("chord")
         if meta is None or rec.lease_token is None:
             return
@@ -452,6 +456,13 @@ class ChordBarriers:
             if firing.job_id == rec.job_id:
                 await asyncio.shield(firing.outcome)  # raises what the sender's firing raised
             return  # another member's: the sender's ack answers for the callback (see above)
+        await self._fire_once(chord_id, rec, meta, results)
+
+    async def _fire_once(self, chord_id: str, rec: JobRecord, meta: dict[str, Any],
+                         results: list[bytes]) -> None:
+        """Fire ``chord_id``'s callback for member ``rec`` (the one whose ack, or end, sends
+        it), registered as the chord's firing in flight until it ends. The caller checked,
+        with no await since, that no firing is in flight. Raises what :meth:`_fire` raises."""
         firing = _Firing(rec.job_id, asyncio.get_running_loop().create_future())
         self._firing[chord_id] = firing
         try:
@@ -464,6 +475,35 @@ class ChordBarriers:
             firing.outcome.set_result(None)
         finally:
             self._firing.pop(chord_id, None)
+
+    async def _fire_if_complete(self, job_id: str) -> None:
+        """Fire the callback of member ``job_id``'s chord if its barrier holds every result
+        and never fired: the member whose ack completed it had that ack refused (the
+        callback's enqueue failed) and then ran out of attempts or was cancelled, or a crash
+        came between. Every result is stored, so the owner fires it; the callback's fixed id
+        and the tombstone keep it to once. Raises what the enqueue or a write raises."""
+        rec = self.owner.state.jobs.get(job_id)
+        meta = (rec.meta or {}).get("chord") if rec is not None else None
+        if rec is None or not isinstance(meta, dict):
+            return
+        chord_id = str(meta["id"])
+        while True:
+            async with self._lock(chord_id):
+                barrier = await self._find(chord_id)
+                if barrier is None or barrier.fired or len(barrier.results) < barrier.size:
+                    return
+                results = [barrier.results[i] for i in range(barrier.size)]
+            firing = self._firing.get(chord_id)
+            if firing is None:
+                break
+            # A member's ack is firing it now: if that fails, its member (this one, ended)
+            # is not redelivered to fire again, so look again once it ended.
+            with contextlib.suppress(IstosError):
+                await asyncio.shield(firing.outcome)
+        log.warning("chord %s on queue %s: every result is in but the callback never went "
+                    "out (member %s ended %s); firing it now", chord_id, self.owner.name,
+                    job_id, rec.state)
+        await self._fire_once(chord_id, rec, meta, results)
 
     async def _record(self, chord_id: str, index: int, size: int,
                       result: bytes | None) -> list[bytes] | None:
@@ -536,12 +576,12 @@ class ChordBarriers:
         chord = (rec.meta or {}).get("chord") if rec is not None else None
         if not isinstance(chord, dict):
             return
-        if event.kind == ev.DEAD_LETTERED:
-            self._spawn(f"recording {event.job_id} dead",
-                        lambda: self._note_dead(event.job_id, chord))
-        elif event.kind == ev.CANCELLED:
-            self._spawn(f"recording {event.job_id} cancelled",
-                        lambda: self._note_cancelled(event.job_id, chord))
+        if event.kind in (ev.DEAD_LETTERED, ev.CANCELLED):
+            note = self._note_dead if event.kind == ev.DEAD_LETTERED else self._note_cancelled
+            self._spawn(f"recording {event.job_id} {event.kind}",
+                        lambda: note(event.job_id, chord))
+            self._spawn(f"firing the chord of {event.job_id} if complete",
+                        lambda: self._fire_if_complete(event.job_id))
         else:
             self._spawn(f"recording {event.job_id} revived",
                         lambda: self._clear_dead(event.job_id, chord))
@@ -640,14 +680,18 @@ class ChordBarriers:
         for chord_id, index in listed:
             job_id = f"{chord_id}.{index}"
             await self._clear_dead(job_id, {"id": chord_id, "index": index})
-        for rec in list(self.owner.state.dead.values()):
+        ended = [*self.owner.state.dead.values(),
+                 *(r for r in self.owner.state.jobs.values() if r.state == CANCELLED)]
+        for rec in ended:
             chord = (rec.meta or {}).get("chord")
-            if isinstance(chord, dict):
+            if not isinstance(chord, dict):
+                continue
+            if rec.state == DEAD:
                 await self._note_dead(rec.job_id, chord)
-        for rec in [r for r in self.owner.state.jobs.values() if r.state == CANCELLED]:
-            chord = (rec.meta or {}).get("chord")
-            if isinstance(chord, dict):
+            else:
                 await self._note_cancelled(rec.job_id, chord)
+            self._spawn(f"firing the chord of {rec.job_id} if complete",
+                        functools.partial(self._fire_if_complete, rec.job_id))
 
     def _stall_event(self, job_id: str, chord_id: str, change: str, index: int,
                      barrier: Barrier) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from istos.core.backoff import delay_bounds
 
 from .checker_batches import batch_findings
+from .checker_chords import chord_findings
 from .checker_deps import deps_findings
 from .checker_expiry import expiry_findings, pause_findings
 from .checker_leases import lease_findings
@@ -82,7 +83,7 @@ def check(rec: RunRecord) -> list[Finding]:
         _dedup_windows(rec), _rate_limits(rec), _group_limits(rec), *lease_findings(rec),
         job_log_finding(rec), unique_finding(rec), *expiry_findings(rec), *pause_findings(rec),
         *deps_findings(rec),
-        *batch_findings(rec),
+        *batch_findings(rec), *chord_findings(rec),
     ]
     if rec.outbox:
         ok, detail = outbox_finding(rec.outbox, rec.events, rec.effects, rec.outbox_waiting)
@@ -214,8 +215,9 @@ def _fifo_within_priority(rec: RunRecord) -> Finding:
             if skipped is not None:
                 bad.append(f"{e['job_id']} claimed at {e['t']:.3f} while {skipped} was "
                            "ready earlier at the same or a higher priority")
-        elif kind in ("acked", "dead_lettered", "purged", "result_expired", "expired"):
-            model.drop(e["job_id"])
+        elif kind in ("acked", "dead_lettered", "cancelled", "purged", "result_expired",
+                      "expired"):
+            model.drop(e["job_id"])  # (a job cancelled while it waited is ready no more)
     return Finding("priority, then FIFO among ready jobs", not bad, summary(bad))
 
 

@@ -133,7 +133,8 @@ class SimResult:
                          end_t=float(getattr(self, "virtual_s", 0.0)),
                          outbox_waiting=getattr(self, "outbox_waiting", set()),
                          batches=getattr(self, "batches", []),
-                         batch_headers=getattr(self, "batch_headers", {}))
+                         batch_headers=getattr(self, "batch_headers", {}),
+                         chords=getattr(self, "chords", []))
 
     def summary(self) -> str:
         """One line for a human: seed, virtual and wall time, events, and the delivery counts

@@ -40,6 +40,8 @@ class RunRecord:
     # Batches the workload opened (sim/batch_workload.py) and their headers in storage at the end.
     batches: list[dict[str, Any]] = field(default_factory=list)
     batch_headers: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    # Chords the workload opened (sim/chord_workload.py): id, member queue, size, callback.
+    chords: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

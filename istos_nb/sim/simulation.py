@@ -268,6 +268,16 @@ class Simulation:
             raise ScenarioError("open_batches needs Simulation(storage='durable')")
         self.workload.open_batches(node, n, members=members, callbacks=callbacks, **kwargs)
 
+    # -- chords (chord_workload.py) --
+    def open_chords(self, node: str, n: int, *, queue: str, size: int, callback: str,
+                    **kwargs: Any) -> None:
+        """``n`` chords opened through ``node``, each of ``size`` members on ``queue`` with
+        its callback on ``callback``; ``cancel`` (its last members cancelled right after the
+        open: ``queue`` needs ``admin=True``), ``start``, ``every`` (s between chords). The
+        checker's chord invariants judge them. Raises :class:`ScenarioError` for an unknown
+        node, ``n < 0``, ``size < 1``, ``cancel`` outside ``[0, size]`` or ``every <= 0``."""
+        self.workload.open_chords(node, n, queue=queue, size=size, callback=callback, **kwargs)
+
     # workload helpers (see workload.py)
     def enqueue_jobs(self, node: str, queue: str, n: int, **kwargs: Any) -> None:
         """Enqueue ``n`` jobs on ``queue`` through ``node`` (see
@@ -413,6 +423,7 @@ class Simulation:
                          outbox_waiting=world.outbox.waiting(),
                          batches=world.batches.record(),
                          batch_headers=world.batches.headers(self.shared_storage),
+                         chords=world.chords.record(),
                          virtual_s=world.now(), wall_s=wall_s,
                          interrupted=interrupted, seed=self.seed)
 

@@ -129,6 +129,24 @@ class Workload:
             self.world.schedule(start + i * every, "open_batch", functools.partial(
                 _spawn_batch, self.world, sim_node, dict(members), callbacks, ids, close))
 
+    def open_chords(self, node: str, n: int, *, queue: str, size: int, callback: str,
+                    cancel: int = 0, start: float = 0.0, every: float = 1.0) -> None:
+        """``n`` chord scenarios through ``node``, one every ``every`` s from ``start``: each
+        opens a chord of ``size`` members on ``queue`` with its callback on ``callback``, then
+        cancels its last ``cancel`` members. See ``chord_workload.py``."""
+        sim_node = self.world.node(node)
+        if not isinstance(n, int) or n < 0:
+            raise ScenarioError(f"n must be an integer >= 0, got {n!r}")
+        if type(size) is not int or size < 1:
+            raise ScenarioError(f"size must be an integer >= 1, got {size!r}")
+        if type(cancel) is not int or not 0 <= cancel <= size:
+            raise ScenarioError(f"cancel must be an integer in [0, size], got {cancel!r}")
+        if not every > 0:
+            raise ScenarioError(f"every must be > 0 s, got {every!r}")
+        for i in range(n):
+            self.world.schedule(start + i * every, "open_chord", functools.partial(
+                _spawn_chord, self.world, sim_node, queue, size, callback, cancel))
+
     def handler(self, *, service_s: ServiceSpec = 0.0, fail_p: float = 0.0,
                 crash_p: float = 0.0, effect: Callable[[Any], Any] | None = None,
                 log_lines: int = 0, log_line_bytes: int = 0) -> Callable[..., Any]:
@@ -169,6 +187,11 @@ class Workload:
 def _spawn_batch(world: World, node: Any, members: dict[str, int], callbacks: str,
                  ids: list[str], close: bool) -> None:
     world.spawn(node, world.batches.run_one(node, members, callbacks, ids, close))
+
+
+def _spawn_chord(world: World, node: Any, queue: str, size: int, callback: str,
+                 cancel: int) -> None:
+    world.spawn(node, world.chords.run_one(node, queue, size, callback, cancel))
 
 
 def _check_handler_options(fail_p: float, crash_p: float, log_lines: int,

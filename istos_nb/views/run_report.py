@@ -74,6 +74,13 @@ INVARIANT_MEANING: dict[str, str] = {
     "no batch count lost across owner restarts and failovers":
         "each batch's home kept as many done, dead and cancelled members as the members' own "
         "events say, whatever crashed or failed over",
+    "a chord's callback fires only after every member succeeded":
+        "no chord callback job was created before each member's handler had returned",
+    "a chord whose members were all acked fired its callback":
+        "every chord whose members all ended acked created its callback job",
+    "a chord stalled by a dead or cancelled member says so":
+        "a chord member that died or was cancelled before the callback went out was named in "
+        "a chord 'stalled' event, so the stall never goes unseen",
 }
 
 
@@ -132,6 +139,12 @@ _APPLIES: dict[str, tuple[Callable[[SimResult, str], bool], str]] = {
         lambda r, d: not d.startswith("no batch"), "no batch in this run"),
     "no batch count lost across owner restarts and failovers": (
         lambda r, d: not d.startswith("no batch"), "no batch in this run"),
+    "a chord's callback fires only after every member succeeded": (
+        lambda r, d: not d.startswith("no chord"), "no chord in this run"),
+    "a chord whose members were all acked fired its callback": (
+        lambda r, d: not d.startswith("no chord"), "no chord in this run"),
+    "a chord stalled by a dead or cancelled member says so": (
+        lambda r, d: not d.startswith("no chord"), "no chord in this run"),
     "no lease expired while its heart-beating holder was alive and connected": (
         lambda r, d: not d.startswith(("no heart-beating", "not checked")), ""),
 }

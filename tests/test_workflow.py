@@ -450,17 +450,25 @@ async def test_concurrent_repeats_of_the_last_ack_fire_the_callback_once():
     assert tombstone.fired and tombstone.results == {}
 
 
+def callback_outage_apps(mesh: LocalMesh, *, max_attempts: int
+                         ) -> tuple[ManualClock, Istos, Istos, Istos]:
+    """The owner of ``shard`` (0.2 s leases, a 0.05 s request timeout, on a clock the test
+    moves), the callbacks' app (queue ``reduce``, not started) and a worker app whose clock
+    stands still (it never sees a lease end)."""
+    clock = ManualClock()
+    owner = app_on(mesh, "owner", clock=clock, request_timeout_s=0.05)
+    owner.queue("shard", lease_s=0.2, sweep_interval_s=0.02, max_attempts=max_attempts)
+    reduce_app = app_on(mesh, "reducer")
+    reduce_app.queue("reduce")
+    return clock, owner, reduce_app, app_on(mesh, "worker", clock=ManualClock())
+
+
 async def test_failed_callback_enqueue_is_retried_by_the_members_redelivery(mesh):
     """The owner's leases and request timeout run on a clock the test moves, and the worker's
     on one that stands still (it never sees a lease end): on the loop's clock a loaded machine
     could expire a member's 0.2 s lease before its ack went through (a fourth run)."""
-    clock = ManualClock()
-    owner = app_on(mesh, "owner", clock=clock, request_timeout_s=0.05)
-    owner.queue("shard", lease_s=0.2, sweep_interval_s=0.02)
-    reduce_app = app_on(mesh, "reducer")
-    reduce_app.queue("reduce")
+    clock, owner, reduce_app, worker = callback_outage_apps(mesh, max_attempts=5)
     calls, fired = reducer(reduce_app)
-    worker = app_on(mesh, "worker", clock=ManualClock())
     runs: list[tuple[int, int]] = []
     rerun = asyncio.Event()
 
@@ -494,13 +502,8 @@ async def test_a_member_out_of_attempts_with_its_callback_unsent_still_fires_it(
     and it is dead-lettered, never redelivered. Every result is stored, so the member queue's
     owner fires the callback itself once the callback's owner is back: once, with every
     result, and no member runs again."""
-    clock = ManualClock()
-    owner = app_on(mesh, "owner", clock=clock, request_timeout_s=0.05)
-    owner.queue("shard", lease_s=0.2, sweep_interval_s=0.02, max_attempts=1)
-    reduce_app = app_on(mesh, "reducer")
-    reduce_app.queue("reduce")
+    clock, owner, reduce_app, worker = callback_outage_apps(mesh, max_attempts=1)
     calls, fired = reducer(reduce_app)
-    worker = app_on(mesh, "worker", clock=ManualClock())
     runs: list[int] = []
 
     @worker.worker("shard", concurrency=2, poll_interval_s=0.05)

@@ -15,21 +15,18 @@ restarts, by design.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgpack
 
 from istos.core.batch_state import KINDS, BatchHeader
-from istos.errors import IstosError
+
+from .workload_steps import retried
 
 if TYPE_CHECKING:
     from istos.storage.memory import MemoryStorage
 
     from .simnode import SimNode
-
-RETRIES = 40  # tries of each step (open, each add, close) before the scenario gives up
-RETRY_MAX_S = 8.0  # the backoff's cap between tries, virtual seconds
 
 
 class BatchWorld(Protocol):
@@ -54,7 +51,7 @@ class SimBatches:
                                "confirmed": set(), "closed_at": None,
                                "callbacks": list(KINDS), "gave_up": None}
         self.rows.append(row)
-        batch = await self._retry(row, "open", lambda: node.app.batch(
+        batch = await retried(row, "open", lambda: node.app.batch(
             on_success=(callbacks, "s"), on_complete=(callbacks, "c"),
             on_death=(callbacks, "d"), description=f"sim batch {len(self.rows)}"))
         if batch is None:
@@ -68,25 +65,11 @@ class SimBatches:
             async def add(queue: str = queue, job_id: str = job_id) -> str:
                 return str(await batch.add(queue, {"member": job_id}, job_id=job_id))
 
-            if await self._retry(row, f"add {job_id}", add) is None:
+            if await retried(row, f"add {job_id}", add) is None:
                 return
             row["confirmed"].add(job_id)
-        if close and await self._retry(row, "close", batch.close, want=True) is not None:
+        if close and await retried(row, "close", batch.close, want=True) is not None:
             row["closed_at"] = self.world.now()
-
-    async def _retry(self, row: dict[str, Any], what: str, step: Any,
-                     want: Any = None) -> Any:
-        """``await step()`` until it answers (None: gave up, recorded in the row)."""
-        delay = 0.25
-        for _ in range(RETRIES):
-            try:
-                got = await step()
-                return want if want is not None else got
-            except IstosError:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
-        row["gave_up"] = what
-        return None
 
     def headers(self, storage: MemoryStorage) -> dict[str, dict[str, Any] | None]:
         """Each recorded batch's header as its home stored it (None: not in storage)."""

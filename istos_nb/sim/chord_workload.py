@@ -17,16 +17,12 @@ effects (``checker_chords.py``); the checker reads no engine object.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
-from istos.errors import IstosError
+from .workload_steps import retried
 
 if TYPE_CHECKING:
     from .simnode import SimNode
-
-RETRIES = 40  # tries of each step (open, each cancel) before the scenario gives up
-RETRY_MAX_S = 8.0  # the backoff's cap between tries, virtual seconds
 
 
 class ChordWorld(Protocol):
@@ -51,7 +47,7 @@ class SimChords:
                                "opened_at": None, "cancels": {}, "gave_up": None}
         self.rows.append(row)
         items = [{"member": i} for i in range(size)]
-        chord_id = await self._retry(row, "open", lambda: node.app.chord(
+        chord_id = await retried(row, "open", lambda: node.app.chord(
             queue, items, callback=(callback, "in")))
         if chord_id is None:
             return
@@ -62,22 +58,10 @@ class SimChords:
             async def cancel_one(job_id: str = job_id) -> str:
                 return str(await node.app.cancel(queue, job_id))
 
-            status = await self._retry(row, f"cancel {job_id}", cancel_one)
+            status = await retried(row, f"cancel {job_id}", cancel_one)
             if status is None:
                 return
             row["cancels"][index] = status
-
-    async def _retry(self, row: dict[str, Any], what: str, step: Any) -> Any:
-        """``await step()`` until it answers (None: gave up, recorded in the row)."""
-        delay = 0.25
-        for _ in range(RETRIES):
-            try:
-                return await step()
-            except IstosError:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
-        row["gave_up"] = what
-        return None
 
     def record(self) -> list[dict[str, Any]]:
         """The rows, copied, for the run's result."""

@@ -1,7 +1,7 @@
 """The simulator's chord workload and the checker's chord invariants: chords whose members
 fail for good or are cancelled, with the member queue's owner and the callback queue's owner
-crashing and acks lost, over 200 seeds; and the invariants can fail (a record that breaks them
-is caught).
+crashing, failing over and cut apart, and acks lost, over 200 seeds; and the invariants can
+fail (a record that breaks them is caught).
 
 The sweep found a chord that never fired: the member whose ack completed the barrier had that
 ack refused (the callback's queue was down) and ran out of attempts before it came back. The
@@ -27,19 +27,26 @@ from istos_nb.sim.run_record import RunRecord
 
 pytestmark = pytest.mark.fast  # virtual time: no process, server or session
 
-# Every seed's faults end by t=14 and its chords open by t=4; the stall check requires what
+# Every seed's faults end by t=28 and its chords open by t=4; the stall check requires what
 # ended SETTLE_S (60 s) before the end, so 100 s requires all of it.
 UNTIL = 100.0
 
 
 def scenario(seed: int) -> Simulation:
-    """Three chords of four members on ``shard`` (owner m), callbacks on ``reduce`` (owner c);
-    members fail (for good after two tries) often on every third seed, odd seeds cancel each
-    chord's last member; m and c each crash and restart once, and acks get lost."""
+    """Three chords of four members on ``shard``, callbacks on ``reduce``; members fail (for
+    good after two tries) often on every third seed, odd seeds cancel each chord's last
+    member, and acks get lost. Seeds below 100: one owner per queue (m, c), each crashing and
+    restarting once. From 100 on: each queue led by one of two HA replicas, the member
+    queue's leader crashed (a failover) on even seeds or restarted on odd ones, the
+    callbacks' leader crashed and restarted, and the two sides cut apart for a while."""
     rng = random.Random(seed)
     sim = Simulation(seed=seed, storage="durable")
-    sim.node("m").queue("shard", lease_s=3.0, max_attempts=2, retry_backoff_s=0.2, admin=True)
-    sim.node("c").queue("reduce", lease_s=3.0)
+    ha = seed >= 100
+    for name in ("m1", "m2") if ha else ("m",):
+        sim.node(name).queue("shard", lease_s=3.0, max_attempts=2, retry_backoff_s=0.2,
+                             admin=True, ha=ha, ha_lease_s=2.0)
+    for name in ("c1", "c2") if ha else ("c",):
+        sim.node(name).queue("reduce", lease_s=3.0, ha=ha, ha_lease_s=2.0)
     sim.node("p")
     w = sim.node("w")
     w.worker("shard", concurrency=3, poll_interval_s=0.2)(
@@ -47,8 +54,17 @@ def scenario(seed: int) -> Simulation:
     w.worker("reduce", poll_interval_s=0.2)(sim.handler(service_s=0.05))
     sim.open_chords("p", 3, queue="shard", size=4, callback="reduce",
                     cancel=1 if seed % 2 else 0, start=1.0, every=1.5)
-    sim.crash("m", at=rng.uniform(2.0, 8.0), restart_after=rng.uniform(0.5, 4.0))
-    sim.crash("c", at=rng.uniform(2.0, 8.0), restart_after=rng.uniform(0.5, 4.0))
+    member, callbacks = ("m1", "c1") if ha else ("m", "c")
+    if ha and seed % 2 == 0:
+        sim.crash(member, at=rng.uniform(2.0, 8.0), restart_after=20.0)  # m2 takes over
+    elif ha:
+        sim.restart(member, at=rng.uniform(2.0, 8.0))
+    else:
+        sim.crash(member, at=rng.uniform(2.0, 8.0), restart_after=rng.uniform(0.5, 4.0))
+    sim.crash(callbacks, at=rng.uniform(2.0, 8.0), restart_after=rng.uniform(0.5, 4.0))
+    if ha:
+        cut = rng.uniform(3.0, 10.0)
+        sim.partition({"m1", "m2"}, {"c1", "c2"}, at=cut, heal_at=cut + rng.uniform(1, 8))
     sim.lose_acks(0.1)
     return sim
 

@@ -22,6 +22,7 @@ from typing import Any
 from istos.core.backoff import delay_bounds
 
 from .checker_batches import batch_findings
+from .checker_chains import chain_findings
 from .checker_chords import chord_findings
 from .checker_deps import deps_findings
 from .checker_expiry import expiry_findings, pause_findings
@@ -83,7 +84,7 @@ def check(rec: RunRecord) -> list[Finding]:
         _dedup_windows(rec), _rate_limits(rec), _group_limits(rec), *lease_findings(rec),
         job_log_finding(rec), unique_finding(rec), *expiry_findings(rec), *pause_findings(rec),
         *deps_findings(rec),
-        *batch_findings(rec), *chord_findings(rec),
+        *batch_findings(rec), *chord_findings(rec), *chain_findings(rec),
     ]
     if rec.outbox:
         ok, detail = outbox_finding(rec.outbox, rec.events, rec.effects, rec.outbox_waiting)

@@ -134,7 +134,8 @@ class SimResult:
                          outbox_waiting=getattr(self, "outbox_waiting", set()),
                          batches=getattr(self, "batches", []),
                          batch_headers=getattr(self, "batch_headers", {}),
-                         chords=getattr(self, "chords", []))
+                         chords=getattr(self, "chords", []),
+                         chains=getattr(self, "chains", []))
 
     def summary(self) -> str:
         """One line for a human: seed, virtual and wall time, events, and the delivery counts

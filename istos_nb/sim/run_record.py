@@ -42,6 +42,8 @@ class RunRecord:
     batch_headers: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     # Chords the workload opened (sim/chord_workload.py): id, member queue, size, callback.
     chords: list[dict[str, Any]] = field(default_factory=list)
+    # Chains the workload started (sim/chain_workload.py): id and queues.
+    chains: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

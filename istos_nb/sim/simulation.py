@@ -278,6 +278,14 @@ class Simulation:
         node, ``n < 0``, ``size < 1``, ``cancel`` outside ``[0, size]`` or ``every <= 0``."""
         self.workload.open_chords(node, n, queue=queue, size=size, callback=callback, **kwargs)
 
+    # -- chains (chain_workload.py) --
+    def open_chains(self, node: str, n: int, *, queues: list[str], **kwargs: Any) -> None:
+        """``n`` chains started through ``node``, each running its steps on ``queues`` in
+        order; ``start``, ``every`` (s between chains). The checker's chain invariants judge
+        them. Raises :class:`ScenarioError` for an unknown node, ``n < 0``, no queues or
+        ``every <= 0``."""
+        self.workload.open_chains(node, n, queues=queues, **kwargs)
+
     # workload helpers (see workload.py)
     def enqueue_jobs(self, node: str, queue: str, n: int, **kwargs: Any) -> None:
         """Enqueue ``n`` jobs on ``queue`` through ``node`` (see
@@ -423,7 +431,7 @@ class Simulation:
                          outbox_waiting=world.outbox.waiting(),
                          batches=world.batches.record(),
                          batch_headers=world.batches.headers(self.shared_storage),
-                         chords=world.chords.record(),
+                         chords=world.chords.record(), chains=world.chains.record(),
                          virtual_s=world.now(), wall_s=wall_s,
                          interrupted=interrupted, seed=self.seed)
 

@@ -147,6 +147,21 @@ class Workload:
             self.world.schedule(start + i * every, "open_chord", functools.partial(
                 _spawn_chord, self.world, sim_node, queue, size, callback, cancel))
 
+    def open_chains(self, node: str, n: int, *, queues: list[str], start: float = 0.0,
+                    every: float = 1.0) -> None:
+        """``n`` chains started through ``node``, one every ``every`` s from ``start``, each
+        running its steps on ``queues`` in order. See ``chain_workload.py``."""
+        sim_node = self.world.node(node)
+        if not isinstance(n, int) or n < 0:
+            raise ScenarioError(f"n must be an integer >= 0, got {n!r}")
+        if isinstance(queues, str) or not queues:
+            raise ScenarioError(f"queues must be a non-empty list of names, got {queues!r}")
+        if not every > 0:
+            raise ScenarioError(f"every must be > 0 s, got {every!r}")
+        for i in range(n):
+            self.world.schedule(start + i * every, "open_chain", functools.partial(
+                _spawn_chain, self.world, sim_node, list(queues)))
+
     def handler(self, *, service_s: ServiceSpec = 0.0, fail_p: float = 0.0,
                 crash_p: float = 0.0, effect: Callable[[Any], Any] | None = None,
                 log_lines: int = 0, log_line_bytes: int = 0) -> Callable[..., Any]:
@@ -192,6 +207,10 @@ def _spawn_batch(world: World, node: Any, members: dict[str, int], callbacks: st
 def _spawn_chord(world: World, node: Any, queue: str, size: int, callback: str,
                  cancel: int) -> None:
     world.spawn(node, world.chords.run_one(node, queue, size, callback, cancel))
+
+
+def _spawn_chain(world: World, node: Any, queues: list[str]) -> None:
+    world.spawn(node, world.chains.run_one(node, queues))
 
 
 def _check_handler_options(fail_p: float, crash_p: float, log_lines: int,

@@ -30,6 +30,7 @@ from istos.storage.memory import MemoryStorage
 from istos.transport.local import LocalMesh, LocalTransport
 
 from .batch_workload import SimBatches
+from .chain_workload import SimChains
 from .chord_workload import SimChords
 from .errors import ScenarioError
 from .logledger import ledger_context
@@ -72,6 +73,7 @@ class World:
         self.outbox = SimOutbox(self)  # the application's database (outlives every node)
         self.batches = SimBatches(self)  # the batches the workload opened (batches.py)
         self.chords = SimChords(self)  # the chords the workload opened (chord_workload.py)
+        self.chains = SimChains(self)  # the chains the workload started (chain_workload.py)
 
     # -- what the parts ask of it ----------------------------------------------------------
     def now(self) -> float:

@@ -81,6 +81,10 @@ INVARIANT_MEANING: dict[str, str] = {
     "a chord stalled by a dead or cancelled member says so":
         "a chord member that died or was cancelled before the callback went out was named in "
         "a chord 'stalled' event, so the stall never goes unseen",
+    "a chain's step is created only after the step before it succeeded":
+        "no chain step job was created before the previous step's handler had returned",
+    "a chain step that was acked has its next step":
+        "every acked chain step (but the last) had created its successor",
 }
 
 
@@ -109,6 +113,12 @@ def _has_chord(result: SimResult) -> bool:
                                    & ev["job_id"].astype(str).str.endswith(".callback")).any())
 
 
+def _absent_when(prefix: str) -> tuple[Callable[[SimResult, str], bool], str]:
+    """The rule of an invariant whose detail starts with ``prefix`` ("no chord", say) when
+    the run had none of what it judges."""
+    return (lambda r, d: not d.startswith(prefix), f"{prefix} in this run")
+
+
 # Invariant -> (does the run contain the situation it is about?, what is missing when not).
 _APPLIES: dict[str, tuple[Callable[[SimResult, str], bool], str]] = {
     "chord callback fires exactly once": (lambda r, d: _has_chord(r), "no chord in this run"),
@@ -135,16 +145,14 @@ _APPLIES: dict[str, tuple[Callable[[SimResult, str], bool], str]] = {
         lambda r, d: d != "no job was enqueued with after=", "no job was enqueued with after="),
     "job logs kept as their attempts wrote them": (
         lambda r, d: not d.startswith(("no handler logged", "no log kept")), ""),
-    "batch callbacks: at most once each, exactly once when due by the end": (
-        lambda r, d: not d.startswith("no batch"), "no batch in this run"),
-    "no batch count lost across owner restarts and failovers": (
-        lambda r, d: not d.startswith("no batch"), "no batch in this run"),
-    "a chord's callback fires only after every member succeeded": (
-        lambda r, d: not d.startswith("no chord"), "no chord in this run"),
-    "a chord whose members were all acked fired its callback": (
-        lambda r, d: not d.startswith("no chord"), "no chord in this run"),
-    "a chord stalled by a dead or cancelled member says so": (
-        lambda r, d: not d.startswith("no chord"), "no chord in this run"),
+    "batch callbacks: at most once each, exactly once when due by the end":
+        _absent_when("no batch"),
+    "no batch count lost across owner restarts and failovers": _absent_when("no batch"),
+    "a chord's callback fires only after every member succeeded": _absent_when("no chord"),
+    "a chord whose members were all acked fired its callback": _absent_when("no chord"),
+    "a chord stalled by a dead or cancelled member says so": _absent_when("no chord"),
+    "a chain's step is created only after the step before it succeeded": _absent_when("no chain"),
+    "a chain step that was acked has its next step": _absent_when("no chain"),
     "no lease expired while its heart-beating holder was alive and connected": (
         lambda r, d: not d.startswith(("no heart-beating", "not checked")), ""),
 }

@@ -33,8 +33,9 @@ import statistics
 import subprocess
 import sys
 
-CHILD = r'''
-import asyncio, json, time
+WORK = r'''
+import asyncio, json, sys, time
+from contextlib import asynccontextmanager
 from istos import Istos, MemoryStorage
 from istos.transport.local import LocalMesh
 
@@ -45,38 +46,46 @@ ROWS = {
                                          for i in range(500)]} for k in range(n // 500)],
 }
 
-async def one(make, durable):
+@asynccontextmanager
+async def serving_owner(durable):
+    # A fresh in-process app serving queue "q" (volatile, or durable MemoryStorage).
     app = Istos(transport=LocalMesh().transport("o"),
                 storage=MemoryStorage(durable=True) if durable else None)
     app.queue("q")
     async with app.serving():
-        owner = app.owners["q"]
+        yield app.owners["q"]
+
+async def send(owner, msgs):
+    for m in msgs:
+        await owner.dispatch(m, trusted=True)
+
+async def claim_acks(owner, n):
+    # n claims of one job each by one slot, each carrying the ack of the job before (as a
+    # worker's claim does).
+    held = None
+    for _ in range(n):
+        msg = {"op": "claim", "workers": ["w#0"], "node": "w"}
+        if held is not None:
+            msg["settle"] = [{"op": "ack", "job_id": held[0], "token": held[1]}]
+        job = (await owner.dispatch(msg, trusted=True))["jobs"][0]
+        held = (job["job_id"], job["token"])
+'''
+"""The owner and the requests both children send (each child script starts with it)."""
+
+CHILD = WORK + r'''
+async def one(make, durable):
+    async with serving_owner(durable) as owner:
         msgs = make(5000)
         t0 = time.process_time()
-        for m in msgs:
-            await owner.dispatch(m, trusted=True)
+        await send(owner, msgs)
         return (time.process_time() - t0) / 5000
 
 async def claim_settle(durable):
-    """5,000 jobs queued, then claimed one per request by one slot, each claim carrying the
-    ack of the job before (as a worker's claim does): CPU per job."""
-    app = Istos(transport=LocalMesh().transport("o"),
-                storage=MemoryStorage(durable=True) if durable else None)
-    app.queue("q")
-    async with app.serving():
-        owner = app.owners["q"]
-        for i in range(5000):
-            await owner.dispatch({"op": "enqueue", "body": b"x", "job_id": f"j{i}"},
-                                 trusted=True)
-        held = None
+    # 5,000 jobs queued, then claimed and acked (claim_acks): CPU per job.
+    async with serving_owner(durable) as owner:
+        await send(owner, ROWS["enqueue"](5000))
         t0 = time.process_time()
-        for _ in range(5000):
-            msg = {"op": "claim", "workers": ["w#0"], "node": "w"}
-            if held is not None:
-                msg["settle"] = [{"op": "ack", "job_id": held[0], "token": held[1]}]
-            reply = await owner.dispatch(msg, trusted=True)
-            job = reply["jobs"][0]
-            held = (job["job_id"], job["token"])
+        await claim_acks(owner, 5000)
         return (time.process_time() - t0) / 5000
 
 async def main():
@@ -93,33 +102,12 @@ asyncio.run(main())
 '''
 
 
-COUNT_CHILD = r'''
-import asyncio, sys
-from istos import Istos, MemoryStorage
-from istos.transport.local import LocalMesh
-
+COUNT_CHILD = WORK + r'''
 async def main(phase, n, durable):
-    app = Istos(transport=LocalMesh().transport("o"),
-                storage=MemoryStorage(durable=True) if durable else None)
-    app.queue("q")
-    async with app.serving():
-        owner = app.owners["q"]
-        if phase == "enqueue_many":
-            for k in range(n // 500):
-                await owner.dispatch({"op": "enqueue_many", "items": [
-                    {"body": b"x", "job_id": f"m{k}-{i}"} for i in range(500)]}, trusted=True)
-            return
-        for i in range(n):
-            await owner.dispatch({"op": "enqueue", "body": b"x", "job_id": f"j{i}"},
-                                 trusted=True)
+    async with serving_owner(durable) as owner:
+        await send(owner, ROWS["enqueue_many" if phase == "enqueue_many" else "enqueue"](n))
         if phase == "claim+ack":
-            held = None
-            for _ in range(n):
-                msg = {"op": "claim", "workers": ["w#0"], "node": "w"}
-                if held is not None:
-                    msg["settle"] = [{"op": "ack", "job_id": held[0], "token": held[1]}]
-                job = (await owner.dispatch(msg, trusted=True))["jobs"][0]
-                held = (job["job_id"], job["token"])
+            await claim_acks(owner, n)
 
 asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"))
 '''

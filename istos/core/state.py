@@ -230,9 +230,9 @@ class QueueState:
         if limiter is not None:
             workers = self._within_limit(limiter, workers, now)
         heaps = self.heaps
-        if heaps.groups is not None or budget is not None and size_of is not None \
-                and len(workers) > 1:
-            out = self._claim_grouped_or_sized(workers, now, budget, size_of)
+        sized = budget is not None and size_of is not None and len(workers) > 1
+        if heaps.groups is not None or sized:
+            out = self._claim_grouped_or_sized(workers, now, budget if sized else None, size_of)
         else:  # the plain queue's claim: the best ready jobs, one per slot
             out = []
             for worker in workers:
@@ -250,10 +250,10 @@ class QueueState:
                                 size_of: Callable[[JobRecord, str], int] | None
                                 ) -> list[JobRecord]:
         """:meth:`claim`'s loop for a queue with fairness groups or a claim with a size
-        budget (several slots)."""
+        budget over several slots (``budget`` None: no size limit)."""
         out: list[JobRecord] = []
         used = 0
-        sized = budget is not None and size_of is not None and len(workers) > 1
+        sized = budget is not None and size_of is not None
         groups = self.heaps.groups
         name = REST
         for worker in workers:

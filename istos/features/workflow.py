@@ -436,9 +436,9 @@ class ChordBarriers:
         the same member (a repeat, or a redelivery) waits for its outcome, and an ack of
         another member whose result is stored already returns at once: the sender's ack fails
         if the enqueue fails, so the sender is redelivered and fires again; should it run out
-        of attempts first, the owner fires the complete barrier itself once the member is
-        dead-lettered (:meth:`_fire_if_complete`). Raises what the enqueue or a storage write
-        raises (the ack is refused and the member redelivered)."""
+        of attempts (or be cancelled) first, the owner fires the complete barrier itself once
+        the member has ended (:meth:`_fire_if_complete`). Raises what the enqueue or a storage
+        write raises (the ack is refused and the member redelivered)."""
         meta = (rec.meta or {}).get("chord")
         if meta is None or rec.lease_token is None:
             return
@@ -577,11 +577,9 @@ class ChordBarriers:
         if not isinstance(chord, dict):
             return
         if event.kind in (ev.DEAD_LETTERED, ev.CANCELLED):
-            note = self._note_dead if event.kind == ev.DEAD_LETTERED else self._note_cancelled
-            self._spawn(f"recording {event.job_id} {event.kind}",
-                        lambda: note(event.job_id, chord))
-            self._spawn(f"firing the chord of {event.job_id} if complete",
-                        lambda: self._fire_if_complete(event.job_id))
+            ended = DEAD if event.kind == ev.DEAD_LETTERED else CANCELLED
+            self._spawn(f"recording {event.job_id} {ended}",
+                        lambda: self._member_ended(event.job_id, chord, ended))
         else:
             self._spawn(f"recording {event.job_id} revived",
                         lambda: self._clear_dead(event.job_id, chord))
@@ -598,40 +596,38 @@ class ChordBarriers:
                 log.warning("chord %s: recording %s revived deferred: %s", chord.get("id"),
                             job_id, exc)
 
-    async def _note_dead(self, job_id: str, chord: dict[str, Any]) -> None:
-        """Record member ``job_id`` (dead) as stalling its chord, until revived."""
-        await self._note_stall(job_id, chord, DEAD)
-
-    async def _note_cancelled(self, job_id: str, chord: dict[str, Any]) -> None:
-        """Record member ``job_id`` (cancelled) as stalling its chord for good: a cancelled
-        job never runs again, so nothing resumes the chord, and the record makes that visible
-        (``why``, the event, a warning) instead of a chord that waits in silence."""
-        await self._note_stall(job_id, chord, CANCELLED)
+    async def _member_ended(self, job_id: str, chord: dict[str, Any], ended: str) -> None:
+        """Member ``job_id`` ended ``dead`` or ``cancelled``: record it as stalling its chord
+        (:meth:`_note_stall`), then fire the chord if its barrier is complete
+        (:meth:`_fire_if_complete`). Both are idempotent; raises what they raise."""
+        await self._note_stall(job_id, chord, ended)
+        await self._fire_if_complete(job_id)
 
     async def _note_stall(self, job_id: str, chord: dict[str, Any], ended: str) -> None:
         """Record member ``job_id``, ended ``dead`` or ``cancelled``, in its chord's barrier
-        (``dead`` or ``cancelled``) once, through the write path; then emit a ``chord`` event
-        (``stalled``) and log a warning. Raises what the write raises."""
+        (the map of that name) once, through the write path; then emit a ``chord`` event
+        (``stalled``) and log a warning. A dead member stalls the chord until revived; a
+        cancelled one for good (a cancelled job never runs again: the record makes that
+        visible instead of a chord that waits in silence). Raises what the write raises."""
         chord_id, index = str(chord["id"]), int(chord["index"])
+        listing = "dead" if ended == DEAD else "cancelled"  # the Barrier field it goes in
         async with self._lock(chord_id):
             barrier = await self._find(chord_id)
             rec = self.owner.state.jobs.get(job_id)
             if barrier is None:
                 return
-            listed = barrier.dead if ended == DEAD else barrier.cancelled
+            listed: dict[int, float] = getattr(barrier, listing)
             if barrier.fired or index in barrier.results or index in listed or rec is None \
                     or rec.state != ended:
                 return  # not stalling it (or recorded already, or revived meanwhile)
             now_listed = {**listed, index: self.owner.node.clock.now()}
-            if ended == DEAD:
-                await self._store(chord_id, replace(barrier, dead=now_listed))
-                barrier.dead = now_listed  # (write, then apply)
-                self.app.watch_revivals()
-            else:
-                await self._store(chord_id, replace(barrier, cancelled=now_listed))
-                barrier.cancelled = now_listed
+            await self._store(chord_id, replace(barrier, dead=now_listed) if ended == DEAD
+                              else replace(barrier, cancelled=now_listed))
+            setattr(barrier, listing, now_listed)  # (write, then apply)
             self.cache[chord_id] = barrier
             self.stalled.add(chord_id)
+            if ended == DEAD:
+                self.app.watch_revivals()
         if ended == DEAD:
             log.warning("chord %s on queue %s is stalled: member %d (%s) is dead; revive it "
                         "to resume the chord", chord_id, self.owner.name, index, job_id)
@@ -663,35 +659,37 @@ class ChordBarriers:
         self._stall_event(job_id, chord_id, "resumed", index, barrier)
 
     async def _recover_stalls(self) -> None:
-        """At start: the stalls stored (their chords watched for revivals), every dead member
-        recorded (its death may have been stored just before a crash), and every member listed
-        that is held and not dead any more (revived just before a crash) cleared."""
+        """At start: the stalls stored (their chords watched for revivals), every member
+        listed that is held and not dead any more (revived just before a crash) cleared, and
+        every dead or cancelled member of a chord not fired recorded, and its chord fired if
+        complete (its end may have been stored just before a crash). Chords with no barrier,
+        or a fired one, have nothing to recover: their members' records are not looked at."""
         listed: list[tuple[str, int]] = []
+        waiting: set[str] = set()  # chords whose barrier has not fired
         for key, raw in await self.owner.storage.scan(self.ns):
             if key.startswith("cb:"):
                 continue  # a callback reservation (chord_callbacks.py), not a barrier
             barrier = Barrier.decode(raw)
-            if not barrier.fired and barrier.cancelled:
+            if barrier.fired:
+                continue
+            waiting.add(key)
+            if barrier.dead or barrier.cancelled:
                 self.stalled.add(key)
-            if not barrier.fired and barrier.dead:
-                self.stalled.add(key)
+            if barrier.dead:
                 self.app.watch_revivals()
                 listed.extend((key, index) for index in barrier.dead)
         for chord_id, index in listed:
             job_id = f"{chord_id}.{index}"
             await self._clear_dead(job_id, {"id": chord_id, "index": index})
+        if not waiting:
+            return
         ended = [*self.owner.state.dead.values(),
                  *(r for r in self.owner.state.jobs.values() if r.state == CANCELLED)]
         for rec in ended:
             chord = (rec.meta or {}).get("chord")
-            if not isinstance(chord, dict):
-                continue
-            if rec.state == DEAD:
-                await self._note_dead(rec.job_id, chord)
-            else:
-                await self._note_cancelled(rec.job_id, chord)
-            self._spawn(f"firing the chord of {rec.job_id} if complete",
-                        functools.partial(self._fire_if_complete, rec.job_id))
+            if isinstance(chord, dict) and str(chord.get("id")) in waiting:
+                self._spawn(f"recording {rec.job_id} {rec.state}", functools.partial(
+                    self._member_ended, rec.job_id, chord, rec.state))
 
     def _stall_event(self, job_id: str, chord_id: str, change: str, index: int,
                      barrier: Barrier) -> None:

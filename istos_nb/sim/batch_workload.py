@@ -15,13 +15,13 @@ restarts, by design.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from istos.core.batch_state import KINDS, BatchHeader
 
-from .workload_steps import retried
+from .workload_steps import ScenarioWorld, retried
 
 if TYPE_CHECKING:
     from istos.storage.memory import MemoryStorage
@@ -29,16 +29,10 @@ if TYPE_CHECKING:
     from .simnode import SimNode
 
 
-class BatchWorld(Protocol):
-    """What the batches ask of the world they live in (:class:`~istos_nb.sim.world.World`)."""
-
-    def now(self) -> float: ...
-
-
 class SimBatches:
     """The batches a simulated workload opened, recorded for the checker."""
 
-    def __init__(self, world: BatchWorld) -> None:
+    def __init__(self, world: ScenarioWorld) -> None:
         self.world = world
         self.rows: list[dict[str, Any]] = []
 

@@ -13,24 +13,18 @@ object.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from .workload_steps import retried
+from .workload_steps import ScenarioWorld, retried
 
 if TYPE_CHECKING:
     from .simnode import SimNode
 
 
-class ChainWorld(Protocol):
-    """What the chains ask of the world they live in (:class:`~istos_nb.sim.world.World`)."""
-
-    def now(self) -> float: ...
-
-
 class SimChains:
     """The chains a simulated workload started, recorded for the checker."""
 
-    def __init__(self, world: ChainWorld) -> None:
+    def __init__(self, world: ScenarioWorld) -> None:
         self.world = world
         self.rows: list[dict[str, Any]] = []
 

@@ -42,7 +42,9 @@ def chain_findings(rec: RunRecord) -> list[Finding]:
     early: list[str] = []
     missing: list[str] = []
     for row in rows:
-        _judge(row, created, acked, succeeded, early, missing)
+        too_soon, not_made = _judge(row, created, acked, succeeded)
+        early += too_soon
+        missing += not_made
     n = len(rows)
     return [Finding(AFTER_PREVIOUS, not early, summary(early) if early else f"{n} chains ok"),
             Finding(SUCCESSOR_MADE, not missing,
@@ -50,8 +52,10 @@ def chain_findings(rec: RunRecord) -> list[Finding]:
 
 
 def _judge(row: dict[str, Any], created: dict[str, float], acked: set[str],
-           succeeded: dict[str, float], early: list[str], missing: list[str]) -> None:
-    """One chain's problems, appended to ``early`` and ``missing``."""
+           succeeded: dict[str, float]) -> tuple[list[str], list[str]]:
+    """One chain's problems: steps created too soon, successors never created."""
+    early: list[str] = []
+    missing: list[str] = []
     cid = row["chain_id"]
     for k in range(1, len(row["queues"])):
         step, before = f"{cid}.{k}", f"{cid}.{k - 1}"
@@ -60,3 +64,4 @@ def _judge(row: dict[str, Any], created: dict[str, float], acked: set[str],
             early.append(f"{step} created at t={t:.2f} before {before} succeeded")
         if before in acked and t is None:
             missing.append(f"{before} acked, {step} never created")
+    return early, missing

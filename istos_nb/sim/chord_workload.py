@@ -17,24 +17,18 @@ effects (``checker_chords.py``); the checker reads no engine object.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from .workload_steps import retried
+from .workload_steps import ScenarioWorld, retried
 
 if TYPE_CHECKING:
     from .simnode import SimNode
 
 
-class ChordWorld(Protocol):
-    """What the chords ask of the world they live in (:class:`~istos_nb.sim.world.World`)."""
-
-    def now(self) -> float: ...
-
-
 class SimChords:
     """The chords a simulated workload opened, recorded for the checker."""
 
-    def __init__(self, world: ChordWorld) -> None:
+    def __init__(self, world: ScenarioWorld) -> None:
         self.world = world
         self.rows: list[dict[str, Any]] = []
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from .errors import ScenarioError
@@ -117,17 +117,14 @@ class Workload:
         (queue -> how many, interleaved; job ids from the workload rng) and closes it
         (``close``). See ``batches.py``."""
         sim_node = self.world.node(node)
-        if not isinstance(n, int) or n < 0:
-            raise ScenarioError(f"n must be an integer >= 0, got {n!r}")
+        _check_scenarios(n, every)
         if not members or any(type(k) is not int or k < 0 for k in members.values()):
             raise ScenarioError(f"members must map queues to counts >= 0, got {members!r}")
-        if not every > 0:
-            raise ScenarioError(f"every must be > 0 s, got {every!r}")
         size = sum(members.values())
         for i in range(n):
             ids = [f"bm-{self.rng.getrandbits(64):016x}" for _ in range(size)]
-            self.world.schedule(start + i * every, "open_batch", functools.partial(
-                _spawn_batch, self.world, sim_node, dict(members), callbacks, ids, close))
+            self._schedule_run(start + i * every, "open_batch", sim_node, functools.partial(
+                self.world.batches.run_one, sim_node, dict(members), callbacks, ids, close))
 
     def open_chords(self, node: str, n: int, *, queue: str, size: int, callback: str,
                     cancel: int = 0, start: float = 0.0, every: float = 1.0) -> None:
@@ -135,32 +132,31 @@ class Workload:
         opens a chord of ``size`` members on ``queue`` with its callback on ``callback``, then
         cancels its last ``cancel`` members. See ``chord_workload.py``."""
         sim_node = self.world.node(node)
-        if not isinstance(n, int) or n < 0:
-            raise ScenarioError(f"n must be an integer >= 0, got {n!r}")
+        _check_scenarios(n, every)
         if type(size) is not int or size < 1:
             raise ScenarioError(f"size must be an integer >= 1, got {size!r}")
         if type(cancel) is not int or not 0 <= cancel <= size:
             raise ScenarioError(f"cancel must be an integer in [0, size], got {cancel!r}")
-        if not every > 0:
-            raise ScenarioError(f"every must be > 0 s, got {every!r}")
         for i in range(n):
-            self.world.schedule(start + i * every, "open_chord", functools.partial(
-                _spawn_chord, self.world, sim_node, queue, size, callback, cancel))
+            self._schedule_run(start + i * every, "open_chord", sim_node, functools.partial(
+                self.world.chords.run_one, sim_node, queue, size, callback, cancel))
 
     def open_chains(self, node: str, n: int, *, queues: list[str], start: float = 0.0,
                     every: float = 1.0) -> None:
         """``n`` chains started through ``node``, one every ``every`` s from ``start``, each
         running its steps on ``queues`` in order. See ``chain_workload.py``."""
         sim_node = self.world.node(node)
-        if not isinstance(n, int) or n < 0:
-            raise ScenarioError(f"n must be an integer >= 0, got {n!r}")
+        _check_scenarios(n, every)
         if isinstance(queues, str) or not queues:
             raise ScenarioError(f"queues must be a non-empty list of names, got {queues!r}")
-        if not every > 0:
-            raise ScenarioError(f"every must be > 0 s, got {every!r}")
         for i in range(n):
-            self.world.schedule(start + i * every, "open_chain", functools.partial(
-                _spawn_chain, self.world, sim_node, list(queues)))
+            self._schedule_run(start + i * every, "open_chain", sim_node, functools.partial(
+                self.world.chains.run_one, sim_node, list(queues)))
+
+    def _schedule_run(self, t: float, what: str, node: Any,
+                      run: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """At ``t``, run ``run()`` (a scenario's coroutine, made then) as ``node``'s task."""
+        self.world.schedule(t, what, lambda: self.world.spawn(node, run()))
 
     def handler(self, *, service_s: ServiceSpec = 0.0, fail_p: float = 0.0,
                 crash_p: float = 0.0, effect: Callable[[Any], Any] | None = None,
@@ -199,18 +195,12 @@ class Workload:
         return handle
 
 
-def _spawn_batch(world: World, node: Any, members: dict[str, int], callbacks: str,
-                 ids: list[str], close: bool) -> None:
-    world.spawn(node, world.batches.run_one(node, members, callbacks, ids, close))
-
-
-def _spawn_chord(world: World, node: Any, queue: str, size: int, callback: str,
-                 cancel: int) -> None:
-    world.spawn(node, world.chords.run_one(node, queue, size, callback, cancel))
-
-
-def _spawn_chain(world: World, node: Any, queues: list[str]) -> None:
-    world.spawn(node, world.chains.run_one(node, queues))
+def _check_scenarios(n: int, every: float) -> None:
+    """A scenario count and spacing: ``n`` an integer >= 0, ``every`` > 0 s."""
+    if not isinstance(n, int) or n < 0:
+        raise ScenarioError(f"n must be an integer >= 0, got {n!r}")
+    if not every > 0:
+        raise ScenarioError(f"every must be > 0 s, got {every!r}")
 
 
 def _check_handler_options(fail_p: float, crash_p: float, log_lines: int,

@@ -1,16 +1,23 @@
-"""A scenario step of the simulated workload, retried while no owner answers: shared by the
-batch and chord workloads (``batch_workload.py``, ``chord_workload.py``)."""
+"""What the simulated workload's scenarios share (``batch_workload.py``, ``chord_workload.py``,
+``chain_workload.py``): the world they record time from, and a step retried while no owner
+answers."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from istos.errors import IstosError
 
 RETRIES = 40  # tries of each step before the scenario gives up
 RETRY_MAX_S = 8.0  # the backoff's cap between tries, virtual seconds
+
+
+class ScenarioWorld(Protocol):
+    """What a scenario asks of the world it lives in (:class:`~istos_nb.sim.world.World`)."""
+
+    def now(self) -> float: ...
 
 
 async def retried(row: dict[str, Any], what: str, step: Callable[[], Awaitable[Any]],
